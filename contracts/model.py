@@ -1,0 +1,300 @@
+"""The typed, immutable records of a kernel contract (DSL version 1).
+
+Every record is a frozen dataclass; sequences are tuples and mappings are read-only, so a
+``Contract`` can be hashed, shared between threads and never changes after validation.
+Numbers keep the text the user wrote (``Threshold``) so proofs can use the exact rational.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = [
+    "AccumulatorSpec",
+    "AttentionSpec",
+    "Contract",
+    "EmulateEvidence",
+    "EscalationRule",
+    "Evidence",
+    "Guarantee",
+    "KernelPair",
+    "KernelSpec",
+    "LogprobsEvidence",
+    "MatmulSpec",
+    "NumericalClause",
+    "ObservabilityClause",
+    "Policy",
+    "PromotionStage",
+    "RuntimeClause",
+    "Slice",
+    "Source",
+    "StatisticalClause",
+    "exact",
+]
+
+Rounding = Literal["nearest_even", "toward_zero"]
+Format = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
+NumericalMetric = Literal["logit_drift", "logit_oscillation", "log_ratio", "tv"]
+StatisticalMetric = Literal[
+    "logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv", "kl", "top1_flip"
+]
+Statistic = Literal["quantile", "mean", "exceed_rate", "max"]
+Quantity = Literal[
+    "token_tv", "token_log_ratio", "token_kl", "sequence_tv", "reward_drift", "pg_bias",
+    "clip_budget",
+]
+Severity = Literal["info", "warn", "critical"]
+Action = Literal[
+    "log", "alert", "mask_tokens", "tis_correct", "route_to_train_kernel", "halt_promotion",
+    "rollback",
+]
+
+
+def exact(x: float | int) -> Fraction:
+    """The rational a user wrote for ``x``: the shortest decimal that round-trips to ``x``."""
+    if isinstance(x, bool):
+        raise TypeError("booleans are not numbers here")
+    if isinstance(x, int):
+        return Fraction(x)
+    return Fraction(repr(float(x)))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a contract came from: its path, raw bytes' sha256 and canonical JSON form."""
+
+    path: str
+    sha256: str
+    canonical: str
+    # key path ("numerical[0].max") -> (line, column), both 1-based
+    locations: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+    def where(self, key_path: str) -> tuple[int, int] | None:
+        """The (line, column) of ``key_path`` or of its nearest located parent."""
+        path = key_path
+        while path:
+            if path in self.locations:
+                return self.locations[path]
+            cut = max(path.rfind("."), path.rfind("["))
+            path = path[:cut] if cut > 0 else ""
+        return None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How logits become tokens."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    logprobs: Literal["full_vocab", "processed"] = "full_vocab"
+    vocab_size: int = 32000
+    max_new_tokens: int = 512
+
+    @property
+    def truncated(self) -> bool:
+        """True when sampling keeps only part of the vocabulary."""
+        return self.top_p < 1.0 or self.top_k > 0
+
+
+@dataclass(frozen=True)
+class AccumulatorSpec:
+    """An accumulator with ``mantissa_bits`` explicit bits (float32 is 23) and a rounding mode."""
+
+    mantissa_bits: int = 23
+    rounding: Rounding = "nearest_even"
+
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """The arithmetic of one emulated matmul (DESIGN §7)."""
+
+    inputs: Format = "float32"
+    scaling: str = "per_tensor"  # per_tensor | per_row | block:N | mx:32
+    accumulator: AccumulatorSpec = AccumulatorSpec()
+    group: int = 1
+    promote_every: int | None = None  # None: never promoted
+    output: Format = "float32"
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """How attention reads its keys and values."""
+
+    kv_cache: Format = "float32"
+    page_size: int = 16
+    tiles: str = "full"  # full | adaptive | <int>
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel: a named preset with any fields the contract overrode."""
+
+    preset: str
+    matmul: MatmulSpec
+    attention: AttentionSpec
+    batching: Literal["dynamic", "fixed"] = "fixed"
+    provenance: str = ""
+
+
+@dataclass(frozen=True)
+class KernelPair:
+    train: KernelSpec
+    inference: KernelSpec
+
+
+@dataclass(frozen=True)
+class NumericalClause:
+    """A per-token limit: ``metric`` ≤ ``max`` on every token of ``slice``."""
+
+    id: str
+    metric: NumericalMetric
+    max: float
+    slice: str = "all"
+
+
+@dataclass(frozen=True)
+class StatisticalClause:
+    """A limit on the distribution of a per-token metric over each slice, at a confidence."""
+
+    id: str
+    metric: StatisticalMetric
+    statistic: Statistic
+    max: float
+    confidence: float = 0.95
+    min_samples: int = 1
+    q: float | None = None  # quantile level, for statistic == "quantile"
+    threshold: float | None = None  # for statistic == "exceed_rate": P(metric > threshold)
+    slices: tuple[str, ...] = ("all",)
+
+
+@dataclass(frozen=True)
+class RuntimeClause:
+    """The conditions under which the numerical and statistical clauses are claimed."""
+
+    id: str
+    batch_size: tuple[int, int] | None = None
+    sequence_length: tuple[int, int] | None = None
+    batch_invariant: bool | None = None
+    kv_cache: Format | None = None
+    hardware: str | None = None
+
+
+@dataclass(frozen=True)
+class ObservabilityClause:
+    id: str
+    log: tuple[str, ...]
+    sample_rate: float = 1.0
+    window_tokens: int = 100_000
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A named token subset; each range is [lo, hi] with ``None`` for unbounded."""
+
+    name: str
+    token_prob: tuple[float | None, float | None] | None = None
+    position: tuple[int | None, int | None] | None = None
+    entropy: tuple[float | None, float | None] | None = None
+    margin: tuple[float | None, float | None] | None = None
+    prompt: str | None = None  # regular expression over prompt ids / names
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """A claim the thresholds must buy; each becomes a proof obligation."""
+
+    id: str
+    quantity: Quantity
+    max: float
+    from_: tuple[str, ...]
+    scope: Literal["token", "sequence"] = "token"
+    reward_range: tuple[float, float] | None = None
+    score_norm: float | None = None
+    advantage: float | None = None
+    estimator: Literal["plain", "tis", "mis"] = "plain"
+    cap: float | None = None
+    clip_epsilon: float | None = None
+    horizon: int | None = None  # overrides policy.max_new_tokens for sequence scope
+    assume: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EscalationRule:
+    clause: str
+    severity: Severity
+    action: Action
+    status: tuple[str, ...] = ("violated",)
+
+
+@dataclass(frozen=True)
+class PromotionStage:
+    name: Literal["offline_ci", "shadow", "canary", "full"]
+    min_tokens: int = 0
+    traffic: float | None = None
+
+
+@dataclass(frozen=True)
+class EmulateEvidence:
+    model: str = "tiny-lm"
+    prompts: int = 64
+    max_new_tokens: int = 64
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LogprobsEvidence:
+    path: str
+    format: Literal["generic", "verl", "trl"] = "generic"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    emulate: EmulateEvidence | None = None
+    logprobs: LogprobsEvidence | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A validated kernel contract C = (N, S, R, O, Π) with its guarantees."""
+
+    version: int
+    name: str
+    policy: Policy
+    kernels: KernelPair
+    source: Source
+    description: str = ""
+    numerical: tuple[NumericalClause, ...] = ()
+    statistical: tuple[StatisticalClause, ...] = ()
+    runtime: tuple[RuntimeClause, ...] = ()
+    observability: tuple[ObservabilityClause, ...] = ()
+    slices: tuple[Slice, ...] = ()
+    guarantees: tuple[Guarantee, ...] = ()
+    escalation: tuple[EscalationRule, ...] = ()
+    promotion: tuple[PromotionStage, ...] = ()
+    evidence: Evidence = Evidence()
+
+    def clause(self, clause_id: str):
+        """The numerical, statistical, runtime or observability clause with this id."""
+        for family in (self.numerical, self.statistical, self.runtime, self.observability):
+            for c in family:
+                if c.id == clause_id:
+                    return c
+        raise KeyError(clause_id)
+
+    def guarantee(self, guarantee_id: str) -> Guarantee:
+        for g in self.guarantees:
+            if g.id == guarantee_id:
+                return g
+        raise KeyError(guarantee_id)
+
+    def slice(self, name: str) -> Slice:
+        if name == "all":
+            return Slice(name="all")
+        for s in self.slices:
+            if s.name == name:
+                return s
+        raise KeyError(name)
