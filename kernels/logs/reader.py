@@ -1,0 +1,426 @@
+"""Read a JSONL log of train and rollout log-probs into a token table, keeping every problem.
+
+Nothing is dropped silently: a line that is not valid JSON, is cut off, misses a field, has
+arrays of different lengths, or holds NaN/inf or a positive log-probability is counted and
+reported with its line number and the reason; a sequence whose train and rollout token ids
+differ is flagged as a mismatch and left out of the table. Padding (``mask`` 0) is not data.
+A file that cannot be a log at all (missing, empty, not UTF-8, no known field set) raises
+``LogError`` with a one-line message naming the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from kernels.logs.schema import FORMATS, LogFormat, detect_format
+
+__all__ = ["LOGPROB_TOLERANCE", "LogError", "LogTable", "Problem", "read_log"]
+
+# A log-probability must be ≤ this: log-softmax rounding can give +1e-7, never more.
+LOGPROB_TOLERANCE = 1e-6
+# How many problem lines of each kind a report lists (all are counted).
+MAX_LISTED = 20
+
+
+class LogError(Exception):
+    """A file that cannot be read as a log; ``str(err)`` is the user-ready message."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad line: its 1-based number and why."""
+
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LogTable:
+    """The tokens of a log, one row per valid token, and what was wrong with the rest.
+
+    ``columns``: ``train_logprob``, ``rollout_logprob`` (float64), ``log_kept_mass`` (float64,
+    NaN where the log does not say), ``token``, ``position``, ``sequence``, ``line`` (int64)
+    and ``prompt`` (int32 codes into ``prompt_names``).
+    """
+
+    path: str
+    format: str
+    sha256: str
+    columns: MappingProxyType
+    prompt_names: tuple[str, ...]
+    lines: int
+    blank_lines: int
+    sequences: int
+    padding_tokens: int
+    malformed: tuple[Problem, ...]
+    malformed_count: int
+    mismatches: tuple[Problem, ...]
+    mismatch_count: int
+    unpaired: tuple[Problem, ...]
+    unpaired_count: int
+    has_kept_mass: bool = False
+    extra: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def tokens(self) -> int:
+        return int(self.columns["train_logprob"].shape[0])
+
+
+class _Bad(Exception):
+    """A record-level problem; the record is skipped and the problem reported."""
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.listed: list[Problem] = []
+        self.count = 0
+
+    def add(self, line: int, reason: str) -> None:
+        self.count += 1
+        if len(self.listed) < MAX_LISTED:
+            self.listed.append(Problem(line, reason))
+
+
+def _floats(record: dict, key: str, what: str) -> np.ndarray:
+    value = record[key]
+    if not isinstance(value, list):
+        raise _Bad(f"'{key}' must be an array of numbers, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _Bad(f"'{key}' must be an array of numbers") from None
+    if arr.ndim != 1:
+        raise _Bad(f"'{key}' must be a flat array")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _Bad(f"'{key}'[{i}] is {arr[i]!r}: {what} must be finite")
+    high = arr > LOGPROB_TOLERANCE
+    if high.any():
+        i = int(np.argmax(high))
+        raise _Bad(f"'{key}'[{i}] = {arr[i]!r} > 0: {what} must be ≤ 0")
+    return arr
+
+
+def _ints(record: dict, key: str) -> np.ndarray:
+    value = record[key]
+    if not isinstance(value, list) or any(type(v) is not int for v in value):
+        raise _Bad(f"'{key}' must be an array of integer token ids")
+    arr = np.asarray(value, dtype=np.int64) if value else np.zeros(0, np.int64)
+    if (arr < 0).any():
+        raise _Bad(f"'{key}' holds a negative token id")
+    return arr
+
+
+def _mask(record: dict, key: str | None, n: int) -> np.ndarray | None:
+    if key is None or key not in record:
+        return None
+    value = record[key]
+    if not isinstance(value, list) or any(v not in (0, 1) for v in value):
+        raise _Bad(f"'{key}' must be an array of 0/1")
+    if len(value) != n:
+        raise _Bad(f"'{key}' has {len(value)} entries, the token ids {n}")
+    return np.asarray(value, dtype=bool)
+
+
+def _prompt(record: dict, fmt: LogFormat) -> str:
+    for key in fmt.prompt:
+        if key in record:
+            value = record[key]
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise _Bad(f"'{key}' must be a string or an integer")
+            return str(value)
+    return ""
+
+
+def _offset(record: dict, fmt: LogFormat) -> int:
+    if fmt.position_offset is None or fmt.position_offset not in record:
+        return 0
+    value = record[fmt.position_offset]
+    if type(value) is not int or value < 0:
+        raise _Bad(f"'{fmt.position_offset}' must be a non-negative integer")
+    return value
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
+    if a.shape != b.shape:
+        return f"{a.shape[0]} train tokens vs {b.shape[0]} rollout tokens"
+    i = int(np.argmax(a != b))
+    return f"first at token {i}: train id {int(a[i])}, rollout id {int(b[i])}"
+
+
+class _Builder:
+    """Accumulates sequences into column chunks."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[str, list[np.ndarray]] = {
+            k: []
+            for k in (
+                "train_logprob",
+                "rollout_logprob",
+                "log_kept_mass",
+                "token",
+                "position",
+                "sequence",
+                "line",
+                "prompt",
+            )
+        }
+        self.prompts: dict[str, int] = {}
+        self.sequences = 0
+        self.padding = 0
+        self.kept_mass_seen = False
+
+    def add(self, *, ids, train, rollout, kept, mask, prompt, offset, line) -> None:
+        n = ids.shape[0]
+        pos = np.arange(offset, offset + n, dtype=np.int64)
+        if kept is None:
+            kept = np.full(n, np.nan)
+        else:
+            self.kept_mass_seen = True
+        if mask is not None:
+            self.padding += int(n - mask.sum())
+            ids, train, rollout = ids[mask], train[mask], rollout[mask]
+            kept, pos = kept[mask], pos[mask]
+            n = ids.shape[0]
+        code = self.prompts.setdefault(prompt, len(self.prompts))
+        c = self.chunks
+        c["train_logprob"].append(train)
+        c["rollout_logprob"].append(rollout)
+        c["log_kept_mass"].append(kept)
+        c["token"].append(ids)
+        c["position"].append(pos)
+        c["sequence"].append(np.full(n, self.sequences, np.int64))
+        c["line"].append(np.full(n, line, np.int64))
+        c["prompt"].append(np.full(n, code, np.int32))
+        self.sequences += 1
+
+    def columns(self) -> dict[str, np.ndarray]:
+        dtypes = {
+            "train_logprob": np.float64,
+            "rollout_logprob": np.float64,
+            "log_kept_mass": np.float64,
+            "prompt": np.int32,
+        }
+        return {
+            k: (np.concatenate(v) if v else np.zeros(0, dtypes.get(k, np.int64)))
+            for k, v in self.chunks.items()
+        }
+
+
+def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatches) -> None:
+    ids = _ints(record, fmt.ids)
+    train = _floats(record, fmt.train, "log-probabilities")
+    rollout = _floats(record, fmt.rollout, "log-probabilities")
+    n = ids.shape[0]
+    for key, arr in ((fmt.train, train), (fmt.rollout, rollout)):
+        if arr.shape[0] != n:
+            raise _Bad(f"'{key}' has {arr.shape[0]} entries, '{fmt.ids}' {n}")
+    kept = None
+    if fmt.log_kept_mass and fmt.log_kept_mass in record:
+        kept = _floats(record, fmt.log_kept_mass, "log kept mass")
+        if kept.shape[0] != n:
+            raise _Bad(f"'{fmt.log_kept_mass}' has {kept.shape[0]} entries, '{fmt.ids}' {n}")
+    mask = _mask(record, fmt.mask, n)
+    prompt, offset = _prompt(record, fmt), _offset(record, fmt)
+    if fmt.rollout_ids and fmt.rollout_ids in record:
+        other = _ints(record, fmt.rollout_ids)
+        if other.shape != ids.shape or (other != ids).any():
+            where = _first_difference(ids, other)
+            mismatches.add(line, f"token ids differ between train and rollout ({where})")
+            return
+    builder.add(
+        ids=ids,
+        train=train,
+        rollout=rollout,
+        kept=kept,
+        mask=mask,
+        prompt=prompt,
+        offset=offset,
+        line=line,
+    )
+
+
+def _split(record: dict, fmt: LogFormat, pending: dict, builder: _Builder, line: int, mismatches):
+    side = record[fmt.side]
+    if side not in ("train", "rollout"):
+        raise _Bad(f'\'{fmt.side}\' must be "train" or "rollout", got {side!r}')
+    if fmt.prompt[0] not in record or fmt.sample not in record:
+        raise _Bad(f"a split record needs '{fmt.prompt[0]}' and '{fmt.sample}' to be joined")
+    prompt = _prompt(record, fmt)
+    sample = record[fmt.sample]
+    if isinstance(sample, bool) or not isinstance(sample, str | int):
+        raise _Bad(f"'{fmt.sample}' must be a string or an integer")
+    ids = _ints(record, fmt.ids)
+    lp = _floats(record, fmt.logprobs, "log-probabilities")
+    if lp.shape != ids.shape:
+        raise _Bad(f"'{fmt.logprobs}' has {lp.shape[0]} entries, '{fmt.ids}' {ids.shape[0]}")
+    kept = None
+    if side == "rollout" and fmt.log_kept_mass in record:
+        kept = _floats(record, fmt.log_kept_mass, "log kept mass")
+        if kept.shape != ids.shape:
+            raise _Bad(
+                f"'{fmt.log_kept_mass}' has {kept.shape[0]} entries, '{fmt.ids}' {ids.shape[0]}"
+            )
+    mask = _mask(record, fmt.mask, ids.shape[0])
+    entry = (side, ids, lp, kept, mask, _offset(record, fmt), line)
+    key = (prompt, str(sample))
+    other = pending.pop(key, None)
+    if other is None:
+        pending[key] = entry
+        return
+    if other[0] == side:
+        pending[key] = other
+        raise _Bad(
+            f"second {side} record for prompt {prompt!r} sample {sample!r} "
+            f"(first at line {other[6]})"
+        )
+    tr, ro = (entry, other) if side == "train" else (other, entry)
+    if tr[1].shape != ro[1].shape or (tr[1] != ro[1]).any():
+        mismatches.add(
+            ro[6],
+            f"token ids differ between train record (line {tr[6]}) and rollout record "
+            f"(line {ro[6]}) ({_first_difference(tr[1], ro[1])})",
+        )
+        return
+    mask = tr[4] if ro[4] is None else ro[4] if tr[4] is None else tr[4] & ro[4]
+    builder.add(
+        ids=tr[1],
+        train=tr[2],
+        rollout=ro[2],
+        kept=ro[3],
+        mask=mask,
+        prompt=prompt,
+        offset=ro[5],
+        line=ro[6],
+    )
+
+
+def read_log(
+    path: str | os.PathLike,
+    format: str | None = "generic",
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> LogTable:
+    """Read the JSONL log at ``path`` in ``format`` (``None``: detect from the first record).
+
+    ``progress(bytes_read, bytes_total)`` is called now and then while reading.
+    """
+    path = os.fspath(path)
+    if format is not None and format not in FORMATS:
+        raise LogError(
+            f"{path}: unknown log format {format!r} (expected one of: {', '.join(FORMATS)})"
+        )
+    try:
+        total = os.path.getsize(path)
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise LogError(f"{path}: evidence file not found") from None
+    except IsADirectoryError:
+        raise LogError(f"{path}: is a directory, not a log file") from None
+    except OSError as err:
+        raise LogError(f"{path}: cannot read: {err.strerror}") from None
+    if total == 0:
+        handle.close()
+        raise LogError(f"{path}: the log file is empty")
+    digest = hashlib.sha256()
+    builder, pending = _Builder(), {}
+    malformed, mismatches = _Problems(), _Problems()
+    fmt = FORMATS[format] if format is not None else None
+    first_keys: dict | None = None
+    lines = blank = done = 0
+    with handle:
+        for lines, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            done += len(raw)
+            if progress is not None and lines % 4096 == 0:
+                progress(done, total)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise LogError(
+                    f"{path}:{lines}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                    f"{err.start + 1}); a JSONL log must be UTF-8"
+                ) from None
+            if not text.strip():
+                blank += 1
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as err:
+                cut = not raw.endswith(b"\n") and done == total
+                why = "truncated record at end of file" if cut else "invalid JSON"
+                malformed.add(lines, f"{why}: {err.msg} (column {err.colno})")
+                continue
+            if not isinstance(record, dict):
+                malformed.add(lines, f"not a JSON object (got {type(record).__name__})")
+                continue
+            if first_keys is None:
+                first_keys = record
+                if fmt is None:
+                    name = detect_format(record)
+                    if name is None:
+                        raise LogError(f"{path}:{lines}: {_unknown_fields(record)}")
+                    fmt = FORMATS[name]
+            try:
+                if fmt.side is not None and fmt.side in record:
+                    _split(record, fmt, pending, builder, lines, mismatches)
+                else:
+                    missing = [k for k in fmt.required if k not in record]
+                    if missing:
+                        raise _Bad(f"missing key '{missing[0]}' ({fmt.name} format)")
+                    _joined(record, fmt, builder, lines, mismatches)
+            except _Bad as bad:
+                malformed.add(lines, str(bad))
+    if progress is not None:
+        progress(total, total)
+    if first_keys is None:
+        raise LogError(
+            f"{path}: no JSON record in the file ({lines} lines, {malformed.count} invalid)"
+        )
+    if builder.sequences == 0 and mismatches.count == 0 and not pending:
+        guess = detect_format(first_keys)
+        if guess is not None and guess != fmt.name:
+            raise LogError(
+                f"{path}: no record has the {fmt.name} fields; the records look like the "
+                f"{guess} format (declare format: {guess})"
+            )
+    unpaired = _Problems()
+    for (prompt, sample), entry in sorted(pending.items(), key=lambda kv: kv[1][6]):
+        missing = "train" if entry[0] == "rollout" else "rollout"
+        unpaired.add(
+            entry[6],
+            f"{entry[0]} record for prompt {prompt!r} sample {sample!r} has no {missing} record",
+        )
+    columns = builder.columns()
+    return LogTable(
+        path=path,
+        format=fmt.name,
+        sha256=digest.hexdigest(),
+        columns=MappingProxyType(columns),
+        prompt_names=tuple(builder.prompts),
+        lines=lines,
+        blank_lines=blank,
+        sequences=builder.sequences,
+        padding_tokens=builder.padding,
+        malformed=tuple(malformed.listed),
+        malformed_count=malformed.count,
+        mismatches=tuple(mismatches.listed),
+        mismatch_count=mismatches.count,
+        unpaired=tuple(unpaired.listed),
+        unpaired_count=unpaired.count,
+        has_kept_mass=builder.kept_mass_seen,
+    )
+
+
+def _unknown_fields(record: dict) -> str:
+    keys = ", ".join(sorted(record)[:8]) or "none"
+    known = "; ".join(f"{name}: {', '.join(f.required)}" for name, f in FORMATS.items())
+    return f"the record has none of the known field sets ({known}); its keys: {keys}"

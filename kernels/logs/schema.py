@@ -1,0 +1,107 @@
+"""The JSONL log formats we read: which key of a record holds which field.
+
+A log holds one JSON object per line and one line per generated sequence (the way RL stacks
+dump a rollout batch: arrays over the response tokens). Three spellings of the same content are
+understood; docs/evidence-schema.md is the user-facing description of each.
+
+- ``generic``: this toolkit's own names (``response_ids``, ``train_logprobs``,
+  ``rollout_logprobs``); a sequence may also be split into a ``train`` and a ``rollout`` record
+  that the reader joins by ``(prompt_id, sample_id)``.
+- ``verl``: the names of verl's ``DataProto`` batch (``responses``, ``old_log_probs``,
+  ``rollout_log_probs``, ``response_mask``, ``uid``), one row of the batch per line.
+- ``trl``: the names of TRL's ``GRPOTrainer`` on its vLLM importance-sampling path
+  (``completion_ids``, ``old_per_token_logps``, ``sampling_per_token_logps``,
+  ``completion_mask``), one completion per line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["FORMATS", "LogFormat", "detect_format"]
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    """Where the fields of one sequence live in a record of this format.
+
+    ``ids``/``train``/``rollout`` name the token-id and log-prob arrays; ``mask`` an optional
+    0/1 array of valid tokens (padding is not data); ``prompt`` the keys tried in order for the
+    prompt's identity; ``sample`` the key of the sample index within a prompt group;
+    ``rollout_ids`` an optional array of the token ids the inference engine reported, compared
+    with ``ids``; ``log_kept_mass`` an optional per-token log S (kept sampling mass, ≤ 0).
+    """
+
+    name: str
+    ids: str
+    train: str
+    rollout: str
+    mask: str | None
+    prompt: tuple[str, ...]
+    sample: str | None
+    rollout_ids: str | None
+    log_kept_mass: str | None
+    position_offset: str | None
+    # split records: a record with ``side`` in {"train", "rollout"} and ``logprobs``
+    side: str | None = None
+    logprobs: str | None = None
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return (self.ids, self.train, self.rollout)
+
+
+FORMATS = MappingProxyType(
+    {
+        "generic": LogFormat(
+            name="generic",
+            ids="response_ids",
+            train="train_logprobs",
+            rollout="rollout_logprobs",
+            mask="mask",
+            prompt=("prompt_id",),
+            sample="sample_id",
+            rollout_ids="rollout_response_ids",
+            log_kept_mass="log_kept_mass",
+            position_offset="position_offset",
+            side="side",
+            logprobs="logprobs",
+        ),
+        "verl": LogFormat(
+            name="verl",
+            ids="responses",
+            train="old_log_probs",
+            rollout="rollout_log_probs",
+            mask="response_mask",
+            prompt=("uid", "prompt_id", "index"),
+            sample="sample_id",
+            rollout_ids="rollout_responses",
+            log_kept_mass="log_kept_mass",
+            position_offset="position_offset",
+        ),
+        "trl": LogFormat(
+            name="trl",
+            ids="completion_ids",
+            train="old_per_token_logps",
+            rollout="sampling_per_token_logps",
+            mask="completion_mask",
+            prompt=("prompt_id", "prompt"),
+            sample="sample_id",
+            rollout_ids="sampling_completion_ids",
+            log_kept_mass="log_kept_mass",
+            position_offset="position_offset",
+        ),
+    }
+)
+
+
+def detect_format(record: dict) -> str | None:
+    """The format whose required keys a record carries, or ``None`` when none fits."""
+    for name, fmt in FORMATS.items():
+        if all(k in record for k in fmt.required):
+            return name
+    generic = FORMATS["generic"]
+    if generic.side in record and generic.logprobs in record and generic.ids in record:
+        return "generic"
+    return None
