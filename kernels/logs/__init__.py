@@ -4,6 +4,7 @@ from kernels.logs.metrics import IS_RATIO_QUANTILES, framework_metrics, token_me
 from kernels.logs.reader import LOGPROB_TOLERANCE, LogError, LogTable, Problem, read_log
 from kernels.logs.schema import FORMATS, LogFormat, detect_format
 from kernels.logs.shift import SupportShift, support_shift
+from kernels.logs.writer import LoggedSequence, record, write_log
 
 __all__ = [
     "FORMATS",
@@ -12,11 +13,14 @@ __all__ = [
     "LogError",
     "LogFormat",
     "LogTable",
+    "LoggedSequence",
     "Problem",
     "SupportShift",
     "detect_format",
     "framework_metrics",
     "read_log",
+    "record",
     "support_shift",
     "token_metrics",
+    "write_log",
 ]

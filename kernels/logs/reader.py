@@ -101,11 +101,11 @@ def _floats(record: dict, key: str, what: str) -> np.ndarray:
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _Bad(f"'{key}'[{i}] is {arr[i]!r}: {what} must be finite")
+        raise _Bad(f"'{key}'[{i}] is {float(arr[i])!r}: {what} must be finite")
     high = arr > LOGPROB_TOLERANCE
     if high.any():
         i = int(np.argmax(high))
-        raise _Bad(f"'{key}'[{i}] = {arr[i]!r} > 0: {what} must be ≤ 0")
+        raise _Bad(f"'{key}'[{i}] = {float(arr[i])!r} > 0: {what} must be ≤ 0")
     return arr
 
 
@@ -270,7 +270,7 @@ def _split(record: dict, fmt: LogFormat, pending: dict, builder: _Builder, line:
                 f"'{fmt.log_kept_mass}' has {kept.shape[0]} entries, '{fmt.ids}' {ids.shape[0]}"
             )
     mask = _mask(record, fmt.mask, ids.shape[0])
-    entry = (side, ids, lp, kept, mask, _offset(record, fmt), line)
+    entry = (side, ids, lp, kept, mask, _offset(record, fmt), line, sample)
     key = (prompt, str(sample))
     other = pending.pop(key, None)
     if other is None:
@@ -393,7 +393,8 @@ def read_log(
                 f"{guess} format (declare format: {guess})"
             )
     unpaired = _Problems()
-    for (prompt, sample), entry in sorted(pending.items(), key=lambda kv: kv[1][6]):
+    for (prompt, _), entry in sorted(pending.items(), key=lambda kv: kv[1][6]):
+        sample = entry[7]
         missing = "train" if entry[0] == "rollout" else "rollout"
         unpaired.add(
             entry[6],

@@ -1,0 +1,257 @@
+"""JSONL log readers: the three formats, split records, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernels.logs import FORMATS, LogError, LoggedSequence, read_log, record, write_log
+
+
+def _sequences(n_seq=5, length=7, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(n_seq):
+        train = -rng.exponential(1.0, length)
+        rollout = train + rng.normal(0, 0.01, length)
+        rollout = np.minimum(rollout, 0.0)
+        ids = rng.integers(0, 256, length)
+        out.append(LoggedSequence(f"p{s // 2}", s % 2, ids.tolist(), train, rollout, 3 * s))
+    return out
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_roundtrip_every_format(tmp_path, fmt):
+    seqs = _sequences()
+    path = tmp_path / f"log.{fmt}.jsonl"
+    write_log(path, seqs, fmt)
+    table = read_log(path, fmt)
+    assert table.format == fmt
+    assert table.sequences == 5 and table.tokens == 35
+    assert table.malformed_count == 0 and table.mismatch_count == 0
+    c = table.columns
+    np.testing.assert_array_equal(c["train_logprob"], np.concatenate([s.train for s in seqs]))
+    np.testing.assert_array_equal(c["rollout_logprob"], np.concatenate([s.rollout for s in seqs]))
+    np.testing.assert_array_equal(c["token"], np.concatenate([s.ids for s in seqs]))
+    np.testing.assert_array_equal(
+        c["position"], np.concatenate([np.arange(7) + 3 * i for i in range(5)])
+    )
+    np.testing.assert_array_equal(c["line"], np.repeat(np.arange(1, 6), 7))
+    assert [table.prompt_names[k] for k in c["prompt"][::7]] == ["p0", "p0", "p1", "p1", "p2"]
+    # auto-detection finds the same format
+    assert read_log(path, None).format == fmt
+
+
+def test_sha256_is_of_the_file_bytes(tmp_path):
+    import hashlib
+
+    path = tmp_path / "a.jsonl"
+    write_log(path, _sequences())
+    assert read_log(path).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_verl_padding_is_not_data(tmp_path):
+    rec = {
+        "uid": "u1",
+        "responses": [5, 6, 0, 0],
+        "old_log_probs": [-0.5, -1.0, 0.0, 0.0],
+        "rollout_log_probs": [-0.6, -1.0, 0.0, 0.0],
+        "response_mask": [1, 1, 0, 0],
+    }
+    path = tmp_path / "v.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    table = read_log(path, "verl")
+    assert table.tokens == 2 and table.padding_tokens == 2
+    assert table.prompt_names == ("u1",)
+    np.testing.assert_array_equal(table.columns["rollout_logprob"], [-0.6, -1.0])
+
+
+def _write_lines(path, lines, end="\n"):
+    path.write_bytes((end.join(lines) + end).encode())
+
+
+def _good(i=0):
+    return json.dumps(
+        {
+            "prompt_id": f"p{i}",
+            "response_ids": [1, 2, 3],
+            "train_logprobs": [-0.1, -0.2, -0.3],
+            "rollout_logprobs": [-0.1, -0.25, -0.3],
+        }
+    )
+
+
+def test_malformed_lines_are_counted_with_line_numbers(tmp_path):
+    bad_nan = _good().replace("-0.25", "NaN")
+    bad_len = json.dumps(
+        {
+            "prompt_id": "x",
+            "response_ids": [1, 2],
+            "train_logprobs": [-1.0],
+            "rollout_logprobs": [-1.0, -2.0],
+        }
+    )
+    bad_pos = _good().replace("-0.3]", "0.5]", 1)
+    missing = json.dumps({"prompt_id": "x", "response_ids": [1], "train_logprobs": [-1.0]})
+    lines = [_good(0), "{not json", bad_nan, "[1, 2]", "", bad_len, bad_pos, missing, _good(1)]
+    path = tmp_path / "bad.jsonl"
+    _write_lines(path, lines)
+    table = read_log(path)
+    assert table.sequences == 2 and table.tokens == 6
+    assert table.blank_lines == 1
+    assert table.malformed_count == 6
+    got = [(p.line, p.reason) for p in table.malformed]
+    assert got == [
+        (2, "invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
+        (3, "'rollout_logprobs'[1] is nan: log-probabilities must be finite"),
+        (4, "not a JSON object (got list)"),
+        (6, "'train_logprobs' has 1 entries, 'response_ids' 2"),
+        (7, "'train_logprobs'[2] = 0.5 > 0: log-probabilities must be ≤ 0"),
+        (8, "missing key 'rollout_logprobs' (generic format)"),
+    ]
+
+
+def test_truncated_last_line(tmp_path):
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes((_good(0) + "\n" + _good(1)[:30]).encode())
+    table = read_log(path)
+    assert table.sequences == 1
+    assert [(p.line, p.reason) for p in table.malformed] == [
+        (2, "truncated record at end of file: Unterminated string starting at (column 21)")
+    ]
+
+
+def test_token_id_mismatch_in_joined_record(tmp_path):
+    rec = json.loads(_good())
+    rec["rollout_response_ids"] = [1, 9, 3]
+    path = tmp_path / "m.jsonl"
+    _write_lines(path, [_good(0), json.dumps(rec)])
+    table = read_log(path)
+    assert table.sequences == 1 and table.mismatch_count == 1
+    assert table.mismatches[0].line == 2
+    assert table.mismatches[0].reason == (
+        "token ids differ between train and rollout (first at token 1: train id 2, rollout id 9)"
+    )
+
+
+def test_split_records_join_and_flag(tmp_path):
+    def side(s, pid, sid, ids, lp):
+        return json.dumps(
+            {"side": s, "prompt_id": pid, "sample_id": sid, "response_ids": ids, "logprobs": lp}
+        )
+
+    lines = [
+        side("rollout", "a", 0, [1, 2], [-0.5, -0.7]),
+        side("rollout", "a", 1, [3, 4], [-0.1, -0.2]),
+        side("train", "a", 0, [1, 2], [-0.4, -0.8]),
+        side("train", "a", 1, [3, 5], [-0.1, -0.2]),  # mismatch with line 2
+        side("rollout", "b", 0, [7], [-0.3]),  # unpaired
+        side("rollout", "b", 0, [7], [-0.3]),  # duplicate side
+    ]
+    path = tmp_path / "split.jsonl"
+    _write_lines(path, lines)
+    table = read_log(path)
+    assert table.sequences == 1
+    np.testing.assert_array_equal(table.columns["train_logprob"], [-0.4, -0.8])
+    np.testing.assert_array_equal(table.columns["rollout_logprob"], [-0.5, -0.7])
+    assert table.columns["line"].tolist() == [1, 1]
+    assert table.mismatch_count == 1
+    assert table.mismatches[0].reason == (
+        "token ids differ between train record (line 4) and rollout record (line 2) "
+        "(first at token 1: train id 5, rollout id 4)"
+    )
+    assert [(p.line, p.reason) for p in table.malformed] == [
+        (6, "second rollout record for prompt 'b' sample 0 (first at line 5)")
+    ]
+    assert [(p.line, p.reason) for p in table.unpaired] == [
+        (5, "rollout record for prompt 'b' sample 0 has no train record")
+    ]
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(LogError) as err:
+        read_log(tmp_path / "nope.jsonl")
+    assert str(err.value) == f"{tmp_path / 'nope.jsonl'}: evidence file not found"
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    with pytest.raises(LogError) as err:
+        read_log(path)
+    assert str(err.value) == f"{path}: the log file is empty"
+
+
+def test_only_blank_lines(tmp_path):
+    path = tmp_path / "blank.jsonl"
+    path.write_bytes(b"\n\n  \n")
+    with pytest.raises(LogError) as err:
+        read_log(path)
+    assert str(err.value) == f"{path}: no JSON record in the file (3 lines, 0 invalid)"
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "bin.jsonl"
+    path.write_bytes(_good().encode() + b"\n" + b'{"a": "\xff"}\n')
+    with pytest.raises(LogError) as err:
+        read_log(path)
+    assert str(err.value) == (
+        f"{path}:2: not UTF-8 text (byte 0xff at column 8); a JSONL log must be UTF-8"
+    )
+
+
+def test_unknown_format_name(tmp_path):
+    path = tmp_path / "a.jsonl"
+    write_log(path, _sequences())
+    with pytest.raises(LogError) as err:
+        read_log(path, "openrlhf")
+    assert str(err.value) == (
+        f"{path}: unknown log format 'openrlhf' (expected one of: generic, verl, trl)"
+    )
+
+
+def test_wrong_declared_format_says_which_fits(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_log(path, _sequences(), "trl")
+    with pytest.raises(LogError) as err:
+        read_log(path, "verl")
+    assert str(err.value) == (
+        f"{path}: no record has the verl fields; the records look like the trl format "
+        "(declare format: trl)"
+    )
+
+
+def test_undetectable_records(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"foo": 1, "bar": 2}\n')
+    with pytest.raises(LogError) as err:
+        read_log(path, None)
+    assert str(err.value).startswith(f"{path}:1: the record has none of the known field sets")
+    assert "its keys: bar, foo" in str(err.value)
+
+
+def test_directory_is_not_a_log(tmp_path):
+    with pytest.raises(LogError) as err:
+        read_log(tmp_path)
+    assert str(err.value) == f"{tmp_path}: is a directory, not a log file"
+
+
+def test_record_writer_uses_framework_names():
+    seq = _sequences(1)[0]
+    assert set(record(seq, "verl")) >= {"responses", "old_log_probs", "rollout_log_probs"}
+    assert set(record(seq, "trl")) >= {
+        "completion_ids",
+        "old_per_token_logps",
+        "sampling_per_token_logps",
+        "completion_mask",
+    }
+
+
+def test_progress_callback_reaches_the_end(tmp_path):
+    path = tmp_path / "a.jsonl"
+    write_log(path, _sequences(50))
+    seen = []
+    read_log(path, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (path.stat().st_size, path.stat().st_size)
