@@ -1,5 +1,7 @@
 """contracts: the kernel-contract DSL (version 1), its schema, loading and validation."""
 
+from contracts.errors import ContractError, Problem
+from contracts.load import load, loads
 from contracts.model import (
     AccumulatorSpec,
     AttentionSpec,
@@ -29,6 +31,7 @@ __all__ = [
     "AccumulatorSpec",
     "AttentionSpec",
     "Contract",
+    "ContractError",
     "EmulateEvidence",
     "EscalationRule",
     "Evidence",
@@ -40,11 +43,14 @@ __all__ = [
     "NumericalClause",
     "ObservabilityClause",
     "Policy",
+    "Problem",
     "PromotionStage",
     "RuntimeClause",
     "Slice",
     "Source",
     "StatisticalClause",
     "exact",
+    "load",
+    "loads",
     "preset",
 ]

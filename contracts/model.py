@@ -43,12 +43,22 @@ StatisticalMetric = Literal[
 ]
 Statistic = Literal["quantile", "mean", "exceed_rate", "max"]
 Quantity = Literal[
-    "token_tv", "token_log_ratio", "token_kl", "sequence_tv", "reward_drift", "pg_bias",
+    "token_tv",
+    "token_log_ratio",
+    "token_kl",
+    "sequence_tv",
+    "reward_drift",
+    "pg_bias",
     "clip_budget",
 ]
 Severity = Literal["info", "warn", "critical"]
 Action = Literal[
-    "log", "alert", "mask_tokens", "tis_correct", "route_to_train_kernel", "halt_promotion",
+    "log",
+    "alert",
+    "mask_tokens",
+    "tis_correct",
+    "route_to_train_kernel",
+    "halt_promotion",
     "rollback",
 ]
 

@@ -28,9 +28,7 @@ _PRESETS = {
     ),
     "bf16": KernelSpec(
         preset="bf16",
-        matmul=MatmulSpec(
-            inputs="bfloat16", accumulator=_FP32_ACC, output="bfloat16", group=1
-        ),
+        matmul=MatmulSpec(inputs="bfloat16", accumulator=_FP32_ACC, output="bfloat16", group=1),
         attention=AttentionSpec(kv_cache="bfloat16", page_size=16, tiles="adaptive"),
         batching="dynamic",
         provenance=(

@@ -1,0 +1,150 @@
+"""The keys and enumerations of DSL version 1, in one table that the validator reads.
+
+``OBJECTS`` maps each DSL object to its known keys and its required keys; the JSON Schema in
+``contracts.schema`` is written separately and a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import NamedTuple
+
+__all__ = [
+    "ACCUMULATOR_DTYPES",
+    "ACTIONS",
+    "ASSUMPTIONS",
+    "CLAUSE_STATUSES",
+    "ESTIMATORS",
+    "EVIDENCE_FORMATS",
+    "FORMATS",
+    "GUARANTEE_STATUSES",
+    "LOGPROBS",
+    "NUMERICAL_METRICS",
+    "OBJECTS",
+    "OBSERVABLE",
+    "QUANTITIES",
+    "ROUNDINGS",
+    "SEVERITIES",
+    "STAGES",
+    "STATISTICAL_METRICS",
+    "STATISTICS",
+    "VERSION",
+    "Fields",
+]
+
+VERSION = 1
+
+FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+ACCUMULATOR_DTYPES = MappingProxyType({"float32": 23, "float16": 10, "bfloat16": 7})
+ROUNDINGS = ("nearest_even", "toward_zero")
+LOGPROBS = ("full_vocab", "processed")
+NUMERICAL_METRICS = ("logit_drift", "logit_oscillation", "log_ratio", "tv")
+STATISTICAL_METRICS = (
+    "logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv", "kl", "top1_flip",
+)  # fmt: skip
+STATISTICS = ("quantile", "mean", "exceed_rate", "max")
+OBSERVABLE = (
+    "logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv", "kl", "reverse_kl",
+    "top1_flip", "margin", "entropy",
+)  # fmt: skip
+QUANTITIES = (
+    "token_tv", "token_log_ratio", "token_kl", "sequence_tv", "reward_drift", "pg_bias",
+    "clip_budget",
+)  # fmt: skip
+ESTIMATORS = ("plain", "tis", "mis")
+ASSUMPTIONS = ("support_overlap",)
+SEVERITIES = ("info", "warn", "critical")
+ACTIONS = (
+    "log", "alert", "mask_tokens", "tis_correct", "route_to_train_kernel", "halt_promotion",
+    "rollback",
+)  # fmt: skip
+CLAUSE_STATUSES = ("held", "violated", "inconclusive", "skipped")
+GUARANTEE_STATUSES = ("proved", "refuted", "unknown")
+STAGES = ("offline_ci", "shadow", "canary", "full")
+EVIDENCE_FORMATS = ("generic", "verl", "trl")
+
+
+class Fields(NamedTuple):
+    """The keys a DSL object may have, and those it must have."""
+
+    known: tuple[str, ...]
+    required: tuple[str, ...] = ()
+
+
+OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
+    {
+        "contract": Fields(
+            (
+                "contract",
+                "name",
+                "description",
+                "policy",
+                "kernels",
+                "numerical",
+                "statistical",
+                "runtime",
+                "observability",
+                "slices",
+                "guarantees",
+                "escalation",
+                "promotion",
+                "evidence",
+            ),
+            ("contract", "name", "kernels"),
+        ),
+        "policy": Fields(
+            ("temperature", "top_p", "top_k", "logprobs", "vocab_size", "max_new_tokens")
+        ),
+        "kernels": Fields(("train", "inference"), ("train", "inference")),
+        "kernel": Fields(("preset", "matmul", "attention", "batching"), ("preset",)),
+        "matmul": Fields(("inputs", "scaling", "accumulator", "group", "promote_every", "output")),
+        "accumulator": Fields(("dtype", "mantissa_bits", "rounding")),
+        "attention": Fields(("kv_cache", "page_size", "tiles")),
+        "numerical": Fields(("id", "metric", "max", "slice"), ("id", "metric", "max")),
+        "statistical": Fields(
+            (
+                "id",
+                "metric",
+                "statistic",
+                "max",
+                "confidence",
+                "min_samples",
+                "q",
+                "threshold",
+                "slices",
+            ),
+            ("id", "metric", "statistic", "max"),
+        ),
+        "runtime": Fields(
+            ("id", "batch_size", "sequence_length", "batch_invariant", "kv_cache", "hardware"),
+            ("id",),
+        ),
+        "observability": Fields(("id", "log", "sample_rate", "window_tokens"), ("id", "log")),
+        "slice": Fields(("token_prob", "position", "entropy", "margin", "prompt")),
+        "guarantee": Fields(
+            (
+                "id",
+                "quantity",
+                "max",
+                "from",
+                "scope",
+                "reward_range",
+                "score_norm",
+                "advantage",
+                "estimator",
+                "cap",
+                "clip_epsilon",
+                "horizon",
+                "assume",
+            ),
+            ("id", "quantity", "max", "from"),
+        ),
+        "escalation": Fields(("when", "severity", "action"), ("when", "severity", "action")),
+        "when": Fields(("clause", "status"), ("clause",)),
+        "promotion": Fields(STAGES),
+        "stage": Fields(("min_tokens", "traffic")),
+        "evidence": Fields(("emulate", "logprobs")),
+        "emulate": Fields(("model", "prompts", "max_new_tokens", "seed")),
+        "logprobs": Fields(("path", "format"), ("path",)),
+    }
+)

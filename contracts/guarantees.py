@@ -1,0 +1,145 @@
+"""Reading ``guarantees``: the claims the thresholds must buy, with per-quantity fields.
+
+Each quantity takes its own fields: ``reward_drift`` a ``reward_range`` [a, b] with a < b;
+``pg_bias`` a ``score_norm`` G > 0, an ``advantage`` bound A_max > 0 and an ``estimator``
+(``tis`` and ``mis`` take a ``cap`` c > 1); ``clip_budget`` a ``clip_epsilon`` in (0, 1).
+Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``horizon`` is given.
+"""
+
+from __future__ import annotations
+
+from contracts.checks import Checker, show, sub
+from contracts.fields import ASSUMPTIONS, ESTIMATORS, OBJECTS, QUANTITIES
+from contracts.model import Guarantee, Policy
+from contracts.sections import Names
+
+__all__ = ["read_guarantee"]
+
+# quantity -> the optional fields it takes beyond id, quantity, max, from, assume
+_EXTRA = {
+    "token_tv": {"scope"},
+    "token_log_ratio": {"scope"},
+    "token_kl": {"scope"},
+    "sequence_tv": {"scope", "horizon"},
+    "reward_drift": {"scope", "horizon", "reward_range"},
+    "pg_bias": {"scope", "score_norm", "advantage", "estimator", "cap"},
+    "clip_budget": {"scope", "clip_epsilon"},
+}
+_REQUIRED = {
+    "reward_drift": ("reward_range",),
+    "pg_bias": ("score_norm", "advantage"),
+    "clip_budget": ("clip_epsilon",),
+}
+_SCOPES = {q: ("token",) for q in QUANTITIES} | {
+    "sequence_tv": ("sequence",),
+    "reward_drift": ("token", "sequence"),
+}
+_PREMISE_FAMILIES = ("numerical", "statistical", "runtime")
+
+
+def read_guarantee(
+    ck: Checker, value, key: str, names: Names, policy: Policy | None
+) -> Guarantee | None:
+    mark = len(ck.problems)
+    f = OBJECTS["guarantee"]
+    m = ck.mapping(value, key, f.known, f.required)
+    if m is None:
+        return None
+    got: dict = {}
+    if "id" in m:
+        got["id"] = ck.ident(m["id"], sub(key, "id"))
+    quantity = None
+    if "quantity" in m:
+        quantity = got["quantity"] = ck.choice(m["quantity"], sub(key, "quantity"), QUANTITIES)
+    if "max" in m:
+        got["max"] = ck.number(m["max"], sub(key, "max"), lo=0)
+    if "from" in m:
+        got["from_"] = _premises(ck, m["from"], sub(key, "from"), names)
+    if "assume" in m:
+        got["assume"] = _assumptions(ck, m["assume"], sub(key, "assume"))
+    got.update(_fields(ck, m, key, quantity))
+    if quantity is not None:
+        for field in _REQUIRED.get(quantity, ()):
+            if field not in m:
+                ck.report(sub(key, field), f"missing required key: quantity {quantity} needs it")
+    if "scope" in m:
+        scope = got.get("scope")
+    else:
+        scope = got["scope"] = "sequence" if quantity == "sequence_tv" else "token"
+    if "horizon" in m and scope is not None and scope != "sequence":
+        ck.report(sub(key, "horizon"), "applies only to scope: sequence")
+    if scope == "sequence" and "horizon" not in m and policy is not None:
+        got["horizon"] = policy.max_new_tokens
+    estimator = got.get("estimator", "plain")
+    if quantity == "pg_bias" and estimator in ("tis", "mis") and "cap" not in m:
+        ck.report(sub(key, "cap"), f"missing required key: estimator {estimator} needs a cap")
+    if "cap" in m and estimator == "plain" and quantity == "pg_bias":
+        ck.report(sub(key, "cap"), "applies only to estimator tis or mis")
+    return Guarantee(**got) if len(ck.problems) == mark else None
+
+
+def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
+    """The per-quantity fields, each type-checked, and refused where the quantity has no use."""
+    got: dict = {}
+    readers = {
+        "scope": lambda v, k: _scope(ck, v, k, quantity),
+        "horizon": lambda v, k: ck.integer(v, k, lo=1),
+        "reward_range": lambda v, k: _reward_range(ck, v, k),
+        "score_norm": lambda v, k: ck.number(v, k, 0, lo_open=True),
+        "advantage": lambda v, k: ck.number(v, k, 0, lo_open=True),
+        "estimator": lambda v, k: ck.choice(v, k, ESTIMATORS),
+        "cap": lambda v, k: ck.number(v, k, 1, lo_open=True),
+        "clip_epsilon": lambda v, k: ck.number(v, k, 0, 1, lo_open=True, hi_open=True),
+    }
+    for field, read in readers.items():
+        if field not in m:
+            continue
+        if quantity is not None and field not in _EXTRA[quantity]:
+            users = [q for q in QUANTITIES if field in _EXTRA[q]]
+            ck.report(sub(key, field), f"not used by quantity {quantity} (only {', '.join(users)})")
+            continue
+        got[field] = read(m[field], sub(key, field))
+    return got
+
+
+def _scope(ck: Checker, value, key: str, quantity: str | None) -> str | None:
+    scope = ck.choice(value, key, ("token", "sequence"))
+    if scope is not None and quantity is not None and scope not in _SCOPES[quantity]:
+        ck.report(key, f"quantity {quantity} has scope {_SCOPES[quantity][0]} only")
+        return None
+    return scope
+
+
+def _reward_range(ck: Checker, value, key) -> tuple[float, float] | None:
+    pair = ck.pair(value, key, lambda v, k: ck.number(v, k), open_ends=False)
+    if pair is not None and pair[0] == pair[1]:
+        ck.report(key, f"needs a < b, got [{show(pair[0])}, {show(pair[1])}]")
+        return None
+    return pair
+
+
+def _premises(ck: Checker, value, key: str, names: Names) -> tuple[str, ...] | None:
+    ids = ck.each(value, key, lambda v, k: ck.ident(v, k), nonempty=True)
+    if ids is None:
+        return None
+    seen: set[str] = set()
+    for i, clause in enumerate(ids):
+        where = sub(key, i)
+        family = names.clauses.get(clause)
+        if clause in seen:
+            ck.report(where, f"duplicate premise {show(clause)}")
+        elif clause in names.guarantees:
+            ck.report(where, f"{show(clause)} is a guarantee; from names clauses")
+        elif family is None:
+            ck.report(where, f"unknown clause {show(clause)}")
+        elif family not in _PREMISE_FAMILIES:
+            ck.report(where, f"{show(clause)} is an {family} clause, which cannot be a premise")
+        seen.add(clause)
+    families = {names.clauses.get(c) for c in ids}
+    if families <= set(_PREMISE_FAMILIES) and not families & {"numerical", "statistical"}:
+        ck.report(key, "must name at least one numerical or statistical clause")
+    return ids
+
+
+def _assumptions(ck: Checker, value, key: str) -> tuple[str, ...] | None:
+    return ck.each(value, key, lambda v, k: ck.choice(v, k, ASSUMPTIONS))

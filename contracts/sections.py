@@ -1,0 +1,361 @@
+"""Reading the policy, the clause families N/S/R/O, slices, escalation, promotion, evidence."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from contracts.checks import Checker, show, sub
+from contracts.fields import (
+    ACTIONS,
+    CLAUSE_STATUSES,
+    EVIDENCE_FORMATS,
+    FORMATS,
+    GUARANTEE_STATUSES,
+    LOGPROBS,
+    NUMERICAL_METRICS,
+    OBJECTS,
+    OBSERVABLE,
+    SEVERITIES,
+    STAGES,
+    STATISTICAL_METRICS,
+    STATISTICS,
+)
+from contracts.model import (
+    EmulateEvidence,
+    EscalationRule,
+    Evidence,
+    LogprobsEvidence,
+    NumericalClause,
+    ObservabilityClause,
+    Policy,
+    PromotionStage,
+    RuntimeClause,
+    Slice,
+    StatisticalClause,
+)
+
+__all__ = [
+    "Names",
+    "read_escalation",
+    "read_evidence",
+    "read_numerical",
+    "read_observability",
+    "read_policy",
+    "read_promotion",
+    "read_runtime",
+    "read_slice",
+    "read_statistical",
+]
+
+
+class Names(NamedTuple):
+    """The names a contract defines, gathered before its parts are read."""
+
+    clauses: Mapping[str, str]  # clause id -> family
+    guarantees: frozenset[str]
+    slices: frozenset[str]
+
+
+def _fields(ck: Checker, value, key, obj: str) -> dict | None:
+    f = OBJECTS[obj]
+    return ck.mapping(value, key, f.known, f.required)
+
+
+def _ok(ck: Checker, mark: int) -> bool:
+    return len(ck.problems) == mark
+
+
+def read_policy(ck: Checker, value, key: str) -> Policy | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "policy")
+    if m is None:
+        return None
+    got = {}
+    if "temperature" in m:
+        got["temperature"] = ck.number(m["temperature"], sub(key, "temperature"), 0, lo_open=True)
+    if "top_p" in m:
+        got["top_p"] = ck.number(m["top_p"], sub(key, "top_p"), 0, 1, lo_open=True)
+    if "top_k" in m:
+        got["top_k"] = ck.integer(m["top_k"], sub(key, "top_k"), lo=0)
+    if "logprobs" in m:
+        got["logprobs"] = ck.choice(m["logprobs"], sub(key, "logprobs"), LOGPROBS)
+    if "vocab_size" in m:
+        got["vocab_size"] = ck.integer(m["vocab_size"], sub(key, "vocab_size"), lo=2)
+    if "max_new_tokens" in m:
+        got["max_new_tokens"] = ck.integer(m["max_new_tokens"], sub(key, "max_new_tokens"), lo=1)
+    if not _ok(ck, mark):
+        return None
+    policy = Policy(**got)
+    if policy.top_k > policy.vocab_size:
+        ck.report(
+            sub(key, "top_k"), f"must be <= vocab_size ({policy.vocab_size}), got {policy.top_k}"
+        )
+        return None
+    if policy.truncated and "logprobs" not in m:
+        cause = "top_p < 1" if policy.top_p < 1 else "top_k > 0"
+        ck.report(
+            sub(key, "logprobs"),
+            f"missing required key: with {cause}, say whether logged log-probs are "
+            "full_vocab or processed",
+        )
+        return None
+    return policy
+
+
+def _slice_ref(ck: Checker, value, key, names: Names) -> str | None:
+    name = ck.string(value, key)
+    if name is not None and name != "all" and name not in names.slices:
+        ck.report(key, f"unknown slice {show(name)} (define it under slices, or use all)")
+        return None
+    return name
+
+
+def read_numerical(ck: Checker, value, key: str, names: Names) -> NumericalClause | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "numerical")
+    if m is None:
+        return None
+    got = {
+        "id": ck.ident(m.get("id"), sub(key, "id")) if "id" in m else None,
+        "metric": ck.choice(m["metric"], sub(key, "metric"), NUMERICAL_METRICS)
+        if "metric" in m
+        else None,
+        "max": ck.number(m["max"], sub(key, "max"), lo=0) if "max" in m else None,
+    }
+    if "slice" in m:
+        got["slice"] = _slice_ref(ck, m["slice"], sub(key, "slice"), names)
+    return NumericalClause(**got) if _ok(ck, mark) else None
+
+
+def read_statistical(ck: Checker, value, key: str, names: Names) -> StatisticalClause | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "statistical")
+    if m is None:
+        return None
+    got: dict = {}
+    if "id" in m:
+        got["id"] = ck.ident(m["id"], sub(key, "id"))
+    if "metric" in m:
+        got["metric"] = ck.choice(m["metric"], sub(key, "metric"), STATISTICAL_METRICS)
+    statistic = None
+    if "statistic" in m:
+        statistic = got["statistic"] = ck.choice(m["statistic"], sub(key, "statistic"), STATISTICS)
+    if "max" in m:
+        hi = 1 if statistic == "exceed_rate" else None
+        got["max"] = ck.number(m["max"], sub(key, "max"), 0, hi)
+    if "confidence" in m:
+        got["confidence"] = ck.number(
+            m["confidence"], sub(key, "confidence"), 0, 1, lo_open=True, hi_open=True
+        )
+    if "min_samples" in m:
+        got["min_samples"] = ck.integer(m["min_samples"], sub(key, "min_samples"), lo=1)
+    for field, needs, read in (
+        ("q", "quantile", lambda v, k: ck.number(v, k, 0, 1, lo_open=True, hi_open=True)),
+        ("threshold", "exceed_rate", lambda v, k: ck.number(v, k, lo=0)),
+    ):
+        if field in m:
+            if statistic is not None and statistic != needs:
+                ck.report(sub(key, field), f"applies only to statistic: {needs}")
+            got[field] = read(m[field], sub(key, field))
+        elif statistic == needs:
+            ck.report(sub(key, field), f"missing required key: statistic {needs} needs {field}")
+    if "slices" in m:
+        got["slices"] = _names_list(
+            ck, m["slices"], sub(key, "slices"), lambda v, k: _slice_ref(ck, v, k, names), "slice"
+        )
+    return StatisticalClause(**got) if _ok(ck, mark) else None
+
+
+def _names_list(ck: Checker, value, key, read, what: str) -> tuple[str, ...] | None:
+    items = ck.each(value, key, read, nonempty=True)
+    if items is None:
+        return None
+    seen: set[str] = set()
+    for i, name in enumerate(items):
+        if name in seen:
+            ck.report(sub(key, i), f"duplicate {what} {show(name)}")
+        seen.add(name)
+    return items
+
+
+def read_runtime(ck: Checker, value, key: str) -> RuntimeClause | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "runtime")
+    if m is None:
+        return None
+    got: dict = {}
+    if "id" in m:
+        got["id"] = ck.ident(m["id"], sub(key, "id"))
+    for field in ("batch_size", "sequence_length"):
+        if field in m:
+            got[field] = ck.pair(
+                m[field], sub(key, field), lambda v, k: ck.integer(v, k, lo=1), open_ends=False
+            )
+    if "batch_invariant" in m:
+        got["batch_invariant"] = ck.boolean(m["batch_invariant"], sub(key, "batch_invariant"))
+    if "kv_cache" in m:
+        got["kv_cache"] = ck.choice(m["kv_cache"], sub(key, "kv_cache"), FORMATS)
+    if "hardware" in m:
+        got["hardware"] = ck.string(m["hardware"], sub(key, "hardware"))
+    if _ok(ck, mark) and set(m) <= {"id"}:
+        conditions = ", ".join(OBJECTS["runtime"].known[1:])
+        ck.report(key, f"a runtime clause needs at least one of {conditions}")
+    return RuntimeClause(**got) if _ok(ck, mark) else None
+
+
+def read_observability(ck: Checker, value, key: str) -> ObservabilityClause | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "observability")
+    if m is None:
+        return None
+    got: dict = {}
+    if "id" in m:
+        got["id"] = ck.ident(m["id"], sub(key, "id"))
+    if "log" in m:
+        got["log"] = _names_list(
+            ck, m["log"], sub(key, "log"), lambda v, k: ck.choice(v, k, OBSERVABLE), "metric"
+        )
+    if "sample_rate" in m:
+        got["sample_rate"] = ck.number(
+            m["sample_rate"], sub(key, "sample_rate"), 0, 1, lo_open=True
+        )
+    if "window_tokens" in m:
+        got["window_tokens"] = ck.integer(m["window_tokens"], sub(key, "window_tokens"), lo=1)
+    return ObservabilityClause(**got) if _ok(ck, mark) else None
+
+
+def read_slice(ck: Checker, name: str, value, key: str) -> Slice | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "slice")
+    if m is None:
+        return None
+    if name == "all":
+        ck.report(key, "the slice all is built in and cannot be redefined")
+    else:
+        ck.ident(name, key)
+    if not m and _ok(ck, mark):
+        ck.report(key, f"a slice needs at least one of {', '.join(OBJECTS['slice'].known)}")
+    got: dict = {}
+    ranges = {
+        "token_prob": lambda v, k: ck.number(v, k, 0, 1),
+        "position": lambda v, k: ck.integer(v, k, lo=0),
+        "entropy": lambda v, k: ck.number(v, k, lo=0),
+        "margin": lambda v, k: ck.number(v, k, lo=0),
+    }
+    for field, read in ranges.items():
+        if field in m:
+            got[field] = ck.pair(m[field], sub(key, field), read, open_ends=True)
+    if "prompt" in m:
+        got["prompt"] = _regex(ck, m["prompt"], sub(key, "prompt"))
+    return Slice(name=name, **got) if _ok(ck, mark) else None
+
+
+def _regex(ck: Checker, value, key) -> str | None:
+    text = ck.string(value, key)
+    if text is None:
+        return None
+    try:
+        re.compile(text)
+    except (re.error, OverflowError, RecursionError, ValueError) as e:
+        reason = getattr(e, "msg", None) or type(e).__name__
+        ck.report(key, f"not a valid regular expression: {reason}")
+        return None
+    return text
+
+
+def read_escalation(ck: Checker, value, key: str, names: Names) -> EscalationRule | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "escalation")
+    if m is None:
+        return None
+    got: dict = {}
+    if "severity" in m:
+        got["severity"] = ck.choice(m["severity"], sub(key, "severity"), SEVERITIES)
+    if "action" in m:
+        got["action"] = ck.choice(m["action"], sub(key, "action"), ACTIONS)
+    if "when" in m:
+        wkey = sub(key, "when")
+        when = _fields(ck, m["when"], wkey, "when")
+        target = None
+        if when is not None and "clause" in when:
+            ckey = sub(wkey, "clause")
+            target = got["clause"] = ck.ident(when["clause"], ckey)
+            if (
+                target is not None
+                and target not in names.clauses
+                and target not in names.guarantees
+            ):
+                ck.report(ckey, f"unknown clause {show(target)}")
+                target = None
+        statuses = GUARANTEE_STATUSES if target in names.guarantees else CLAUSE_STATUSES
+        if when is not None and "status" in when:
+            got["status"] = _names_list(
+                ck, when["status"], sub(wkey, "status"),
+                lambda v, k: ck.choice(v, k, statuses), "status",
+            )  # fmt: skip
+        elif target in names.guarantees:
+            got["status"] = ("refuted",)
+    return EscalationRule(**got) if _ok(ck, mark) else None
+
+
+def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "promotion")
+    if m is None:
+        return None
+    stages = []
+    last = -1
+    for name, body in m.items():
+        skey = sub(key, name)
+        if STAGES.index(name) < last:
+            ck.report(skey, f"stages must come in the order {', '.join(STAGES)}")
+        last = max(last, STAGES.index(name))
+        fields = _fields(ck, {} if body is None else body, skey, "stage")
+        if fields is None:
+            continue
+        got: dict = {}
+        if "min_tokens" in fields:
+            got["min_tokens"] = ck.integer(fields["min_tokens"], sub(skey, "min_tokens"), lo=0)
+        if "traffic" in fields:
+            if name in ("offline_ci", "full"):
+                ck.report(sub(skey, "traffic"), "applies only to the shadow and canary stages")
+            got["traffic"] = ck.number(fields["traffic"], sub(skey, "traffic"), 0, 1, lo_open=True)
+        stages.append(PromotionStage(name=name, **got))
+    return tuple(stages) if _ok(ck, mark) else None
+
+
+def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | None:
+    mark = len(ck.problems)
+    m = _fields(ck, value, key, "evidence")
+    if m is None:
+        return None
+    if not m:
+        ck.report(key, "give emulate, logprobs or both")
+        return None
+    emulate = logprobs = None
+    if "emulate" in m:
+        ekey = sub(key, "emulate")
+        e = _fields(ck, {} if m["emulate"] is None else m["emulate"], ekey, "emulate")
+        if e is not None:
+            got: dict = {}
+            if "model" in e:
+                got["model"] = ck.string(e["model"], sub(ekey, "model"))
+            for field, lo in (("prompts", 1), ("max_new_tokens", 1), ("seed", 0)):
+                if field in e:
+                    got[field] = ck.integer(e[field], sub(ekey, field), lo, 2**32 - 1)
+            emulate = EmulateEvidence(**got)
+    if "logprobs" in m:
+        lkey = sub(key, "logprobs")
+        lp = _fields(ck, m["logprobs"], lkey, "logprobs")
+        if lp is not None:
+            path = ck.string(lp["path"], sub(lkey, "path")) if "path" in lp else None
+            fmt = "generic"
+            if "format" in lp:
+                fmt = ck.choice(lp["format"], sub(lkey, "format"), EVIDENCE_FORMATS)
+            if path is not None and fmt is not None:
+                resolved = os.path.normpath(os.path.join(base_dir, path))
+                logprobs = LogprobsEvidence(path=resolved, format=fmt)
+    return Evidence(emulate=emulate, logprobs=logprobs) if _ok(ck, mark) else None
