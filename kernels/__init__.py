@@ -1,1 +1,40 @@
-"""kernels: number formats, emulated FP8/bf16 kernels, the policy model and measurement."""
+"""kernels: number formats, emulated FP8/bf16 kernels, the policy model and measurement.
+
+Importing this package imports no JAX: every submodule is loaded on first use, so a
+proofs-only run of ``verify`` stays light. Public names are re-exported lazily below.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# public name -> submodule that defines it
+_EXPORTS = {
+    "Ops": "kernels.ops",
+    "plain_ops": "kernels.ops",
+    "train_ops": "kernels.ops",
+    "inference_ops": "kernels.ops",
+    "ModelConfig": "kernels.model",
+    "TinyLM": "kernels.model",
+    "load_pretrained": "kernels.model",
+    "with_ops": "kernels.model",
+    "decode_pair": "kernels.decode",
+    "measure": "kernels.measure",
+    "measure_numpy": "kernels.measure",
+    "emulate": "kernels.emulate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,254 @@
+"""A small byte-level decoder LM (Flax NNX) whose matmuls and attention are injected.
+
+Pre-norm transformer: learned token and position embeddings, ``layers`` blocks of causal
+multi-head attention and a GELU MLP, RMS norms, an untied LM head. Every matmul, including
+the LM head, is ``self.ops.matmul``; attention over whole sequences is ``self.ops.attention``;
+incremental decoding reads and writes ``self.ops.cache``. Norms, residual adds and the
+embedding lookup are float32 in both kernels.
+
+``with_ops(model, ops)`` is the train/inference switch: it returns a new model that shares the
+weights and runs on other kernels, and leaves ``model`` untouched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from kernels.ops import Ops, plain_ops
+
+__all__ = [
+    "CHECKPOINTS",
+    "ModelConfig",
+    "TinyLM",
+    "load_checkpoint",
+    "load_pretrained",
+    "save_checkpoint",
+    "with_ops",
+]
+
+# shipped checkpoints: name -> (weights file, training log) inside kernels/checkpoints/
+CHECKPOINTS = {"tiny-lm": ("tiny-lm.npz", "tiny-lm.json")}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab: int = 256
+    d_model: int = 128
+    layers: int = 4
+    heads: int = 4
+    d_ff: int = 512
+    context: int = 128
+
+    def __post_init__(self):
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model={self.d_model} is not a multiple of heads={self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+def _rms_norm(x, scale, eps=1e-6):
+    x = x.astype(jnp.float32)
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+def _normal(rngs: nnx.Rngs, shape, std):
+    return std * jax.random.normal(rngs.params(), shape, jnp.float32)
+
+
+class Block(nnx.Module):
+    """One pre-norm transformer block; its matmuls go through the model's ``Ops``."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, std = cfg.d_model, 0.02
+        out_std = std / np.sqrt(2 * cfg.layers)
+        self.attn_norm = nnx.Param(jnp.ones((d,), jnp.float32))
+        self.wqkv = nnx.Param(_normal(rngs, (d, 3 * d), std))
+        self.wo = nnx.Param(_normal(rngs, (d, d), out_std))
+        self.mlp_norm = nnx.Param(jnp.ones((d,), jnp.float32))
+        self.w_in = nnx.Param(_normal(rngs, (d, cfg.d_ff), std))
+        self.w_out = nnx.Param(_normal(rngs, (cfg.d_ff, d), out_std))
+
+    def _qkv(self, x, ops: Ops, heads: int):
+        qkv = ops.matmul(_rms_norm(x, self.attn_norm[...]), self.wqkv[...])
+        q, k, v = jnp.split(qkv, 3, axis=-1)
+        shape = (*x.shape[:-1], heads, x.shape[-1] // heads)
+        return q.reshape(shape), k.reshape(shape), v.reshape(shape)
+
+    def _mlp(self, x, ops: Ops):
+        h = ops.matmul(_rms_norm(x, self.mlp_norm[...]), self.w_in[...])
+        return x + ops.matmul(jax.nn.gelu(h), self.w_out[...])
+
+    def __call__(self, x, ops: Ops, heads: int):
+        q, k, v = self._qkv(x, ops, heads)
+        a = ops.attention(q, k, v)
+        x = x + ops.matmul(a.reshape(x.shape), self.wo[...])
+        return self._mlp(x, ops)
+
+    def step(self, x, cache, ops: Ops, heads: int):
+        q, k, v = self._qkv(x, ops, heads)
+        cache = ops.cache.append(cache, k, v)
+        a = ops.cache.attend(q, cache)
+        x = x + ops.matmul(a.reshape(x.shape), self.wo[...])
+        return self._mlp(x, ops), cache
+
+
+class TinyLM(nnx.Module):
+    """The policy π_θ: a byte-level decoder LM running on the kernels in ``self.ops``."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, ops: Ops | None = None):
+        self.config = config
+        self.ops = ops if ops is not None else plain_ops()
+        d = config.d_model
+        self.embed = nnx.Param(_normal(rngs, (config.vocab, d), 0.02))
+        self.pos = nnx.Param(_normal(rngs, (config.context, d), 0.01))
+        self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.layers)])
+        self.final_norm = nnx.Param(jnp.ones((d,), jnp.float32))
+        self.head = nnx.Param(_normal(rngs, (d, config.vocab), 0.02))
+
+    def __call__(self, tokens: Int[Array, "batch seq"]) -> Float[Array, "batch seq vocab"]:
+        """Teacher-forced logits of every position of whole sequences."""
+        seq = tokens.shape[-1]
+        if seq > self.config.context:
+            raise ValueError(f"sequence length {seq} exceeds the context {self.config.context}")
+        x = self.embed[...][tokens] + self.pos[...][:seq]
+        for block in self.blocks:
+            x = block(x, self.ops, self.config.heads)
+        return self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
+
+    def init_cache(self, num_seqs: int, max_len: int) -> tuple[Any, ...]:
+        """One empty cache per layer, from ``self.ops.cache``."""
+        if max_len > self.config.context:
+            raise ValueError(f"max_len {max_len} exceeds the context {self.config.context}")
+        cfg = self.config
+        return tuple(
+            self.ops.cache.create(num_seqs, max_len, cfg.heads, cfg.head_dim)
+            for _ in range(cfg.layers)
+        )
+
+    def step(
+        self, tokens: Int[Array, " seqs"], position: Int[Array, ""], caches: tuple[Any, ...]
+    ) -> tuple[Float[Array, "seqs vocab"], tuple[Any, ...]]:
+        """Logits after one more token per sequence (all at ``position``), and the new caches."""
+        x = self.embed[...][tokens] + self.pos[...][position]
+        new = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x, cache = block.step(x, cache, self.ops, self.config.heads)
+            new.append(cache)
+        logits = self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
+        return logits, tuple(new)
+
+
+def with_ops(model: TinyLM, ops: Ops) -> TinyLM:
+    """A new model with ``model``'s weights (shared, not copied) running on ``ops``."""
+    graphdef, state = nnx.split(model)
+    new = nnx.merge(graphdef, state)
+    new.ops = ops
+    return new
+
+
+# ----------------------------------------------------------------------- checkpoints
+
+
+def _flat_params(model: TinyLM) -> dict[str, np.ndarray]:
+    flat = {}
+
+    def walk(prefix, node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(f"{prefix}/{key}" if prefix else str(key), value)
+        else:
+            flat[prefix] = np.asarray(node)
+
+    walk("", nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+    return flat
+
+
+def save_checkpoint(model: TinyLM, path, extra: dict[str, np.ndarray] | None = None) -> None:
+    """Write the model's parameters (and ``extra`` arrays under ``extra/``) as an npz file."""
+    arrays = {f"params/{k}": v for k, v in _flat_params(model).items()}
+    arrays["config"] = np.frombuffer(json.dumps(asdict(model.config)).encode(), np.uint8)
+    for key, value in (extra or {}).items():
+        arrays[f"extra/{key}"] = np.asarray(value)
+    np.savez_compressed(path, **arrays)
+
+
+def _read(file) -> tuple[TinyLM, dict[str, np.ndarray]]:
+    with np.load(file) as data:
+        arrays = {k: data[k] for k in data.files}
+    config = ModelConfig(**json.loads(arrays.pop("config").tobytes().decode()))
+    model = TinyLM(config, rngs=nnx.Rngs(0))
+    state = nnx.state(model, nnx.Param)
+    expected = _flat_params(model)
+    params = {k[len("params/") :]: v for k, v in arrays.items() if k.startswith("params/")}
+    missing = sorted(set(expected) - set(params))
+    unknown = sorted(set(params) - set(expected))
+    bad = [k for k in expected if k in params and params[k].shape != expected[k].shape]
+    if missing or unknown or bad:
+        raise ValueError(
+            f"checkpoint does not match {config}: missing {missing}, unknown {unknown}, "
+            f"wrong shape {bad}"
+        )
+
+    def nest(flat):
+        out: dict = {}
+        for key, value in flat.items():
+            node = out
+            *parents, leaf = key.split("/")
+            for p in parents:
+                node = node.setdefault(int(p) if p.isdigit() else p, {})
+            node[int(leaf) if leaf.isdigit() else leaf] = jnp.asarray(value)
+        return out
+
+    nnx.replace_by_pure_dict(state, nest(params))
+    nnx.update(model, state)
+    extra = {k[len("extra/") :]: v for k, v in arrays.items() if k.startswith("extra/")}
+    return model, extra
+
+
+def load_checkpoint(path) -> tuple[TinyLM, dict[str, np.ndarray]]:
+    """The model stored at ``path`` (on plain float32 ops) and its extra arrays."""
+    with open(path, "rb") as f:
+        return _read(io.BytesIO(f.read()))
+
+
+def _package_file(name: str):
+    return resources.files("kernels").joinpath("checkpoints", name)
+
+
+def pretrained_log(name: str = "tiny-lm") -> dict:
+    """The JSON training log shipped with checkpoint ``name``."""
+    if name not in CHECKPOINTS:
+        raise KeyError(f"unknown pretrained model {name!r}; known: {sorted(CHECKPOINTS)}")
+    return json.loads(_package_file(CHECKPOINTS[name][1]).read_text())
+
+
+def load_pretrained(name: str = "tiny-lm", ops: Ops | None = None) -> TinyLM:
+    """The shipped trained model ``name`` from package data (no network), on ``ops``."""
+    if name not in CHECKPOINTS:
+        raise KeyError(f"unknown pretrained model {name!r}; known: {sorted(CHECKPOINTS)}")
+    file = _package_file(CHECKPOINTS[name][0])
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"checkpoint {CHECKPOINTS[name][0]} is missing from kernels/checkpoints; "
+            "train it with `python -m kernels.train`"
+        )
+    model, _ = _read(io.BytesIO(file.read_bytes()))
+    return model if ops is None else with_ops(model, ops)
+
+
+def pretrained_extra(name: str = "tiny-lm") -> dict[str, np.ndarray]:
+    """The extra arrays (held-out evaluation windows, prompts) stored with checkpoint ``name``."""
+    file = _package_file(CHECKPOINTS[name][0])
+    return _read(io.BytesIO(file.read_bytes()))[1]

@@ -1,0 +1,240 @@
+"""The kernels a policy model runs on, injected as one immutable ``Ops`` record.
+
+The model never multiplies or attends by itself: every matmul (projections, MLP, LM head)
+goes through ``ops.matmul``, whole-sequence attention through ``ops.attention``, and
+incremental decoding through ``ops.cache``. K_train and K_inf are two ``Ops`` values built
+from the contract's two ``KernelSpec``\\ s, so the two kernels differ only in what is injected.
+
+Every field is a frozen dataclass compared by value: two ``Ops`` built from the same spec are
+equal and hash alike, so jitted functions that close over them compile once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
+
+__all__ = [
+    "AttentionFn",
+    "CacheOps",
+    "ContiguousCache",
+    "EmulatedMatmul",
+    "MatmulFn",
+    "Ops",
+    "PagedAttention",
+    "PlainAttention",
+    "PlainMatmul",
+    "ReferenceAttention",
+    "inference_ops",
+    "plain_ops",
+    "train_ops",
+]
+
+
+class MatmulFn(Protocol):
+    def __call__(self, x: Float[Array, "... k"], w: Float[Array, "k n"]) -> Float[Array, "... n"]:
+        """``x @ w`` under some arithmetic; the result is float32."""
+        ...
+
+
+class AttentionFn(Protocol):
+    def __call__(
+        self,
+        q: Float[Array, "batch seq heads dim"],
+        k: Float[Array, "batch seq heads dim"],
+        v: Float[Array, "batch seq heads dim"],
+    ) -> Float[Array, "batch seq heads dim"]:
+        """Causal scaled dot-product attention over whole sequences."""
+        ...
+
+
+class CacheOps(Protocol):
+    def create(self, num_seqs: int, max_len: int, heads: int, dim: int) -> Any:
+        """An empty key/value cache for ``num_seqs`` sequences (a pytree)."""
+        ...
+
+    def append(
+        self, cache: Any, k: Float[Array, "seqs heads dim"], v: Float[Array, "seqs heads dim"]
+    ) -> Any:
+        """The cache with one more position per sequence; the input cache is unchanged."""
+        ...
+
+    def attend(
+        self, q: Float[Array, "seqs heads dim"], cache: Any
+    ) -> Float[Array, "seqs heads dim"]:
+        """Attention of one new query per sequence over everything cached so far."""
+        ...
+
+
+# --------------------------------------------------------------------------- matmul
+
+
+@dataclass(frozen=True)
+class PlainMatmul:
+    """IEEE float32 matmul at full precision (differentiable; used for training)."""
+
+    def __call__(self, x: Float[Array, "... k"], w: Float[Array, "k n"]) -> Float[Array, "... n"]:
+        return jnp.matmul(
+            x.astype(jnp.float32), w.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
+        )
+
+
+@dataclass(frozen=True)
+class EmulatedMatmul:
+    """The emulated matmul of ``spec``, with reduction splits chosen from the batch size.
+
+    ``batch_size`` is the number of sequences the kernel serves at once; with dynamic batching
+    the number of splits of the K reduction depends on it, as in split-K GEMM heuristics.
+    """
+
+    spec: MatmulSpec
+    batch_size: int = 1
+    batching: str = "fixed"
+    impl: str = "jax"
+
+    def __call__(self, x: Float[Array, "... k"], w: Float[Array, "k n"]) -> Float[Array, "... n"]:
+        from kernels.batching import reduction_splits
+        from kernels.matmul import matmul
+
+        k = int(x.shape[-1])
+        splits = reduction_splits(self.batch_size, k, self.batching)
+        return matmul(x, w, self.spec, impl=self.impl, splits=splits)
+
+
+# ------------------------------------------------------------------------ attention
+
+
+def _causal_softmax_attention(q, k, v):
+    scale = 1.0 / jnp.sqrt(jnp.float32(q.shape[-1]))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=jax.lax.Precision.HIGHEST) * scale
+    seq = q.shape[1]
+    mask = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+    scores = jnp.where(mask, scores, -jnp.inf)
+    weights = jax.nn.softmax(scores, axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v, precision=jax.lax.Precision.HIGHEST)
+
+
+@dataclass(frozen=True)
+class PlainAttention:
+    """Causal softmax attention in float32 with plain ``jnp`` (differentiable)."""
+
+    def __call__(self, q, k, v):
+        return _causal_softmax_attention(q, k, v)
+
+
+@dataclass(frozen=True)
+class ReferenceAttention:
+    """The emulation package's float32 reference attention, per sequence (the K_train one)."""
+
+    def __call__(self, q, k, v):
+        from kernels.attention import reference_attention
+
+        def one(qs, ks, vs):  # [seq, heads, dim] -> [heads, seq, dim] and back
+            out = reference_attention(
+                qs.transpose(1, 0, 2), ks.transpose(1, 0, 2), vs.transpose(1, 0, 2), causal=True
+            )
+            return out.transpose(1, 0, 2)
+
+        return jax.vmap(one)(q, k, v)
+
+
+# --------------------------------------------------------------------------- caches
+
+
+@dataclass(frozen=True)
+class ContiguousCache:
+    """A float32 cache held as dense ``[seqs, max_len, heads, dim]`` arrays (for plain ops)."""
+
+    def create(self, num_seqs, max_len, heads, dim):
+        zeros = jnp.zeros((num_seqs, max_len, heads, dim), jnp.float32)
+        return {"k": zeros, "v": zeros, "length": jnp.zeros((), jnp.int32)}
+
+    def append(self, cache, k, v):
+        n = cache["length"]
+        return {
+            "k": jax.lax.dynamic_update_slice_in_dim(cache["k"], k[:, None], n, axis=1),
+            "v": jax.lax.dynamic_update_slice_in_dim(cache["v"], v[:, None], n, axis=1),
+            "length": n + 1,
+        }
+
+    def attend(self, q, cache):
+        scale = 1.0 / jnp.sqrt(jnp.float32(q.shape[-1]))
+        scores = jnp.einsum("shd,sthd->sht", q, cache["k"], precision=jax.lax.Precision.HIGHEST)
+        valid = jnp.arange(cache["k"].shape[1]) < cache["length"]
+        scores = jnp.where(valid, scores * scale, -jnp.inf)
+        weights = jax.nn.softmax(scores, axis=-1)
+        return jnp.einsum("sht,sthd->shd", weights, cache["v"], precision=jax.lax.Precision.HIGHEST)
+
+
+@dataclass(frozen=True)
+class PagedAttention:
+    """Decode attention through the paged low-precision KV cache of ``spec``.
+
+    ``batch_size`` is what the serving kernel sees (tile and split choices may depend on it).
+    """
+
+    spec: AttentionSpec
+    batch_size: int = 1
+
+    def create(self, num_seqs, max_len, heads, dim):
+        from kernels.attention import PagedKVCache
+
+        return PagedKVCache.create(num_seqs, max_len, heads, dim, self.spec)
+
+    def append(self, cache, k, v):
+        return cache.append(k, v)
+
+    def attend(self, q, cache):
+        from kernels.attention import decode_attention
+
+        return decode_attention(q, cache, self.spec, batch_size=self.batch_size)
+
+
+# ------------------------------------------------------------------------------ ops
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The kernels a model runs on: one matmul, one whole-sequence attention, one cache."""
+
+    name: str
+    matmul: MatmulFn
+    attention: AttentionFn
+    cache: CacheOps
+
+
+def plain_ops() -> Ops:
+    """Float32 ``jnp`` kernels: differentiable, used to train the model."""
+    return Ops("plain-fp32", PlainMatmul(), PlainAttention(), ContiguousCache())
+
+
+def train_ops(spec: KernelSpec) -> Ops:
+    """K_train: the spec's matmul (no reduction splits) and float32 reference attention.
+
+    The cache is a float32 contiguous one, so K_train can also decode incrementally.
+    """
+    return Ops(
+        f"train:{spec.preset}",
+        EmulatedMatmul(spec.matmul, batch_size=1, batching="fixed"),
+        ReferenceAttention(),
+        ContiguousCache(),
+    )
+
+
+def inference_ops(spec: KernelSpec, batch_size: int) -> Ops:
+    """K_inf for a batch of ``batch_size`` sequences: every matmul under the spec's arithmetic
+    with batch-dependent reduction splits, decode attention through the paged KV cache."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    return Ops(
+        f"inference:{spec.preset}@{batch_size}",
+        EmulatedMatmul(spec.matmul, batch_size=batch_size, batching=spec.batching),
+        ReferenceAttention(),
+        PagedAttention(spec.attention, batch_size=batch_size),
+    )
