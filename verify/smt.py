@@ -1,0 +1,158 @@
+"""Running SMT-LIB2 text in z3 (and cvc5, where installed): the toolkit's only solver calls.
+
+Each call builds a fresh solver in a fresh context from the query's text alone, so what is
+solved is exactly what a report stores and what a re-checker re-runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+__all__ = ["Answer", "cvc5_check", "cvc5_version", "z3_check", "z3_version"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A solver's answer to one query: ``sat``, ``unsat``, ``unknown`` or ``error``."""
+
+    answer: str
+    core: tuple[str, ...] = ()
+    model: dict[str, Fraction] = field(default_factory=dict)
+    reason: str = ""
+    time_ms: float = 0.0
+
+
+def z3_version() -> str:
+    import z3
+
+    return z3.get_version_string()
+
+
+def cvc5_version() -> str | None:
+    """cvc5's version, or ``None`` when its Python package is not installed."""
+    try:
+        import cvc5
+    except ImportError:
+        return None
+    return str(getattr(cvc5, "__version__", "unknown"))
+
+
+def _z3_value(v) -> Fraction | None:
+    import z3
+
+    if z3.is_rational_value(v):
+        return Fraction(v.numerator_as_long(), v.denominator_as_long())
+    if z3.is_algebraic_value(v):
+        return Fraction(v.approx(40).as_fraction())
+    return None
+
+
+def _bare(name: str) -> str:
+    return name[1:-1] if name.startswith("|") and name.endswith("|") else name
+
+
+_CORE_OPTION = "(set-option :produce-unsat-cores true)"
+
+
+def _z3_run(text: str, timeout_ms: float):
+    import z3
+
+    solver = z3.Solver(ctx=z3.Context())
+    solver.set("timeout", max(1, int(timeout_ms)))
+    solver.from_string(text)
+    return solver, solver.check()
+
+
+def z3_check(text: str, *, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
+    """Check ``text`` with z3 within ``timeout_ms``; on sat, the values of ``want``.
+
+    Tracking named assertions slows z3's nonlinear search, so the answer comes from the
+    assertions without core tracking; an ``unsat`` is then re-derived with tracking on, for
+    its core (both runs see the same assertions).
+    """
+    import z3
+
+    start = time.perf_counter()
+    try:
+        solver, result = _z3_run(text.replace(_CORE_OPTION, ""), timeout_ms)
+        if result == z3.unsat and _CORE_OPTION in text:
+            left = timeout_ms - (time.perf_counter() - start) * 1000
+            solver, again = _z3_run(text, max(left, 1))
+            if again != z3.unsat:
+                reason = f"z3: unsat, but {again} when tracking the core"
+                return Answer("unknown", reason=reason, time_ms=_ms(start))
+    except z3.Z3Exception as err:
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    if result == z3.unsat:
+        core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
+        return Answer("unsat", core=core, time_ms=_ms(start))
+    if result == z3.sat:
+        model = solver.model()
+        wanted = {_bare(n) for n in want}
+        values = {}
+        for decl in model.decls():
+            if decl.name() in wanted:
+                value = _z3_value(model[decl])
+                if value is not None:
+                    values[decl.name()] = value
+        return Answer("sat", model=values, time_ms=_ms(start))
+    return Answer("unknown", reason=f"z3: {solver.reason_unknown()}", time_ms=_ms(start))
+
+
+def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answer:
+    """Re-check ``text`` keeping only the named assertions in ``core`` (expect ``unsat``)."""
+    import z3
+
+    start = time.perf_counter()
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", max(1, int(timeout_ms)))
+    keep = set(core)
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("(assert (! ") and line.rsplit(":named ", 1)[-1][:-2] not in keep:
+            continue
+        lines.append(line)
+    try:
+        solver.from_string("\n".join(lines))
+        result = solver.check()
+    except z3.Z3Exception as err:
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    return Answer(str(result), time_ms=_ms(start))
+
+
+def cvc5_check(text: str, *, timeout_ms: int) -> Answer | None:
+    """Check ``text`` with cvc5's own SMT-LIB2 parser; ``None`` if cvc5 is not installed."""
+    try:
+        import cvc5
+    except ImportError:
+        return None
+    start = time.perf_counter()
+    try:
+        tm = cvc5.TermManager()
+        solver = cvc5.Solver(tm)
+        solver.setOption("tlimit-per", str(max(1, int(timeout_ms))))
+        symbols = cvc5.SymbolManager(tm)
+        parser = cvc5.InputParser(solver, symbols)
+        parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, "query")
+        answer = "unknown"
+        while True:
+            command = parser.nextCommand()
+            if command.isNull():
+                break
+            if str(command).startswith("(check-sat"):
+                answer = command.invoke(solver, symbols).strip() or "unknown"
+                break
+            command.invoke(solver, symbols)
+    except Exception as err:  # cvc5 raises its own RuntimeError subclasses
+        return Answer("error", reason=f"cvc5: {err}".splitlines()[0], time_ms=_ms(start))
+    if answer not in ("sat", "unsat"):
+        answer = "unknown"
+    return Answer(answer, time_ms=_ms(start))
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
