@@ -114,7 +114,7 @@ def _block_metrics(z, zp, y, inv_t, block: int):
     return jax.lax.map(one, (z, zp, y), batch_size=block)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(devices: tuple, block: int):
     def run(z, zp, y, inv_t):
         TRACES["measure"] += 1
