@@ -1,0 +1,144 @@
+"""Premise facts: what each contract clause named in a guarantee's ``from`` gives the chain.
+
+A numerical clause gives a per-token fact of one of three kinds — an oscillation bound
+(``osc``, in logit units), a log-ratio bound (``ratio``) or a TV bound (``tv``). A statistical
+clause gives an expectation fact (``etv``: a bound on the mean per-token TV), carried with its
+confidence. Clauses that give nothing usable are listed with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import sympy
+
+from bounds.derivation import Variable
+from contracts import Contract, NumericalClause, StatisticalClause, exact
+
+__all__ = ["Fact", "Premises", "gather"]
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One bound a clause provides, as an expression in variables and constants."""
+
+    kind: str  # "osc" | "ratio" | "tv" | "etv"
+    expr: sympy.Expr
+    variables: tuple[Variable, ...]
+    constants: tuple[tuple[str, Fraction], ...]
+    clauses: tuple[str, ...]
+    chain: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class Premises:
+    facts: tuple[Fact, ...]
+    unusable: tuple[str, ...]  # "<clause>: why it gives nothing here"
+    unknown: tuple[str, ...]  # ids in `from` that name no numerical or statistical clause
+
+    def of(self, kind: str) -> tuple[Fact, ...]:
+        return tuple(f for f in self.facts if f.kind == kind)
+
+
+def _var(prefix: str, clause_id: str, hi: float, cap: Fraction | None = None) -> Variable:
+    return Variable(name=f"{prefix}_{clause_id}", lo=Fraction(0), hi=exact(hi), clause=clause_id)
+
+
+def _sym(v: Variable) -> sympy.Symbol:
+    return sympy.Symbol(v.name, nonnegative=True)
+
+
+def _numerical(c: NumericalClause) -> Fact | str:
+    if c.slice != "all":
+        return f"{c.id}: holds only on slice {c.slice!r}, not on every token"
+    if c.metric == "logit_drift":
+        v = _var("delta", c.id, c.max)
+        return Fact("osc", 2 * _sym(v), (v,), (), (c.id,), ("drift_to_oscillation",))
+    if c.metric == "logit_oscillation":
+        v = _var("osc", c.id, c.max)
+        return Fact("osc", _sym(v), (v,), (), (c.id,), ())
+    if c.metric == "log_ratio":
+        v = _var("r", c.id, c.max)
+        note = f"{c.id}: |log w| ≤ {c.max} is read as holding for every token of the support"
+        return Fact("ratio", _sym(v), (v,), (), (c.id,), (), (note,))
+    if c.metric == "tv":
+        v = _var("eps", c.id, c.max)
+        return Fact("tv", _sym(v), (v,), (), (c.id,), ())
+    return f"{c.id}: metric {c.metric!r} gives no per-token bound"
+
+
+def _per_token_tv(metric: str, level: sympy.Expr, T: sympy.Expr) -> tuple[sympy.Expr, tuple]:
+    """The per-token TV bound implied by ``metric ≤ level``, and the lemmas it uses."""
+    if metric == "logit_drift":
+        return sympy.tanh(2 * level / (4 * T)), ("drift_to_oscillation", "token_tv_tanh")
+    if metric == "logit_oscillation":
+        return sympy.tanh(level / (4 * T)), ("token_tv_tanh",)
+    if metric in ("log_ratio", "abs_log_ratio"):
+        return sympy.tanh(level / 2), ("ratio_to_tv",)
+    return level, ()  # tv
+
+
+_TV_METRICS = ("logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv")
+
+
+def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
+    if "all" not in c.slices:
+        return f"{c.id}: holds only on slices {list(c.slices)}, not on every token"
+    conf = float(c.confidence)
+    where = f"{c.id} (confidence {conf})"
+    if c.metric in _TV_METRICS and c.statistic in ("exceed_rate", "quantile"):
+        if c.statistic == "exceed_rate":
+            if c.threshold is None:
+                return f"{c.id}: exceed_rate needs a threshold"
+            rv = _var("rho", c.id, c.max)
+            rho, level_name = _sym(rv), f"thr_{c.id}"
+            level = sympy.Symbol(level_name, nonnegative=True)
+            variables, consts = (rv,), ((level_name, exact(c.threshold)),)
+        else:
+            if c.q is None:
+                return f"{c.id}: quantile needs q"
+            lv = _var("level", c.id, c.max)
+            level = _sym(lv)
+            rho_name = f"rho_{c.id}"
+            rho = sympy.Symbol(rho_name, nonnegative=True)
+            variables, consts = (lv,), ((rho_name, 1 - exact(c.q)),)
+        if c.metric == "tv":
+            level = sympy.Min(level, 1)  # TV ≤ 1 anyway; keeps (1 − ρ)·level + ρ monotone in ρ
+        typical, chain = _per_token_tv(c.metric, level, T)
+        expr = (1 - rho) * typical + rho
+        note = (
+            f"{where}: P({c.metric} > level) ≤ ρ bounds only the mean per-token TV, "
+            "(1 − ρ)·(TV below the level) + ρ; the guarantee is read as an expectation"
+        )
+        return Fact("etv", expr, variables, consts, (c.id,), (*chain, "expected_tv_exceedance"),
+                    (note,), conf)
+    if c.metric == "tv" and c.statistic == "mean":
+        v = _var("mean", c.id, c.max)
+        note = f"{where}: bounds the mean per-token TV; the guarantee is read as an expectation"
+        return Fact("etv", _sym(v), (v,), (), (c.id,), (), (note,), conf)
+    return f"{c.id}: a {c.statistic} of {c.metric} gives no bound on the chain's quantities"
+
+
+def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premises:
+    """The facts the clauses ``from_`` give, with the clauses that give none and why."""
+    facts: list[Fact] = []
+    unusable: list[str] = []
+    unknown: list[str] = []
+    numerical = {c.id: c for c in contract.numerical}
+    statistical = {c.id: c for c in contract.statistical}
+    for cid in from_:
+        if cid in numerical:
+            got = _numerical(numerical[cid])
+        elif cid in statistical:
+            got = _statistical(statistical[cid], T)
+        else:
+            unknown.append(cid)
+            continue
+        if isinstance(got, str):
+            unusable.append(got)
+        else:
+            facts.append(got)
+    return Premises(tuple(facts), tuple(unusable), tuple(unknown))
