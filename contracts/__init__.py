@@ -25,6 +25,7 @@ from contracts.model import (
     exact,
 )
 from contracts.presets import PRESETS, preset
+from contracts.schema import json_schema
 
 __all__ = [
     "PRESETS",
@@ -50,6 +51,7 @@ __all__ = [
     "Source",
     "StatisticalClause",
     "exact",
+    "json_schema",
     "load",
     "loads",
     "preset",

@@ -17,7 +17,7 @@ from contracts.presets import PRESETS
 
 __all__ = ["read_kernels"]
 
-_SCALING = re.compile(r"^(?:per_tensor|per_row|block:([0-9]+)|mx:32)$")
+_SCALING = re.compile(r"^(?:per_tensor|per_row|block:[1-9][0-9]*|mx:32)$")
 _MAX_MANTISSA_BITS = 23  # an accumulator is at most as wide as an fp32 register
 
 
@@ -109,8 +109,7 @@ def _scaling(ck: Checker, value, key) -> str | None:
     text = ck.string(value, key)
     if text is None:
         return None
-    match = _SCALING.match(text)
-    if match is None or (match.group(1) is not None and int(match.group(1)) < 1):
+    if _SCALING.match(text) is None:
         ck.report(key, f"expected per_tensor, per_row, block:N (N >= 1) or mx:32; got {show(text)}")
         return None
     return text

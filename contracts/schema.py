@@ -1,0 +1,322 @@
+"""The JSON Schema (draft 2020-12) of contract DSL version 1, for editors and other tools.
+
+It is strict (``additionalProperties: false`` everywhere) and says what each key means. Some
+rules are beyond JSON Schema (references between clauses, stage order, finiteness of YAML
+``.inf``) and are checked by the validator only; a test keeps the keys of both in agreement.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from contracts import fields as F
+from contracts.checks import ID_PATTERN
+from contracts.presets import PRESETS
+
+__all__ = ["json_schema"]
+
+_ID = {"type": "string", "pattern": ID_PATTERN.pattern, "description": "A stable id."}
+
+
+def _obj(description: str, properties: dict, required=(), **extra) -> dict:
+    out = {"type": "object", "description": description, "properties": properties}
+    out["additionalProperties"] = False
+    if required:
+        out["required"] = list(required)
+    return out | extra
+
+
+def _num(description: str, **bounds) -> dict:
+    return {"type": "number", "description": description, **bounds}
+
+
+def _int(description: str, **bounds) -> dict:
+    return {"type": "integer", "description": description, **bounds}
+
+
+def _enum(description: str, values) -> dict:
+    return {"type": "string", "enum": list(values), "description": description}
+
+
+def _pair(description: str, item: dict, nullable: bool) -> dict:
+    end = dict(item, type=[item["type"], "null"]) if nullable else item
+    return {
+        "type": "array", "description": description, "prefixItems": [end, end],
+        "minItems": 2, "maxItems": 2,
+    }  # fmt: skip
+
+
+def _list(description: str, item: dict, min_items: int = 0) -> dict:
+    out = {"type": "array", "description": description, "items": item, "uniqueItems": True}
+    return out | ({"minItems": min_items} if min_items else {})
+
+
+_POLICY = _obj(
+    "How logits become tokens.",
+    {
+        "temperature": _num("Sampling temperature T > 0.", exclusiveMinimum=0),
+        "top_p": _num("Nucleus mass in (0, 1]; < 1 requires logprobs.", exclusiveMinimum=0,
+                      maximum=1),
+        "top_k": _int("Keep the k most likely tokens; 0 = off; > 0 requires logprobs.",
+                      minimum=0),
+        "logprobs": _enum("What logged log-probs are: over the full vocabulary, or "
+                          "renormalised over the kept support.", F.LOGPROBS),
+        "vocab_size": _int("Vocabulary size.", minimum=2),
+        "max_new_tokens": _int("Horizon L of sequence-level guarantees.", minimum=1),
+    },
+    allOf=[
+        {"if": {"properties": {"top_p": {"exclusiveMaximum": 1}}, "required": ["top_p"]},
+         "then": {"required": ["logprobs"]}},
+        {"if": {"properties": {"top_k": {"minimum": 1}}, "required": ["top_k"]},
+         "then": {"required": ["logprobs"]}},
+    ],
+)  # fmt: skip
+
+_SCALING = r"^(?:per_tensor|per_row|block:[1-9][0-9]*|mx:32)$"
+_MATMUL = _obj(
+    "The arithmetic of the kernel's matmuls; fields given replace the preset's.",
+    {
+        "inputs": _enum("Input format.", F.FORMATS),
+        "scaling": {"type": "string", "pattern": _SCALING,
+                    "description": "Scale granularity: per_tensor, per_row, block:N or mx:32."},
+        "accumulator": _obj(
+            "The accumulator: a dtype, or mantissa_bits with a rounding mode.",
+            {
+                "dtype": _enum("float32 = 23 bits, float16 = 10, bfloat16 = 7, nearest even.",
+                               F.ACCUMULATOR_DTYPES),
+                "mantissa_bits": _int("Explicit mantissa bits.", minimum=1, maximum=23),
+                "rounding": _enum("Rounding of each accumulation.", F.ROUNDINGS),
+            },
+            minProperties=1,
+            **{"not": {"required": ["dtype", "mantissa_bits"]}},
+        ),
+        "group": _int("Products summed before each accumulator rounding.", minimum=1),
+        "promote_every": {"type": ["integer", "null"], "minimum": 1, "description":
+                          "K elements after which the partial sum joins an fp32 sum; "
+                          "null = never."},
+        "output": _enum("Output format.", F.FORMATS),
+    },
+)  # fmt: skip
+_ATTENTION = _obj(
+    "How attention reads its keys and values.",
+    {
+        "kv_cache": _enum("KV-cache storage format.", F.FORMATS),
+        "page_size": _int("Tokens per KV-cache page.", minimum=1),
+        "tiles": {"description": "full, adaptive, or a fixed tile size.",
+                  "anyOf": [{"enum": ["full", "adaptive"]}, {"type": "integer", "minimum": 1}]},
+    },
+)  # fmt: skip
+_KERNEL = _obj(
+    "A kernel: a named preset with optional field overrides.",
+    {
+        "preset": _enum("The preset the kernel starts from.", PRESETS),
+        "matmul": _MATMUL,
+        "attention": _ATTENTION,
+        "batching": _enum("dynamic: reduction splits depend on the batch.", ("dynamic", "fixed")),
+    },
+    ("preset",),
+)
+_KERNELS = _obj(
+    "The kernel pair.", {"train": _KERNEL, "inference": _KERNEL}, ("train", "inference")
+)
+
+_SLICE_NAME = {"type": "string", "description": "A slice name, or all."}
+_NUMERICAL = _obj(
+    "A per-token limit: metric <= max on every token of the slice.",
+    {
+        "id": _ID,
+        "metric": _enum("The per-token metric.", F.NUMERICAL_METRICS),
+        "max": _num("The limit.", minimum=0),
+        "slice": _SLICE_NAME,
+    },
+    ("id", "metric", "max"),
+)
+_STATISTICAL = _obj(
+    "A limit on a statistic of a per-token metric over each slice, at a confidence.",
+    {
+        "id": _ID,
+        "metric": _enum("The per-token metric.", F.STATISTICAL_METRICS),
+        "statistic": _enum("The statistic limited.", F.STATISTICS),
+        "max": _num("The limit on the statistic.", minimum=0),
+        "confidence": _num("Confidence level in (0, 1).", exclusiveMinimum=0, exclusiveMaximum=1),
+        "min_samples": _int("Fewer samples give inconclusive.", minimum=1),
+        "q": _num("Quantile level in (0, 1), for statistic quantile.", exclusiveMinimum=0,
+                  exclusiveMaximum=1),
+        "threshold": _num("For statistic exceed_rate: the rate of metric > threshold.",
+                          minimum=0),
+        "slices": _list("Slices the clause applies to.", _SLICE_NAME, 1),
+    },
+    ("id", "metric", "statistic", "max"),
+    allOf=[
+        {"if": {"properties": {"statistic": {"const": "quantile"}}},
+         "then": {"required": ["q"]}, "else": {"not": {"required": ["q"]}}},
+        {"if": {"properties": {"statistic": {"const": "exceed_rate"}}},
+         "then": {"required": ["threshold"], "properties": {"max": {"maximum": 1}}},
+         "else": {"not": {"required": ["threshold"]}}},
+    ],
+)  # fmt: skip
+_RANGE_INT = {"type": "integer", "minimum": 1}
+_RUNTIME = _obj(
+    "Conditions under which the numerical and statistical clauses are claimed.",
+    {
+        "id": _ID,
+        "batch_size": _pair("Batch sizes [lo, hi].", _RANGE_INT, False),
+        "sequence_length": _pair("Sequence lengths [lo, hi].", _RANGE_INT, False),
+        "batch_invariant": {"type": "boolean", "description": "Results independent of batch."},
+        "kv_cache": _enum("KV-cache format required.", F.FORMATS),
+        "hardware": {"type": "string", "minLength": 1, "description": "Hardware named."},
+    },
+    ("id",),
+    minProperties=2,
+)
+_OBSERVABILITY = _obj(
+    "What must be logged so the contract can be checked online.",
+    {
+        "id": _ID,
+        "log": _list("Per-token metrics logged.", {"enum": list(F.OBSERVABLE)}, 1),
+        "sample_rate": _num("Share of tokens logged, in (0, 1].", exclusiveMinimum=0, maximum=1),
+        "window_tokens": _int("Tokens per monitoring window.", minimum=1),
+    },
+    ("id", "log"),
+)
+_SLICE = _obj(
+    "A named token subset; ranges [lo, hi] with null for an open end.",
+    {
+        "token_prob": _pair("Probability range.", {"type": "number", "minimum": 0,
+                                                   "maximum": 1}, True),
+        "position": _pair("Position range.", {"type": "integer", "minimum": 0}, True),
+        "entropy": _pair("Entropy range (nats).", {"type": "number", "minimum": 0}, True),
+        "margin": _pair("Top-1 margin range.", {"type": "number", "minimum": 0}, True),
+        "prompt": {"type": "string", "format": "regex", "description": "Prompt regex."},
+    },
+    minProperties=1,
+)  # fmt: skip
+
+_PER_QUANTITY = {  # quantity -> (required extra fields, allowed extra fields)
+    "token_tv": ((), ("scope",)),
+    "token_log_ratio": ((), ("scope",)),
+    "token_kl": ((), ("scope",)),
+    "sequence_tv": ((), ("scope", "horizon")),
+    "reward_drift": (("reward_range",), ("scope", "horizon", "reward_range")),
+    "pg_bias": (("score_norm", "advantage"), ("scope", "score_norm", "advantage", "estimator",
+                                              "cap")),
+    "clip_budget": (("clip_epsilon",), ("scope", "clip_epsilon")),
+}  # fmt: skip
+_EXTRAS = ("scope", "horizon", "reward_range", "score_norm", "advantage", "estimator", "cap",
+           "clip_epsilon")  # fmt: skip
+
+
+def _quantity_rule(quantity: str) -> dict:
+    required, allowed = _PER_QUANTITY[quantity]
+    then: dict = {"properties": {f: False for f in _EXTRAS if f not in allowed}}
+    if required:
+        then["required"] = list(required)
+    return {"if": {"properties": {"quantity": {"const": quantity}}}, "then": then}
+
+
+_GUARANTEE = _obj(
+    "A claim the thresholds must buy; each becomes a proof obligation.",
+    {
+        "id": _ID,
+        "quantity": _enum("The bounded quantity.", F.QUANTITIES),
+        "max": _num("The claimed bound.", minimum=0),
+        "from": _list("Premise clause ids (at least one numerical or statistical).", _ID, 1),
+        "scope": _enum("token, or sequence (horizon L).", ("token", "sequence")),
+        "reward_range": _pair("Reward range [a, b], a < b.", {"type": "number"}, False),
+        "score_norm": _num("G >= |grad log pi| per token (assumption).", exclusiveMinimum=0),
+        "advantage": _num("A_max >= |A| (assumption).", exclusiveMinimum=0),
+        "estimator": _enum("Policy-gradient estimator.", F.ESTIMATORS),
+        "cap": _num("Importance-ratio cap c > 1 for tis and mis.", exclusiveMinimum=1),
+        "clip_epsilon": _num("PPO clip range in (0, 1).", exclusiveMinimum=0,
+                             exclusiveMaximum=1),
+        "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
+        "assume": _list("Assumptions taken.", {"enum": list(F.ASSUMPTIONS)}),
+    },
+    ("id", "quantity", "max", "from"),
+    allOf=[_quantity_rule(q) for q in F.QUANTITIES]
+    + [{"if": {"properties": {"estimator": {"enum": ["tis", "mis"]}}, "required": ["estimator"]},
+        "then": {"required": ["cap"]}, "else": {"properties": {"cap": False}}}],
+)  # fmt: skip
+_ESCALATION = _obj(
+    "Maps a clause's or guarantee's status to a routing action; rules are checked in order.",
+    {
+        "when": _obj(
+            "The triggering clause (or guarantee) and statuses.",
+            {
+                "clause": _ID,
+                "status": _list("Statuses that trigger (default violated, or refuted).",
+                                {"enum": list(F.CLAUSE_STATUSES + F.GUARANTEE_STATUSES)}, 1),
+            },
+            ("clause",),
+        ),
+        "severity": _enum("Severity.", F.SEVERITIES),
+        "action": _enum("Routing action.", F.ACTIONS),
+    },
+    ("when", "severity", "action"),
+)  # fmt: skip
+
+
+def _stage(description: str, traffic: bool) -> dict:
+    props = {"min_tokens": _int("Tokens to observe before moving on.", minimum=0)}
+    if traffic:
+        props["traffic"] = _num("Share of traffic in (0, 1].", exclusiveMinimum=0, maximum=1)
+    return {"anyOf": [_obj(description, props), {"type": "null"}]}
+
+
+_PROMOTION = _obj(
+    "The promotion pipeline; stages in the order offline_ci, shadow, canary, full.",
+    {
+        "offline_ci": _stage("Offline CI.", False),
+        "shadow": _stage("Shadow traffic.", True),
+        "canary": _stage("Canary.", True),
+        "full": _stage("Full rollout.", False),
+    },
+)
+_EVIDENCE = _obj(
+    "Where measurements come from.",
+    {
+        "emulate": {"anyOf": [_obj("Emulated kernels on the bundled model.", {
+            "model": {"type": "string", "minLength": 1, "description": "Model name."},
+            "prompts": _int("Prompts.", minimum=1, maximum=2**32 - 1),
+            "max_new_tokens": _int("Tokens per prompt.", minimum=1, maximum=2**32 - 1),
+            "seed": _int("Random seed.", minimum=0, maximum=2**32 - 1),
+        }), {"type": "null"}]},
+        "logprobs": _obj("Logged log-probs (JSONL).", {
+            "path": {"type": "string", "minLength": 1,
+                     "description": "Relative to the contract file's directory."},
+            "format": _enum("Log format.", F.EVIDENCE_FORMATS),
+        }, ("path",)),
+    },
+    minProperties=1,
+)  # fmt: skip
+
+_SCHEMA = _obj(
+    "A training-inference kernel contract, DSL version 1.",
+    {
+        "contract": {"const": F.VERSION, "description": "DSL version."},
+        "name": {"type": "string", "minLength": 1, "description": "Contract name."},
+        "description": {"type": "string", "description": "Free text."},
+        "policy": _POLICY,
+        "kernels": _KERNELS,
+        "numerical": {"type": "array", "items": _NUMERICAL, "description": "N clauses."},
+        "statistical": {"type": "array", "items": _STATISTICAL, "description": "S clauses."},
+        "runtime": {"type": "array", "items": _RUNTIME, "description": "R clauses."},
+        "observability": {"type": "array", "items": _OBSERVABILITY, "description": "O clauses."},
+        "slices": {
+            "type": "object", "description": "Named token subsets.",
+            "propertyNames": {"pattern": ID_PATTERN.pattern, "not": {"const": "all"}},
+            "additionalProperties": _SLICE,
+        },
+        "guarantees": {"type": "array", "items": _GUARANTEE, "description": "Guarantees."},
+        "escalation": {"type": "array", "items": _ESCALATION, "description": "Policy Pi."},
+        "promotion": _PROMOTION,
+        "evidence": _EVIDENCE,
+    },
+    ("contract", "name", "kernels"),
+    **{"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "kernel contract"},
+)  # fmt: skip
+
+
+def json_schema() -> dict:
+    """The JSON Schema of contract DSL version 1 (a fresh copy the caller may change)."""
+    return copy.deepcopy(_SCHEMA)
