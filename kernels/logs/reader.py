@@ -111,9 +111,17 @@ def _floats(record: dict, key: str, what: str) -> np.ndarray:
 
 def _ints(record: dict, key: str) -> np.ndarray:
     value = record[key]
-    if not isinstance(value, list) or any(type(v) is not int for v in value):
+    if not isinstance(value, list):
         raise _Bad(f"'{key}' must be an array of integer token ids")
-    arr = np.asarray(value, dtype=np.int64) if value else np.zeros(0, np.int64)
+    if not value:
+        return np.zeros(0, np.int64)
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise _Bad(f"'{key}' must be an array of integer token ids")
+    arr = arr.astype(np.int64, copy=False)
     if (arr < 0).any():
         raise _Bad(f"'{key}' holds a negative token id")
     return arr
@@ -123,11 +131,16 @@ def _mask(record: dict, key: str | None, n: int) -> np.ndarray | None:
     if key is None or key not in record:
         return None
     value = record[key]
-    if not isinstance(value, list) or any(v not in (0, 1) for v in value):
+    try:
+        arr = np.asarray(value) if isinstance(value, list) else None
+    except (TypeError, ValueError):
+        arr = None
+    ok = arr is not None and arr.ndim == 1 and (arr.size == 0 or arr.dtype.kind in "iub")
+    if not ok or ((arr != 0) & (arr != 1)).any():
         raise _Bad(f"'{key}' must be an array of 0/1")
-    if len(value) != n:
-        raise _Bad(f"'{key}' has {len(value)} entries, the token ids {n}")
-    return np.asarray(value, dtype=bool)
+    if arr.shape[0] != n:
+        raise _Bad(f"'{key}' has {arr.shape[0]} entries, the token ids {n}")
+    return arr.astype(bool)
 
 
 def _prompt(record: dict, fmt: LogFormat) -> str:

@@ -1,0 +1,112 @@
+"""Log ingestion throughput: ``read_log`` against a plain ``json.loads`` loop, same file, same run.
+
+Generates a JSONL log of ``--tokens`` tokens (default 10^6) in a temporary directory, in the
+generic format (``--format`` for verl/trl), then times, best of ``--repeat``:
+
+- baseline: ``for line in file: json.loads(line)`` (parsing only, no validation, no arrays);
+- ``read_log``: parse, validate every field, build the token table, hash the file;
+- ``evaluate`` path: ``read_log`` plus the per-token metrics, framework metrics and summaries
+  of one statistical clause on two slices (what ``python -m verify --evidence`` does).
+
+Run: ``python bench/bench_logs.py [--tokens 1000000] [--seq-len 256] [--repeat 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+
+import numpy as np
+
+from kernels.logs import LoggedSequence, framework_metrics, read_log, token_metrics, write_log
+from kernels.summary import select, summarize
+
+
+def _generate(path: str, tokens: int, seq_len: int, fmt: str, seed: int = 0) -> int:
+    rng = np.random.default_rng(seed)
+
+    def sequences():
+        done = 0
+        s = 0
+        while done < tokens:
+            n = min(seq_len, tokens - done)
+            train = -rng.exponential(1.0, n)
+            rollout = np.minimum(train + rng.normal(0, 0.01, n), 0.0)
+            ids = rng.integers(0, 32000, n).tolist()
+            yield LoggedSequence(f"p{s // 8}", s % 8, ids, train, rollout, 64)
+            done += n
+            s += 1
+
+    return write_log(path, sequences(), fmt)
+
+
+def _best(fn, repeat: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def _baseline(path: str) -> int:
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            json.loads(line)
+            n += 1
+    return n
+
+
+def _evaluate_path(path: str, fmt: str):
+    from contracts.model import Slice
+
+    table = read_log(path, fmt)
+    c = table.columns
+    m = token_metrics(c["train_logprob"], c["rollout_logprob"])
+    framework_metrics(c["train_logprob"], c["rollout_logprob"], c["sequence"])
+    cols = {"token_prob": np.exp(c["train_logprob"]), "position": c["position"]}
+    for sl in (Slice("all"), Slice("tail", token_prob=(0.0, 0.01))):
+        summarize(m["abs_log_ratio"][select(cols, sl)], thresholds=(0.05,))
+    return table
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tokens", type=int, default=1_000_000)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--format", default="generic", choices=("generic", "verl", "trl"))
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bench.jsonl")
+        t0 = time.perf_counter()
+        lines = _generate(path, args.tokens, args.seq_len, args.format)
+        gen = time.perf_counter() - t0
+        size = os.path.getsize(path)
+        t_base, _ = _best(lambda: _baseline(path), args.repeat)
+        t_read, table = _best(lambda: read_log(path, args.format), args.repeat)
+        t_eval, _ = _best(lambda: _evaluate_path(path, args.format), args.repeat)
+    assert table.tokens == args.tokens and table.malformed_count == 0
+    mb = size / 1e6
+    print(f"machine: {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}")
+    print(
+        f"log: {args.tokens} tokens, {lines} lines of {args.seq_len} tokens, {mb:.1f} MB, "
+        f"format {args.format} (generated in {gen:.1f} s)"
+    )
+    print(f"{'reader':<34}{'seconds':>9}{'tokens/s':>14}{'MB/s':>8}{'vs json.loads':>15}")
+    for name, t in (
+        ("json.loads loop (baseline)", t_base),
+        ("read_log", t_read),
+        ("read_log + metrics + summaries", t_eval),
+    ):
+        print(f"{name:<34}{t:>9.3f}{args.tokens / t:>14,.0f}{mb / t:>8.1f}{t_base / t:>14.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
