@@ -1,0 +1,150 @@
+"""Number formats: their constants, saturating input casts and output casts.
+
+Five formats are supported: ``float32``, ``bfloat16``, ``float16``, ``float8_e4m3fn`` and
+``float8_e5m2`` (the last three through ``ml_dtypes``, which JAX shares). Every value the
+emulated kernels hand around is a ``float32`` array whose entries are representable in the
+format named next to it.
+
+Behaviour at the edges (the same in the NumPy and the JAX versions; tests compare them):
+
+* **Binary32 subnormals are flushed.** Any binary32 value of magnitude below ``2**-126``
+  (a float32 or bfloat16 subnormal) is read as ``+0`` and any binary32 result below
+  ``2**-126`` becomes ``+0``. XLA's CPU backend computes this way (flush-to-zero and
+  denormals-are-zero), and the GPU kernels flush explicitly, so every backend agrees. The
+  *narrow* formats' own subnormals (float16 down to ``2**-24``, e4m3 down to ``2**-9``, e5m2
+  down to ``2**-16``) are normal binary32 numbers and are kept.
+* **Input casts saturate** (the ``satfinite`` convention of FP8 hardware): finite values beyond
+  the format's largest finite value ``max`` become ``±max``, ``±inf`` becomes ``±max`` and NaN
+  stays NaN; everything else rounds to nearest, ties to even.
+* **Output casts do not saturate**: they round to nearest even as an IEEE conversion does, so an
+  overflow becomes ``±inf`` (bfloat16, float16, e5m2) or NaN (e4m3fn, which has no infinity).
+* NaN payloads and NaN signs are unspecified.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jaxtyping import Array, Float
+
+__all__ = [
+    "FORMATS",
+    "TINY",
+    "FormatInfo",
+    "cast_output",
+    "cast_output_np",
+    "flush",
+    "flush_np",
+    "format_info",
+    "saturating_cast",
+    "saturating_cast_np",
+]
+
+# The smallest positive normal binary32 number; anything smaller is flushed to +0.
+TINY = float(np.finfo(np.float32).tiny)
+
+
+class FormatInfo(NamedTuple):
+    """Constants of one number format."""
+
+    name: str
+    dtype: np.dtype  # the NumPy / ml_dtypes dtype (JAX accepts the same object)
+    mantissa_bits: int  # explicit fraction bits
+    max: float  # largest finite value
+    emax: int  # exponent of the largest binade: max = (2 - 2**-k) * 2**emax for some k
+    has_inf: bool
+    is_fp8: bool
+
+
+def _info(name: str, dtype, has_inf: bool) -> FormatInfo:
+    fi = ml_dtypes.finfo(dtype)
+    return FormatInfo(
+        name=name,
+        dtype=np.dtype(dtype),
+        mantissa_bits=int(fi.nmant),
+        max=float(fi.max),
+        emax=int(np.floor(np.log2(float(fi.max)))),
+        has_inf=has_inf,
+        is_fp8=np.dtype(dtype).itemsize == 1,
+    )
+
+
+FORMATS: dict[str, FormatInfo] = {
+    "float32": _info("float32", np.float32, True),
+    "bfloat16": _info("bfloat16", ml_dtypes.bfloat16, True),
+    "float16": _info("float16", np.float16, True),
+    "float8_e4m3fn": _info("float8_e4m3fn", ml_dtypes.float8_e4m3fn, False),
+    "float8_e5m2": _info("float8_e5m2", ml_dtypes.float8_e5m2, True),
+}
+
+
+def format_info(name: str) -> FormatInfo:
+    """The constants of format ``name``; a ``ValueError`` naming the choices otherwise."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown number format {name!r}; expected one of {', '.join(FORMATS)}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX versions
+
+
+def flush(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """``x`` with every entry of magnitude below ``2**-126`` (including ``-0``) set to ``+0``."""
+    return jnp.where(jnp.abs(x) < TINY, jnp.zeros_like(x), x)
+
+
+def saturating_cast(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+    """Round float32 ``x`` into ``fmt`` with saturation; returns float32 values."""
+    info = format_info(fmt)
+    x = flush(x.astype(jnp.float32))
+    if fmt == "float32":
+        return x
+    y = jnp.clip(x, -info.max, info.max)  # NaN stays NaN; ±inf becomes ±max
+    return flush(y.astype(info.dtype).astype(jnp.float32))
+
+
+def cast_output(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+    """IEEE round-to-nearest-even conversion of float32 ``x`` to ``fmt``, as float32."""
+    info = format_info(fmt)
+    x = flush(x.astype(jnp.float32))
+    if fmt == "float32":
+        return x
+    return flush(x.astype(info.dtype).astype(jnp.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy versions (used by the reference implementation)
+
+
+def flush_np(x: np.ndarray) -> np.ndarray:
+    """NumPy twin of :func:`flush`."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(np.abs(x) < np.float32(TINY), np.float32(0), x).astype(np.float32)
+
+
+def saturating_cast_np(x: np.ndarray, fmt: str) -> np.ndarray:
+    """NumPy twin of :func:`saturating_cast`."""
+    info = format_info(fmt)
+    x = flush_np(x)
+    if fmt == "float32":
+        return x
+    y = np.clip(x, np.float32(-info.max), np.float32(info.max))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return flush_np(y.astype(info.dtype).astype(np.float32))
+
+
+def cast_output_np(x: np.ndarray, fmt: str) -> np.ndarray:
+    """NumPy twin of :func:`cast_output`."""
+    info = format_info(fmt)
+    x = flush_np(x)
+    if fmt == "float32":
+        return x
+    with np.errstate(over="ignore", invalid="ignore"):
+        return flush_np(x.astype(info.dtype).astype(np.float32))

@@ -1,0 +1,127 @@
+"""The one entry point: ``matmul`` and its ``lax.dot_general``-compatible twin."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from contracts import MatmulSpec
+from kernels.formats import cast_output
+from kernels.matmul.fast import reduce_quantized
+from kernels.matmul.plan import make_plan
+from kernels.matmul.reference import matmul_reference
+from kernels.scaling import quantize_rows
+
+__all__ = ["emulated_dot_general", "matmul"]
+
+Impl = Literal["jax", "pallas", "numpy"]
+
+
+@partial(jax.jit, static_argnames=("spec", "impl", "splits", "interpret"))
+def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool | None):
+    plan = make_plan(spec, x.shape[1], splits)
+    xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
+    wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
+    if impl == "pallas":
+        from kernels.matmul.pallas import reduce_quantized_pallas
+
+        total = reduce_quantized_pallas(xq, sx, wq_t, sw_t, plan, interpret=interpret)
+    else:
+        total = reduce_quantized(xq, sx, wq_t, sw_t, plan)
+    return cast_output(total, plan.output)
+
+
+def matmul(
+    x: Float[Array, "... k"],
+    w: Float[Array, "k n"],
+    spec: MatmulSpec,
+    *,
+    impl: Impl = "jax",
+    splits: int = 1,
+    interpret: bool | None = None,
+) -> Float[Array, "... n"]:
+    """``x @ w`` with the arithmetic of ``spec`` (see :mod:`kernels.matmul` for the definition).
+
+    Args:
+      x: float array (..., K); leading axes are flattened into rows.
+      w: float array (K, N).
+      spec: the matmul arithmetic (hashable; static under ``jax.jit``).
+      impl: ``"jax"`` (vectorised), ``"pallas"`` (``pl.pallas_call``) or ``"numpy"`` (the
+        reference; needs concrete arrays, returns a NumPy array).
+      splits: number of contiguous K parts reduced independently and joined in float32.
+      interpret: Pallas interpret mode; ``None`` means interpret unless running on a GPU.
+
+    Returns:
+      float32 (..., N), every value representable in ``spec.output``.
+    """
+    if impl not in ("jax", "pallas", "numpy"):
+        raise ValueError(f"impl must be 'jax', 'pallas' or 'numpy', got {impl!r}")
+    if jnp.ndim(w) != 2 or jnp.ndim(x) < 1 or jnp.shape(x)[-1] != jnp.shape(w)[0]:
+        raise ValueError(f"matmul shapes do not fit: x {jnp.shape(x)}, w {jnp.shape(w)}")
+    make_plan(spec, int(jnp.shape(w)[0]), splits)  # validate before tracing
+    if impl == "numpy":
+        return matmul_reference(np.asarray(x), np.asarray(w), spec, splits=splits)
+    lead, k, n = jnp.shape(x)[:-1], jnp.shape(x)[-1], jnp.shape(w)[1]
+    rows = int(np.prod(lead)) if lead else 1
+    if rows == 0 or n == 0:
+        return jnp.zeros((*lead, n), jnp.float32)
+    x2 = jnp.reshape(jnp.asarray(x, jnp.float32), (rows, k))
+    with jax.enable_x64(True):
+        out = _matmul_2d(x2, jnp.asarray(w, jnp.float32), spec, impl, splits, interpret)
+    return out.reshape(*lead, n)
+
+
+def emulated_dot_general(
+    lhs: Float[Array, "*lhs"],
+    rhs: Float[Array, "*rhs"],
+    dimension_numbers,
+    spec: MatmulSpec,
+    *,
+    impl: Impl = "jax",
+    splits: int = 1,
+    interpret: bool | None = None,
+    precision=None,
+    preferred_element_type=None,
+) -> Float[Array, "*out"]:
+    """``lax.dot_general`` with the arithmetic of ``spec``; same argument and output layout.
+
+    Every batch element is an independent emulated matmul (its own scales). ``precision`` is
+    accepted for signature compatibility and ignored; ``preferred_element_type`` only sets the
+    dtype of the returned array (the values are those of ``spec.output``).
+    """
+    del precision
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+    lshape, rshape = jnp.shape(lhs), jnp.shape(rhs)
+    lfree = [d for d in range(len(lshape)) if d not in lc and d not in lb]
+    rfree = [d for d in range(len(rshape)) if d not in rc and d not in rb]
+    k = int(np.prod([lshape[d] for d in lc])) if lc else 1
+    bshape = [lshape[d] for d in lb]
+    mshape = [lshape[d] for d in lfree]
+    nshape = [rshape[d] for d in rfree]
+    b, m, n = int(np.prod(bshape)), int(np.prod(mshape)), int(np.prod(nshape))
+    xl = jnp.transpose(jnp.asarray(lhs), (*lb, *lfree, *lc)).reshape(b, m, k)
+    xr = jnp.transpose(jnp.asarray(rhs), (*rb, *rc, *rfree)).reshape(b, k, n)
+    if impl == "numpy":
+        out = (
+            np.stack(
+                [
+                    matmul(np.asarray(xl[i]), np.asarray(xr[i]), spec, impl="numpy", splits=splits)
+                    for i in range(b)
+                ]
+            )
+            if b
+            else np.zeros((0, m, n), np.float32)
+        )
+    else:
+        one = partial(matmul, spec=spec, impl=impl, splits=splits, interpret=interpret)
+        out = jax.vmap(one)(xl, xr) if b != 1 else one(xl[0], xr[0])[None]
+    out = out.reshape(*bshape, *mshape, *nshape)
+    if preferred_element_type is not None:
+        out = out.astype(preferred_element_type)
+    return out

@@ -1,0 +1,163 @@
+"""Scaling: how a float32 operand becomes low-precision values times float32 scales.
+
+A scaling mode is written as in the contract DSL:
+
+* ``per_tensor``: one scale for the whole operand;
+* ``per_row``: one scale per row of the left operand (per token) and per column of the
+  right operand (per output channel), i.e. per run along the reduction axis K;
+* ``block:N``: one scale per 1×N block along K, of each row (left) or column (right);
+* ``mx:N``: as ``block:N`` but the scale is a power of two (OCP Microscaling, E8M0 scales;
+  ``mx:32`` is the standard).
+
+Only the FP8 formats are scaled. Wider formats (float32, bfloat16, float16) are cast directly,
+with every scale equal to 1, whatever the mode says.
+
+Scale of one run ``a`` (``amax`` = the largest ``|a|`` over its finite entries, after binary32
+subnormals are flushed):
+
+* ``per_tensor``, ``per_row``, ``block:N``: ``s = amax / max_format`` in binary32 (rounded to
+  nearest even, flushed); ``s = 1`` when that is 0.
+* ``mx:N``: ``s = 2**clip(floor(log2 amax) - emax_format, -126, 127)``, ``s = 1`` when
+  ``amax = 0``. (E8M0 reaches ``2**-127``; that one value is a binary32 subnormal and is not
+  used.) The quantized values may exceed ``max_format`` before the cast; the cast saturates.
+
+Quantized value: ``q = saturating_cast(a / s, format)`` with the division in binary32.
+
+References:
+    Open Compute Project, "OCP Microscaling Formats (MX) Specification", v1.0, 2023 (shared
+    exponent ``floor(log2 amax) - emax_elem``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxtyping import Array, Float
+
+from kernels.formats import TINY, flush, flush_np, format_info, saturating_cast, saturating_cast_np
+
+__all__ = ["Scaling", "parse_scaling", "quantize_rows", "quantize_rows_np"]
+
+
+class Scaling(NamedTuple):
+    """A parsed scaling mode; ``block`` is the run length along K (None: the whole of K)."""
+
+    kind: Literal["per_tensor", "per_row", "block", "mx"]
+    block: int | None = None
+
+    @property
+    def varies_along_k(self) -> bool:
+        """True when the scale changes along the reduction axis (block and MX scaling)."""
+        return self.kind in ("block", "mx")
+
+
+def parse_scaling(text: str, fmt: str) -> Scaling:
+    """Parse a scaling mode; wider-than-FP8 formats are always unscaled (``per_tensor``).
+
+    Raises ``ValueError`` with the offending text for anything malformed.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"scaling must be a string, got {text!r}")
+    if text in ("per_tensor", "per_row"):
+        parsed = Scaling(text)
+    else:
+        kind, sep, size = text.partition(":")
+        if not sep or kind not in ("block", "mx") or not size.isdigit() or int(size) < 1:
+            raise ValueError(
+                f"scaling {text!r} is not one of per_tensor, per_row, block:N, mx:N "
+                "(N a positive integer)"
+            )
+        parsed = Scaling(kind, int(size))
+    if not format_info(fmt).is_fp8:
+        return Scaling("per_tensor")
+    return parsed
+
+
+def _runs_shape(k: int, scaling: Scaling) -> tuple[int, int]:
+    """(number of scale runs along K, run length) for an operand with K columns."""
+    if not scaling.varies_along_k:
+        return 1, k
+    nb = -(-k // scaling.block)
+    return nb, scaling.block
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX
+
+
+def _pow2_f32(e: Array) -> Array:
+    """2**e as float32 for integer ``e`` in [-126, 127], built from its bits (exact)."""
+    return lax.bitcast_convert_type(((e + 127) << 23).astype(jnp.int32), jnp.float32)
+
+
+def quantize_rows(
+    a: Float[Array, "rows k"], fmt: str, scaling: Scaling
+) -> tuple[Float[Array, "rows k"], Float[Array, "rows runs"]]:
+    """Quantize each row of ``a`` (runs along the last axis) to ``fmt``.
+
+    Returns ``(q, s)``: ``q`` float32 values representable in ``fmt`` and ``s`` the float32
+    scales, ``s[:, j]`` applying to columns ``[j * run, (j + 1) * run)``; ``a ≈ q * s``.
+    For ``per_tensor`` one scale is shared by all rows.
+    """
+    info = format_info(fmt)
+    a = flush(a.astype(jnp.float32))
+    rows, k = a.shape
+    if not info.is_fp8:
+        return saturating_cast(a, fmt), jnp.ones((rows, 1), jnp.float32)
+    nb, run = _runs_shape(k, scaling)
+    mag = jnp.where(jnp.isfinite(a), jnp.abs(a), 0.0)
+    if scaling.kind == "per_tensor":
+        amax = jnp.broadcast_to(jnp.max(mag, initial=0.0), (rows, 1))
+    else:
+        padded = jnp.pad(mag, ((0, 0), (0, nb * run - k)))
+        amax = jnp.max(padded.reshape(rows, nb, run), axis=2, initial=0.0)
+    if scaling.kind == "mx":
+        bits = lax.bitcast_convert_type(amax, jnp.int32)
+        e = ((bits >> 23) & 0xFF) - 127
+        s = _pow2_f32(jnp.clip(e - info.emax, -126, 127))
+        s = jnp.where(amax == 0, jnp.float32(1), s)
+    else:
+        s = flush(amax / jnp.float32(info.max))
+        s = jnp.where(s == 0, jnp.float32(1), s)
+    s_full = jnp.repeat(s, run, axis=1, total_repeat_length=nb * run)[:, :k]
+    return saturating_cast(a / s_full, fmt), s
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy
+
+
+def quantize_rows_np(a: np.ndarray, fmt: str, scaling: Scaling) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy twin of :func:`quantize_rows`, written separately for the reference."""
+    info = format_info(fmt)
+    a = flush_np(np.asarray(a, np.float32))
+    rows, k = a.shape
+    if not info.is_fp8:
+        return saturating_cast_np(a, fmt), np.ones((rows, 1), np.float32)
+    nb, run = _runs_shape(k, scaling)
+    s = np.ones((rows, nb), np.float32)
+    finite = np.isfinite(a)
+    for r in range(rows):
+        for j in range(nb):
+            if scaling.kind == "per_tensor":
+                vals = np.abs(a[finite])
+            else:
+                seg = a[r, j * run : (j + 1) * run]
+                vals = np.abs(seg[np.isfinite(seg)])
+            amax = np.float32(vals.max()) if vals.size else np.float32(0)
+            if amax == 0:
+                continue
+            if scaling.kind == "mx":
+                e = int(np.floor(np.log2(np.float64(amax))))  # amax is normal binary32
+                s[r, j] = np.float32(2.0 ** min(max(e - info.emax, -126), 127))
+            else:
+                v = np.float32(amax / np.float32(info.max))
+                if abs(v) >= np.float32(TINY):
+                    s[r, j] = v
+    col = np.minimum(np.arange(k) // run, nb - 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = saturating_cast_np(a / s[:, col], fmt)
+    return q, s
