@@ -1,1 +1,52 @@
-"""verify: z3 obligations, proof-carrying reports, the re-checker and the command line."""
+"""verify: z3 obligations, proof-carrying reports, the re-checker and the command line.
+
+Importing ``verify`` is light: the solver, sympy and the measuring code load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from verify.clauses import ClauseResult
+from verify.status import Status, worst
+
+__all__ = [
+    "ClauseResult",
+    "Obligation",
+    "Report",
+    "Status",
+    "check_report",
+    "discharge",
+    "enclose",
+    "encode",
+    "main",
+    "prove",
+    "report_json",
+    "run",
+    "synthesize",
+    "to_html",
+    "to_markdown",
+    "worst",
+]
+
+_LAZY = {
+    "Obligation": "verify.obligations",
+    "discharge": "verify.obligations",
+    "Report": "verify.report",
+    "report_json": "verify.report",
+    "enclose": "verify.enclosures",
+    "encode": "verify.encode",
+    "prove": "verify.solve",
+    "run": "verify.run",
+    "to_html": "verify.render",
+    "to_markdown": "verify.render",
+    "check_report": "verify.check",
+    "synthesize": "verify.synth",
+    "main": "verify.cli",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'verify' has no attribute {name!r}")
