@@ -1,1 +1,46 @@
-"""bounds: the lemmas of the bound chain, their symbolic derivation, witnesses and statistics."""
+"""bounds: the lemmas of the bound chain, their symbolic derivation, witnesses and statistics.
+
+Importing this package does not import JAX: JAX is loaded only by :func:`jax_function` (and
+``Lemma.jax``) when a JAX evaluator is built.
+"""
+
+from bounds.apriori import DriftBound, MatmulError, apriori_logit_drift, matmul_error, unit_roundoff
+from bounds.catalog import LEMMAS
+from bounds.derivation import Alternative, Derivation, Variable
+from bounds.derive import derive
+from bounds.evaluate import evaluate, evaluate_mp, jax_function, numpy_function
+from bounds.lemma import SYMBOLS, Lemma, Witness
+from bounds.stats import (
+    clopper_pearson_upper,
+    mean_ucb,
+    min_samples_quantile,
+    min_samples_rate,
+    quantile_ucb,
+)
+from bounds.synth import loosest
+
+__all__ = [
+    "LEMMAS",
+    "SYMBOLS",
+    "Alternative",
+    "Derivation",
+    "DriftBound",
+    "Lemma",
+    "MatmulError",
+    "Variable",
+    "Witness",
+    "apriori_logit_drift",
+    "clopper_pearson_upper",
+    "derive",
+    "evaluate",
+    "evaluate_mp",
+    "jax_function",
+    "loosest",
+    "matmul_error",
+    "mean_ucb",
+    "min_samples_quantile",
+    "min_samples_rate",
+    "numpy_function",
+    "quantile_ucb",
+    "unit_roundoff",
+]

@@ -75,11 +75,18 @@ class _Ctx:
     def tv_routes(self) -> list[Route]:
         out = []
         for f in self.premises.of("osc"):
-            out.append(Route("token_tv_tanh", sympy.tanh(f.expr / (4 * self.T)), (f,),
-                             (*f.chain, "token_tv_tanh")))
+            out.append(
+                Route(
+                    "token_tv_tanh",
+                    sympy.tanh(f.expr / (4 * self.T)),
+                    (f,),
+                    (*f.chain, "token_tv_tanh"),
+                )
+            )
         for f in self.premises.of("ratio"):
-            out.append(Route("ratio_to_tv", sympy.tanh(f.expr / 2), (f,),
-                             (*f.chain, "ratio_to_tv")))
+            out.append(
+                Route("ratio_to_tv", sympy.tanh(f.expr / 2), (f,), (*f.chain, "ratio_to_tv"))
+            )
         for f in self.premises.of("tv"):
             out.append(Route("tv_clause", f.expr, (f,), f.chain))
         return out
@@ -89,8 +96,9 @@ class _Ctx:
         for f in self.premises.of("osc"):
             s = f.expr / self.T
             out.append(Route("token_tv_linear", s / 4, (f,), (*f.chain, "token_tv_linear")))
-            out.append(Route("token_tv_exp", (sympy.exp(s) - 1) / 2, (f,),
-                             (*f.chain, "token_tv_exp")))
+            out.append(
+                Route("token_tv_exp", (sympy.exp(s) - 1) / 2, (f,), (*f.chain, "token_tv_exp"))
+            )
         return out
 
     def etv_routes(self) -> list[Route]:
@@ -99,16 +107,27 @@ class _Ctx:
     def kl_routes(self) -> list[Route]:
         out = []
         for f in self.premises.of("osc"):
-            out.append(Route("token_kl_exact", kl_tilt_sup(f.expr / self.T), (f,),
-                             (*f.chain, "token_kl_exact")))
+            out.append(
+                Route(
+                    "token_kl_exact",
+                    kl_tilt_sup(f.expr / self.T),
+                    (f,),
+                    (*f.chain, "token_kl_exact"),
+                )
+            )
         for f in self.premises.of("ratio"):
-            out.append(Route("ratio_to_kl", f.expr * sympy.tanh(f.expr / 2), (f,),
-                             (*f.chain, "ratio_to_kl")))
+            out.append(
+                Route(
+                    "ratio_to_kl", f.expr * sympy.tanh(f.expr / 2), (f,), (*f.chain, "ratio_to_kl")
+                )
+            )
         return out
 
     def log_ratio_routes(self) -> list[Route]:
-        out = [Route("token_log_ratio", f.expr / self.T, (f,), (*f.chain, "token_log_ratio"))
-               for f in self.premises.of("osc")]
+        out = [
+            Route("token_log_ratio", f.expr / self.T, (f,), (*f.chain, "token_log_ratio"))
+            for f in self.premises.of("osc")
+        ]
         out += [Route("log_ratio_clause", f.expr, (f,), f.chain) for f in self.premises.of("ratio")]
         return out
 
@@ -126,11 +145,21 @@ class _Ctx:
             etv = self.best(self.etv_routes())
             if etv is None:
                 return [], []
-            return [_combine("expected_sequence_tv", sympy.Min(1, L * etv.expr), etv,
-                             lemma="expected_sequence_tv")], []
+            return [
+                _combine(
+                    "expected_sequence_tv",
+                    sympy.Min(1, L * etv.expr),
+                    etv,
+                    lemma="expected_sequence_tv",
+                )
+            ], []
         exprs = sequence_routes(eps and eps.expr, kappa and kappa.expr, ratio and ratio.expr, L)
-        base = {"sequence_tv_coupling": eps, "sequence_tv_ratio": ratio,
-                "sequence_tv_pinsker": kappa, "sequence_tv_bretagnolle_huber": kappa}
+        base = {
+            "sequence_tv_coupling": eps,
+            "sequence_tv_ratio": ratio,
+            "sequence_tv_pinsker": kappa,
+            "sequence_tv_bretagnolle_huber": kappa,
+        }
         return [_combine(n, e, base[n], lemma=n) for n, e in exprs.items()], []
 
     def reward_drift(self) -> tuple[list[Route], list[Route]]:
@@ -149,7 +178,10 @@ class _Ctx:
         GA = self.const("G", g.score_norm) * self.const("A", g.advantage)
         if g.estimator == "plain":
             worst = self.tv_routes() or self.etv_routes()
-            return [_combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in worst], []
+            loose = self.loose_tv_routes() if self.tv_routes() else []
+            return [_combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in worst], [
+                _combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in loose
+            ]
         if g.cap is None or exact(g.cap) <= 1:
             raise _NoLemma(f"pg_bias with estimator {g.estimator!r} needs cap: c > 1")
         c = self.const("c", g.cap)
@@ -157,8 +189,9 @@ class _Ctx:
         out = []
         for f in self.premises.of("osc"):
             s = f.expr / self.T
-            form, lemma = (tis_drift(s, c), "pg_bias_tis") if tis else (mis_drift(s, c),
-                                                                         "pg_bias_mis")
+            form, lemma = (
+                (tis_drift(s, c), "pg_bias_tis") if tis else (mis_drift(s, c), "pg_bias_mis")
+            )
             out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma)))
         for f in self.premises.of("ratio"):
             form = tis_ratio(f.expr, c) if tis else mis_ratio(f.expr, c)
@@ -178,16 +211,31 @@ class _Ctx:
         if self.g.clip_epsilon is None:
             raise _NoLemma("clip_budget needs clip_epsilon")
         eps_c = self.const("clip_epsilon", self.g.clip_epsilon)
-        out = [Route("clip_budget", clip_budget_drift(f.expr / self.T, eps_c), (f,),
-                     (*f.chain, "token_log_ratio", "clip_budget"))
-               for f in self.premises.of("osc")]
-        out += [Route("clip_budget", (sympy.exp(f.expr) - 1) / eps_c, (f,),
-                      (*f.chain, "clip_budget")) for f in self.premises.of("ratio")]
+        out = [
+            Route(
+                "clip_budget",
+                clip_budget_drift(f.expr / self.T, eps_c),
+                (f,),
+                (*f.chain, "token_log_ratio", "clip_budget"),
+            )
+            for f in self.premises.of("osc")
+        ]
+        out += [
+            Route("clip_budget", (sympy.exp(f.expr) - 1) / eps_c, (f,), (*f.chain, "clip_budget"))
+            for f in self.premises.of("ratio")
+        ]
         return out, []
 
     def token_kl(self) -> tuple[list[Route], list[Route]]:
-        loose = [Route("token_kl_hoeffding", (f.expr / self.T) ** 2 / 8, (f,),
-                       (*f.chain, "token_kl_hoeffding")) for f in self.premises.of("osc")]
+        loose = [
+            Route(
+                "token_kl_hoeffding",
+                (f.expr / self.T) ** 2 / 8,
+                (f,),
+                (*f.chain, "token_kl_hoeffding"),
+            )
+            for f in self.premises.of("osc")
+        ]
         return self.kl_routes(), loose
 
     def token_log_ratio(self) -> tuple[list[Route], list[Route]]:
@@ -221,9 +269,18 @@ def _truncation_notes(contract: Contract) -> tuple[str, ...]:
 
 def _empty(g: Guarantee, reason: str, notes: tuple[str, ...] = ()) -> Derivation:
     return Derivation(
-        guarantee=g.id, quantity=g.quantity, chain=(), premises=tuple(g.from_), expr=None,
-        variables=(), constants=MappingProxyType({}), threshold=exact(g.max),
-        value=float("nan"), route="", reason=reason, notes=notes,
+        guarantee=g.id,
+        quantity=g.quantity,
+        chain=(),
+        premises=tuple(g.from_),
+        expr=None,
+        variables=(),
+        constants=MappingProxyType({}),
+        threshold=exact(g.max),
+        value=float("nan"),
+        route="",
+        reason=reason,
+        notes=notes,
     )
 
 
@@ -235,8 +292,7 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     prem = gather(contract, tuple(g.from_), T)
     notes += prem.unusable
     if prem.unknown:
-        return _empty(g, f"`from` names unknown clause(s): {', '.join(prem.unknown)}",
-                      tuple(notes))
+        return _empty(g, f"`from` names unknown clause(s): {', '.join(prem.unknown)}", tuple(notes))
     ctx = _Ctx(contract, g, prem)
     builder = getattr(ctx, g.quantity, None)
     if builder is None:
@@ -247,9 +303,8 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
         return _empty(g, str(e), tuple(notes))
     if not routes:
         kinds = sorted({f.kind for f in prem.facts})
-        why = (
-            f"no lemma gives {g.quantity} from the premises {list(g.from_)}"
-            + (f" (they give: {', '.join(kinds)})" if kinds else " (none of them is usable)")
+        why = f"no lemma gives {g.quantity} from the premises {list(g.from_)}" + (
+            f" (they give: {', '.join(kinds)})" if kinds else " (none of them is usable)"
         )
         if g.quantity in _PER_TOKEN_ONLY and "etv" in kinds:
             why += "; a statistical clause bounds only an expectation, and this quantity needs "
@@ -257,17 +312,20 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
         return _empty(g, why, tuple(notes))
     scored = sorted(((ctx.value(r), i, r) for i, r in enumerate(routes)), key=lambda t: t[:2])
     value, _, win = scored[0]
-    alternatives = tuple(
-        Alternative(r.name, r.expr, v) for v, _, r in scored[1:]
-    ) + tuple(Alternative(r.name, r.expr, ctx.value(r)) for r in loose)
+    alternatives = tuple(Alternative(r.name, r.expr, v) for v, _, r in scored[1:]) + tuple(
+        Alternative(r.name, r.expr, ctx.value(r)) for r in loose
+    )
     for f in win.facts:
         notes += f.notes
     variables: list[Variable] = []
     for f in win.facts:
         variables += [v for v in f.variables if v not in variables]
     names = {s.name for s in win.expr.free_symbols}
-    constants = {k: v for k, v in ctx.values(win.facts).items() if k in names}
     variables = [v for v in variables if v.name in names]
+    var_names = {v.name for v in variables}
+    constants = {
+        k: v for k, v in ctx.values(win.facts).items() if k in names and k not in var_names
+    }
     clause_ids = tuple(dict.fromkeys(c for f in win.facts for c in f.clauses))
     assumptions = tuple(g.assume)
     if g.quantity == "pg_bias" and "support_overlap" not in assumptions:
@@ -279,8 +337,10 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     if confidences:
         extra["confidence"] = min(confidences)
         if len(confidences) > 1:
-            notes.append("several statistical premises: each holds at its own confidence; "
-                         "jointly at least 1 − Σ(1 − c_i) by the union bound")
+            notes.append(
+                "several statistical premises: each holds at its own confidence; "
+                "jointly at least 1 − Σ(1 − c_i) by the union bound"
+            )
             extra["confidence"] = max(0.0, 1 - sum(1 - c for c in confidences))
     return Derivation(
         guarantee=g.id,

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 Vector = Float[np.ndarray, "vocab"]
+Counts = Float[np.ndarray, "n_plus_1"]
 
 
 def log_softmax(z: Vector, temperature: float) -> Vector:
@@ -100,7 +101,7 @@ def clip_share(z: Vector, z_prime: Vector, temperature: float, clip_epsilon: flo
     return float(np.max(np.maximum(w - 1.0, 1.0 - w)) / clip_epsilon)
 
 
-def _log_binomial_pmf(n: int, p: float) -> Float[np.ndarray, "n_plus_1"]:
+def _log_binomial_pmf(n: int, p: float) -> Counts:
     k = np.arange(n + 1, dtype=np.float64)
     log_choose = np.array(
         [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n + 1)]

@@ -113,8 +113,16 @@ def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
             f"{where}: P({c.metric} > level) ≤ ρ bounds only the mean per-token TV, "
             "(1 − ρ)·(TV below the level) + ρ; the guarantee is read as an expectation"
         )
-        return Fact("etv", expr, variables, consts, (c.id,), (*chain, "expected_tv_exceedance"),
-                    (note,), conf)
+        return Fact(
+            "etv",
+            expr,
+            variables,
+            consts,
+            (c.id,),
+            (*chain, "expected_tv_exceedance"),
+            (note,),
+            conf,
+        )
     if c.metric == "tv" and c.statistic == "mean":
         v = _var("mean", c.id, c.max)
         note = f"{where}: bounds the mean per-token TV; the guarantee is read as an expectation"

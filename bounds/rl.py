@@ -62,9 +62,7 @@ def mis_ratio(r_: sympy.Expr, cap: sympy.Expr) -> sympy.Expr:
     The second is the supremum when e^r > c (approached with w ↓ c on the masked set); the
     supremum jumps to 0 at e^r ≤ c, which no continuous closed form can follow.
     """
-    return sympy.Min(
-        mis_drift(2 * r_, cap), cap * (sympy.exp(r_) - 1) / (cap * sympy.exp(r_) - 1)
-    )
+    return sympy.Min(mis_drift(2 * r_, cap), cap * (sympy.exp(r_) - 1) / (cap * sympy.exp(r_) - 1))
 
 
 def clip_budget_drift(s: sympy.Expr, clip_epsilon: sympy.Expr) -> sympy.Expr:
@@ -84,8 +82,13 @@ def _w_reward(osc: float, T: float, span: float) -> Witness:
     lp, lq = measure.log_softmax(z, T), measure.log_softmax(zp, T)
     reward = np.where(lq > lp, span, 0.0)  # indicator of {π' > π}, scaled to [0, span]
     achieved = abs(float(np.sum(np.exp(lq) * reward) - np.sum(np.exp(lp) * reward)))
-    return Witness("reward_drift_tv", {"osc": osc, "T": T, "span": span}, achieved,
-                   span * math.tanh(s / 4), {"z": z, "z_prime": zp, "T": T, "reward": reward})
+    return Witness(
+        "reward_drift_tv",
+        {"osc": osc, "T": T, "span": span},
+        achieved,
+        span * math.tanh(s / 4),
+        {"z": z, "z_prime": zp, "T": T, "reward": reward},
+    )
 
 
 def _w_plain(osc: float, T: float, G: float, A: float) -> Witness:
@@ -95,8 +98,13 @@ def _w_plain(osc: float, T: float, G: float, A: float) -> Witness:
     q = np.exp(measure.log_softmax(zp, T))
     g = G * A * np.sign(w - 1.0)  # ∇log π·A, one coordinate, aligned with the bias
     achieved = abs(float(np.sum(q * (w - 1.0) * g)))
-    return Witness("pg_bias_plain", {"osc": osc, "T": T, "G": G, "A": A}, achieved,
-                   2 * G * A * math.tanh(s / 4), {"z": z, "z_prime": zp, "T": T, "g": g})
+    return Witness(
+        "pg_bias_plain",
+        {"osc": osc, "T": T, "G": G, "A": A},
+        achieved,
+        2 * G * A * math.tanh(s / 4),
+        {"z": z, "z_prime": zp, "T": T, "g": g},
+    )
 
 
 def _w_tis(osc: float, T: float, c: float, G: float = 1.0, A: float = 1.0) -> Witness:
@@ -106,8 +114,13 @@ def _w_tis(osc: float, T: float, c: float, G: float = 1.0, A: float = 1.0) -> Wi
     q = (math.sqrt(e / c) - 1) / math.expm1(s) if e > c else 0.5
     z, zp = _pair_from_probs(q, s, T)
     achieved = G * A * measure.tis_excess(z, zp, T, c)
-    return Witness("pg_bias_tis", {"osc": osc, "T": T, "c": c, "G": G, "A": A}, achieved,
-                   bound, {"z": z, "z_prime": zp, "T": T})
+    return Witness(
+        "pg_bias_tis",
+        {"osc": osc, "T": T, "c": c, "G": G, "A": A},
+        achieved,
+        bound,
+        {"z": z, "z_prime": zp, "T": T},
+    )
 
 
 def _w_mis(osc: float, T: float, c: float, G: float = 1.0, A: float = 1.0) -> Witness:
@@ -117,8 +130,13 @@ def _w_mis(osc: float, T: float, c: float, G: float = 1.0, A: float = 1.0) -> Wi
     b = (e / c - 1) / math.expm1(s) * (1 - 1e-9) if e > c else 0.5
     z, zp = _pair_from_probs(b, s, T)
     achieved = G * A * measure.mis_masked_mass(z, zp, T, c)
-    return Witness("pg_bias_mis", {"osc": osc, "T": T, "c": c, "G": G, "A": A}, achieved,
-                   bound, {"z": z, "z_prime": zp, "T": T})
+    return Witness(
+        "pg_bias_mis",
+        {"osc": osc, "T": T, "c": c, "G": G, "A": A},
+        achieved,
+        bound,
+        {"z": z, "z_prime": zp, "T": T},
+    )
 
 
 def _w_clip(osc: float, T: float, clip_epsilon: float) -> Witness:
@@ -127,8 +145,13 @@ def _w_clip(osc: float, T: float, clip_epsilon: float) -> Witness:
     zp = z + np.array([0.0, osc])  # token 1 gains: its ratio π/π' tends to e^{−osc/T}
     z, zp = zp, z  # swap: now π(1)/π'(1) tends to e^{+osc/T}
     achieved = measure.clip_share(z, zp, T, clip_epsilon)
-    return Witness("clip_budget", {"osc": osc, "T": T, "clip_epsilon": clip_epsilon},
-                   achieved, math.expm1(osc / T) / clip_epsilon, {"z": z, "z_prime": zp, "T": T})
+    return Witness(
+        "clip_budget",
+        {"osc": osc, "T": T, "clip_epsilon": clip_epsilon},
+        achieved,
+        math.expm1(osc / T) / clip_epsilon,
+        {"z": z, "z_prime": zp, "T": T},
+    )
 
 
 def _w_exceed(osc: float, T: float, rho: float) -> Witness:
@@ -137,9 +160,13 @@ def _w_exceed(osc: float, T: float, rho: float) -> Witness:
     typical = measure.tv(z, zp, T)
     zb, zbp = tilt_pair(1.0 / (1.0 + math.exp(40.0)), 80.0, 1.0)  # an exceeding token
     achieved = (1 - rho) * typical + rho * measure.tv(zb, zbp, 1.0)
-    return Witness("expected_tv_exceedance", {"osc": osc, "T": T, "rho": rho}, achieved,
-                   (1 - rho) * math.tanh(s / 4) + rho,
-                   {"typical": (z, zp), "exceeding": (zb, zbp), "rho": rho})
+    return Witness(
+        "expected_tv_exceedance",
+        {"osc": osc, "T": T, "rho": rho},
+        achieved,
+        (1 - rho) * math.tanh(s / 4) + rho,
+        {"typical": (z, zp), "exceeding": (zb, zbp), "rho": rho},
+    )
 
 
 _TOK = "per-token ‖∇ log π(y)‖ ≤ G and |A(y)| ≤ A (assumptions of the guarantee)"

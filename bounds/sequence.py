@@ -100,12 +100,15 @@ def _witness_for(name: str):
     def witness(osc: float, T: float, L: int) -> Witness:
         s, p, achieved = _drift_instance(osc, T, L)
         s_ = sympy.Float(s, 30)
-        routes = sequence_routes(
-            sympy.tanh(s_ / 4), kl_tilt_sup(s_), s_, sympy.Integer(L)
-        )
+        routes = sequence_routes(sympy.tanh(s_ / 4), kl_tilt_sup(s_), s_, sympy.Integer(L))
         bound = float(routes[name].evalf(30))
-        return Witness(name, {"osc": osc, "T": T, "L": L}, achieved, bound,
-                       {"p": p, "p_prime": _tilted(p, s), "L": L, "iid": True})
+        return Witness(
+            name,
+            {"osc": osc, "T": T, "L": L},
+            achieved,
+            bound,
+            {"p": p, "p_prime": _tilted(p, s), "L": L, "iid": True},
+        )
 
     return witness
 
@@ -114,12 +117,19 @@ def _witness_coupling(eps: float, L: int) -> Witness:
     # π: always token a; π': token a with probability 1 − ε, else b. TV_L = 1 − (1 − ε)^L.
     achieved = -math.expm1(L * math.log1p(-eps)) if eps < 1 else 1.0
     bound = 1 - (1 - eps) ** L
-    return Witness("sequence_tv_coupling", {"eps": eps, "L": L}, achieved, bound,
-                   {"step": ((1.0, 0.0), (1 - eps, eps)), "L": L, "iid": True})
+    return Witness(
+        "sequence_tv_coupling",
+        {"eps": eps, "L": L},
+        achieved,
+        bound,
+        {"step": ((1.0, 0.0), (1 - eps, eps)), "L": L, "iid": True},
+    )
 
 
-_AUTOREG = "both sequence laws are autoregressive and the per-token premise holds at every " \
+_AUTOREG = (
+    "both sequence laws are autoregressive and the per-token premise holds at every "
     "step for every prefix"
+)
 
 SEQUENCE_LEMMAS: tuple[Lemma, ...] = (
     Lemma(

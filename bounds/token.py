@@ -50,8 +50,9 @@ def _witness_drift(delta: float) -> Witness:
     z = np.zeros(2)
     zp = np.array([delta, -delta])
     achieved = float(np.max(zp - z) - np.min(zp - z))
-    return Witness("drift_to_oscillation", {"delta": delta}, achieved, 2 * delta,
-                   {"z": z, "z_prime": zp})
+    return Witness(
+        "drift_to_oscillation", {"delta": delta}, achieved, 2 * delta, {"z": z, "z_prime": zp}
+    )
 
 
 def _witness_log_ratio(osc: float, T: float, eta: float = 1e-12) -> Witness:
@@ -59,16 +60,18 @@ def _witness_log_ratio(osc: float, T: float, eta: float = 1e-12) -> Witness:
     z = T * np.array([math.log1p(-eta), math.log(eta)])
     zp = z + np.array([osc, 0.0])
     achieved = measure.max_abs_log_ratio(z, zp, T)
-    return Witness("token_log_ratio", {"osc": osc, "T": T}, achieved, osc / T,
-                   {"z": z, "z_prime": zp, "T": T})
+    return Witness(
+        "token_log_ratio", {"osc": osc, "T": T}, achieved, osc / T, {"z": z, "z_prime": zp, "T": T}
+    )
 
 
 def _witness_ratio_tv(r: float) -> Witness:
     # π = softmax(0, r), π' = softmax(r, 0): w = e^{∓r} and TV = tanh(r/2).
     z, zp = np.array([0.0, r]), np.array([r, 0.0])
     achieved = measure.tv(z, zp, 1.0)
-    return Witness("ratio_to_tv", {"r": r}, achieved, math.tanh(r / 2),
-                   {"z": z, "z_prime": zp, "T": 1.0})
+    return Witness(
+        "ratio_to_tv", {"r": r}, achieved, math.tanh(r / 2), {"z": z, "z_prime": zp, "T": 1.0}
+    )
 
 
 def _witness_tv(osc: float, T: float) -> Witness:
@@ -76,8 +79,13 @@ def _witness_tv(osc: float, T: float) -> Witness:
     p = 1.0 / (1.0 + math.exp(min(s / 2, 700.0)))  # π-mass on the side the tilt raises
     z, zp = tilt_pair(p, s, T)
     achieved = measure.tv(z, zp, T)
-    return Witness("token_tv_tanh", {"osc": osc, "T": T}, achieved, math.tanh(s / 4),
-                   {"z": z, "z_prime": zp, "T": T})
+    return Witness(
+        "token_tv_tanh",
+        {"osc": osc, "T": T},
+        achieved,
+        math.tanh(s / 4),
+        {"z": z, "z_prime": zp, "T": T},
+    )
 
 
 def _witness_kl(osc: float, T: float, reverse: bool = False) -> Witness:
@@ -88,8 +96,13 @@ def _witness_kl(osc: float, T: float, reverse: bool = False) -> Witness:
     if reverse:  # KL(π'‖π) of the swapped pair is KL(π‖π') of this one
         z, zp = zp, z
     achieved = measure.kl(z, zp, T, reverse=reverse)
-    return Witness("token_kl_hoeffding", {"osc": osc, "T": T}, achieved, s * s / 8,
-                   {"z": z, "z_prime": zp, "T": T})
+    return Witness(
+        "token_kl_hoeffding",
+        {"osc": osc, "T": T},
+        achieved,
+        s * s / 8,
+        {"z": z, "z_prime": zp, "T": T},
+    )
 
 
 def _witness_kl_exact(osc: float, T: float) -> Witness:
@@ -101,8 +114,9 @@ def _witness_kl_exact(osc: float, T: float) -> Witness:
 def _witness_ratio_kl(r: float) -> Witness:
     z, zp = np.array([0.0, r]), np.array([r, 0.0])
     achieved = measure.kl(z, zp, 1.0)
-    return Witness("ratio_to_kl", {"r": r}, achieved, r * math.tanh(r / 2),
-                   {"z": z, "z_prime": zp, "T": 1.0})
+    return Witness(
+        "ratio_to_kl", {"r": r}, achieved, r * math.tanh(r / 2), {"z": z, "z_prime": zp, "T": 1.0}
+    )
 
 
 _TILT = "π' = π·e^{Δ/T}/E_π[e^{Δ/T}] (softmax at a common temperature T)"
@@ -124,8 +138,7 @@ TOKEN_LEMMAS: tuple[Lemma, ...] = (
         conclusion="|log w(y)| ≤ osc/T for every token y",
         assumptions=(_TILT,),
         expr=osc / T,
-        reference="log w(y) = −Δ_y/T + log E_π[e^{Δ/T}], and the log-mean lies in "
-        "[min Δ, max Δ]/T",
+        reference="log w(y) = −Δ_y/T + log E_π[e^{Δ/T}], and the log-mean lies in [min Δ, max Δ]/T",
         tightness="supremum, approached as π(y) → 0",
         witness=_witness_log_ratio,
     ),

@@ -1,0 +1,198 @@
+"""A priori logit drift from kernel specs: rounding-error bounds for the LM-head matmul.
+
+The arithmetic follows ``contracts.MatmulSpec`` (DESIGN §7): inputs cast to ``inputs`` (round
+to nearest, with scaling chosen so nothing saturates or underflows); exact products; each group
+of ``group`` products added to a running accumulator of ``mantissa_bits`` bits and rounded
+once (``rounding``); every ``promote_every`` elements the partial sum joins an fp32 sum; the
+result is cast to ``output``. Each term of y = Σ x_i w_i therefore reaches ŷ through a chain
+of at most 2 + m₁ + m₂ + 1 roundings, ŷ − y = Σ x_i w_i (Π_j (1 + δ_ij) − 1), and
+|ŷ − y| ≤ θ·Σ|x_i w_i| ≤ θ·‖x‖₂·‖w‖₂.
+
+- Deterministic (worst case, block-FMA style): θ = Π_steps (1 + γ_m(u)) − 1 with
+  γ_m(u) = m·u/(1 − m·u).
+- Probabilistic (√n type): the rounding errors δ_ij of round-to-nearest steps are modelled as
+  independent with mean zero; then |Σ_j log(1 + δ_ij)| ≤ t + Σ_j u_j²/(2(1 − u_j)) except with
+  probability 2·exp(−2t²/Σ_j w_j²), w_j = log((1 + u_j)/(1 − u_j)) (Hoeffding), union-bounded
+  over every term and output. Round-toward-zero errors all have the sign of −x, so they are not
+  mean-zero: those steps always keep the deterministic factor.
+
+References:
+    Higham, "Accuracy and Stability of Numerical Algorithms" (2nd ed., 2002), §3.1 (γ_n).
+    Blanchard, Higham, Lopez, Mary & Pranesh, "Mixed precision block fused multiply-add",
+        SIAM J. Sci. Comput. 42 (2020).
+    Higham & Mary, "A new approach to probabilistic rounding error analysis", SIAM J. Sci.
+        Comput. 41 (2019).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from contracts import MatmulSpec
+
+__all__ = [
+    "FORMAT_MANTISSA",
+    "DriftBound",
+    "MatmulError",
+    "apriori_logit_drift",
+    "matmul_error",
+    "unit_roundoff",
+]
+
+FORMAT_MANTISSA = {
+    "float32": 23,
+    "bfloat16": 7,
+    "float16": 10,
+    "float8_e4m3fn": 3,
+    "float8_e5m2": 2,
+}
+_FP32_U = 2.0**-24
+
+Model = Literal["deterministic", "probabilistic"]
+
+_ASSUMPTIONS = (
+    "inputs are cast with round-to-nearest after scaling; no value saturates or falls into the "
+    "subnormal range (scale factors are powers of two and exact)",
+    "products are exact; each group of `group` products is summed exactly and rounded once "
+    "into the accumulator",
+    "the reference is the exact product of the kernel's (unquantised) operands; upstream "
+    "layers are out of scope (this bounds one matmul)",
+)
+_PROB_ASSUMPTION = (
+    "probabilistic model: round-to-nearest errors are independent with mean zero (a model, "
+    "exact for stochastic rounding); round-toward-zero steps are biased and keep the "
+    "deterministic bound"
+)
+
+
+def unit_roundoff(mantissa_bits: int, rounding: str = "nearest_even") -> float:
+    """Largest relative rounding error: 2^{−(p+1)} to nearest, 2^{−p} toward zero."""
+    if mantissa_bits < 1:
+        raise ValueError("mantissa_bits must be ≥ 1")
+    if rounding == "nearest_even":
+        return 2.0 ** -(mantissa_bits + 1)
+    if rounding == "toward_zero":
+        return 2.0**-mantissa_bits
+    raise ValueError(f"unknown rounding {rounding!r}")
+
+
+def _gamma(m: int, u: float) -> float:
+    return math.inf if m * u >= 1 else m * u / (1 - m * u)
+
+
+@dataclass(frozen=True)
+class MatmulError:
+    """|ŷ − y| ≤ relative·Σ|x_i w_i| for every output of one K-long dot product."""
+
+    relative: float
+    model: Model
+    k: int
+    steps: tuple[tuple[str, int, float, bool], ...]  # (stage, roundings, unit roundoff, RN?)
+    confidence: float | None  # probabilistic only: P(the bound holds for all outputs)
+    assumptions: tuple[str, ...]
+
+
+def _steps(spec: MatmulSpec, k: int) -> tuple[tuple[str, int, float, bool], ...]:
+    u_in = 0.0 if spec.inputs == "float32" else unit_roundoff(FORMAT_MANTISSA[spec.inputs])
+    acc = spec.accumulator
+    u_acc = unit_roundoff(acc.mantissa_bits, acc.rounding)
+    chunk = k if spec.promote_every is None else min(spec.promote_every, k)
+    m_acc = math.ceil(chunk / max(spec.group, 1))
+    m_promote = 0 if spec.promote_every is None else math.ceil(k / chunk)
+    narrow_out = spec.output != "float32"
+    u_out = unit_roundoff(FORMAT_MANTISSA[spec.output]) if narrow_out else 0.0
+    return (
+        ("input cast", 2 if u_in else 0, u_in, True),
+        ("accumulator", m_acc, u_acc, acc.rounding == "nearest_even"),
+        ("fp32 promotion", m_promote, _FP32_U, True),
+        ("output cast", 1 if u_out else 0, u_out, True),
+    )
+
+
+def matmul_error(
+    spec: MatmulSpec,
+    k: int,
+    *,
+    model: Model = "deterministic",
+    confidence: float = 0.99,
+    outputs: int = 1,
+) -> MatmulError:
+    """The relative error factor θ of one length-``k`` dot product computed as ``spec`` says.
+
+    ``outputs`` is how many dot products the probabilistic bound must cover at once (the
+    vocabulary size for a logit drift); it enters only through the union bound.
+    """
+    if k < 1:
+        raise ValueError("k must be ≥ 1")
+    steps = _steps(spec, k)
+    det = 1.0
+    for _, m, u, _rn in steps:
+        det *= 1 + _gamma(m, u)
+    if model == "deterministic":
+        return MatmulError(det - 1, model, k, steps, None, _ASSUMPTIONS)
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must lie in (0, 1)")
+    biased = 1.0
+    width2 = bias = 0.0
+    for _, m, u, rn in steps:
+        if m == 0:
+            continue
+        if rn:
+            width2 += m * math.log((1 + u) / (1 - u)) ** 2
+            bias += m * u * u / (2 * (1 - u))
+        else:
+            biased *= 1 + _gamma(m, u)
+    beta = (1 - confidence) / (k * outputs)  # union over every term of every output
+    t = math.sqrt(width2 * math.log(2 / beta) / 2)
+    prob = math.exp(t + bias) * biased - 1
+    return MatmulError(
+        min(prob, det - 1), model, k, steps, confidence, (*_ASSUMPTIONS, _PROB_ASSUMPTION)
+    )
+
+
+@dataclass(frozen=True)
+class DriftBound:
+    """‖z_train − z_inf‖∞ ≤ delta, from both kernels' errors against the exact product."""
+
+    delta: float
+    train: MatmulError
+    inference: MatmulError
+    x_norm: float
+    w_norm: float
+    model: Model
+    confidence: float | None
+
+
+def apriori_logit_drift(
+    train: MatmulSpec,
+    inference: MatmulSpec,
+    k: int,
+    x_norm: float,
+    w_norm: float,
+    *,
+    model: Model = "deterministic",
+    confidence: float = 0.99,
+    vocab_size: int = 1,
+) -> DriftBound:
+    """A bound on the LM head's logit drift: (θ_train + θ_inf)·‖x‖₂·max_j ‖W_{:, j}‖₂.
+
+    ``x_norm`` bounds the ℓ2 norm of the final hidden state and ``w_norm`` the ℓ2 norm of
+    every LM-head column, so Σ_i |x_i W_ij| ≤ x_norm·w_norm by Cauchy–Schwarz. In the
+    probabilistic model each kernel gets half of the failure probability.
+    """
+    if not (x_norm >= 0 and w_norm >= 0 and math.isfinite(x_norm * w_norm)):
+        raise ValueError("x_norm and w_norm must be finite and ≥ 0")
+    conf = 1 - (1 - confidence) / 2
+    kw = {"model": model, "confidence": conf, "outputs": vocab_size}
+    et, ei = matmul_error(train, k, **kw), matmul_error(inference, k, **kw)
+    return DriftBound(
+        delta=(et.relative + ei.relative) * x_norm * w_norm,
+        train=et,
+        inference=ei,
+        x_norm=x_norm,
+        w_norm=w_norm,
+        model=model,
+        confidence=confidence if model == "probabilistic" else None,
+    )
