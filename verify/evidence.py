@@ -100,9 +100,9 @@ def _worst(col: str, values: np.ndarray) -> tuple[np.ndarray, int]:
     return values, n
 
 
-def _summarize(columns, prompt_names, thresholds, slices, metric_skip):
+def _summarize(columns, prompt_names, thresholds, slices, metric_skip, cap=None):
     """Summaries of every needed (slice, column) of one token table (one shard)."""
-    from kernels.summary import MissingColumn, select, summarize
+    from kernels.summary import DEFAULT_CAP, MissingColumn, select, summarize
 
     out, nonfinite, slice_skip = {}, {}, {}
     for name, sl in slices.items():
@@ -117,7 +117,7 @@ def _summarize(columns, prompt_names, thresholds, slices, metric_skip):
             if col in metric_skip:
                 continue
             values, bad = _worst(col, np.asarray(columns[col], dtype=np.float64)[keep])
-            out[(name, col)] = summarize(values, thresholds=ts)
+            out[(name, col)] = summarize(values, thresholds=ts, cap=cap or DEFAULT_CAP)
             nonfinite[(name, col)] = bad
     return out, nonfinite, slice_skip
 
@@ -287,7 +287,9 @@ def _emulate_source(contract, stream) -> _Source:
     columns["log_ratio"] = np.asarray(table["log_ratio"], dtype=np.float64)
     columns["abs_log_ratio"] = np.abs(columns["log_ratio"])
     columns["kl"] = np.maximum(table["kl_train_inf"], table["kl_inf_train"])
-    summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {})
+    # an emulated table is in memory whole: keep every value exact (means need them)
+    n = int(columns["abs_log_ratio"].shape[0])
+    summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
     data_sha = _table_sha256(table)
     config = {
         "emulate": dataclasses.asdict(ev),
@@ -386,62 +388,65 @@ def _numerical(clause, source) -> ClauseResult:
 
 
 def _quantile_lcb(s, q: float, confidence: float) -> float:
-    """X_(k) with the largest k such that P(Binom(n, q) ≥ k) ≥ confidence; −inf if none.
+    """X_(k) for the largest k with P(Binom(n, q) ≥ k) ≥ confidence; −inf when there is none.
 
-    P(X_(k) > Q(q)) ≤ P(Binom(n, q) ≤ k − 1), and that is ≤ 1 − confidence exactly when the
-    Clopper–Pearson upper bound for k − 1 successes is ≤ q.
+    X_(k) > ξ_q needs at most k − 1 samples ≤ ξ_q, and P(X ≤ ξ_q) ≥ q, so
+    P(X_(k) > ξ_q) ≤ P(Binom(n, q) ≤ k − 1) ≤ 1 − confidence: X_(k) is a lower bound.
     """
-    from bounds import clopper_pearson_upper
+    from bounds.stats import binomial_cdf
 
-    lo, hi = 0, s.count  # largest k in [1, n] with cp_upper(k − 1) ≤ q; 0 if none
+    need = confidence + 1e-9  # rounding slack against a violated verdict
+    lo, hi = 0, s.count  # the largest k in [1, n] that qualifies; 0 when none does
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if clopper_pearson_upper(mid - 1, s.count, confidence) <= q:
+        if 1.0 - binomial_cdf(mid - 1, s.count, q) >= need:
             lo = mid
         else:
             hi = mid - 1
     return -math.inf if lo == 0 else s.order_statistic(lo)[0]
 
 
-def _statistical_bounds(clause, col, s) -> tuple[float, float, float, str]:
-    """(point estimate, upper bound, lower bound, how) of the clause's statistic."""
-    import bounds
+def _rate_bounds(k: int, n: int, c: float):
+    from bounds import clopper_pearson_upper
+
+    ucb = float(clopper_pearson_upper(k, n, c))
+    return ucb, lambda: 1.0 - float(clopper_pearson_upper(n - k, n, c))
+
+
+def _statistical_bounds(clause, col, s):
+    """(point estimate, upper bound, lower bound thunk, how) of the clause's statistic."""
+    from bounds import mean_ucb, quantile_ucb
 
     c, n = clause.confidence, s.count
     if clause.statistic == "quantile":
         q = clause.q
-        k = max(1, math.ceil(q * n))
-        value = s.order_statistic(k)[1]
-        ucb = float(bounds.quantile_ucb(s.upper_values(), q, c))
-        how = f"order-statistic upper bound of the {q:g}-quantile"
-        return value, ucb, _quantile_lcb(s, q, c), how
+        value = s.order_statistic(max(1, math.ceil(q * n)))[1]
+        ucb = float(quantile_ucb(s.upper_values(), q, c))
+        how = f"order-statistic bound of the {q:g}-quantile"
+        return value, ucb, lambda: _quantile_lcb(s, q, c), how
     if clause.statistic == "exceed_rate":
         k = s.exceed_count(float(clause.threshold))
-        ucb = float(bounds.clopper_pearson_upper(k, n, c))
-        lcb = 1.0 - float(bounds.clopper_pearson_upper(n - k, n, c))
+        ucb, lcb = _rate_bounds(k, n, c)
         how = f"Clopper–Pearson bound of P({col} > {clause.threshold:g}) ({k} of {n} tokens)"
         return k / n, ucb, lcb, how
-    if clause.statistic == "mean":
-        if col not in _RANGE:
-            return (
-                s.mean,
-                math.inf,
-                -math.inf,
-                (
-                    f"the mean of {col} has no distribution-free confidence bound (its range is "
-                    "unbounded); use a quantile or exceed_rate clause"
-                ),
-            )
-        if col in _BINARY and s.total == round(s.total):
-            k = round(s.total)
-            ucb = float(bounds.clopper_pearson_upper(k, n, c))
-            lcb = 1.0 - float(bounds.clopper_pearson_upper(n - k, n, c))
-            return k / n, ucb, lcb, f"Clopper–Pearson bound of the rate ({k} of {n} tokens)"
-        lo, hi = _RANGE[col]
-        ucb = float(bounds.mean_ucb(s.upper_values(), lo, hi, c))
-        lcb = -float(bounds.mean_ucb(-s.lower_values()[::-1], -hi, -lo, c))
-        return s.mean, ucb, lcb, f"bounded-mean bound on [{lo:g}, {hi:g}]"
-    raise ValueError(f"unknown statistic {clause.statistic!r}")
+    none = lambda: -math.inf  # noqa: E731
+    if col not in _RANGE:
+        how = (
+            f"the mean of {col} has no distribution-free confidence bound (its range is "
+            "unbounded); use a quantile or exceed_rate clause"
+        )
+        return s.mean, math.inf, none, how
+    if col in _BINARY and s.total == round(s.total):
+        k = round(s.total)
+        ucb, lcb = _rate_bounds(k, n, c)
+        return k / n, ucb, lcb, f"Clopper–Pearson bound of the rate ({k} of {n} tokens)"
+    if not s.is_exact:
+        how = "the bounded-mean bound needs exact values and this summary is a histogram"
+        return s.mean, math.inf, none, how
+    lo, hi = _RANGE[col]
+    ucb = float(mean_ucb(s.values, lo, hi, c))
+    lcb = lambda: -float(mean_ucb(-s.values, -hi, -lo, c))  # noqa: E731
+    return s.mean, ucb, lcb, f"bounded-mean bound on [{lo:g}, {hi:g}]"
 
 
 def _statistical(clause, slice_name: str, source) -> ClauseResult:
@@ -471,41 +476,36 @@ def _statistical(clause, slice_name: str, source) -> ClauseResult:
         return done(Status.INCONCLUSIVE, f"{s.count} tokens < min_samples {clause.min_samples}")
     if col in source.metric_caveat:
         return done(Status.INCONCLUSIVE, source.metric_caveat[col])
+    bad = source.nonfinite.get((slice_name, col), 0)
+    extra = f"; {bad} non-finite values counted as the worst" if bad else ""
     if clause.statistic == "max":
         status = Status.HELD if s.maximum <= clause.max else Status.VIOLATED
         reason = (
-            f"empirical: the maximum over {s.count} measured tokens is {s.maximum:.6g}; no "
-            "confidence bound covers unseen tokens"
+            f"empirical: the maximum over {s.count} measured tokens is {s.maximum:.6g} (limit "
+            f"{clause.max:g}); no confidence bound covers unseen tokens{extra}"
         )
         return done(status, reason, s.maximum, s.maximum)
-    value, ucb, lcb, how = _statistical_bounds(clause, col, s)
-    bad = source.nonfinite.get((slice_name, col), 0)
-    extra = f"; {bad} non-finite values counted as the worst" if bad else ""
-    if not math.isfinite(ucb) and clause.statistic == "quantile":
-        return done(
-            Status.INCONCLUSIVE,
-            f"too few tokens ({s.count}) for a finite {how} at confidence {clause.confidence:g}",
-            value,
-        )
+    value, ucb, lcb_of, how = _statistical_bounds(clause, col, s)
     if ucb <= clause.max:
         return done(Status.HELD, f"{how}: {ucb:.6g} ≤ {clause.max:g}{extra}", value, ucb)
+    lcb = lcb_of()
     if lcb > clause.max:
-        return done(
-            Status.VIOLATED,
+        reason = (
             f"{how}: lower bound {lcb:.6g} > {clause.max:g} at confidence "
-            f"{clause.confidence:g}{extra}",
-            value,
-            ucb,
+            f"{clause.confidence:g}{extra}"
         )
+        return done(Status.VIOLATED, reason, value, ucb)
     if not math.isfinite(ucb):
-        return done(Status.INCONCLUSIVE, how, value)
-    return done(
-        Status.INCONCLUSIVE,
+        if clause.statistic == "quantile":
+            how = (
+                f"too few tokens ({s.count}) for a finite {how} at confidence {clause.confidence:g}"
+            )
+        return done(Status.INCONCLUSIVE, how + extra, value)
+    reason = (
         f"{how}: upper bound {ucb:.6g} > {clause.max:g} but lower bound {lcb:.6g} ≤ "
-        f"{clause.max:g}: more tokens are needed to decide{extra}",
-        value,
-        ucb,
+        f"{clause.max:g}: more tokens are needed to decide{extra}"
     )
+    return done(Status.INCONCLUSIVE, reason, value, ucb)
 
 
 # ---------------------------------------------------------------- entry point
