@@ -31,7 +31,7 @@ __all__ = ["INVALID", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Document", "read_d
 
 MAX_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 64
-MAX_NODES = 100_000
+MAX_NODES = 20_000
 
 _Y = "tag:yaml.org,2002:"
 _NULL, _BOOL, _INT, _FLOAT, _STR = (_Y + t for t in ("null", "bool", "int", "float", "str"))
@@ -69,10 +69,11 @@ _CoreResolver.add_implicit_resolver(_FLOAT, _INF_RE, list("-+."))
 _CoreResolver.add_implicit_resolver(_FLOAT, _NAN_RE, ["."])
 
 
-class _TooDeep(Exception):
-    def __init__(self, mark):
-        super().__init__("too deep")
+class _TooBig(Exception):
+    def __init__(self, mark, message: str):
+        super().__init__(message)
         self.mark = mark
+        self.message = message
 
 
 class _Loader(Reader, Scanner, Parser, Composer, _CoreResolver):
@@ -85,12 +86,18 @@ class _Loader(Reader, Scanner, Parser, Composer, _CoreResolver):
         Composer.__init__(self)
         _CoreResolver.__init__(self)
         self._depth = 0
+        self._count = 0
 
     def compose_node(self, parent, index):
         self._depth += 1
+        self._count += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise _TooDeep(self.peek_event().start_mark)
+                message = f"the document nests deeper than {MAX_DEPTH} levels"
+                raise _TooBig(self.peek_event().start_mark, message)
+            if self._count > MAX_NODES:
+                message = f"the document holds more than {MAX_NODES} values"
+                raise _TooBig(self.peek_event().start_mark, message)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -146,6 +153,8 @@ def _yaml_problem(e: yaml.YAMLError, text: str, path: str) -> Problem:
     context_mark = getattr(e, "context_mark", None)
     if problem is None:
         message = f"invalid YAML: {context or e}"
+    elif context and not context.startswith("while"):
+        message = f"invalid YAML: {context}, {problem}"
     elif context and context_mark is not None:
         message = f"invalid YAML: {problem} ({context} at line {context_mark.line + 1})"
     elif context:
@@ -164,9 +173,8 @@ def read_document(data: bytes | str, path: str) -> Document:
     try:
         loader = _Loader(text)
         root = loader.get_single_node()
-    except _TooDeep as e:
-        message = f"the document nests deeper than {MAX_DEPTH} levels"
-        problem = Problem(path, e.mark.line + 1, e.mark.column + 1, "", message)
+    except _TooBig as e:
+        problem = Problem(path, e.mark.line + 1, e.mark.column + 1, "", e.message)
         return Document(None, problems=(problem,))
     except yaml.YAMLError as e:
         return Document(None, problems=(_yaml_problem(e, text, path),))
@@ -265,6 +273,7 @@ class _Builder:
             if name in first:
                 line = first[name].start_mark.line + 1
                 self.problem(key_node, sub, f"duplicate key '{name}'; first given at line {line}")
+                self.value(value_node, sub, depth + 1)  # its own problems, if any, still count
                 continue
             first[name] = key_node
             self.locations.setdefault(sub, self._at(key_node))
@@ -281,7 +290,7 @@ class _Builder:
                 return None
             return node.value
         if node.tag in (_NULL, _BOOL, _INT, _FLOAT):
-            self.problem(node, parent, f"keys must be strings, got {_kind(node)} {node.value!r}")
+            self.problem(node, parent, f"keys must be strings, got {_kind(node)} {node.value}")
         else:
             self.problem(node, parent, f"unsupported tag '{_short_tag(node.tag)}'")
         return None
