@@ -82,17 +82,17 @@ def kl(z: Vector, z_prime: Vector, temperature: float, reverse: bool = False) ->
 
 
 def tis_excess(z: Vector, z_prime: Vector, temperature: float, cap: float) -> float:
-    """E_{π'}[(w − c)₊]: the per-token bias factor of truncated importance sampling."""
-    lq = log_softmax(z_prime, temperature)
-    w = np.exp(log_ratio(z, z_prime, temperature))
-    return float(np.sum(np.exp(lq) * np.maximum(w - cap, 0.0)))
+    """E_{π'}[(w − c)₊] = Σ_y (π(y) − c·π'(y))₊: the per-token bias factor of truncated IS."""
+    p = np.exp(log_softmax(z, temperature))
+    q = np.exp(log_softmax(z_prime, temperature))
+    return float(np.sum(np.maximum(p - cap * q, 0.0)))
 
 
 def mis_masked_mass(z: Vector, z_prime: Vector, temperature: float, cap: float) -> float:
     """π({w > c}): the training-policy mass that masked importance sampling drops."""
     lp = log_softmax(z, temperature)
-    w = np.exp(log_ratio(z, z_prime, temperature))
-    return float(np.sum(np.exp(lp)[w > cap]))
+    masked = log_ratio(z, z_prime, temperature) > math.log(cap)
+    return float(np.sum(np.exp(lp)[masked]))
 
 
 def clip_share(z: Vector, z_prime: Vector, temperature: float, clip_epsilon: float) -> float:
