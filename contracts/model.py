@@ -79,8 +79,11 @@ class Source:
     path: str
     sha256: str
     canonical: str
-    # key path ("numerical[0].max") -> (line, column), both 1-based
-    locations: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    # key path ("numerical[0].max") -> (line, column), both 1-based; derived from the bytes
+    # (so left out of equality and hashing: a read-only mapping has no hash)
+    locations: MappingProxyType = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, hash=False
+    )
 
     def where(self, key_path: str) -> tuple[int, int] | None:
         """The (line, column) of ``key_path`` or of its nearest located parent."""
