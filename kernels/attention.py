@@ -1,0 +1,248 @@
+"""Attention for the two kernels: exact full-sequence (training) and paged, tiled decoding.
+
+* :func:`reference_attention` is the training kernel: teacher-forced softmax attention over the
+  whole sequence in float32 (``Precision.HIGHEST`` products, one max-subtracted softmax).
+* :class:`PagedKVCache` stores keys and values in pages of ``page_size`` positions, in the
+  ``kv_cache`` format of an ``AttentionSpec`` (a real low-precision dtype; values are cast with
+  the saturating cast of :mod:`kernels.formats` and unit scale, the serving default).
+* :func:`decode_attention` is the inference kernel: one query per sequence attends to the cached
+  positions with an online softmax over tiles of whole pages. The tile size is ``spec.tiles``:
+  ``"full"`` (one tile), an integer number of positions (rounded up to whole pages), or
+  ``"adaptive"``: ``clamp(next_pow2(ceil(length / 16 / page_size)), 1, 256 // page_size)``
+  pages, so it grows with the sequence length. With ``batching="dynamic"`` the tiles are dealt
+  into ``reduction_splits(batch_size, length, ...)`` contiguous splits reduced separately and
+  merged at the end (flash-decoding), so the result depends on the batch size.
+
+Online softmax, per tile ``t`` with scores ``s``: ``m_t = max s``, ``l_t = Σ exp(s - m_t)``,
+``a_t = Σ exp(s - m_t) v``; a split folds its tiles in order
+(``m' = max(m, m_t)``, ``l' = l e^{m-m'} + l_t e^{m_t-m'}``, same for ``a``), and the splits are
+merged in order the same way; the output is ``a / l``. All in float32.
+
+References:
+    M. Milakov and N. Gimelshein, "Online normalizer calculation for softmax", arXiv 1805.02867.
+    T. Dao et al., "FlashAttention", arXiv 2205.14135; T. Dao et al., "Flash-Decoding for
+    long-context inference", 2023. W. Kwon et al., "Efficient Memory Management for Large
+    Language Model Serving with PagedAttention", arXiv 2309.06180.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxtyping import Array, Float, Int
+
+from contracts import AttentionSpec
+from kernels.batching import reduction_splits
+from kernels.formats import format_info, saturating_cast
+
+__all__ = ["PagedKVCache", "decode_attention", "reference_attention", "tile_pages"]
+
+_HIGHEST = lax.Precision.HIGHEST
+
+
+def reference_attention(
+    q: Float[Array, "heads seq dim"],
+    k: Float[Array, "heads seq dim"],
+    v: Float[Array, "heads seq dim"],
+    *,
+    causal: bool = True,
+) -> Float[Array, "heads seq dim"]:
+    """Exact float32 softmax attention over the whole sequence (the training kernel)."""
+    q, k, v = (jnp.asarray(a, jnp.float32) for a in (q, k, v))
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    s = jnp.einsum("hqd,hkd->hqk", q, k, precision=_HIGHEST) * scale
+    if causal:
+        n_q, n_k = s.shape[-2], s.shape[-1]
+        mask = jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None] + (n_k - n_q)
+        s = jnp.where(mask, s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum("hqk,hkd->hqd", p, v, precision=_HIGHEST)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PagedKVCache:
+    """Keys and values in pages of a low-precision dtype, with a page table per sequence.
+
+    ``k_pages``/``v_pages``: (num_pages, page_size, heads, dim) in the cache dtype;
+    ``page_table``: (num_seqs, pages_per_seq) int32 page ids; ``lengths``: (num_seqs,) int32.
+    """
+
+    k_pages: Array
+    v_pages: Array
+    page_table: Int[Array, "seqs pages"]
+    lengths: Int[Array, " seqs"]
+    page_size: int = dataclasses.field(metadata=dict(static=True))
+    kv_format: str = dataclasses.field(metadata=dict(static=True))
+
+    @classmethod
+    def create(
+        cls, num_seqs: int, max_len: int, heads: int, dim: int, spec: AttentionSpec
+    ) -> PagedKVCache:
+        """An empty cache for ``num_seqs`` sequences of up to ``max_len`` positions.
+
+        Pages of different sequences are interleaved in memory (sequence ``s`` owns pages
+        ``s, s + num_seqs, ...``), as a paged allocator leaves them.
+        """
+        info = format_info(spec.kv_cache)
+        ps = spec.page_size
+        if not isinstance(ps, int) or ps < 1:
+            raise ValueError(f"attention.page_size must be a positive integer, got {ps!r}")
+        for name, value in (
+            ("num_seqs", num_seqs),
+            ("max_len", max_len),
+            ("heads", heads),
+            ("dim", dim),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        pages = -(-max_len // ps)
+        table = (np.arange(pages)[None, :] * num_seqs + np.arange(num_seqs)[:, None]).astype(
+            np.int32
+        )
+        zeros = jnp.zeros((num_seqs * pages, ps, heads, dim), info.dtype)
+        return cls(
+            zeros, zeros, jnp.asarray(table), jnp.zeros((num_seqs,), jnp.int32), ps, spec.kv_cache
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Positions each sequence can hold."""
+        return self.page_table.shape[1] * self.page_size
+
+    def append(
+        self, k: Float[Array, "seqs heads dim"], v: Float[Array, "seqs heads dim"]
+    ) -> PagedKVCache:
+        """A new cache with one more position per sequence holding ``k`` and ``v``."""
+        if (
+            not isinstance(self.lengths, jax.core.Tracer)
+            and int(jnp.max(self.lengths, initial=0)) >= self.capacity
+        ):
+            raise ValueError(f"PagedKVCache is full ({self.capacity} positions per sequence)")
+        seqs = jnp.arange(self.page_table.shape[0])
+        page = self.page_table[seqs, self.lengths // self.page_size]
+        slot = self.lengths % self.page_size
+        dtype = self.k_pages.dtype
+
+        def put(pages, new):
+            new = saturating_cast(jnp.asarray(new, jnp.float32), self.kv_format).astype(dtype)
+            return pages.at[page, slot].set(new, mode="drop")
+
+        return dataclasses.replace(
+            self,
+            k_pages=put(self.k_pages, k),
+            v_pages=put(self.v_pages, v),
+            lengths=self.lengths + 1,
+        )
+
+    def gather(self) -> tuple[Float[Array, "seqs pos heads dim"], ...]:
+        """Every sequence's keys and values in position order, as float32."""
+        seqs, pages = self.page_table.shape
+
+        def one(pages_arr):
+            g = pages_arr[self.page_table]  # seqs, pages, page_size, heads, dim
+            return g.reshape(seqs, pages * self.page_size, *g.shape[3:]).astype(jnp.float32)
+
+        return one(self.k_pages), one(self.v_pages)
+
+
+def tile_pages(length: Int[Array, ""], spec: AttentionSpec, capacity_pages: int) -> Array:
+    """Pages per attention tile for a sequence of ``length`` positions (see module docstring)."""
+    ps = spec.page_size
+    if spec.tiles == "full":
+        return jnp.int32(capacity_pages)
+    if spec.tiles == "adaptive":
+        want = jnp.maximum(1, -(-length // (16 * ps)))
+        pow2 = jnp.left_shift(1, jnp.ceil(jnp.log2(want.astype(jnp.float32))).astype(jnp.int32))
+        return jnp.clip(pow2, 1, max(1, 256 // ps)).astype(jnp.int32)
+    try:
+        size = int(spec.tiles)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"attention.tiles must be 'full', 'adaptive' or a positive integer, got {spec.tiles!r}"
+        ) from None
+    if size < 1:
+        raise ValueError(f"attention.tiles must be a positive integer, got {spec.tiles!r}")
+    return jnp.int32(-(-size // ps))
+
+
+def _merge(m, l, a, m2, l2, a2):
+    """Fold (m2, l2, a2) into (m, l, a); empty states have m = -inf."""
+    new = jnp.maximum(m, m2)
+    safe = jnp.where(jnp.isfinite(new), new, 0.0)
+    e1 = jnp.where(jnp.isfinite(m), jnp.exp(m - safe), 0.0)
+    e2 = jnp.where(jnp.isfinite(m2), jnp.exp(m2 - safe), 0.0)
+    return new, l * e1 + l2 * e2, a * e1[..., None] + a2 * e2[..., None]
+
+
+def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
+    """One sequence: q (heads, dim), keys/values (pos, heads, dim) -> (heads, dim)."""
+    pos = keys.shape[0]
+    n_tiles_max = -(-pos // page_size)
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    s = jnp.einsum("hd,phd->hp", q, keys, precision=_HIGHEST) * scale
+    valid = jnp.arange(pos) < length
+    s = jnp.where(valid[None, :], s, -jnp.inf)
+    tile = (jnp.arange(pos) // page_size) // tp
+    seg_max = jax.vmap(lambda r: jax.ops.segment_max(r, tile, n_tiles_max))(s)  # heads, tiles
+    m_t = jnp.where(jnp.isfinite(seg_max), seg_max, -jnp.inf)
+    p = jnp.where(valid[None, :], jnp.exp(s - jnp.where(jnp.isfinite(m_t), m_t, 0.0)[:, tile]), 0.0)
+    l_t = jax.vmap(lambda r: jax.ops.segment_sum(r, tile, n_tiles_max))(p)  # heads, tiles
+    pv = p[:, :, None] * jnp.moveaxis(values, 0, 1)  # heads, pos, dim
+    a_t = jax.vmap(lambda r: jax.ops.segment_sum(r, tile, n_tiles_max))(pv)  # heads, tiles, dim
+    n_tiles = jnp.maximum(1, -(-length // (tp * page_size)))
+    per_split = -(-n_tiles // splits)
+    heads, dim = q.shape
+    init = (
+        jnp.full((splits, heads), -jnp.inf),
+        jnp.zeros((splits, heads)),
+        jnp.zeros((splits, heads, dim)),
+    )
+
+    def fold(state, t):
+        m, l, a = state
+        sp = jnp.minimum(t // per_split, splits - 1)
+        merged = _merge(m[sp], l[sp], a[sp], m_t[:, t], l_t[:, t], a_t[:, t])
+        live = t < n_tiles
+        m = m.at[sp].set(jnp.where(live, merged[0], m[sp]))
+        l = l.at[sp].set(jnp.where(live, merged[1], l[sp]))
+        a = a.at[sp].set(jnp.where(live, merged[2], a[sp]))
+        return (m, l, a), None
+
+    (m, l, a), _ = lax.scan(fold, init, jnp.arange(n_tiles_max))
+    acc = (m[0], l[0], a[0])
+    for i in range(1, splits):
+        acc = _merge(*acc, m[i], l[i], a[i])
+    _, l_all, a_all = acc
+    return jnp.where(l_all[:, None] > 0, a_all / jnp.where(l_all > 0, l_all, 1.0)[:, None], 0.0)
+
+
+def decode_attention(
+    q: Float[Array, "seqs heads dim"],
+    cache: PagedKVCache,
+    spec: AttentionSpec,
+    *,
+    batch_size: int,
+    batching: Literal["dynamic", "fixed"] = "dynamic",
+) -> Float[Array, "seqs heads dim"]:
+    """One decoding step of tiled online-softmax attention over a paged cache.
+
+    ``batch_size`` is the number of sequences the serving batch holds (static); with
+    ``batching="dynamic"`` it sets the number of KV splits (:func:`reduction_splits`).
+    """
+    keys, values = cache.gather()
+    capacity_pages = cache.page_table.shape[1]
+    splits = reduction_splits(batch_size, cache.capacity, batching)
+    splits = min(splits, capacity_pages)
+    q = jnp.asarray(q, jnp.float32)
+
+    def one(qs, ks, vs, length):
+        tp = tile_pages(length, spec, capacity_pages)
+        return _decode_one(qs, ks, vs, length, tp, cache.page_size, splits)
+
+    return jax.vmap(one)(q, keys, values, cache.lengths)
