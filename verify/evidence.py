@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -277,7 +278,7 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
 
 def _emulate_source(contract, stream) -> _Source:
     try:
-        from kernels import emulate as emulate_module
+        emulate_module = importlib.import_module("kernels.emulate")
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
     ev = contract.evidence.emulate
