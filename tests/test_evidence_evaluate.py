@@ -276,14 +276,14 @@ def test_no_evidence_means_no_results(tmp_path):
 def test_quantile_lower_bound_covers(tmp_path):
     """The lower confidence bound behind 'violated' holds at its confidence (uniform law)."""
     from kernels.summary import summarize
-    from verify.evidence import _quantile_lcb
+    from verify.evidence.verdicts import quantile_lower_bound
 
     rng = np.random.default_rng(11)
     misses = 0
     trials = 300
     for _ in range(trials):
         s = summarize(rng.uniform(0, 1, 200))
-        if _quantile_lcb(s, 0.9, 0.95) > 0.9:
+        if quantile_lower_bound(s, 0.9, 0.95) > 0.9:
             misses += 1
     assert misses / trials <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / trials)
-    assert _quantile_lcb(summarize(np.ones(3)), 0.5, 0.95) == -math.inf
+    assert quantile_lower_bound(summarize(np.ones(3)), 0.5, 0.95) == -math.inf

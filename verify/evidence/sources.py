@@ -1,0 +1,293 @@
+"""Evidence sources: a log or an emulation turned into per-slice mergeable summaries.
+
+``log_source`` reads JSONL logs (``kernels.logs``) as shards of one log; ``emulate_source``
+runs ``kernels.emulate`` (the only path that imports JAX). Both summarise every (slice, metric)
+a contract's clauses need (``kernels.summary``) and say which metrics and slices they cannot
+give, and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "RANGE",
+    "EvidenceError",
+    "Progress",
+    "Source",
+    "clause_column",
+    "emulate_source",
+    "log_source",
+]
+
+# metric ranges known a priori: the bounded-mean bound needs them
+RANGE = {"tv": (0.0, 1.0), "top1_flip": (0.0, 1.0)}
+_FULL_VOCAB = ("logit_drift", "logit_oscillation", "tv", "kl", "top1_flip")
+
+
+class EvidenceError(Exception):
+    """Unusable evidence (missing or unreadable file, bad format); ``str(err)`` is user-ready."""
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # emulate | logprobs
+    label: str  # emulate:<model>/<preset>, or the log path(s)
+    fingerprint: str
+    summaries: Mapping  # (slice, column) -> Summary
+    nonfinite: Mapping  # (slice, column) -> count of tokens whose value was not finite
+    slice_skip: Mapping  # slice -> reason it cannot be formed on this source
+    metric_skip: Mapping  # column -> reason this source cannot give it
+    metric_caveat: Mapping  # column -> reason its verdicts must stay inconclusive
+    info: dict = field(default_factory=dict)
+
+
+def clause_column(family: str, metric: str) -> str:
+    """The table column a clause reads: a numerical log-ratio limit bounds its magnitude."""
+    return "abs_log_ratio" if family == "numerical" and metric == "log_ratio" else metric
+
+
+def _needs(contract) -> tuple[dict, dict]:
+    """Per column: thresholds to track; per slice name: the slice record."""
+    thresholds: dict[str, set] = {}
+    slices = {}
+    for c in contract.numerical:
+        col = clause_column("numerical", c.metric)
+        thresholds.setdefault(col, set()).add(float(c.max))
+        slices[c.slice] = contract.slice(c.slice)
+    for c in contract.statistical:
+        col = clause_column("statistical", c.metric)
+        t = thresholds.setdefault(col, set())
+        if c.threshold is not None:
+            t.add(float(c.threshold))
+        for s in c.slices:
+            slices[s] = contract.slice(s)
+    return thresholds, slices
+
+
+def _worst(col: str, values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Replace non-finite values by the metric's worst value; return them and their count."""
+    bad = ~np.isfinite(values)
+    n = int(bad.sum())
+    if n:
+        values = np.where(bad, RANGE.get(col, (0.0, np.finfo(np.float64).max))[1], values)
+    return values, n
+
+
+def _summarize(columns, prompt_names, thresholds, slices, metric_skip, cap=None):
+    """Summaries of every needed (slice, column) of one token table (one shard)."""
+    from kernels.summary import DEFAULT_CAP, MissingColumn, select, summarize
+
+    out, nonfinite, slice_skip = {}, {}, {}
+    for name, sl in slices.items():
+        try:
+            keep = select(columns, sl, prompt_names=prompt_names)
+        except MissingColumn as missing:
+            slice_skip[name] = (
+                f"slice {name} selects on {missing}, which this evidence does not record"
+            )
+            continue
+        for col, ts in thresholds.items():
+            if col in metric_skip:
+                continue
+            values, bad = _worst(col, np.asarray(columns[col], dtype=np.float64)[keep])
+            out[(name, col)] = summarize(values, thresholds=ts, cap=cap or DEFAULT_CAP)
+            nonfinite[(name, col)] = bad
+    return out, nonfinite, slice_skip
+
+
+class Progress:
+    """A one-line progress bar on a text stream (the CLI's stderr); silent when off."""
+
+    def __init__(self, stream, label: str) -> None:
+        self.stream, self.label, self.shown = stream, label, -1
+
+    def __call__(self, done, total=None, *_) -> None:
+        if self.stream is None or not total:
+            return
+        pct = int(100 * min(max(done / total, 0.0), 1.0))
+        if pct == self.shown:
+            return
+        self.shown = pct
+        bar = "#" * (pct // 4) + "." * (25 - pct // 4)
+        self.stream.write(f"\r{self.label} [{bar}] {pct:3d}%")
+        if pct == 100:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream) -> Source:
+    from kernels.logs import LogError, framework_metrics, read_log, support_shift
+    from kernels.summary import merge_all
+
+    thresholds, slices = _needs(contract)
+    policy = contract.policy
+    declared = policy.logprobs == "processed" and policy.truncated
+    metric_skip = {
+        m: f"{m} needs full-vocabulary logits; sampled-token logs give only log-probs of the "
+        "sampled token"
+        for m in _FULL_VOCAB
+    }
+    tables, files = [], []
+    for path, fmt, where in paths:
+        try:
+            table = read_log(path, fmt, progress=Progress(stream, f"reading {path}"))
+        except LogError as err:
+            raise EvidenceError(f"{where}{err}") from None
+        tables.append(table)
+    train = np.concatenate([t.columns["train_logprob"] for t in tables])
+    rollout = np.concatenate([t.columns["rollout_logprob"] for t in tables])
+    kept = np.concatenate([t.columns["log_kept_mass"] for t in tables])
+    offsets = np.cumsum([0] + [t.sequences for t in tables])
+    sequence = np.concatenate(
+        [t.columns["sequence"] + o for t, o in zip(tables, offsets[:-1], strict=True)]
+    )
+    shift = support_shift(train, rollout, kept)
+    corrected = declared and kept.size > 0 and bool(np.isfinite(kept).all())
+    caveat = {}
+    if declared and not corrected:
+        reason = (
+            "the contract declares processed log-probs under truncated sampling and the log "
+            "does not give log_kept_mass for every token: the kernel gap cannot be separated "
+            "from the support shift log S"
+        )
+        caveat = {"log_ratio": reason, "abs_log_ratio": reason}
+    elif not declared and shift.detected:
+        reason = (
+            "a truncated-support shift is detected in the log (median rollout − train "
+            f"log-prob {shift.median_shift:.3g}) but the contract declares full-vocabulary "
+            "log-probs: the kernel gap cannot be separated from it"
+        )
+        caveat = {"log_ratio": reason, "abs_log_ratio": reason}
+    parts, nonfinite, slice_skip = [], {}, {}
+    for t in tables:
+        lt = t.columns["train_logprob"]
+        lr = t.columns["rollout_logprob"] + (t.columns["log_kept_mass"] if corrected else 0.0)
+        log_w = lt - lr
+        columns = {
+            "log_ratio": log_w,
+            "abs_log_ratio": np.abs(log_w),
+            "token_prob": np.exp(lt),
+            "position": t.columns["position"],
+            "prompt": t.columns["prompt"],
+        }
+        part, bad, skip = _summarize(columns, t.prompt_names, thresholds, slices, metric_skip)
+        parts.append(part)
+        slice_skip.update(skip)
+        for k, v in bad.items():
+            nonfinite[k] = nonfinite.get(k, 0) + v
+        files.append(_file_info(t))
+    summaries = merge_all(parts)
+    if len(tables) == 1:
+        fingerprint = tables[0].sha256
+    else:
+        joined = "\n".join(sorted(t.sha256 for t in tables))
+        fingerprint = hashlib.sha256(joined.encode()).hexdigest()
+    shift_info = shift.as_dict() | {
+        "declared": declared,
+        "corrected_with_log_kept_mass": corrected,
+    }
+    info = {
+        "kind": "logprobs",
+        "fingerprint": f"sha256:{fingerprint}",
+        "tokens": int(train.size),
+        "sequences": int(offsets[-1]),
+        "files": files,
+        "malformed_lines": sum(t.malformed_count for t in tables),
+        "token_id_mismatches": sum(t.mismatch_count for t in tables),
+        "unpaired_records": sum(t.unpaired_count for t in tables),
+        "framework_metrics": framework_metrics(train, rollout, sequence),
+        "truncated_support_shift": shift_info,
+    }
+    label = ", ".join(t.path for t in tables)
+    return Source(
+        "logprobs",
+        label,
+        fingerprint,
+        summaries,
+        nonfinite,
+        slice_skip,
+        metric_skip,
+        caveat,
+        info,
+    )
+
+
+def _file_info(t) -> dict:
+    def listed(problems):
+        return [{"line": p.line, "reason": p.reason} for p in problems]
+
+    return {
+        "path": t.path,
+        "format": t.format,
+        "sha256": t.sha256,
+        "lines": t.lines,
+        "blank_lines": t.blank_lines,
+        "sequences": t.sequences,
+        "tokens": t.tokens,
+        "padding_tokens": t.padding_tokens,
+        "malformed": {"count": t.malformed_count, "first": listed(t.malformed)},
+        "token_id_mismatches": {"count": t.mismatch_count, "first": listed(t.mismatches)},
+        "unpaired": {"count": t.unpaired_count, "first": listed(t.unpaired)},
+    }
+
+
+def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(table):
+        a = np.asarray(table[name])
+        if a.dtype.kind in "OU":
+            a = np.asarray([str(v) for v in a.ravel()])
+            blob = "\x1f".join(a.tolist()).encode()
+        else:
+            blob = np.ascontiguousarray(a).tobytes()
+        h.update(f"{name}:{a.dtype.str}:{a.shape}\n".encode())
+        h.update(blob)
+    return h.hexdigest()
+
+
+def emulate_source(contract, stream) -> Source:
+    try:
+        emulate_module = importlib.import_module("kernels.emulate")
+    except ImportError as err:
+        raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
+    ev = contract.evidence.emulate
+    table = emulate_module.emulate(contract, progress=Progress(stream, "emulating"))
+    thresholds, slices = _needs(contract)
+    columns = dict(table)
+    columns["log_ratio"] = np.asarray(table["log_ratio"], dtype=np.float64)
+    columns["abs_log_ratio"] = np.abs(columns["log_ratio"])
+    columns["kl"] = np.maximum(table["kl_train_inf"], table["kl_inf_train"])
+    # an emulated table is in memory whole: keep every value exact (means need them)
+    n = int(columns["abs_log_ratio"].shape[0])
+    summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
+    data_sha = _table_sha256(table)
+    config = {
+        "emulate": dataclasses.asdict(ev),
+        "policy": dataclasses.asdict(contract.policy),
+        "kernels": dataclasses.asdict(contract.kernels),
+        "checkpoint_sha256": getattr(emulate_module, "checkpoint_sha256", lambda _: None)(ev.model),
+    }
+    config_sha = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    label = f"emulate:{ev.model}/{contract.kernels.inference.preset}"
+    info = {
+        "kind": "emulate",
+        "fingerprint": f"sha256:{data_sha}",
+        "config_sha256": config_sha,
+        "checkpoint_sha256": config["checkpoint_sha256"],
+        "model": ev.model,
+        "prompts": ev.prompts,
+        "max_new_tokens": ev.max_new_tokens,
+        "seed": ev.seed,
+        "train": contract.kernels.train.preset,
+        "inference": contract.kernels.inference.preset,
+        "tokens": int(np.asarray(table["log_ratio"]).shape[0]),
+    }
+    return Source("emulate", label, data_sha, summaries, nonfinite, slice_skip, {}, {}, info)
