@@ -184,7 +184,8 @@ class _Writer:
             fact = f"(and (=> {_within(a, lo, hi)} {_within(y, enc.value_lo, enc.value_hi)}) "
             fact += f"{_exp_facts(enc.exp, y, a)})"
         else:  # sqrt
-            fact = f"(and (<= 0.0 {y}) (= (* {y} {y}) {a}))"
+            rng = _within(y, enc.value_lo, enc.value_hi)
+            fact = f"(and (<= 0.0 {y}) (= (* {y} {y}) {a}) (=> {_within(a, lo, hi)} {rng}))"
         self.asserts.append((f"lemma_{y}", fact, f"{y} = {source}"))
         return y
 
