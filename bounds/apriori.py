@@ -1,11 +1,12 @@
 """A priori logit drift from kernel specs: rounding-error bounds for the LM-head matmul.
 
-The arithmetic follows ``contracts.MatmulSpec`` (DESIGN §7): inputs cast to ``inputs`` (round
-to nearest, with scaling chosen so nothing saturates or underflows); exact products; each group
-of ``group`` products added to a running accumulator of ``mantissa_bits`` bits and rounded
-once (``rounding``); every ``promote_every`` elements the partial sum joins an fp32 sum; the
-result is cast to ``output``. Each term of y = Σ x_i w_i therefore reaches ŷ through a chain
-of at most 2 + m₁ + m₂ + 1 roundings, ŷ − y = Σ x_i w_i (Π_j (1 + δ_ij) − 1), and
+The arithmetic follows ``contracts.MatmulSpec`` (DESIGN §7): inputs scaled in binary32 and
+cast to ``inputs`` (round to nearest; nothing saturates or underflows); exact products; each
+group of ``group`` products summed in binary64 and added to a running accumulator of
+``mantissa_bits`` bits, rounded once (``rounding``); every ``promote_every`` elements (or
+scale block) the partial sum joins a binary32 sum; scales applied in binary32; the result cast
+to ``output``. Each term of y = Σ x_i w_i reaches ŷ through the chain of roundings listed in
+``MatmulError.steps``, so ŷ − y = Σ x_i w_i (Π_j (1 + δ_ij) − 1) and
 |ŷ − y| ≤ θ·Σ|x_i w_i| ≤ θ·‖x‖₂·‖w‖₂.
 
 - Deterministic (worst case, block-FMA style): θ = Π_steps (1 + γ_m(u)) − 1 with
@@ -55,8 +56,8 @@ Model = Literal["deterministic", "probabilistic"]
 _ASSUMPTIONS = (
     "inputs are cast with round-to-nearest after scaling; no value saturates or falls into the "
     "subnormal range (scale factors are powers of two and exact)",
-    "products are exact; each group of `group` products is summed exactly and rounded once "
-    "into the accumulator",
+    "products are exact; each group of `group` products is summed in binary64 and rounded "
+    "once into the accumulator; binary64 and binary32 sums round to nearest",
     "the reference is the exact product of the kernel's (unquantised) operands; upstream "
     "layers are out of scope (this bounds one matmul)",
 )
@@ -94,19 +95,26 @@ class MatmulError:
     assumptions: tuple[str, ...]
 
 
-def _steps(spec: MatmulSpec, k: int) -> tuple[tuple[str, int, float, bool], ...]:
+def _steps(spec: MatmulSpec, k: int, splits: int) -> tuple[tuple[str, int, float, bool], ...]:
+    """Every rounding on the path of one product into the output, by stage (worst path)."""
     u_in = 0.0 if spec.inputs == "float32" else unit_roundoff(FORMAT_MANTISSA[spec.inputs])
     acc = spec.accumulator
     u_acc = unit_roundoff(acc.mantissa_bits, acc.rounding)
     chunk = k if spec.promote_every is None else min(spec.promote_every, k)
-    m_acc = math.ceil(chunk / max(spec.group, 1))
-    m_promote = 0 if spec.promote_every is None else math.ceil(k / chunk)
+    blocked = spec.scaling.startswith(("block:", "mx:"))
+    if blocked:  # a chunk never straddles a scale block
+        chunk = min(chunk, int(spec.scaling.split(":")[1]))
+    group = max(spec.group, 1)
+    m_acc = math.ceil(min(chunk, k) / group)
     narrow_out = spec.output != "float32"
     u_out = unit_roundoff(FORMAT_MANTISSA[spec.output]) if narrow_out else 0.0
     return (
         ("input cast", 2 if u_in else 0, u_in, True),
+        # x/s and w/s formed in binary32 before the cast; the scale product and its application
+        ("scale arithmetic (binary32)", 2 + (2 if blocked else 0) + 2, _FP32_U, True),
+        ("group and accumulator sums (binary64)", group - 1 + m_acc, 2.0**-53, True),
         ("accumulator", m_acc, u_acc, acc.rounding == "nearest_even"),
-        ("fp32 promotion", m_promote, _FP32_U, True),
+        ("chunk sums (binary32)", math.ceil(k / chunk) + max(splits, 1), _FP32_U, True),
         ("output cast", 1 if u_out else 0, u_out, True),
     )
 
@@ -118,15 +126,17 @@ def matmul_error(
     model: Model = "deterministic",
     confidence: float = 0.99,
     outputs: int = 1,
+    splits: int = 1,
 ) -> MatmulError:
     """The relative error factor θ of one length-``k`` dot product computed as ``spec`` says.
 
     ``outputs`` is how many dot products the probabilistic bound must cover at once (the
-    vocabulary size for a logit drift); it enters only through the union bound.
+    vocabulary size for a logit drift); it enters only through the union bound. ``splits``
+    is the number of split-K parts whose binary32 sums are joined at the end.
     """
     if k < 1:
         raise ValueError("k must be ≥ 1")
-    steps = _steps(spec, k)
+    steps = _steps(spec, k, splits)
     det = 1.0
     for _, m, u, _rn in steps:
         det *= 1 + _gamma(m, u)

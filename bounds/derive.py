@@ -326,7 +326,12 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     constants = {
         k: v for k, v in ctx.values(win.facts).items() if k in names and k not in var_names
     }
-    clause_ids = tuple(dict.fromkeys(c for f in win.facts for c in f.clauses))
+    clause_ids = tuple(
+        dict.fromkeys((*(c for f in win.facts for c in f.clauses), *prem.conditions))
+    )
+    notes += [
+        f"{cid}: runtime conditions under which the premises are claimed" for cid in prem.conditions
+    ]
     assumptions = tuple(g.assume)
     if g.quantity == "pg_bias" and "support_overlap" not in assumptions:
         assumptions = (*assumptions, "support_overlap")

@@ -37,7 +37,8 @@ class Fact:
 class Premises:
     facts: tuple[Fact, ...]
     unusable: tuple[str, ...]  # "<clause>: why it gives nothing here"
-    unknown: tuple[str, ...]  # ids in `from` that name no numerical or statistical clause
+    unknown: tuple[str, ...]  # ids in `from` that name no clause at all
+    conditions: tuple[str, ...] = ()  # runtime clauses: the conditions the premises hold under
 
     def of(self, kind: str) -> tuple[Fact, ...]:
         return tuple(f for f in self.facts if f.kind == kind)
@@ -135,9 +136,14 @@ def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premise
     facts: list[Fact] = []
     unusable: list[str] = []
     unknown: list[str] = []
+    conditions: list[str] = []
     numerical = {c.id: c for c in contract.numerical}
     statistical = {c.id: c for c in contract.statistical}
+    runtime = {c.id for c in contract.runtime}
     for cid in from_:
+        if cid in runtime:
+            conditions.append(cid)
+            continue
         if cid in numerical:
             got = _numerical(numerical[cid])
         elif cid in statistical:
@@ -149,4 +155,4 @@ def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premise
             unusable.append(got)
         else:
             facts.append(got)
-    return Premises(tuple(facts), tuple(unusable), tuple(unknown))
+    return Premises(tuple(facts), tuple(unusable), tuple(unknown), tuple(conditions))
