@@ -155,10 +155,34 @@ class _Writer:
                 raise EncodeError(f"division by {base}, which may be zero on {_show(rng)}")
             inv = self.fresh("inv")
             self.asserts.append((f"def_{inv}", f"(= (* {inv} {b}) 1.0)", f"{inv} = 1/({base})"))
-            b, n = inv, -n
+            b, n, rng = inv, -n, (1 / rng[1], 1 / rng[0])
         if n == 0:
             return "1.0"
-        return b if n == 1 else f"(* {' '.join([b] * n)})"
+        if n <= 3:
+            return b if n == 1 else f"(* {' '.join([b] * n)})"
+        return self.big_power(base, b, n, rng)
+
+    def big_power(self, base: sympy.Expr, b: str, n: int, rng: Interval) -> str:
+        """``b**n`` by repeated squaring through fresh names (low degree for the solver),
+        with the range of the result as a lemma."""
+        b = b if not b.startswith("(") else self.atom(base, b)
+        result, square, k = None, b, n
+        while True:
+            if k & 1:
+                result = square if result is None else self.define(f"(* {result} {square})")
+            k >>= 1
+            if not k:
+                break
+            square = self.define(f"(* {square} {square})")
+        p_lo, p_hi = intervals.evaluate(sympy.Pow(sympy.Symbol("_b"), n), {"_b": rng})
+        fact = f"(=> {_within(b, rng[0], rng[1])} {_within(result, p_lo, p_hi)})"
+        self.asserts.append((f"lemma_{result}", fact, f"{result} = ({base})**{n}"))
+        return result
+
+    def define(self, term: str) -> str:
+        name = self.fresh("pow")
+        self.asserts.append((f"def_{name}", f"(= {name} {term})", f"{name} = {term}"))
+        return name
 
     def function(self, func: str, arg: sympy.Expr, source: str) -> str:
         a, (lo, hi) = self.term(arg)

@@ -14,6 +14,7 @@ import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 
 import numpy as np
 
@@ -253,6 +254,16 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def _checkpoint_sha256(model: str) -> str | None:
+    """sha256 of the shipped checkpoint file of ``model``; ``None`` when there is none."""
+    try:
+        files = importlib.import_module("kernels.model").CHECKPOINTS[model]
+        data = resources.files("kernels").joinpath("checkpoints", files[0]).read_bytes()
+    except (KeyError, AttributeError, OSError):
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
 def emulate_source(contract, stream) -> Source:
     try:
         emulate_module = importlib.import_module("kernels.emulate")
@@ -273,7 +284,7 @@ def emulate_source(contract, stream) -> Source:
         "emulate": dataclasses.asdict(ev),
         "policy": dataclasses.asdict(contract.policy),
         "kernels": dataclasses.asdict(contract.kernels),
-        "checkpoint_sha256": getattr(emulate_module, "checkpoint_sha256", lambda _: None)(ev.model),
+        "checkpoint_sha256": _checkpoint_sha256(ev.model),
     }
     config_sha = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     label = f"emulate:{ev.model}/{contract.kernels.inference.preset}"
