@@ -44,7 +44,7 @@ class Premises:
         return tuple(f for f in self.facts if f.kind == kind)
 
 
-def _var(prefix: str, clause_id: str, hi: float, cap: Fraction | None = None) -> Variable:
+def _var(prefix: str, clause_id: str, hi: float) -> Variable:
     return Variable(name=f"{prefix}_{clause_id}", lo=Fraction(0), hi=exact(hi), clause=clause_id)
 
 
