@@ -63,22 +63,23 @@ def _rms_norm(x, scale, eps=1e-6):
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
 
 
-def _normal(rngs: nnx.Rngs, shape, std):
-    return std * jax.random.normal(rngs.params(), shape, jnp.float32)
+def _normal(rng: np.random.Generator, shape, std):
+    # numpy, not jax.random: no per-shape compilation when a model is built
+    return jnp.asarray((std * rng.standard_normal(shape)).astype(np.float32))
 
 
 class Block(nnx.Module):
     """One pre-norm transformer block; its matmuls go through the model's ``Ops``."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rng: np.random.Generator):
         d, std = cfg.d_model, 0.02
         out_std = std / np.sqrt(2 * cfg.layers)
         self.attn_norm = nnx.Param(jnp.ones((d,), jnp.float32))
-        self.wqkv = nnx.Param(_normal(rngs, (d, 3 * d), std))
-        self.wo = nnx.Param(_normal(rngs, (d, d), out_std))
+        self.wqkv = nnx.Param(_normal(rng, (d, 3 * d), std))
+        self.wo = nnx.Param(_normal(rng, (d, d), out_std))
         self.mlp_norm = nnx.Param(jnp.ones((d,), jnp.float32))
-        self.w_in = nnx.Param(_normal(rngs, (d, cfg.d_ff), std))
-        self.w_out = nnx.Param(_normal(rngs, (cfg.d_ff, d), out_std))
+        self.w_in = nnx.Param(_normal(rng, (d, cfg.d_ff), std))
+        self.w_out = nnx.Param(_normal(rng, (cfg.d_ff, d), out_std))
 
     def _qkv(self, x, ops: Ops, heads: int):
         qkv = ops.matmul(_rms_norm(x, self.attn_norm[...]), self.wqkv[...])
@@ -107,15 +108,16 @@ class Block(nnx.Module):
 class TinyLM(nnx.Module):
     """The policy π_θ: a byte-level decoder LM running on the kernels in ``self.ops``."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, ops: Ops | None = None):
+    def __init__(self, config: ModelConfig, *, seed: int = 0, ops: Ops | None = None):
+        rng = np.random.default_rng(seed)
         self.config = config
         self.ops = ops if ops is not None else plain_ops()
         d = config.d_model
-        self.embed = nnx.Param(_normal(rngs, (config.vocab, d), 0.02))
-        self.pos = nnx.Param(_normal(rngs, (config.context, d), 0.01))
-        self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.layers)])
+        self.embed = nnx.Param(_normal(rng, (config.vocab, d), 0.02))
+        self.pos = nnx.Param(_normal(rng, (config.context, d), 0.01))
+        self.blocks = nnx.List([Block(config, rng=rng) for _ in range(config.layers)])
         self.final_norm = nnx.Param(jnp.ones((d,), jnp.float32))
-        self.head = nnx.Param(_normal(rngs, (d, config.vocab), 0.02))
+        self.head = nnx.Param(_normal(rng, (d, config.vocab), 0.02))
 
     def __call__(self, tokens: Int[Array, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences."""
@@ -162,17 +164,8 @@ def with_ops(model: TinyLM, ops: Ops) -> TinyLM:
 
 
 def _flat_params(model: TinyLM) -> dict[str, np.ndarray]:
-    flat = {}
-
-    def walk(prefix, node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(f"{prefix}/{key}" if prefix else str(key), value)
-        else:
-            flat[prefix] = np.asarray(node)
-
-    walk("", nnx.to_pure_dict(nnx.state(model, nnx.Param)))
-    return flat
+    pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    return {k: np.asarray(v) for k, v in _flatten(pure).items()}
 
 
 def save_checkpoint(model: TinyLM, path, extra: dict[str, np.ndarray] | None = None) -> None:
@@ -184,35 +177,43 @@ def save_checkpoint(model: TinyLM, path, extra: dict[str, np.ndarray] | None = N
     np.savez_compressed(path, **arrays)
 
 
+def _flatten(tree, prefix="") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        path = f"{prefix}/{key}" if prefix else str(key)
+        flat.update(_flatten(value, path) if isinstance(value, dict) else {path: value})
+    return flat
+
+
+def _nest(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split("/")
+        for p in parents:
+            node = node.setdefault(int(p) if p.isdigit() else p, {})
+        node[int(leaf) if leaf.isdigit() else leaf] = jnp.asarray(value)
+    return out
+
+
 def _read(file) -> tuple[TinyLM, dict[str, np.ndarray]]:
     with np.load(file) as data:
         arrays = {k: data[k] for k in data.files}
     config = ModelConfig(**json.loads(arrays.pop("config").tobytes().decode()))
-    model = TinyLM(config, rngs=nnx.Rngs(0))
-    state = nnx.state(model, nnx.Param)
-    expected = _flat_params(model)
-    params = {k[len("params/") :]: v for k, v in arrays.items() if k.startswith("params/")}
-    missing = sorted(set(expected) - set(params))
-    unknown = sorted(set(params) - set(expected))
-    bad = [k for k in expected if k in params and params[k].shape != expected[k].shape]
+    abstract = nnx.eval_shape(lambda: TinyLM(config))
+    graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
+    expected = _flatten(nnx.to_pure_dict(params))
+    got = {k[len("params/") :]: v for k, v in arrays.items() if k.startswith("params/")}
+    missing = sorted(set(expected) - set(got))
+    unknown = sorted(set(got) - set(expected))
+    bad = [k for k in expected if k in got and got[k].shape != tuple(expected[k].shape)]
     if missing or unknown or bad:
         raise ValueError(
             f"checkpoint does not match {config}: missing {missing}, unknown {unknown}, "
             f"wrong shape {bad}"
         )
-
-    def nest(flat):
-        out: dict = {}
-        for key, value in flat.items():
-            node = out
-            *parents, leaf = key.split("/")
-            for p in parents:
-                node = node.setdefault(int(p) if p.isdigit() else p, {})
-            node[int(leaf) if leaf.isdigit() else leaf] = jnp.asarray(value)
-        return out
-
-    nnx.replace_by_pure_dict(state, nest(params))
-    nnx.update(model, state)
+    nnx.replace_by_pure_dict(params, _nest(got))
+    model = nnx.merge(graphdef, params, rest)
     extra = {k[len("extra/") :]: v for k, v in arrays.items() if k.startswith("extra/")}
     return model, extra
 

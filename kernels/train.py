@@ -134,7 +134,7 @@ def evaluate(model: TinyLM, windows: np.ndarray, chunk: int = 64) -> dict[str, f
 def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: Corpus, log=None):
     """Train a fresh model; returns (model, training log dict, held-out evaluation windows)."""
     t0 = time.perf_counter()
-    model = TinyLM(model_cfg, rngs=nnx.Rngs(cfg.seed))
+    model = TinyLM(model_cfg, seed=cfg.seed)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, cfg.lr, cfg.warmup, max(cfg.steps, cfg.warmup + 1), end_value=cfg.lr * 0.05
     )
