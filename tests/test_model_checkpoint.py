@@ -9,7 +9,6 @@ from importlib import resources
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from kernels.model import (
     CHECKPOINTS,
@@ -48,7 +47,7 @@ def test_heldout_loss_reproduces_the_log(shipped):
 
 
 def test_trained_model_is_peaked(shipped):
-    model, extra, log = shipped
+    _, extra, log = shipped
     uniform = math.log(256)
     assert log["heldout"]["uniform_entropy_nats"] == pytest.approx(uniform)
     # far from uniform: under half the entropy of the uniform distribution, under 3.5 bits/byte

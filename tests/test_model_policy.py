@@ -112,7 +112,7 @@ def test_no_retrace_in_generation_and_teacher_forcing(model):
             other, prompts + seed, jax.random.key(seed), jnp.float32(temperature), new_tokens=7
         )
         teacher_force(other, toks, prompt_len=5)
-    assert TRACES == before
+    assert before == TRACES
 
 
 def test_sample_respects_top_k_and_top_p():
