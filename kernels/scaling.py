@@ -15,13 +15,17 @@ with every scale equal to 1, whatever the mode says.
 Scale of one run ``a`` (``amax`` = the largest ``|a|`` over its finite entries, after binary32
 subnormals are flushed):
 
-* ``per_tensor``, ``per_row``, ``block:N``: ``s = amax / max_format`` in binary32 (rounded to
-  nearest even, flushed); ``s = 1`` when that is 0.
+* ``per_tensor``, ``per_row``, ``block:N``: ``s = flush(fl32(amax · fl32(1 / max_format)))``
+  (binary32, round to nearest even); ``s = 1`` when that is 0.
 * ``mx:N``: ``s = 2**clip(floor(log2 amax) - emax_format, -126, 127)``, ``s = 1`` when
   ``amax = 0``. (E8M0 reaches ``2**-127``; that one value is a binary32 subnormal and is not
   used.) The quantized values may exceed ``max_format`` before the cast; the cast saturates.
 
-Quantized value: ``q = saturating_cast(a / s, format)`` with the division in binary32.
+Quantized value: ``q = saturating_cast(fl32(a · fl32(1 / s)), format)``: multiplication by the
+binary32 reciprocal of the scale, as quantizers do. (Written with multiplications on purpose:
+XLA rewrites a division by a constant into a multiplication by its reciprocal, so a definition
+with ``a / s`` would not be reproducible once ``s`` is constant-folded.) ``1 / s`` is finite
+because ``s ≥ 2**-126``, and exact for MX scales.
 
 References:
     Open Compute Project, "OCP Microscaling Formats (MX) Specification", v1.0, 2023 (shared
@@ -76,6 +80,11 @@ def parse_scaling(text: str, fmt: str) -> Scaling:
     return parsed
 
 
+def _recip_max(fmax: float) -> np.float32:
+    """fl32(1 / fmax), correctly rounded."""
+    return np.float32(1) / np.float32(fmax)
+
+
 def _runs_shape(k: int, scaling: Scaling) -> tuple[int, int]:
     """(number of scale runs along K, run length) for an operand with K columns."""
     if not scaling.varies_along_k:
@@ -120,10 +129,11 @@ def quantize_rows(
         s = _pow2_f32(jnp.clip(e - info.emax, -126, 127))
         s = jnp.where(amax == 0, jnp.float32(1), s)
     else:
-        s = flush(amax / jnp.float32(info.max))
+        s = flush(amax * _recip_max(info.max))
         s = jnp.where(s == 0, jnp.float32(1), s)
-    s_full = jnp.repeat(s, run, axis=1, total_repeat_length=nb * run)[:, :k]
-    return saturating_cast(a / s_full, fmt), s
+    inv = jnp.float32(1) / s
+    inv_full = jnp.repeat(inv, run, axis=1, total_repeat_length=nb * run)[:, :k]
+    return saturating_cast(a * inv_full, fmt), s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,13 +161,14 @@ def quantize_rows_np(a: np.ndarray, fmt: str, scaling: Scaling) -> tuple[np.ndar
             if amax == 0:
                 continue
             if scaling.kind == "mx":
-                e = int(np.floor(np.log2(np.float64(amax))))  # amax is normal binary32
+                e = int(np.frexp(np.float64(amax))[1]) - 1  # floor(log2 amax); amax is normal
                 s[r, j] = np.float32(2.0 ** min(max(e - info.emax, -126), 127))
             else:
-                v = np.float32(amax / np.float32(info.max))
+                v = np.float32(amax * _recip_max(info.max))
                 if abs(v) >= np.float32(TINY):
                     s[r, j] = v
     col = np.minimum(np.arange(k) // run, nb - 1)
+    inv = (np.float32(1) / s).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        q = saturating_cast_np(a / s[:, col], fmt)
+        q = saturating_cast_np(a * inv[:, col], fmt)
     return q, s

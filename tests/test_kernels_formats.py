@@ -1,0 +1,161 @@
+"""Formats and scaling: edge behaviour, and the JAX and NumPy twins agree bit for bit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernels.formats import (
+    FORMATS,
+    TINY,
+    cast_output,
+    cast_output_np,
+    format_info,
+    saturating_cast,
+    saturating_cast_np,
+)
+from kernels.scaling import Scaling, parse_scaling, quantize_rows, quantize_rows_np
+
+FMTS = list(FORMATS)
+FP8 = ["float8_e4m3fn", "float8_e5m2"]
+
+
+def same_bits(a, b) -> bool:
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    return a.shape == b.shape and bool(
+        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
+    )
+
+
+floats32 = st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)
+
+
+def test_format_constants():
+    assert format_info("float8_e4m3fn").max == 448.0
+    assert format_info("float8_e5m2").max == 57344.0
+    assert format_info("float16").max == 65504.0
+    assert format_info("bfloat16").mantissa_bits == 7
+    assert [format_info(f).emax for f in FP8] == [8, 15]
+    with pytest.raises(ValueError, match="unknown number format 'float4'"):
+        format_info("float4")
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_saturating_cast_edges(fmt):
+    info = format_info(fmt)
+    big = np.float32(3.4e38)
+    x = np.array([np.inf, -np.inf, np.nan, big, -big, info.max, 0.0, -0.0, 1e-40], np.float32)
+    y = saturating_cast_np(x, fmt)
+    if fmt == "float32":
+        assert y[0] == np.inf and y[1] == -np.inf
+    else:
+        assert y[0] == info.max and y[1] == -info.max  # inf saturates
+        assert y[3] == info.max and y[4] == -info.max  # overflow saturates
+    assert np.isnan(y[2])
+    assert y[5] == np.float32(info.max)
+    assert same_bits(y[6:], np.zeros(3, np.float32))  # zeros and subnormals become +0
+    assert same_bits(saturating_cast(jnp.asarray(x), fmt), y)
+
+
+def test_narrow_subnormals_are_kept():
+    # the formats' own subnormals are normal binary32 numbers
+    assert saturating_cast_np(np.float32(2.0**-9), "float8_e4m3fn") == 2.0**-9
+    assert saturating_cast_np(np.float32(2.0**-16), "float8_e5m2") == 2.0**-16
+    assert saturating_cast_np(np.float32(2.0**-24), "float16") == 2.0**-24
+    # below half the smallest subnormal: rounds to zero
+    assert saturating_cast_np(np.float32(2.0**-11), "float8_e4m3fn") == 0.0
+
+
+def test_output_cast_overflows_instead_of_saturating():
+    x = np.array([1e6, -1e6, 3.0e38], np.float32)
+    assert np.all(np.isinf(cast_output_np(x[:2], "float16")))
+    assert np.isnan(cast_output_np(x[:1], "float8_e4m3fn"))[0]
+    assert np.isinf(cast_output_np(np.float32(3.4e38), "bfloat16"))
+    assert same_bits(cast_output(jnp.asarray(x), "bfloat16"), cast_output_np(x, "bfloat16"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(floats32, min_size=1, max_size=64), st.sampled_from(FMTS))
+def test_casts_jax_equals_numpy(values, fmt):
+    x = np.array(values, np.float32)
+    assert same_bits(saturating_cast(jnp.asarray(x), fmt), saturating_cast_np(x, fmt))
+    assert same_bits(cast_output(jnp.asarray(x), fmt), cast_output_np(x, fmt))
+    y = saturating_cast_np(x, fmt)
+    finite = np.isfinite(y)
+    assert np.all(np.abs(y[finite]) <= format_info(fmt).max)
+    assert np.all(np.isfinite(y) | np.isnan(x) | (fmt == "float32"))
+    # representable: casting again changes nothing
+    dt = FORMATS[fmt].dtype
+    with np.errstate(over="ignore"):
+        assert same_bits(y[finite].astype(dt).astype(np.float32), y[finite])
+
+
+def test_parse_scaling():
+    assert parse_scaling("per_tensor", "float8_e4m3fn") == Scaling("per_tensor")
+    assert parse_scaling("block:128", "float8_e4m3fn") == Scaling("block", 128)
+    assert parse_scaling("mx:32", "float8_e5m2") == Scaling("mx", 32)
+    assert parse_scaling("block:128", "bfloat16") == Scaling("per_tensor")  # wide: unscaled
+    for bad in ("block", "block:0", "mx:x", "tile:4", "per-row"):
+        with pytest.raises(ValueError, match="is not one of per_tensor, per_row"):
+            parse_scaling(bad, "float8_e4m3fn")
+
+
+SCALINGS = ["per_tensor", "per_row", "block:4", "block:16", "mx:32", "mx:8"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.sampled_from([1, 7, 32, 33]),
+    st.sampled_from(SCALINGS),
+    st.sampled_from(FMTS),
+    st.integers(-40, 40),
+    st.data(),
+)
+def test_quantize_jax_equals_numpy(rows, k, scaling, fmt, exp, data):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    x = (rng.standard_normal((rows, k)) * 2.0**exp).astype(np.float32)
+    specials = data.draw(st.lists(floats32, max_size=4))
+    for i, v in enumerate(specials):
+        x.flat[(i * 7) % x.size] = v
+    sc = parse_scaling(scaling, fmt)
+    q, s = quantize_rows(jnp.asarray(x), fmt, sc)
+    q_np, s_np = quantize_rows_np(x, fmt, sc)
+    assert same_bits(q, q_np) and same_bits(s, s_np)
+    assert np.all(np.asarray(s_np) > 0) and np.all(np.isfinite(s_np))
+    if sc.kind == "mx":
+        mant, _ = np.frexp(s_np)
+        assert np.all(mant == 0.5)  # powers of two
+
+
+def test_quantize_scales_and_zero_rows():
+    x = np.zeros((2, 8), np.float32)
+    x[1] = np.arange(8) - 3.5
+    q, s = quantize_rows_np(x, "float8_e4m3fn", Scaling("per_row"))
+    assert s[0, 0] == 1.0 and np.all(q[0] == 0)  # all-zero row: scale 1
+    assert s[1, 0] == np.float32(3.5) * (np.float32(1) / np.float32(448))
+    assert np.max(np.abs(q[1])) == 448.0  # amax maps to the format's max
+    # inf is ignored by amax and saturates; NaN stays NaN
+    x[1, 0], x[1, 1] = np.inf, np.nan
+    q, s = quantize_rows_np(x, "float8_e4m3fn", Scaling("per_row"))
+    assert q[1, 0] == 448.0 and np.isnan(q[1, 1])
+    assert s[1, 0] == np.float32(3.5) * (np.float32(1) / np.float32(448))
+    # MX: shared exponent floor(log2 amax) - emax_elem
+    xm = np.full((1, 32), 3.0, np.float32)
+    q, s = quantize_rows_np(xm, "float8_e4m3fn", Scaling("mx", 32))
+    assert s[0, 0] == 2.0 ** (1 - 8) and q[0, 0] == 3.0 * 2**7
+
+
+def test_flush_matches_xla_cpu():
+    # XLA's CPU backend flushes binary32 subnormals; the definition makes that explicit
+    if jax.default_backend() != "cpu":
+        pytest.skip("checks the CPU backend's flush-to-zero")
+    tiny = jnp.float32(TINY)
+    assert float(jax.jit(lambda a: a * jnp.float32(0.25))(tiny)) == 0.0
+    assert ml_dtypes.finfo(np.float32).tiny == TINY
