@@ -149,7 +149,9 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         queries += n
         if status is not None:
             statuses.append(status)
-    clause_statuses = check_clauses(data.get("clauses"), expected_clause_keys(canonical), diff)
+    clause_statuses = check_clauses(
+        data.get("clauses"), expected_clause_keys(canonical), diff, data.get("evidence") is not None
+    )
     statuses += [s for _, s in clause_statuses]
     verdicts = [(o.get("id"), Status.parse(o["status"])) for o in obligations
                 if isinstance(o, dict) and o.get("status") in _LABELS]  # fmt: skip

@@ -27,8 +27,11 @@ def expected_clause_keys(canonical: dict) -> list[tuple[str, str, str]] | None:
     return keys
 
 
-def check_clauses(clauses, expected, diff) -> list[tuple[str, Status]]:
-    """Check each clause verdict's shape and consistency; returns ``(id, status)`` pairs."""
+def check_clauses(clauses, expected, diff, measured: bool = True) -> list[tuple[str, Status]]:
+    """Check each clause verdict's shape and consistency; returns ``(id, status)`` pairs.
+
+    ``measured`` says whether the report carries evidence; without it, numerical and
+    statistical clauses can only be skipped."""
     if not isinstance(clauses, list):
         diff("clauses", "missing")
         return []
@@ -47,6 +50,13 @@ def check_clauses(clauses, expected, diff) -> list[tuple[str, Status]]:
             continue
         status = Status.parse(label)
         out.append((c.get("id"), status))
+        if c.get("family") in ("numerical", "statistical") and status is not Status.SKIPPED:
+            if not measured:
+                diff(f"{where}.status", f"{label} in a report without evidence")
+            elif status in (Status.HELD, Status.VIOLATED) and (
+                not isinstance(c.get("samples"), int) or c.get("samples") <= 0
+            ):
+                diff(f"{where}.samples", f"{label} without any sample")
         bound, threshold = c.get("bound"), c.get("threshold")
         if status in (Status.SKIPPED, Status.INCONCLUSIVE, Status.VIOLATED) and not c.get("reason"):
             diff(f"{where}.reason", f"{label} without a reason")
