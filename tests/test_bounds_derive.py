@@ -12,6 +12,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bounds
 from bounds import derive, evaluate, loosest
@@ -252,3 +254,36 @@ def test_numpy_and_jax_evaluators_agree_with_mpmath():
 def test_import_does_not_load_jax():
     code = "import sys, bounds; bounds.derive; assert 'jax' not in sys.modules, 'jax loaded'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([0.001, 0.02, 0.3, 2.0]),
+    st.sampled_from([0.1, 0.7, 1.0, 5.0]),
+    st.integers(0, 2**32 - 1),
+)
+def test_derived_values_bound_the_true_quantities(delta, T, seed):
+    """End to end: a contract's derived values hold for logit pairs meeting its clause."""
+    from bounds import measure
+
+    gs = [
+        Guarantee("tv", "token_tv", 1.0, ("N1",)),
+        Guarantee("lr", "token_log_ratio", 1.0, ("N1",)),
+        Guarantee("kl", "token_kl", 1.0, ("N1",)),
+        Guarantee("clip", "clip_budget", 1.0, ("N1",), clip_epsilon=0.2),
+        Guarantee("tis", "pg_bias", 1.0, ("N1",), estimator="tis", cap=1.5, **PG),
+        Guarantee("mis", "pg_bias", 1.0, ("N1",), estimator="mis", cap=1.5, **PG),
+    ]
+    c = contract([NumericalClause("N1", "logit_drift", delta)], (), gs, temperature=T)
+    v = {d.guarantee: d.value for d in derive(c)}
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        z = rng.normal(0, rng.choice([0.5, 3.0]), rng.choice([2, 7, 500]))
+        zp = z + np.where(rng.random(z.size) < rng.random(), delta, -delta)
+        tol = 1e-10
+        assert measure.tv(z, zp, T) <= v["tv"] * (1 + 1e-12) + tol
+        assert measure.max_abs_log_ratio(z, zp, T) <= v["lr"] * (1 + 1e-12) + tol
+        assert max(measure.kl(z, zp, T), measure.kl(z, zp, T, True)) <= v["kl"] * (1 + 1e-12) + tol
+        assert measure.clip_share(z, zp, T, 0.2) <= v["clip"] * (1 + 1e-12) + tol
+        assert 5.0 * measure.tis_excess(z, zp, T, 1.5) <= v["tis"] * (1 + 1e-12) + tol
+        assert 5.0 * measure.mis_masked_mass(z, zp, T, 1.5) <= v["mis"] * (1 + 1e-12) + tol
