@@ -1,0 +1,140 @@
+"""The two shipped evidence contracts run end to end: the sample log and real emulation."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import contracts
+from kernels.logs import read_log
+from verify.evidence import evaluate
+from verify.status import Status
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "contracts" / "examples"
+SAMPLE = EXAMPLES / "rollout-sample.jsonl"
+
+
+def test_sample_log_is_small_and_clean():
+    assert SAMPLE.stat().st_size < 500_000
+    table = read_log(SAMPLE)
+    assert (table.sequences, table.tokens) == (64, 4096)
+    assert table.malformed_count == table.mismatch_count == table.unpaired_count == 0
+    assert table.columns["position"].min() == 32  # position_offset: the prompt length
+    assert len(table.prompt_names) == 64
+
+
+def test_rollout_log_example_verdicts():
+    c = contracts.load(EXAMPLES / "rollout-log.yaml")
+    results, report = evaluate(c)
+    got = {(r.id, r.slice): r.status for r in results}
+    assert got == {
+        ("N_is_cap", "all"): Status.VIOLATED,
+        ("S_tail_ratio", "all"): Status.HELD,
+        ("S_tail_ratio", "tail_tokens"): Status.HELD,
+        ("S_tail_ratio", "late"): Status.HELD,
+        ("S_large_ratio_rate", "all"): Status.INCONCLUSIVE,
+        ("S_large_ratio_rate", "tail_tokens"): Status.VIOLATED,
+        ("S_tv", "all"): Status.SKIPPED,
+    }
+    sha = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
+    assert {r.fingerprint for r in results} == {f"sha256:{sha}"}
+    metrics = report["sources"][0]["framework_metrics"]
+    assert metrics["token_mult_prob_error"] > 1.0
+    assert report["sources"][0]["truncated_support_shift"]["detected"] is False
+
+
+def test_rollout_log_example_through_the_cli(tmp_path):
+    out = tmp_path / "report.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verify",
+            str(EXAMPLES / "rollout-log.yaml"),
+            "--json",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stderr  # N_is_cap and a slice of S_large_ratio_rate
+    assert run.stderr == ""  # --quiet: no progress bar
+    report = json.loads(out.read_text())
+    statuses = {(c["id"], c.get("slice")): c["status"] for c in report["clauses"]}
+    assert statuses[("N_is_cap", "all")] == "violated"
+    assert statuses[("S_tv", "all")] == "skipped"
+    assert report["evidence"]["sources"][0]["tokens"] == 4096
+
+
+def test_missing_evidence_file_exits_2(tmp_path):
+    text = (
+        (EXAMPLES / "rollout-log.yaml")
+        .read_text()
+        .replace("rollout-sample.jsonl", "no-such-log.jsonl")
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    run = subprocess.run(
+        [sys.executable, "-m", "verify", str(path), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "no-such-log.jsonl: evidence file not found" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_logs_only_evaluation_imports_no_jax():
+    code = (
+        "import sys, contracts; from verify.evidence import evaluate; "
+        f"evaluate(contracts.load({str(EXAMPLES / 'rollout-log.yaml')!r})); "
+        "print('jax' in sys.modules)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert run.stdout.strip() == "False", run.stderr
+
+
+def _shrunk(contract, prompts, tokens):
+    emulate = dataclasses.replace(contract.evidence.emulate, prompts=prompts, max_new_tokens=tokens)
+    return dataclasses.replace(
+        contract, evidence=dataclasses.replace(contract.evidence, emulate=emulate)
+    )
+
+
+def test_fp8_emulated_example_on_a_few_tokens():
+    """Real emulation through both kernels; 32 tokens are too few for min_samples 100."""
+    c = _shrunk(contracts.load(EXAMPLES / "fp8-emulated.yaml"), prompts=4, tokens=8)
+    results, report = evaluate(c)
+    by = {(r.id, r.slice): r for r in results}
+    assert by[("N1", "all")].samples == 32
+    assert by[("N1", "all")].status in (Status.HELD, Status.VIOLATED)
+    for key in (("S_tv_tail", "all"), ("S_flip", "all")):
+        assert by[key].status is Status.INCONCLUSIVE
+        assert by[key].reason == "32 tokens < min_samples 100"
+    src = report["sources"][0]
+    assert src["kind"] == "emulate" and src["tokens"] == 32
+    assert src["checkpoint_sha256"] is not None
+    assert src["inference"] == "h100-fp8"
+
+
+@pytest.mark.slow
+def test_fp8_emulated_example_as_shipped():
+    results, _ = evaluate(contracts.load(EXAMPLES / "fp8-emulated.yaml"))
+    by = {(r.id, r.slice): r for r in results}
+    assert by[("N1", "all")].samples == 512
+    assert all(r.status is not Status.SKIPPED for r in results)
+    assert by[("S_tv_tail", "all")].status is Status.HELD
