@@ -50,6 +50,8 @@ def show(value: object) -> str:
 
 def describe(value: object) -> str:
     """What kind of value this is, with the value itself when it is a scalar."""
+    if value is INVALID:
+        return "an invalid value"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
@@ -85,6 +87,7 @@ class Checker:
         self.locations = locations
         self.root = root
         self.problems: list[Problem] = []
+        self.failures = 0  # problems reported here plus values the YAML reader already refused
 
     def where(self, key: str) -> tuple[int, int]:
         path = key
@@ -96,10 +99,13 @@ class Checker:
         return self.root
 
     def report(self, key: str, message: str) -> None:
+        self.failures += 1
         self.problems.append(Problem(self.path, *self.where(key), key, message))
 
     def expected(self, key: str, what: str, value: object) -> None:
-        if value is not INVALID:
+        if value is INVALID:
+            self.failures += 1
+        else:
             self.report(key, f"expected {what}, got {describe(value)}")
 
     # -- containers ------------------------------------------------------------------------
@@ -142,6 +148,7 @@ class Checker:
     def number(self, value, key, lo=None, hi=None, *, lo_open=False, hi_open=False):
         """A finite number (an integer is accepted), optionally within an interval."""
         if value is INVALID:
+            self.failures += 1
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.expected(key, "a number", value)
@@ -172,6 +179,7 @@ class Checker:
 
     def integer(self, value, key, lo=None, hi=None):
         if value is INVALID:
+            self.failures += 1
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.expected(key, "an integer", value)

@@ -105,7 +105,7 @@ class _Loader(Reader, Scanner, Parser, Composer, _CoreResolver):
 
 @dataclass(frozen=True)
 class Document:
-    """A parsed file: plain values (``None`` when unusable), key-path locations, problems."""
+    """A parsed file: plain values (``INVALID`` when unusable), key-path locations, problems."""
 
     tree: object
     locations: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
@@ -168,29 +168,29 @@ def read_document(data: bytes | str, path: str) -> Document:
     """Parse ``data`` (the bytes or text of the file at ``path``) into a ``Document``."""
     text, problem = _decode(data, path)
     if text is None:
-        return Document(None, problems=(problem,))
+        return Document(INVALID, problems=(problem,))
     loader = None
     try:
         loader = _Loader(text)
         root = loader.get_single_node()
     except _TooBig as e:
         problem = Problem(path, e.mark.line + 1, e.mark.column + 1, "", e.message)
-        return Document(None, problems=(problem,))
+        return Document(INVALID, problems=(problem,))
     except yaml.YAMLError as e:
-        return Document(None, problems=(_yaml_problem(e, text, path),))
+        return Document(INVALID, problems=(_yaml_problem(e, text, path),))
     finally:
         if loader is not None:
             loader.dispose()
     if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL and not root.value):
         message = "the file is empty; a contract needs at least the keys contract, name, kernels"
-        return Document(None, problems=(Problem(path, 1, 1, "", message),))
+        return Document(INVALID, problems=(Problem(path, 1, 1, "", message),))
     builder = _Builder(path)
     start = (root.start_mark.line + 1, root.start_mark.column + 1)
     try:
         tree = builder.value(root, "", 1)
     except _Abort as e:
         return Document(
-            None, MappingProxyType(builder.locations), start, (*builder.problems, e.problem)
+            INVALID, MappingProxyType(builder.locations), start, (*builder.problems, e.problem)
         )
     return Document(tree, MappingProxyType(builder.locations), start, tuple(builder.problems))
 

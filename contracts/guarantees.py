@@ -40,7 +40,7 @@ _PREMISE_FAMILIES = ("numerical", "statistical", "runtime")
 def read_guarantee(
     ck: Checker, value, key: str, names: Names, policy: Policy | None
 ) -> Guarantee | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     f = OBJECTS["guarantee"]
     m = ck.mapping(value, key, f.known, f.required)
     if m is None:
@@ -75,7 +75,7 @@ def read_guarantee(
         ck.report(sub(key, "cap"), f"missing required key: estimator {estimator} needs a cap")
     if "cap" in m and estimator == "plain" and quantity == "pg_bias":
         ck.report(sub(key, "cap"), "applies only to estimator tis or mis")
-    return Guarantee(**got) if len(ck.problems) == mark else None
+    return Guarantee(**got) if ck.failures == mark else None
 
 
 def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:

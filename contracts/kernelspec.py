@@ -38,7 +38,7 @@ def _kernel(ck: Checker, value: object, key: str) -> KernelSpec | None:
     m = ck.mapping(value, key, fields.known, fields.required)
     if m is None:
         return None
-    failed = len(ck.problems)
+    failed = ck.failures
     base = None
     if "preset" in m:
         name = ck.string(m["preset"], sub(key, "preset"))
@@ -58,7 +58,7 @@ def _kernel(ck: Checker, value: object, key: str) -> KernelSpec | None:
     if "batching" in m:
         batching = ck.choice(m["batching"], sub(key, "batching"), ("dynamic", "fixed"))
         changed.append("batching")
-    if base is None or len(ck.problems) > failed:
+    if base is None or ck.failures > failed:
         return None
     merged = dataclasses.replace(
         base,

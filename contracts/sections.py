@@ -65,11 +65,11 @@ def _fields(ck: Checker, value, key, obj: str) -> dict | None:
 
 
 def _ok(ck: Checker, mark: int) -> bool:
-    return len(ck.problems) == mark
+    return ck.failures == mark
 
 
 def read_policy(ck: Checker, value, key: str) -> Policy | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "policy")
     if m is None:
         return None
@@ -114,7 +114,7 @@ def _slice_ref(ck: Checker, value, key, names: Names) -> str | None:
 
 
 def read_numerical(ck: Checker, value, key: str, names: Names) -> NumericalClause | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "numerical")
     if m is None:
         return None
@@ -131,7 +131,7 @@ def read_numerical(ck: Checker, value, key: str, names: Names) -> NumericalClaus
 
 
 def read_statistical(ck: Checker, value, key: str, names: Names) -> StatisticalClause | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "statistical")
     if m is None:
         return None
@@ -182,7 +182,7 @@ def _names_list(ck: Checker, value, key, read, what: str) -> tuple[str, ...] | N
 
 
 def read_runtime(ck: Checker, value, key: str) -> RuntimeClause | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "runtime")
     if m is None:
         return None
@@ -207,7 +207,7 @@ def read_runtime(ck: Checker, value, key: str) -> RuntimeClause | None:
 
 
 def read_observability(ck: Checker, value, key: str) -> ObservabilityClause | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "observability")
     if m is None:
         return None
@@ -228,7 +228,7 @@ def read_observability(ck: Checker, value, key: str) -> ObservabilityClause | No
 
 
 def read_slice(ck: Checker, name: str, value, key: str) -> Slice | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "slice")
     if m is None:
         return None
@@ -267,7 +267,7 @@ def _regex(ck: Checker, value, key) -> str | None:
 
 
 def read_escalation(ck: Checker, value, key: str, names: Names) -> EscalationRule | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "escalation")
     if m is None:
         return None
@@ -302,7 +302,7 @@ def read_escalation(ck: Checker, value, key: str, names: Names) -> EscalationRul
 
 
 def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "promotion")
     if m is None:
         return None
@@ -328,7 +328,7 @@ def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] |
 
 
 def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | None:
-    mark = len(ck.problems)
+    mark = ck.failures
     m = _fields(ck, value, key, "evidence")
     if m is None:
         return None

@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from contracts.canonical import canonical_json
 from contracts.checks import Checker, describe, show, sub
-from contracts.document import Document
+from contracts.document import INVALID, Document
 from contracts.errors import ContractError
 from contracts.fields import OBJECTS, VERSION
 from contracts.guarantees import read_guarantee
@@ -35,7 +35,7 @@ def validate(doc: Document, *, path: str, sha256: str, base_dir: str) -> Contrac
     """The ``Contract`` that ``doc`` describes; ``ContractError`` listing every problem if not."""
     ck = Checker(path, doc.locations, doc.root)
     ck.problems.extend(doc.problems)
-    if doc.tree is None:
+    if doc.tree is INVALID:  # the reader could not make a document; it said why
         raise ContractError(ck.problems)
     if not isinstance(doc.tree, dict):
         ck.report("", f"the top level must be a mapping of contract keys, got {describe(doc.tree)}")
