@@ -1,4 +1,7 @@
-"""Golden error messages: every malformed contract is rejected with exactly the expected lines."""
+"""Golden error messages: every malformed contract is rejected with exactly the expected lines.
+
+Time limits use CPU time (``process_time``), so a busy machine does not fail them.
+"""
 
 from __future__ import annotations
 
@@ -28,10 +31,10 @@ def test_corpus_is_large_and_complete():
 def test_golden_message(case, monkeypatch):
     monkeypatch.chdir(DATA)
     expected = (DATA / f"{case}.expected").read_text(encoding="utf-8").rstrip("\n")
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(ContractError) as info:
         contracts.load(f"{case}.yaml")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert str(info.value) == expected
     assert "\n".join(str(p) for p in info.value.problems) == expected
     assert elapsed < 2.0, f"{case} took {elapsed:.2f} s"
@@ -47,10 +50,10 @@ def test_alias_bomb_is_fast_and_small(monkeypatch):
     monkeypatch.chdir(DATA)
     tracemalloc.start()
     try:
-        start = time.perf_counter()
+        start = time.process_time()
         with pytest.raises(ContractError, match="aliases may not multiply content"):
             contracts.load("alias_bomb.yaml")
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -89,10 +92,10 @@ def test_huge_file_is_refused_without_parsing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     big = tmp_path / "big.yaml"
     big.write_bytes(b"contract: 1\nname: big\ndescription: '" + b"x" * (1 << 20) + b"'\n")
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(ContractError) as info:
         contracts.load("big.yaml")
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert str(info.value) == (
         "big.yaml:1:1: the file is larger than 1048576 bytes (1 MiB), the limit for a contract"
     )
@@ -101,11 +104,12 @@ def test_huge_file_is_refused_without_parsing(tmp_path, monkeypatch):
 
 
 def test_many_values_are_refused_fast():
-    text = "contract: 1\nname: n\ndescription: [" + ",".join(["1"] * 100_000) + "]\n"
-    start = time.perf_counter()
+    # 400000 values in 800 kB: parsing them all takes several seconds; the cap stops early
+    text = "contract: 1\nname: n\ndescription: [" + ",".join(["1"] * 400_000) + "]\n"
+    start = time.process_time()
     with pytest.raises(ContractError, match="holds more than 20000 values"):
         contracts.loads(text, path="many.yaml")
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 4.0
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads any file")
