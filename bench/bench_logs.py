@@ -17,10 +17,13 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from kernels.logs import LoggedSequence, framework_metrics, read_log, token_metrics, write_log
 from kernels.summary import select, summarize

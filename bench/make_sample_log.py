@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
 import contracts
 from kernels.emulate import emulate
 from kernels.logs import LoggedSequence, read_log, write_log
