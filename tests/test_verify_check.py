@@ -136,6 +136,8 @@ PROVED_MUTATIONS = {
     "contract name": _set(("contract", "name"), "someone-else"),
     "escalation fired": lambda r: r["escalation"][0].update(fired=True),
     "escalation removed": _set(("escalation",), []),
+    "variables malformed": _set(("obligations", 0, "variables"), "junk"),
+    "clauses malformed": _set(("clauses",), [1, 2]),
 }
 
 REFUTED_MUTATIONS = {

@@ -145,18 +145,27 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
             t = o.get("threshold")
             if not isinstance(t, dict) or t.get("rational") != _text(exact(g["max"])):
                 diff(f"{where}.threshold", f"is not the guarantee's max {g['max']}")
-        status, n = check_obligation(o, where, diff, notes, clause_max, timeout_ms=timeout_ms)
+        try:
+            status, n = check_obligation(o, where, diff, notes, clause_max, timeout_ms=timeout_ms)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+            diff(where, f"malformed ({type(err).__name__}: {err})")
+            status, n = None, 0
         queries += n
         if status is not None:
             statuses.append(status)
-    clause_statuses = check_clauses(
-        data.get("clauses"), expected_clause_keys(canonical), diff, data.get("evidence") is not None
-    )
+    try:
+        expected = expected_clause_keys(canonical)
+        clause_statuses = check_clauses(
+            data.get("clauses"), expected, diff, data.get("evidence") is not None
+        )
+        verdicts = [(o.get("id"), Status.parse(o["status"])) for o in obligations
+                    if isinstance(o, dict) and o.get("status") in _LABELS]  # fmt: skip
+        check_escalation(data.get("escalation"), canonical.get("escalation", []),
+                         verdicts + clause_statuses, diff)  # fmt: skip
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+        diff("clauses", f"malformed ({type(err).__name__}: {err})")
+        clause_statuses = []
     statuses += [s for _, s in clause_statuses]
-    verdicts = [(o.get("id"), Status.parse(o["status"])) for o in obligations
-                if isinstance(o, dict) and o.get("status") in _LABELS]  # fmt: skip
-    check_escalation(data.get("escalation"), canonical.get("escalation", []),
-                     verdicts + clause_statuses, diff)  # fmt: skip
     overall = worst(statuses)
     if data.get("status") != overall.label:
         diff("status", f"{data.get('status')!r} but its parts give {overall.label!r}")
