@@ -4,6 +4,7 @@ with the validator on which keys exist and which are required."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import pathlib
 
@@ -26,6 +27,7 @@ def _tree(path: pathlib.Path):
     return doc.tree
 
 
+@functools.cache
 def _validator():
     schema = contracts.json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -160,3 +162,23 @@ def test_bad_values_are_refused_by_both(place, value):
     assert not _validator().is_valid(tree)
     with pytest.raises(contracts.ContractError):
         contracts.loads(json.dumps(tree))
+
+
+def _required_key_cases():
+    places = dict(_unknown_key_cases())
+    return [(name, places[name], key) for name in sorted(OBJECTS) for key in OBJECTS[name].required]
+
+
+@pytest.mark.parametrize(("name", "place", "key"), _required_key_cases(), ids=str)
+def test_missing_required_key_is_refused_by_both(name, place, key):
+    tree = copy.deepcopy(_tree(KITCHEN_SINK))
+    target = tree
+    for step in place:
+        target = target[step]
+    del target[key]
+    assert not _validator().is_valid(tree)
+    with pytest.raises(contracts.ContractError) as info:
+        contracts.loads(json.dumps(tree))
+    where = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in place).lstrip(".")
+    path = f"{where}.{key}" if where else key
+    assert (path, "missing required key") in [(p.key, p.message) for p in info.value.problems]
