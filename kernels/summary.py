@@ -7,7 +7,7 @@ list of thresholds; and a quantile sketch that keeps a verdict sound.
 
 The quantile sketch keeps every value exactly while there are at most ``cap`` of them. Past the
 cap it becomes a histogram over one fixed grid of bin edges ``EDGES`` (shared by every host, so
-histograms add): 32 bins per octave for magnitudes 2^-40 … 2^20 on both signs, a bin at zero,
+histograms add): 64 bins per octave for magnitudes 2^-40 … 2^20 on both signs, a bin at zero,
 and one overflow bin on each side. A value x falls in the bin with the smallest upper edge
 ≥ x, found by ``searchsorted`` on the stored edges (no logarithms, so no rounding can put a
 value above its bin's edge). The k-th smallest value is then at most the upper edge of the bin
@@ -15,7 +15,7 @@ where the cumulative count reaches k (and at most the exact max), and at least t
 lower edge (and at least the exact min). ``upper_values`` turns the sketch into a sorted array
 that dominates the true sorted values entry by entry, so an order-statistic confidence bound
 computed on it is an upper bound of the one computed on the true values: conservative by at
-most one bin (a relative 2^(1/32) − 1 ≈ 2.2%), never optimistic.
+most one bin (a relative 2^(1/64) − 1 ≈ 1.1%), never optimistic.
 
 Merging is associative and commutative exactly (counts, sums, extremes, exceedances and
 sketch are integers or exact), so any map-reduce engine can combine shards.
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 DEFAULT_CAP = 1 << 18
-_PER_OCTAVE = 32
+_PER_OCTAVE = 64
 _MAGS = np.exp2(np.arange(-40 * _PER_OCTAVE, 20 * _PER_OCTAVE + 1) / _PER_OCTAVE)
 # sorted upper edges; bin i holds (EDGES[i-1], EDGES[i]], bin 0 holds (-inf, EDGES[0]]
 EDGES = np.concatenate([-_MAGS[::-1], [0.0], _MAGS, [np.inf]])

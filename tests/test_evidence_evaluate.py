@@ -287,3 +287,17 @@ def test_quantile_lower_bound_covers(tmp_path):
             misses += 1
     assert misses / trials <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / trials)
     assert quantile_lower_bound(summarize(np.ones(3)), 0.5, 0.95) == -math.inf
+
+
+def test_quantile_lower_bound_index_against_the_binomial_tail():
+    """The rank it returns is the largest k with P(Binom(n, q) ≥ k) ≥ confidence (strictly)."""
+    from bounds.stats import binomial_cdf
+    from kernels.summary import summarize
+    from verify.evidence.verdicts import quantile_lower_bound
+
+    for n in (1, 2, 5, 20, 100, 333):
+        ranks = summarize(np.arange(1, n + 1, dtype=float))
+        for q in (0.01, 0.3, 0.5, 0.9, 0.99):
+            for c in (0.5, 0.9, 0.95, 0.99):
+                ok = [k for k in range(1, n + 1) if 1 - binomial_cdf(k - 1, n, q) > c + 1e-9]
+                assert quantile_lower_bound(ranks, q, c) == (max(ok) if ok else -math.inf)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from verify.clauses import ClauseResult
 from verify.evidence.sources import RANGE, clause_column
 from verify.status import Status
@@ -94,18 +96,17 @@ def quantile_lower_bound(s, q: float, confidence: float) -> float:
 
     X_(k) > ξ_q needs at most k − 1 samples ≤ ξ_q, and P(X ≤ ξ_q) ≥ q, so
     P(X_(k) > ξ_q) ≤ P(Binom(n, q) ≤ k − 1) ≤ 1 − confidence: X_(k) is a lower bound.
+    The index comes from ``bounds.quantile_ucb`` run on the ranks 1 … n at level
+    1 − confidence: it returns the smallest rank k' with P(Binom(n, q) ≤ k' − 1) ≥ that level
+    (less a hair, so the rank below it qualifies strictly), and k = k' − 1.
     """
-    from bounds.stats import binomial_cdf
+    from bounds import quantile_ucb
 
-    need = confidence + 1e-9  # rounding slack against a violated verdict
-    lo, hi = 0, s.count  # the largest k in [1, n] that qualifies; 0 when none does
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if 1.0 - binomial_cdf(mid - 1, s.count, q) >= need:
-            lo = mid
-        else:
-            hi = mid - 1
-    return -math.inf if lo == 0 else s.order_statistic(lo)[0]
+    n = s.count
+    level = 1.0 - confidence - 2e-9
+    first = quantile_ucb(np.arange(1, n + 1, dtype=np.float64), q, level) if level > 0 else 1
+    k = n if math.isinf(first) else int(first) - 1
+    return -math.inf if k < 1 else s.order_statistic(k)[0]
 
 
 def _rate_bounds(k: int, n: int, c: float):
