@@ -80,12 +80,17 @@ def test_output_cast_overflows_instead_of_saturating():
     assert same_bits(cast_output(jnp.asarray(x), "bfloat16"), cast_output_np(x, "bfloat16"))
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(floats32, min_size=1, max_size=64), st.sampled_from(FMTS))
+_sat = jax.jit(saturating_cast, static_argnums=1)
+_out = jax.jit(cast_output, static_argnums=1)
+_quant = jax.jit(quantize_rows, static_argnums=(1, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(floats32, min_size=64, max_size=64), st.sampled_from(FMTS))
 def test_casts_jax_equals_numpy(values, fmt):
     x = np.array(values, np.float32)
-    assert same_bits(saturating_cast(jnp.asarray(x), fmt), saturating_cast_np(x, fmt))
-    assert same_bits(cast_output(jnp.asarray(x), fmt), cast_output_np(x, fmt))
+    assert same_bits(_sat(jnp.asarray(x), fmt), saturating_cast_np(x, fmt))
+    assert same_bits(_out(jnp.asarray(x), fmt), cast_output_np(x, fmt))
     y = saturating_cast_np(x, fmt)
     finite = np.isfinite(y)
     assert np.all(np.abs(y[finite]) <= format_info(fmt).max)
@@ -109,10 +114,10 @@ def test_parse_scaling():
 SCALINGS = ["per_tensor", "per_row", "block:4", "block:16", "mx:32", "mx:8"]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    st.integers(1, 4),
-    st.sampled_from([1, 7, 32, 33]),
+    st.sampled_from([1, 3]),
+    st.sampled_from([1, 33]),
     st.sampled_from(SCALINGS),
     st.sampled_from(FMTS),
     st.integers(-40, 40),
@@ -125,7 +130,7 @@ def test_quantize_jax_equals_numpy(rows, k, scaling, fmt, exp, data):
     for i, v in enumerate(specials):
         x.flat[(i * 7) % x.size] = v
     sc = parse_scaling(scaling, fmt)
-    q, s = quantize_rows(jnp.asarray(x), fmt, sc)
+    q, s = _quant(jnp.asarray(x), fmt, sc)
     q_np, s_np = quantize_rows_np(x, fmt, sc)
     assert same_bits(q, q_np) and same_bits(s, s_np)
     assert np.all(np.asarray(s_np) > 0) and np.all(np.isfinite(s_np))

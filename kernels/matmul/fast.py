@@ -60,7 +60,7 @@ def _reduce_tile(xs, ws, sx, sw_t, plan: Plan, runs):
                 plan.groups,
                 group_body,
                 jnp.zeros((bm, bn), jnp.float64),
-                unroll=min(plan.groups, 4),
+                unroll=1,
             )
             if plan.block_scaled:
                 r = runs[p, c]
@@ -71,10 +71,17 @@ def _reduce_tile(xs, ws, sx, sw_t, plan: Plan, runs):
                 term = acc.astype(jnp.float32)
             return flush(part_sum + term)
 
-        part_sum = lax.fori_loop(0, plan.chunks, chunk_body, jnp.zeros((bm, bn), jnp.float32))
+        part_sum = _loop(plan.chunks, chunk_body, jnp.zeros((bm, bn), jnp.float32))
         return flush(total + part_sum)
 
-    return lax.fori_loop(0, plan.parts, part_body, jnp.zeros((bm, bn), jnp.float32))
+    return _loop(plan.parts, part_body, jnp.zeros((bm, bn), jnp.float32))
+
+
+def _loop(n: int, body, init):
+    """``fori_loop(0, n, body, init)``, without a loop when ``n == 1`` (faster to compile)."""
+    if n == 1:
+        return body(jnp.int32(0), init)
+    return lax.fori_loop(0, n, body, init)
 
 
 def reduce_quantized(
