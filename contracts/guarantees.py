@@ -66,7 +66,7 @@ def read_guarantee(
         scope = got.get("scope")
     else:
         scope = got["scope"] = "sequence" if quantity == "sequence_tv" else "token"
-    if "horizon" in m and scope is not None and scope != "sequence":
+    if "horizon" in got and scope is not None and scope != "sequence":
         ck.report(sub(key, "horizon"), "applies only to scope: sequence")
     if scope == "sequence" and "horizon" not in m and policy is not None:
         got["horizon"] = policy.max_new_tokens
