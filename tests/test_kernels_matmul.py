@@ -29,11 +29,6 @@ def same_bits(a, b) -> bool:
     )
 
 
-@jax.jit
-def _jit_identity(x):
-    return x
-
-
 _round = jax.jit(round_accumulator, static_argnums=(1, 2))
 
 
@@ -293,7 +288,7 @@ def test_bad_specs_are_reported_together():
     ):
         assert part in msg
     clash = dataclasses.replace(FP8_H100, promote_every=96)
-    with pytest.raises(ValueError, match="96 and the scale block 128 .* must divide one another"):
+    with pytest.raises(ValueError, match=r"96 and the scale block 128 .* must divide one another"):
         matmul(np.ones((1, 2)), np.ones((2, 1)), clash)
     with pytest.raises(ValueError, match="shapes do not fit"):
         matmul(np.ones((1, 3)), np.ones((2, 1)), FP8_H100)
