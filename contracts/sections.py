@@ -86,23 +86,20 @@ def read_policy(ck: Checker, value, key: str) -> Policy | None:
         got["vocab_size"] = ck.integer(m["vocab_size"], sub(key, "vocab_size"), lo=2)
     if "max_new_tokens" in m:
         got["max_new_tokens"] = ck.integer(m["max_new_tokens"], sub(key, "max_new_tokens"), lo=1)
-    if not _ok(ck, mark):
-        return None
-    policy = Policy(**got)
-    if policy.top_k > policy.vocab_size:
-        ck.report(
-            sub(key, "top_k"), f"must be <= vocab_size ({policy.vocab_size}), got {policy.top_k}"
-        )
-        return None
-    if policy.truncated and "logprobs" not in m:
-        cause = "top_p < 1" if policy.top_p < 1 else "top_k > 0"
+    default = Policy()
+    top_p, top_k = got.get("top_p", default.top_p), got.get("top_k", default.top_k)
+    vocab = got.get("vocab_size", default.vocab_size)
+    if top_k is not None and vocab is not None and top_k > vocab:
+        ck.report(sub(key, "top_k"), f"must be <= vocab_size ({vocab}), got {top_k}")
+    nucleus = top_p is not None and top_p < 1
+    if "logprobs" not in m and (nucleus or (top_k is not None and top_k > 0)):
+        cause = "top_p < 1" if nucleus else "top_k > 0"
         ck.report(
             sub(key, "logprobs"),
             f"missing required key: with {cause}, say whether logged log-probs are "
             "full_vocab or processed",
         )
-        return None
-    return policy
+    return Policy(**got) if _ok(ck, mark) else None
 
 
 def _slice_ref(ck: Checker, value, key, names: Names) -> str | None:
