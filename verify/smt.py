@@ -33,11 +33,15 @@ def z3_version() -> str:
 
 def cvc5_version() -> str | None:
     """cvc5's version, or ``None`` when its Python package is not installed."""
-    try:
-        import cvc5
-    except ImportError:
+    from importlib import metadata
+    from importlib.util import find_spec
+
+    if find_spec("cvc5") is None:
         return None
-    return str(getattr(cvc5, "__version__", "unknown"))
+    try:
+        return metadata.version("cvc5")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _z3_value(v) -> Fraction | None:
