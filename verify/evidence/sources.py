@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -207,7 +208,7 @@ def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream)
         "framework_metrics": framework_metrics(train, rollout, sequence),
         "truncated_support_shift": shift_info,
     }
-    label = ", ".join(t.path for t in tables)
+    label = ", ".join(_shown(t.path) for t in tables)
     return Source(
         "logprobs",
         label,
@@ -221,12 +222,21 @@ def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream)
     )
 
 
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it (reports travel)."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if rel.startswith("..") else rel
+
+
 def _file_info(t) -> dict:
     def listed(problems):
         return [{"line": p.line, "reason": p.reason} for p in problems]
 
     return {
-        "path": t.path,
+        "path": _shown(t.path),
         "format": t.format,
         "sha256": t.sha256,
         "lines": t.lines,
