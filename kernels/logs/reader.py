@@ -349,12 +349,15 @@ def read_log(
     fmt = FORMATS[format] if format is not None else None
     first_keys: dict | None = None
     lines = blank = done = 0
+    step = total // 100 + 1  # about a hundred progress calls per file
+    mark = step
     with handle:
         for lines, raw in enumerate(handle, start=1):
             digest.update(raw)
             done += len(raw)
-            if progress is not None and lines % 4096 == 0:
+            if progress is not None and done >= mark:
                 progress(done, total)
+                mark = done + step
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:
