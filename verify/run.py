@@ -72,10 +72,11 @@ def run(
     t2 = time.perf_counter()
     measured, info = _measure(contract, tuple(evidence_paths), quiet, stderr)
     t3 = time.perf_counter()
-    by_key = {(c.id, c.slice): c for c in static_clauses(contract)}
-    by_key.update({(c.id, c.slice): c for c in measured})
+    # one verdict per (clause, slice) and evidence source; the static ones where none measured
+    found = {(c.id, c.slice) for c in measured}
+    parts = [*measured, *(c for c in static_clauses(contract) if (c.id, c.slice) not in found)]
     order = _order(contract)
-    clauses = tuple(sorted(by_key.values(), key=lambda c: order.get((c.id, c.slice), len(order))))
+    clauses = tuple(sorted(parts, key=lambda c: order.get((c.id, c.slice), len(order))))
     verdicts = [(o.id, o.status) for o in obligations] + [(c.id, c.status) for c in clauses]
     source = contract.source
     return Report(
