@@ -185,3 +185,24 @@ def test_mean_bound_matches_hoeffding_or_better(tmp_path, fake_emulate):
     (res,), _ = evaluate(_contract(tmp_path, body))
     hoeffding = t["tv"].mean() + math.sqrt(math.log(1 / 0.1) / (2 * 2000))
     assert t["tv"].mean() < res.bound <= hoeffding + 1e-12
+
+
+def test_emulation_problems_are_evidence_errors(tmp_path):
+    """The real emulator's refusals come back as one-line evidence errors (exit 2)."""
+    from verify.evidence import EvidenceError
+
+    text = (
+        "contract: 1\nname: bad\n"
+        "policy: {temperature: 1.0, top_p: 1.0, top_k: 0, logprobs: full_vocab, "
+        "vocab_size: 256, max_new_tokens: 64}\n"
+        "kernels: {train: {preset: fp32}, inference: {preset: h100-fp8}}\n"
+        "numerical:\n  - {id: N1, metric: logit_drift, max: 0.5, slice: all}\n"
+        "evidence:\n  emulate: {model: huge-lm, prompts: 2, max_new_tokens: 4}\n"
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(EvidenceError) as err:
+        evaluate(contracts.load(path))
+    assert str(err.value) == (
+        f"{path}:8:3: evidence.emulate: unknown pretrained model 'huge-lm'; known: ['tiny-lm']"
+    )

@@ -280,7 +280,15 @@ def emulate_source(contract, stream) -> Source:
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
     ev = contract.evidence.emulate
-    table = emulate_module.emulate(contract, progress=Progress(stream, "emulating"))
+    try:
+        table = emulate_module.emulate(contract, progress=Progress(stream, "emulating"))
+    except (KeyError, ValueError) as err:  # unknown model, a setting the model cannot run
+        where = contract.source.where("evidence.emulate")
+        prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
+        message = err.args[0] if err.args else type(err).__name__
+        if not str(message).startswith("evidence.emulate"):
+            message = f"evidence.emulate: {message}"
+        raise EvidenceError(f"{prefix}{message}") from None
     thresholds, slices = _needs(contract)
     columns = dict(table)
     columns["log_ratio"] = np.asarray(table["log_ratio"], dtype=np.float64)
