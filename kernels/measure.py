@@ -64,11 +64,25 @@ def _phi(u):
     return jnp.where(jnp.abs(u) < _SERIES_BELOW, series, jnp.expm1(safe) - safe)
 
 
-def _centered_kl(p, d):
-    """log E_p[e^d] − E_p[d] (Hoeffding's quantity), and E_p[d]."""
+def _centered_kl(lp, p, d):
+    """log E_p[e^d] − E_p[d] (Hoeffding's quantity) and E_p[d], from log p and p.
+
+    With c = E_p[d] and u = d − c the quantity is log(1 + Σ p·φ(u)). Terms with u ≤ 1 use
+    p·φ(u) (accurate however small); terms with u > 1 use e^{log p + u} − p(1 + u), which stays
+    finite where p underflows or e^u overflows; a common shift e^{−m} keeps the sum finite.
+    """
     c = jnp.sum(p * d)
     c = c + jnp.sum(p * (d - c))  # one refinement: E_p[d − c] ≈ 0 to rounding
-    return jnp.log1p(jnp.sum(p * _phi(d - c))), c
+    u = d - c
+    big = u > 1.0
+    x = jnp.where(big, lp + u, -jnp.inf)  # log(p e^u) of the large terms
+    m = jnp.maximum(0.0, jnp.max(x))
+    shift = jnp.exp(-m)
+    small_terms = p * _phi(jnp.where(big, 0.0, u)) * shift
+    big_terms = jnp.exp(x - m) - p * (1.0 + jnp.where(big, u, 0.0)) * shift
+    total = jnp.sum(jnp.where(big, big_terms, small_terms))
+    kl = jnp.where(m > 0, m + jnp.log(shift + total), jnp.log1p(total))
+    return kl, c
 
 
 def _row(z, zp, y, inv_t):
@@ -79,16 +93,21 @@ def _row(z, zp, y, inv_t):
     top = jnp.max(a)
     e = jnp.exp(a - top)
     s = jnp.sum(e)
+    lp = a - top - jnp.log(s)  # log π, finite where π underflows
     p = e / s
-    logp_y = a[y] - top - jnp.log(s)
     entropy = jnp.log(s) - jnp.sum(p * (a - top))
-    d = delta * inv_t
-    kl_pq, c = _centered_kl(p, d)
+    # every divergence is invariant to a constant shift of Δ: centre it on its midrange, so a
+    # constant Δ gives exact zeros and |d| ≤ osc/(2T) keeps the cancellations small
+    mid = 0.5 * (jnp.max(delta) + jnp.min(delta))
+    d = (delta - mid) * inv_t
+    kl_pq, c = _centered_kl(lp, p, d)
     log_m = c + kl_pq  # log E_π[e^d] = log Z'/Z
     r = d - log_m  # log π' − log π
-    tv = 0.5 * jnp.sum(p * jnp.abs(jnp.expm1(r)))
-    q = p * jnp.exp(r)  # not p + p·expm1(r): that cancels where π' ≪ π
-    kl_qp, _ = _centered_kl(q, -d)
+    lq = lp + r
+    q = jnp.exp(lq)
+    # TV = Σ (π − π')₊ = Σ π·(−expm1(r))₊: no cancellation for any r, and at most Σ π
+    tv = jnp.minimum(1.0, jnp.sum(p * jnp.maximum(0.0, -jnp.expm1(r))))
+    kl_qp, _ = _centered_kl(lq, q, -d)
     i1 = jnp.argmax(z)
     masked = jnp.where(jnp.arange(z.shape[0]) == i1, -jnp.inf, z)
     margin = z[i1] - jnp.max(masked)
@@ -103,7 +122,7 @@ def _row(z, zp, y, inv_t):
         "top1_flip": flip,
         "margin": margin,
         "entropy": entropy,
-        "token_prob": jnp.exp(logp_y),
+        "token_prob": p[y],
     }
 
 

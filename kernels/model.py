@@ -68,8 +68,11 @@ def _normal(rng: np.random.Generator, shape, std):
     return jnp.asarray((std * rng.standard_normal(shape)).astype(np.float32))
 
 
+_BLOCK_PARAMS = ("attn_norm", "wqkv", "wo", "mlp_norm", "w_in", "w_out")
+
+
 class Block(nnx.Module):
-    """One pre-norm transformer block; its matmuls go through the model's ``Ops``."""
+    """The parameters of one pre-norm transformer block (its computation is ``_block_*``)."""
 
     def __init__(self, cfg: ModelConfig, *, rng: np.random.Generator):
         d, std = cfg.d_model, 0.02
@@ -81,32 +84,38 @@ class Block(nnx.Module):
         self.w_in = nnx.Param(_normal(rng, (d, cfg.d_ff), std))
         self.w_out = nnx.Param(_normal(rng, (cfg.d_ff, d), out_std))
 
-    def _qkv(self, x, ops: Ops, heads: int):
-        qkv = ops.matmul(_rms_norm(x, self.attn_norm[...]), self.wqkv[...])
-        q, k, v = jnp.split(qkv, 3, axis=-1)
-        shape = (*x.shape[:-1], heads, x.shape[-1] // heads)
-        return q.reshape(shape), k.reshape(shape), v.reshape(shape)
 
-    def _mlp(self, x, ops: Ops):
-        h = ops.matmul(_rms_norm(x, self.mlp_norm[...]), self.w_in[...])
-        return x + ops.matmul(jax.nn.gelu(h), self.w_out[...])
+def _qkv(p, x, ops: Ops, heads: int):
+    qkv = ops.matmul(_rms_norm(x, p["attn_norm"]), p["wqkv"])
+    q, k, v = jnp.split(qkv, 3, axis=-1)
+    shape = (*x.shape[:-1], heads, x.shape[-1] // heads)
+    return q.reshape(shape), k.reshape(shape), v.reshape(shape)
 
-    def __call__(self, x, ops: Ops, heads: int):
-        q, k, v = self._qkv(x, ops, heads)
-        a = ops.attention(q, k, v)
-        x = x + ops.matmul(a.reshape(x.shape), self.wo[...])
-        return self._mlp(x, ops)
 
-    def step(self, x, cache, ops: Ops, heads: int):
-        q, k, v = self._qkv(x, ops, heads)
-        cache = ops.cache.append(cache, k, v)
-        a = ops.cache.attend(q, cache)
-        x = x + ops.matmul(a.reshape(x.shape), self.wo[...])
-        return self._mlp(x, ops), cache
+def _mlp(p, x, ops: Ops):
+    h = ops.matmul(_rms_norm(x, p["mlp_norm"]), p["w_in"])
+    return x + ops.matmul(jax.nn.gelu(h), p["w_out"])
+
+
+def _block_forward(p, x, ops: Ops, heads: int):
+    q, k, v = _qkv(p, x, ops, heads)
+    x = x + ops.matmul(ops.attention(q, k, v).reshape(x.shape), p["wo"])
+    return _mlp(p, x, ops)
+
+
+def _block_step(p, x, cache, ops: Ops, heads: int):
+    q, k, v = _qkv(p, x, ops, heads)
+    cache = ops.cache.append(cache, k, v)
+    x = x + ops.matmul(ops.cache.attend(q, cache).reshape(x.shape), p["wo"])
+    return _mlp(p, x, ops), cache
 
 
 class TinyLM(nnx.Module):
-    """The policy π_θ: a byte-level decoder LM running on the kernels in ``self.ops``."""
+    """The policy π_θ: a byte-level decoder LM running on the kernels in ``self.ops``.
+
+    The blocks run as one ``lax.scan`` over their stacked parameters, so each kernel is traced
+    once per model, not once per layer.
+    """
 
     def __init__(self, config: ModelConfig, *, seed: int = 0, ops: Ops | None = None):
         rng = np.random.default_rng(seed)
@@ -119,37 +128,46 @@ class TinyLM(nnx.Module):
         self.final_norm = nnx.Param(jnp.ones((d,), jnp.float32))
         self.head = nnx.Param(_normal(rng, (d, config.vocab), 0.02))
 
+    def _stacked(self) -> dict[str, Array]:
+        return {n: jnp.stack([getattr(b, n)[...] for b in self.blocks]) for n in _BLOCK_PARAMS}
+
+    def _logits(self, x):
+        return self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
+
     def __call__(self, tokens: Int[Array, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences."""
         seq = tokens.shape[-1]
         if seq > self.config.context:
             raise ValueError(f"sequence length {seq} exceeds the context {self.config.context}")
         x = self.embed[...][tokens] + self.pos[...][:seq]
-        for block in self.blocks:
-            x = block(x, self.ops, self.config.heads)
-        return self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
 
-    def init_cache(self, num_seqs: int, max_len: int) -> tuple[Any, ...]:
-        """One empty cache per layer, from ``self.ops.cache``."""
+        def layer(x, p):
+            return _block_forward(p, x, self.ops, self.config.heads), None
+
+        x, _ = jax.lax.scan(layer, x, self._stacked())
+        return self._logits(x)
+
+    def init_cache(self, num_seqs: int, max_len: int) -> Any:
+        """Empty caches from ``self.ops.cache``, one per layer, stacked on a leading axis."""
         if max_len > self.config.context:
             raise ValueError(f"max_len {max_len} exceeds the context {self.config.context}")
         cfg = self.config
-        return tuple(
-            self.ops.cache.create(num_seqs, max_len, cfg.heads, cfg.head_dim)
-            for _ in range(cfg.layers)
-        )
+        one = self.ops.cache.create(num_seqs, max_len, cfg.heads, cfg.head_dim)
+        return jax.tree.map(lambda a: jnp.stack([a] * cfg.layers), one)
 
     def step(
-        self, tokens: Int[Array, " seqs"], position: Int[Array, ""], caches: tuple[Any, ...]
-    ) -> tuple[Float[Array, "seqs vocab"], tuple[Any, ...]]:
+        self, tokens: Int[Array, " seqs"], position: Int[Array, ""], caches: Any
+    ) -> tuple[Float[Array, "seqs vocab"], Any]:
         """Logits after one more token per sequence (all at ``position``), and the new caches."""
         x = self.embed[...][tokens] + self.pos[...][position]
-        new = []
-        for block, cache in zip(self.blocks, caches, strict=True):
-            x, cache = block.step(x, cache, self.ops, self.config.heads)
-            new.append(cache)
-        logits = self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
-        return logits, tuple(new)
+
+        def layer(x, p_and_cache):
+            p, cache = p_and_cache
+            x, cache = _block_step(p, x, cache, self.ops, self.config.heads)
+            return x, cache
+
+        x, caches = jax.lax.scan(layer, x, (self._stacked(), caches))
+        return self._logits(x), caches
 
 
 def with_ops(model: TinyLM, ops: Ops) -> TinyLM:

@@ -176,11 +176,13 @@ class ContiguousCache:
 class PagedAttention:
     """Decode attention through the paged low-precision KV cache of ``spec``.
 
-    ``batch_size`` is what the serving kernel sees (tile and split choices may depend on it).
+    ``batch_size`` is what the serving kernel sees; with ``batching="dynamic"`` it sets the
+    number of KV splits (flash-decoding), so a row's result depends on its batch.
     """
 
     spec: AttentionSpec
     batch_size: int = 1
+    batching: str = "fixed"
 
     def create(self, num_seqs, max_len, heads, dim):
         from kernels.attention import PagedKVCache
@@ -193,7 +195,9 @@ class PagedAttention:
     def attend(self, q, cache):
         from kernels.attention import decode_attention
 
-        return decode_attention(q, cache, self.spec, batch_size=self.batch_size)
+        return decode_attention(
+            q, cache, self.spec, batch_size=self.batch_size, batching=self.batching
+        )
 
 
 # ------------------------------------------------------------------------------ ops
@@ -236,5 +240,5 @@ def inference_ops(spec: KernelSpec, batch_size: int) -> Ops:
         f"inference:{spec.preset}@{batch_size}",
         EmulatedMatmul(spec.matmul, batch_size=batch_size, batching=spec.batching),
         ReferenceAttention(),
-        PagedAttention(spec.attention, batch_size=batch_size),
+        PagedAttention(spec.attention, batch_size=batch_size, batching=spec.batching),
     )

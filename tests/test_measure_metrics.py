@@ -33,6 +33,17 @@ def _as_numpy(out):
 _FLOOR = {"kl_train_inf": 1e-12, "kl_inf_train": 1e-12, "tv": 1e-9, "log_ratio": 1e-9}
 
 
+def _assert_close(got, want, temperature):
+    """Relative agreement; log_ratio = log E_π[e^d] − d_y cancels, so it is held to float32
+    rounding of its two terms (|d| ≤ osc/T) rather than of its difference."""
+    scale = 1.0 + np.asarray(want["logit_oscillation"]) / temperature
+    for key in COLUMNS:
+        atol = 4e-7 * scale if key == "log_ratio" else _FLOOR.get(key, 1e-6)
+        err = np.abs(got[key] - want[key])
+        limit = 2e-5 * np.abs(want[key]) + atol
+        assert np.all(err <= limit), (key, np.max(err - limit))
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.6, 1.7])
 @pytest.mark.parametrize("drift", [2.0, 0.05, 1e-3])
 def test_matches_numpy_on_random_logits(temperature, drift):
@@ -41,10 +52,7 @@ def test_matches_numpy_on_random_logits(temperature, drift):
     got = _as_numpy(measure(z, zp, y, temperature))
     want = measure_numpy(z, zp, y, temperature)
     assert set(got) == set(COLUMNS) == set(want)
-    for key in COLUMNS:
-        np.testing.assert_allclose(
-            got[key], want[key], rtol=2e-5, atol=_FLOOR.get(key, 1e-6), err_msg=key
-        )
+    _assert_close(got, want, temperature)
 
 
 def test_matches_numpy_on_real_logits():
@@ -61,10 +69,7 @@ def test_matches_numpy_on_real_logits():
     y = windows[:, 1:].reshape(-1)
     got = _as_numpy(measure(z, zp, y, 1.0))
     want = measure_numpy(z, zp, y, 1.0)
-    for key in COLUMNS:
-        np.testing.assert_allclose(
-            got[key], want[key], rtol=2e-5, atol=_FLOOR.get(key, 1e-6), err_msg=key
-        )
+    _assert_close(got, want, 1.0)
     assert got["entropy"].mean() < 0.5 * np.log(256)  # real logits are peaked
     assert got["logit_drift"].max() > 0
 
