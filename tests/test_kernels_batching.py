@@ -1,0 +1,79 @@
+"""Batch variance: under ``dynamic`` a row's bits depend on its batch; under ``fixed`` not."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+from contracts import AttentionSpec, preset
+from kernels.attention import PagedKVCache, decode_attention
+from kernels.batching import reduction_splits
+from kernels.matmul import matmul
+
+
+def test_reduction_splits():
+    dyn = [reduction_splits(b, 8192, "dynamic") for b in (1, 16, 17, 32, 64, 256, 1024, 4096)]
+    assert dyn == [64, 64, 32, 32, 16, 4, 1, 1]
+    assert all(a >= b for a, b in itertools.pairwise(dyn))  # never grows with batch
+    assert reduction_splits(1, 300, "dynamic") == 2  # every part keeps >= 128 elements
+    assert reduction_splits(1, 100, "dynamic") == 1
+    assert {reduction_splits(b, 8192, "fixed") for b in (1, 7, 300, 5000)} == {1}
+    with pytest.raises(ValueError, match="batching must be 'dynamic' or 'fixed', got 'auto'"):
+        reduction_splits(1, 10, "auto")
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        reduction_splits(0, 10, "fixed")
+
+
+def _row_in_batch(row, others, w, spec, batching):
+    """Serve ``row`` inside a batch of ``1 + len(others)`` rows; return its result's bits."""
+    batch = np.concatenate([row[None], others])
+    splits = reduction_splits(batch.shape[0], w.shape[0], batching)
+    return np.asarray(matmul(batch, w, spec, splits=splits))[0].view(np.uint32)
+
+
+FAST = preset("h100-fp8-fast-accum").matmul
+# promoted every 128, the split only re-associates float32 sums; bfloat16 output rounding hides
+# that almost always, so the float32-output variant shows it
+H100_F32 = dataclasses.replace(preset("h100-fp8").matmul, output="float32")
+BF16_F32 = dataclasses.replace(preset("bf16").matmul, output="float32")
+
+
+@pytest.mark.parametrize("spec", [FAST, H100_F32, BF16_F32], ids=["fast-accum", "h100", "bf16"])
+def test_matmul_batch_variance(spec):
+    rng = np.random.default_rng(0)
+    k = 2048
+    row = rng.standard_normal(k).astype(np.float32)
+    w = rng.standard_normal((k, 64)).astype(np.float32)
+    small = np.zeros((0, k), np.float32)
+    big = rng.standard_normal((255, k)).astype(np.float32)
+    big[:] = row  # same rows, so per-tensor activation scales cannot explain a difference
+    alone = _row_in_batch(row, small, w, spec, "dynamic")
+    crowded = _row_in_batch(row, big, w, spec, "dynamic")
+    assert (alone != crowded).any()  # batch 1 -> 16 splits, batch 256 -> 4 splits
+    fixed_alone = _row_in_batch(row, small, w, spec, "fixed")
+    fixed_crowded = _row_in_batch(row, big, w, spec, "fixed")
+    assert np.array_equal(fixed_alone, fixed_crowded)
+
+
+def test_attention_batch_variance():
+    rng = np.random.default_rng(1)
+    spec = AttentionSpec(kv_cache="float8_e4m3fn", page_size=16, tiles="adaptive")
+    heads, dim, length = 2, 32, 600
+    cache = PagedKVCache.create(1, 1024, heads, dim, spec)
+    k = rng.standard_normal((length, 1, heads, dim)).astype(np.float32)
+    v = rng.standard_normal((length, 1, heads, dim)).astype(np.float32)
+    step = jax.jit(lambda c, a, b: c.append(a, b))
+    for t in range(length):
+        cache = step(cache, k[t], v[t])
+    q = rng.standard_normal((1, heads, dim)).astype(np.float32)
+
+    def bits(batch_size, batching):
+        out = decode_attention(q, cache, spec, batch_size=batch_size, batching=batching)
+        return np.asarray(out).view(np.uint32)
+
+    assert (bits(1, "dynamic") != bits(512, "dynamic")).any()
+    assert np.array_equal(bits(1, "fixed"), bits(512, "fixed"))
