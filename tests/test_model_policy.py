@@ -136,3 +136,19 @@ def test_context_limits_are_errors(model):
         model.init_cache(1, 30)
     with pytest.raises(ValueError, match="not a multiple of heads"):
         ModelConfig(d_model=30, heads=4)
+
+
+def test_dynamic_batching_changes_a_row_and_fixed_does_not():
+    """K_inf's reduction splits follow the serving batch: the same row, served in batches of 1
+    and of 64, differs under dynamic batching and is identical under fixed batching."""
+    import dataclasses
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(1, 512)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(512, 64)) * 0.05, jnp.float32)
+    dynamic = preset("h100-fp8")
+    fixed = dataclasses.replace(dynamic, batching="fixed")
+    alone, crowded = (inference_ops(dynamic, b).matmul(x, w) for b in (1, 64))
+    assert not np.array_equal(np.asarray(alone), np.asarray(crowded))
+    alone, crowded = (inference_ops(fixed, b).matmul(x, w) for b in (1, 64))
+    np.testing.assert_array_equal(np.asarray(alone), np.asarray(crowded))

@@ -1,0 +1,90 @@
+"""``emulate(contract)``: the token table of a contract's kernel pair on the shipped policy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from contracts.model import RuntimeClause
+from kernels.emulate import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
+from kernels.model import load_pretrained, pretrained_extra
+from kernels.ops import plain_ops
+
+from test_measure_bounds import TEMPERATURE, contract_for  # same shapes: compiled once
+
+NEW = 8
+
+
+@pytest.fixture(scope="module")
+def three_prompts():
+    """Three prompts served in batches of two (the runtime clause caps the batch)."""
+    contract = dataclasses.replace(
+        contract_for("h100-fp8", prompts=3, new_tokens=NEW),
+        runtime=(RuntimeClause(id="R1", batch_size=(1, 2)),),
+    )
+    calls = []
+    table = emulate(contract, progress=lambda done, total: calls.append((done, total)))
+    return contract, table, calls
+
+
+def test_token_table_layout(three_prompts):
+    _, table, calls = three_prompts
+    assert tuple(table) == TABLE_COLUMNS
+    rows = 3 * NEW
+    for key, column in table.items():
+        assert column.shape == (rows,), key
+    for key in ("position", "prompt", "token", "top1_flip"):
+        assert table[key].dtype == np.int64, key
+    np.testing.assert_array_equal(table["prompt"], np.repeat([0, 1, 2], NEW))
+    np.testing.assert_array_equal(
+        table["position"], np.tile(np.arange(PROMPT_BYTES, PROMPT_BYTES + NEW), 3)
+    )
+    assert set(np.unique(table["top1_flip"])) <= {0, 1}
+    assert np.all((table["token"] >= 0) & (table["token"] < 256))
+    assert np.all((table["token_prob"] > 0) & (table["token_prob"] <= 1))
+    assert calls == [(2, 3), (3, 3)]
+
+
+def test_table_is_aligned_with_a_teacher_forced_pass(three_prompts):
+    """token_prob and entropy are π_train at the right positions of the right tokens."""
+    contract, table, _ = three_prompts
+    ev = contract.evidence.emulate
+    windows = pretrained_extra("tiny-lm")["heldout_windows"].astype(np.int32)
+    prompts = prompts_from(windows, ev.prompts, PROMPT_BYTES, ev.seed)
+    tokens = table["token"].reshape(3, NEW)
+    seqs = np.concatenate([prompts, tokens], axis=1)
+    model = load_pretrained("tiny-lm", plain_ops())
+    logits = np.asarray(model(jnp.asarray(seqs[:, :-1])))[:, PROMPT_BYTES - 1 :] / TEMPERATURE
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    prob = np.take_along_axis(np.exp(logp), tokens[..., None], -1)[..., 0]
+    np.testing.assert_allclose(table["token_prob"], prob.reshape(-1), rtol=1e-3, atol=1e-7)
+    entropy = -(np.exp(logp) * logp).sum(-1)
+    np.testing.assert_allclose(table["entropy"], entropy.reshape(-1), rtol=1e-3, atol=1e-6)
+
+
+def test_seeded_and_deterministic(three_prompts):
+    contract, table, _ = three_prompts
+    again = emulate(contract)
+    for key in TABLE_COLUMNS:
+        np.testing.assert_array_equal(again[key], table[key], err_msg=key)
+    other = emulate(
+        dataclasses.replace(
+            contract,
+            evidence=dataclasses.replace(
+                contract.evidence,
+                emulate=dataclasses.replace(contract.evidence.emulate, seed=1),
+            ),
+        )
+    )
+    assert not np.array_equal(other["token"], table["token"])
+
+
+def test_too_long_a_continuation_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"max_new_tokens must be in \[1, 127\]"):
+        emulate(contract_for("fp32", new_tokens=128))
+    with pytest.raises(ValueError, match="prompts must be at least 1"):
+        emulate(contract_for("fp32", prompts=0))
