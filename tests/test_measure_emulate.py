@@ -7,13 +7,12 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_measure_bounds import TEMPERATURE, contract_for  # same shapes: compiled once
 
 from contracts.model import RuntimeClause
 from kernels.emulate import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
 from kernels.model import load_pretrained, pretrained_extra
 from kernels.ops import plain_ops
-
-from test_measure_bounds import TEMPERATURE, contract_for  # same shapes: compiled once
 
 NEW = 8
 
