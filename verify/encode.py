@@ -101,6 +101,7 @@ class _Writer:
         self.decls: list[str] = []
         self.asserts: list[tuple[str, str, str]] = []  # (name, formula, comment)
         self.memo: dict[sympy.Expr, tuple[str, Interval]] = {}
+        self.ranges: dict[sympy.Expr, Interval] = {}  # shared by every interval evaluation
         self.count = 0
 
     def fresh(self, kind: str) -> str:
@@ -120,8 +121,11 @@ class _Writer:
     def term(self, e: sympy.Expr) -> tuple[str, Interval]:
         if e in self.memo:
             return self.memo[e]
-        rng = intervals.evaluate(e, self.env)
-        if isinstance(e, sympy.Symbol):
+        rng = intervals.evaluate(e, self.env, self.ranges)
+        fixed = None if isinstance(e, sympy.Symbol) else _exact(e, self.env, self.names)
+        if fixed is not None:  # rational arithmetic on constants, folded
+            t = smt_number(fixed)
+        elif isinstance(e, sympy.Symbol):
             t = smt_number(self.env[e.name][0]) if e.name not in self.names else self.names[e.name]
         elif e.is_Number:
             t = smt_number(intervals.number(e))
@@ -146,7 +150,7 @@ class _Writer:
         n = int(exponent.p)
         if exponent.q == 2:
             b = self.function("sqrt", base, f"sqrt({base})")
-            rng = intervals.evaluate(sympy.sqrt(base), self.env)
+            rng = intervals.evaluate(sympy.sqrt(base), self.env, self.ranges)
         else:
             b, rng = self.term(base)
             b = self.atom(base, b) if n < 0 else b
@@ -222,6 +226,32 @@ class _Writer:
         return acc
 
 
+def _exact(e: sympy.Expr, env: Mapping[str, Interval], variables) -> Fraction | None:
+    """The exact value of a rational expression in the constants, else ``None``."""
+    if e.is_Number:
+        return intervals.number(e)
+    if isinstance(e, sympy.Symbol):
+        return None if e.name in variables or e.name not in env else env[e.name][0]
+    if isinstance(e, sympy.Add | sympy.Mul | sympy.Min | sympy.Max):
+        parts = [_exact(a, env, variables) for a in e.args]
+        if any(p is None for p in parts):
+            return None
+        if isinstance(e, sympy.Add):
+            return sum(parts, Fraction(0))
+        if isinstance(e, sympy.Mul):
+            out = Fraction(1)
+            for p in parts:
+                out *= p
+            return out
+        return min(parts) if isinstance(e, sympy.Min) else max(parts)
+    if isinstance(e, sympy.Pow) and isinstance(e.args[1], sympy.Integer):
+        base, n = _exact(e.args[0], env, variables), int(e.args[1])
+        if base is None or (base == 0 and n < 0):
+            return None
+        return base**n
+    return None
+
+
 def _show(rng: Interval) -> str:
     return f"[{float(rng[0]):.6g}, {float(rng[1]):.6g}]"
 
@@ -238,14 +268,6 @@ def encode(
     title: str = "",
 ) -> Query:
     """The query "some point of ``box`` has ``expr > threshold``" (expected ``unsat``)."""
-    fixed = {
-        s: sympy.Rational(
-            Fraction(constants[s.name]).numerator, Fraction(constants[s.name]).denominator
-        )
-        for s in expr.free_symbols
-        if s.name in constants
-    }
-    expr = expr.xreplace(fixed)  # constants folded in: the query has only premise variables
     env: dict[str, Interval] = {k: (Fraction(v), Fraction(v)) for k, v in constants.items()}
     names: dict[str, str] = {}
     for sym, _clause, lo, hi in box:
@@ -260,6 +282,9 @@ def encode(
     if title:
         lines.append(f"; {title}")
     lines.append(f"; bound: {sympy.sstr(expr)}")
+    if constants:
+        shown = ", ".join(f"{k} = {Fraction(v)}" for k, v in sorted(constants.items()))
+        lines.append(f"; constants: {shown}")
     lines += [f"(declare-const {names[sym]} Real)" for sym, *_ in box] + w.decls
     premises: dict[str, list[str]] = {}
     for sym, clause, lo, hi in box:

@@ -167,9 +167,12 @@ def number(expr: sympy.Expr) -> Fraction:
     raise ExprError(f"unsupported constant {expr}")
 
 
-def evaluate(expr: sympy.Expr, env: Mapping[str, Interval]) -> Interval:
-    """An interval enclosing ``expr`` for every assignment of symbols within ``env``."""
-    memo: dict[sympy.Expr, Interval] = {}
+def evaluate(expr: sympy.Expr, env: Mapping[str, Interval], memo: dict | None = None) -> Interval:
+    """An interval enclosing ``expr`` for every assignment of symbols within ``env``.
+
+    ``memo`` (sub-expression → interval) may be shared between calls with the same ``env``.
+    """
+    memo = {} if memo is None else memo
 
     def walk(e: sympy.Expr) -> Interval:
         if e in memo:
