@@ -32,12 +32,17 @@ def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan):
     g, m, rz = plan.group, plan.mantissa_bits, plan.toward_zero
     n_runs = -(-plan.k // plan.scaling.block) if plan.block_scaled else 1
 
+    # loop indices are int64 under x64; the interpreter re-evaluates index arithmetic when
+    # lowering (outside the x64 context), so keep every index int32
     def part_body(p, total):
+        p = p.astype(jnp.int32)
+
         def chunk_body(c, part_sum):
+            c = c.astype(jnp.int32)
             base = (p * plan.chunks + c) * plan.groups
 
             def group_body(j, acc):
-                col = (base + j) * g
+                col = (base + j.astype(jnp.int32)) * g
                 t = None
                 for i in range(g):
                     xv = x_ref[:, pl.ds(col + i, 1)].astype(jnp.float64)
