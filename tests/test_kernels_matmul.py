@@ -252,6 +252,9 @@ def test_all_zero_rows_and_k_not_multiple():
     for spec in (FP8_H100, preset("mxfp8").matmul, FAST):
         out = check_agree(x, w, spec, 1)
         assert (out[1] == 0).all() and not np.signbit(out[1]).any()
+    for impl in ("numpy", "jax"):
+        empty = np.asarray(matmul(np.ones((2, 0)), np.ones((0, 3)), FP8_H100, impl=impl))
+        assert empty.shape == (2, 3) and not empty.any()
     plan = make_plan(FP8_H100, 131, 1)
     assert (plan.chunks, plan.chunk_len, plan.groups) == (2, 128, 32)
 

@@ -68,7 +68,7 @@ def matmul(
         return matmul_reference(np.asarray(x), np.asarray(w), spec, splits=splits)
     lead, k, n = jnp.shape(x)[:-1], jnp.shape(x)[-1], jnp.shape(w)[1]
     rows = int(np.prod(lead)) if lead else 1
-    if rows == 0 or n == 0:
+    if rows == 0 or n == 0 or k == 0:  # an empty sum is +0
         return jnp.zeros((*lead, n), jnp.float32)
     x2 = jnp.reshape(jnp.asarray(x, jnp.float32), (rows, k))
     with jax.enable_x64(True):

@@ -73,6 +73,8 @@ def matmul_reference(x, w, spec: MatmulSpec, *, splits: int = 1) -> np.ndarray:
         raise ValueError(f"matmul shapes do not fit: x {x.shape}, w {w.shape}")
     lead, k = x.shape[:-1], x.shape[-1]
     plan = make_plan(spec, k, splits)
+    if k == 0 or x.size == 0 or w.shape[1] == 0:  # an empty sum is +0
+        return np.zeros((*lead, w.shape[1]), np.float32)
     xq, sx = quantize_rows_np(x.reshape(-1, k), plan.inputs, plan.scaling)
     wq_t, sw_t = quantize_rows_np(w.T, plan.inputs, plan.scaling)
     total = reduce_quantized_np(xq, sx, wq_t, sw_t, plan)
