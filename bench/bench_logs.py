@@ -7,7 +7,9 @@ generic format (``--format`` for verl/trl), then times, best of ``--repeat`` run
 - baseline: ``for line in file: json.loads(line)`` (parsing only, no validation, no arrays);
 - ``read_log``: parse, validate every field, build the token table, hash the file;
 - ``evaluate`` path: ``read_log`` plus the per-token metrics, framework metrics and summaries
-  of one statistical clause on two slices (what ``python -m verify --evidence`` does).
+  of one statistical clause on two slices;
+- ``evaluate``: ``verify.evidence.evaluate`` of the shipped ``rollout-log.yaml`` contract (three
+  clauses on three slices, confidence bounds included) on the generated log.
 
 Run: ``python bench/bench_logs.py [--tokens 1000000] [--seq-len 256] [--repeat 3]``
 """
@@ -84,6 +86,20 @@ def _evaluate_path(path: str, fmt: str):
     return table
 
 
+def _evaluate_contract(path: str):
+    """``verify.evidence.evaluate`` of the shipped rollout-log contract on this log."""
+    import dataclasses
+
+    import contracts
+    from verify.evidence import evaluate
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    c = contracts.load(os.path.join(here, "..", "contracts", "examples", "rollout-log.yaml"))
+    logprobs = dataclasses.replace(c.evidence.logprobs, path=path)
+    c = dataclasses.replace(c, evidence=dataclasses.replace(c.evidence, logprobs=logprobs))
+    return evaluate(c)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=1_000_000)
@@ -101,6 +117,7 @@ def main(argv=None) -> int:
             "json.loads loop (baseline)": lambda: _baseline(path),
             "read_log": lambda: read_log(path, args.format),
             "read_log + metrics + summaries": lambda: _evaluate_path(path, args.format),
+            "evaluate(rollout-log.yaml)": lambda: _evaluate_contract(path),
         }
         wall, cpu, out = _interleaved(fns, args.repeat)
     table = out["read_log"]
