@@ -128,3 +128,26 @@ def test_select_slices():
     with pytest.raises(MissingColumn) as err:
         select(cols, Slice("flat", entropy=(3.0, None)))
     assert str(err.value) == "entropy"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(-1e300, 1e300, allow_nan=False, allow_infinity=False),
+            st.floats(-1e-10, 1e-10, allow_nan=False),
+            st.sampled_from([0.0, -0.0, 5e-324, 2.0**20, -(2.0**20), 2.0**-40]),
+        ),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_histogram_bounds_every_order_statistic(xs):
+    """Sketch soundness on any finite values: the k-th value lies in order_statistic(k)."""
+    x = np.array(xs)
+    s = summarize(x, cap=0)
+    truth = np.sort(x)
+    assert (s.upper_values() >= truth).all() and (s.lower_values() <= truth).all()
+    for k in range(1, len(xs) + 1):
+        lo, hi = s.order_statistic(k)
+        assert lo <= truth[k - 1] <= hi
