@@ -13,6 +13,9 @@ source becomes per-slice, per-metric mergeable summaries (``kernels.summary``), 
 - a metric the source cannot give (full-vocabulary metrics from sampled-token logs) → skipped
   with the reason.
 
+Metric names: a numerical ``log_ratio`` limit bounds |log w|; ``kl`` is the larger of
+KL(π‖π') and KL(π'‖π) per token, so a verdict holds for either direction.
+
 Soundness rules: a non-finite measured value counts as the worst value of its metric; the mean
 has a confidence bound only for metrics with a known range (``tv`` in [0, 1], ``top1_flip``
 in {0, 1}); log-ratio clauses on processed log-probs under truncated sampling are inconclusive
