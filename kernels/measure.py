@@ -64,16 +64,13 @@ def _phi(u):
     return jnp.where(jnp.abs(u) < _SERIES_BELOW, series, jnp.expm1(safe) - safe)
 
 
-def _centered_kl(lp, p, d):
-    """log E_p[e^d] − E_p[d] (Hoeffding's quantity) and E_p[d], from log p and p.
+def _log_mean_exp_centred(lp, p, u):
+    """log E_p[e^u] for E_p[u] = 0 (Hoeffding's quantity), from log p, p and u.
 
-    With c = E_p[d] and u = d − c the quantity is log(1 + Σ p·φ(u)). Terms with u ≤ 1 use
-    p·φ(u) (accurate however small); terms with u > 1 use e^{log p + u} − p(1 + u), which stays
-    finite where p underflows or e^u overflows; a common shift e^{−m} keeps the sum finite.
+    It is log(1 + Σ p·φ(u)). Terms with u ≤ 1 use p·φ(u) (accurate however small); terms with
+    u > 1 use e^{log p + u} − p(1 + u), which stays finite where p underflows or e^u overflows;
+    a common shift e^{−m} keeps the sum finite.
     """
-    c = jnp.sum(p * d)
-    c = c + jnp.sum(p * (d - c))  # one refinement: E_p[d − c] ≈ 0 to rounding
-    u = d - c
     big = u > 1.0
     x = jnp.where(big, lp + u, -jnp.inf)  # log(p e^u) of the large terms
     m = jnp.maximum(0.0, jnp.max(x))
@@ -81,56 +78,93 @@ def _centered_kl(lp, p, d):
     small_terms = p * _phi(jnp.where(big, 0.0, u)) * shift
     big_terms = jnp.exp(x - m) - p * (1.0 + jnp.where(big, u, 0.0)) * shift
     total = jnp.sum(jnp.where(big, big_terms, small_terms))
-    kl = jnp.where(m > 0, m + jnp.log(shift + total), jnp.log1p(total))
-    return kl, c
+    return jnp.where(m > 0, m + jnp.log(shift + total), jnp.log1p(total))
 
 
-def _row(z, zp, y, inv_t):
+_FAST_BELOW = 30.0  # rows whose centred drift u stays below this take the fast path
+
+
+def _prelude(z, zp, y, inv_t):
+    """Per-row quantities both paths share; the vocabulary-sized ones are lp, p and u."""
     delta = zp - z
-    drift = jnp.max(jnp.abs(delta))
-    osc = jnp.max(delta) - jnp.min(delta)
+    hi, lo = jnp.max(delta), jnp.min(delta)
     a = z * inv_t
     top = jnp.max(a)
     e = jnp.exp(a - top)
     s = jnp.sum(e)
-    lp = a - top - jnp.log(s)  # log π, finite where π underflows
     p = e / s
-    entropy = jnp.log(s) - jnp.sum(p * (a - top))
-    # every divergence is invariant to a constant shift of Δ: centre it on its midrange, so a
-    # constant Δ gives exact zeros and |d| ≤ osc/(2T) keeps the cancellations small
-    mid = 0.5 * (jnp.max(delta) + jnp.min(delta))
-    d = (delta - mid) * inv_t
-    kl_pq, c = _centered_kl(lp, p, d)
-    log_m = c + kl_pq  # log E_π[e^d] = log Z'/Z
-    r = d - log_m  # log π' − log π
-    lq = lp + r
-    q = jnp.exp(lq)
-    # TV = Σ (π − π')₊ = Σ π·(−expm1(r))₊: no cancellation for any r, and at most Σ π
-    tv = jnp.minimum(1.0, jnp.sum(p * jnp.maximum(0.0, -jnp.expm1(r))))
-    kl_qp, _ = _centered_kl(lq, q, -d)
+    # every divergence is invariant to a constant shift of Δ: measure it from the Δ of the most
+    # likely token, so a constant Δ gives exact zeros and a Δ that is mostly 0 stays exact
     i1 = jnp.argmax(z)
+    d = (delta - delta[i1]) * inv_t
+    c = jnp.sum(p * d)
+    c = c + jnp.sum(p * (d - c))  # one refinement: E_π[d − c] ≈ 0 to rounding
     masked = jnp.where(jnp.arange(z.shape[0]) == i1, -jnp.inf, z)
-    margin = z[i1] - jnp.max(masked)
-    flip = (i1 != jnp.argmax(zp)).astype(jnp.float32)
     return {
-        "logit_drift": drift,
-        "logit_oscillation": osc,
-        "tv": tv,
-        "kl_train_inf": kl_pq,
-        "kl_inf_train": kl_qp,
-        "log_ratio": -r[y],
-        "top1_flip": flip,
-        "margin": margin,
-        "entropy": entropy,
+        "lp": a - top - jnp.log(s),  # log π, finite where π underflows
+        "p": p,
+        "u": d - c,
+        "logit_drift": jnp.maximum(hi, -lo),
+        "logit_oscillation": hi - lo,
+        "entropy": jnp.log(s) - jnp.sum(p * (a - top)),
         "token_prob": p[y],
+        "margin": z[i1] - jnp.max(masked),
+        "top1_flip": (i1 != jnp.argmax(zp)).astype(jnp.float32),
+        "y": y,
     }
 
 
-def _block_metrics(z, zp, y, inv_t, block: int):
-    def one(args):
-        return _row(*args, inv_t)
+def _fast(pre):
+    """Two transcendentals per logit: e^{a − top} (in the prelude) and ψ = expm1(u).
 
-    return jax.lax.map(one, (z, zp, y), batch_size=block)
+    KL(π‖π') = log1p(Σ π φ(u)); expm1(r) = ψ e^{−KL} + expm1(−KL) with r = u − KL = log π'/π;
+    TV = Σ π (−expm1(r))₊; KL(π'‖π) = Σ (π' − π)(log π' − log π) − KL(π‖π') (Jeffreys).
+    Valid while u ≤ 30: a π that underflows then hides at most e^{−87+30} of π'.
+    """
+    p, u = pre["p"], pre["u"]
+    psi = jnp.expm1(u)
+    series = u * u * (0.5 + u * (1 / 6 + u * (1 / 24 + u * (1 / 120 + u * (1 / 720 + u / 5040)))))
+    phi = jnp.where(jnp.abs(u) < _SERIES_BELOW, series, psi - u)
+    kl_pq = jnp.log1p(jnp.sum(p * phi))
+    g = psi * jnp.exp(-kl_pq) + jnp.expm1(-kl_pq)
+    r = u - kl_pq
+    tv = jnp.minimum(1.0, jnp.sum(p * jnp.maximum(0.0, -g)))
+    kl_qp = jnp.maximum(0.0, jnp.sum(p * g * r) - kl_pq)
+    return {"tv": tv, "kl_train_inf": kl_pq, "kl_inf_train": kl_qp, "log_ratio": -r[pre["y"]]}
+
+
+def _robust(pre):
+    """Log-domain twin of ``_fast`` for rows with large drift (no overflow, no lost mass)."""
+    lp, p, u = pre["lp"], pre["p"], pre["u"]
+    kl_pq = _log_mean_exp_centred(lp, p, u)
+    r = u - kl_pq  # log π' − log π
+    lq = lp + r
+    q = jnp.exp(lq)
+    tv = jnp.minimum(1.0, jnp.sum(p * jnp.maximum(0.0, -jnp.expm1(r))))
+    c_q = jnp.sum(q * r)
+    c_q = c_q + jnp.sum(q * (r - c_q))
+    kl_qp = _log_mean_exp_centred(lq, q, c_q - r)
+    return {"tv": tv, "kl_train_inf": kl_pq, "kl_inf_train": kl_qp, "log_ratio": -r[pre["y"]]}
+
+
+def _block(z, zp, y, inv_t):
+    pre = jax.vmap(_prelude, in_axes=(0, 0, 0, None))(z, zp, y, inv_t)
+    extreme = jnp.max(pre["u"]) > _FAST_BELOW
+    div = jax.lax.cond(extreme, jax.vmap(_robust), jax.vmap(_fast), pre)
+    keep = ("logit_drift", "logit_oscillation", "entropy", "token_prob", "margin", "top1_flip")
+    return {**{k: pre[k] for k in keep}, **div}
+
+
+def _block_metrics(z, zp, y, inv_t, block: int):
+    n, vocab = z.shape
+    pad = (-n) % block
+    if pad:
+        z = jnp.pad(z, ((0, pad), (0, 0)))
+        zp = jnp.pad(zp, ((0, pad), (0, 0)))
+        y = jnp.pad(y, (0, pad))
+    shaped = (z.reshape(-1, block, vocab), zp.reshape(-1, block, vocab), y.reshape(-1, block))
+    out = jax.lax.map(lambda args: _block(*args, inv_t), shaped)
+    return {k: v.reshape(-1)[:n] for k, v in out.items()}
 
 
 @functools.cache

@@ -105,7 +105,10 @@ def test_relative_accuracy_against_high_precision(drift):
             if value == 0:
                 assert got[key][i] == 0, key
             else:
-                assert abs(got[key][i] - float(value)) <= 5e-6 * abs(float(value)), (key, i)
+                # log_ratio = log E_π[e^d] − d_y cancels: float32 rounding of d (|d| ≤ osc/T)
+                floor = 2e-7 * got["logit_oscillation"][i] / 0.5 if key == "log_ratio" else 0.0
+                err = abs(got[key][i] - float(value))
+                assert err <= 5e-6 * abs(float(value)) + floor, (key, i)
 
 
 def test_identical_logits_give_zero_divergence():
