@@ -39,49 +39,57 @@ def scaled_term(a, sx_col, sw_row):
 
 
 def _reduce_tile(xs, ws, sx, sw_t, plan: Plan, runs):
-    """Steps 2-6 (without the per-tensor/per-row epilogue) on one output tile."""
+    """Steps 2-6 (without the per-tensor/per-row epilogue) on one output tile.
+
+    One loop over all groups; chunk and part ends are handled by a ``lax.cond`` (nested loops
+    would make XLA copy the loop-invariant operand tiles into every inner loop).
+    """
     bm, bn = xs.shape[2], ws.shape[2]
-    m, rz = plan.mantissa_bits, plan.toward_zero
+    m, rz, groups, chunks = plan.mantissa_bits, plan.toward_zero, plan.groups, plan.chunks
 
-    def part_body(p, total):
-        def chunk_body(c, part_sum):
-            base = (p * plan.chunks + c) * plan.groups
+    def close_chunk(step, carry):
+        acc, part_sum, total = carry
+        chunk = step // groups  # global chunk index p * chunks + c
+        if plan.block_scaled:
+            r = runs[chunk]
+            sxc = lax.dynamic_index_in_dim(sx, r, 1, keepdims=False)
+            swc = lax.dynamic_index_in_dim(sw_t, r, 1, keepdims=False)
+            term = scaled_term(acc, sxc[:, None], swc[None, :])
+        else:
+            term = acc.astype(jnp.float32)
+        part_sum = flush(part_sum + term)
+        part_end = chunk % chunks == chunks - 1
+        total = jnp.where(part_end, flush(total + part_sum), total)
+        part_sum = jnp.where(part_end, jnp.zeros_like(part_sum), part_sum)
+        return jnp.zeros_like(acc), part_sum, total
 
-            def group_body(j, acc):
-                xg = lax.dynamic_index_in_dim(xs, base + j, 0, keepdims=False)
-                wg = lax.dynamic_index_in_dim(ws, base + j, 0, keepdims=False)
-                t = xg[0][:, None] * wg[0][None, :]
-                for i in range(1, plan.group):
-                    t = t + xg[i][:, None] * wg[i][None, :]
-                return round_accumulator(acc + t, m, rz)
+    def body(step, carry):
+        acc, part_sum, total = carry
+        xg = lax.dynamic_index_in_dim(xs, step, 0, keepdims=False)
+        wg = lax.dynamic_index_in_dim(ws, step, 0, keepdims=False)
+        t = xg[0][:, None] * wg[0][None, :]
+        for i in range(1, plan.group):
+            t = t + xg[i][:, None] * wg[i][None, :]
+        acc = round_accumulator(acc + t, m, rz)
+        if single:
+            return acc, part_sum, total
+        return lax.cond(
+            step % groups == groups - 1,
+            lambda c: close_chunk(step, c),
+            lambda c: c,
+            (acc, part_sum, total),
+        )
 
-            acc = lax.fori_loop(
-                0,
-                plan.groups,
-                group_body,
-                jnp.zeros((bm, bn), jnp.float64),
-                unroll=1,
-            )
-            if plan.block_scaled:
-                r = runs[p, c]
-                sxc = lax.dynamic_index_in_dim(sx, r, 1, keepdims=False)
-                swc = lax.dynamic_index_in_dim(sw_t, r, 1, keepdims=False)
-                term = scaled_term(acc, sxc[:, None], swc[None, :])
-            else:
-                term = acc.astype(jnp.float32)
-            return flush(part_sum + term)
-
-        part_sum = _loop(plan.chunks, chunk_body, jnp.zeros((bm, bn), jnp.float32))
-        return flush(total + part_sum)
-
-    return _loop(plan.parts, part_body, jnp.zeros((bm, bn), jnp.float32))
-
-
-def _loop(n: int, body, init):
-    """``fori_loop(0, n, body, init)``, without a loop when ``n == 1`` (faster to compile)."""
-    if n == 1:
-        return body(jnp.int32(0), init)
-    return lax.fori_loop(0, n, body, init)
+    init = (
+        jnp.zeros((bm, bn), jnp.float64),
+        jnp.zeros((bm, bn), jnp.float32),
+        jnp.zeros((bm, bn), jnp.float32),
+    )
+    single = plan.parts == 1 and chunks == 1  # one chunk: close it after the loop
+    out = lax.fori_loop(0, plan.steps, body, init)
+    if single:
+        out = close_chunk(jnp.int32(plan.steps - 1), out)
+    return out[2]
 
 
 def reduce_quantized(
@@ -104,7 +112,7 @@ def reduce_quantized(
     ws = jnp.pad(ws, ((0, 0), (0, 0), (0, nt * bn - n)))
     sxp = jnp.pad(sx, ((0, mt * bm - m), (0, 0)), constant_values=1)
     swp = jnp.pad(sw_t, ((0, nt * bn - n), (0, 0)), constant_values=1)
-    runs = jnp.asarray(plan.chunk_runs(), jnp.int32)
+    runs = jnp.asarray(plan.chunk_runs().ravel(), jnp.int32)
 
     def tile(ij):
         i, j = ij // nt, ij % nt
