@@ -39,7 +39,7 @@ import numpy as np
 
 import bounds
 import contracts
-import kernels
+from kernels.emulate import emulate
 from bounds import LEMMAS
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
@@ -80,7 +80,7 @@ for preset, temperature, prompts in [
 ]:
     t0 = time.perf_counter()
     c = contracts.loads(TEMPLATE.format(preset=preset, temperature=temperature, prompts=prompts))
-    runs[preset, temperature] = kernels.emulate(c)
+    runs[preset, temperature] = emulate(c)
     table = runs[preset, temperature]
     print(
         f"{preset:>9} T={temperature:<4} {len(table['tv']):5d} tokens  "

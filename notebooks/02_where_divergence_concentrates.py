@@ -36,7 +36,7 @@ import numpy as np
 
 import bounds
 import contracts
-import kernels
+from kernels.emulate import emulate
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -61,7 +61,7 @@ evidence:
 tables = {}
 for preset in PRESETS:
     t0 = time.perf_counter()
-    tables[preset] = kernels.emulate(contracts.loads(TEMPLATE.format(preset=preset)))
+    tables[preset] = emulate(contracts.loads(TEMPLATE.format(preset=preset)))
     t = tables[preset]
     t["abs_log_ratio"] = np.abs(t["log_ratio"])
     print(
