@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from contracts.model import Contract, EmulateEvidence
@@ -70,6 +68,9 @@ def emulate(
 
     ``progress(done, total)`` is called after each served batch with prompts done so far.
     """
+    import jax  # here, not at the top: importing this module must not import JAX
+    import jax.numpy as jnp
+
     from kernels.decode import generate, teacher_force
     from kernels.measure import measure
     from kernels.model import load_pretrained, pretrained_extra, with_ops

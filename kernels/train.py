@@ -78,7 +78,7 @@ def load_corpus(root: str | None = None, heldout_every: int = 10) -> Corpus:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 600
+    steps: int = 450
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 50
