@@ -66,14 +66,16 @@ def test_attention_batch_variance():
     cache = PagedKVCache.create(1, 1024, heads, dim, spec)
     k = rng.standard_normal((length, 1, heads, dim)).astype(np.float32)
     v = rng.standard_normal((length, 1, heads, dim)).astype(np.float32)
-    step = jax.jit(lambda c, a, b: c.append(a, b))
-    for t in range(length):
-        cache = step(cache, k[t], v[t])
+    cache = jax.jit(
+        lambda c, ks, vs: jax.lax.scan(lambda c, kv: (c.append(*kv), None), c, (ks, vs))[0]
+    )(cache, k, v)
     q = rng.standard_normal((1, heads, dim)).astype(np.float32)
 
     def bits(batch_size, batching):
-        out = decode_attention(q, cache, spec, batch_size=batch_size, batching=batching)
-        return np.asarray(out).view(np.uint32)
+        f = jax.jit(
+            lambda qq, c: decode_attention(qq, c, spec, batch_size=batch_size, batching=batching)
+        )
+        return np.asarray(f(q, cache)).view(np.uint32)
 
     assert (bits(1, "dynamic") != bits(512, "dynamic")).any()
     assert np.array_equal(bits(1, "fixed"), bits(512, "fixed"))

@@ -120,7 +120,7 @@ def check_agree(x, w, spec, splits, impls=("jax",), more=()):
 specials = st.lists(st.sampled_from([np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-40, 0.0]), max_size=3)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(
     seed=st.integers(0, 2**31),
     shape=st.tuples(st.integers(1, 4), st.integers(1, 70), st.integers(1, 5)),
