@@ -30,7 +30,10 @@ import pathlib
 import sys
 import time
 
-if pathlib.Path.cwd().name == "notebooks" and (pathlib.Path.cwd().parent / "pyproject.toml").exists():
+if (
+    pathlib.Path.cwd().name == "notebooks"
+    and (pathlib.Path.cwd().parent / "pyproject.toml").exists()
+):
     sys.path.insert(0, str(pathlib.Path.cwd().parent))  # opened from notebooks/ without install
 
 import matplotlib
@@ -39,8 +42,8 @@ import numpy as np
 
 import bounds
 import contracts
-from kernels.emulate import emulate
 from bounds import LEMMAS
+from kernels.emulate import emulate
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -92,7 +95,7 @@ for preset, temperature, prompts in [
 # ## Logit drift → token TV
 #
 # Ours: TV(π, π′) ≤ tanh(δ/(2T)) (`token_tv_tanh` at osc = 2δ). The commonly cited forms are
-# δ/(2T) (`token_tv_linear`) and ½(e^{2δ/T} − 1) (`token_tv_exp`). Markers: the two-token
+# δ/(2T) (`token_tv_linear`) and $\frac12(e^{2\delta/T} - 1)$ (`token_tv_exp`). Markers: the two-token
 # witness, which attains ours. Dots: every measured token at its own drift δ = ‖z′ − z‖∞.
 
 # %%
@@ -106,16 +109,25 @@ wit = [LEMMAS["token_tv_tanh"].witness(osc=2 * v, T=1.0) for v in xw]
 fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
 for (preset, temperature), table in runs.items():
     ax.scatter(
-        table["logit_drift"] / temperature, table["tv"], s=4, alpha=0.35,
+        table["logit_drift"] / temperature,
+        table["tv"],
+        s=4,
+        alpha=0.35,
         label=f"measured {preset}, T={temperature}",
-    )  # fmt: skip
+    )
 ax.plot(x, tanh_b, "k", lw=2, label="ours: tanh(δ/2T)")
 ax.plot(x, lin_b, "--", color="tab:red", label="δ/(2T)")
 ax.plot(x, exp_b, ":", color="tab:purple", lw=2, label="½(exp(2δ/T) − 1)")
 ax.plot(xw, [w.achieved for w in wit], "o", mfc="none", mec="k", ms=8, label="witness (attains)")
 ax.axhline(1.0, color="gray", lw=0.8)
-ax.set(xscale="log", yscale="log", xlabel="δ/T", ylabel="token TV", ylim=(1e-6, 20),
-       title="Token TV: bound, witness, measured")  # fmt: skip
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="δ/T",
+    ylabel="token TV",
+    ylim=(1e-6, 20),
+    title="Token TV: bound, witness, measured",
+)
 ax.legend(fontsize=7, loc="upper left")
 
 ax2.plot(x, lin_b / tanh_b, "--", color="tab:red", label="δ/(2T) ÷ ours")
@@ -124,8 +136,13 @@ ax2.plot(xw, [w.bound / w.achieved for w in wit], "ko", mfc="none", label="ours 
 vac = np.log(3) / 2
 ax2.axvline(vac, color="gray", lw=0.8)
 ax2.text(vac * 1.05, 1.5, f"exp form ≥ 1 (vacuous)\nfrom δ/T = log(3)/2 = {vac:.3f}", fontsize=8)
-ax2.set(xscale="log", yscale="log", xlabel="δ/T", ylabel="looseness factor",
-        title="How much looser the cited forms are")  # fmt: skip
+ax2.set(
+    xscale="log",
+    yscale="log",
+    xlabel="δ/T",
+    ylabel="looseness factor",
+    title="How much looser the cited forms are",
+)
 ax2.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
@@ -167,32 +184,38 @@ fig, axes = plt.subplots(2, 4, figsize=(15, 7))
 tightness = []
 for ax, (name, extra, label, column) in zip(axes.flat, panels, strict=True):
     lo = np.log(extra["c"]) if "c" in extra else sw[0]  # capped estimators: zero below log c
-    ws = [LEMMAS[name].witness(osc=v, T=1.0, **extra) for v in np.geomspace(lo, sw[-1], 9)]
+    s_wit = np.geomspace(lo, sw[-1], 9)
+    ws = [LEMMAS[name].witness(osc=v, T=1.0, **extra) for v in s_wit]
     if name in ("reward_drift_tv", "pg_bias_plain"):  # stated in ε: evaluate at ε = tanh(s/4)
         curve = bound(name, eps=bound("token_tv_tanh", osc=s, T=1.0), **extra)
     else:
         curve = bound(name, osc=s, T=1.0, A=1.0, G=1.0, **extra)
     if column == "log_ratio":
-        for (preset, temperature), t in runs.items():
+        for (_, temperature), t in runs.items():
             ax.scatter(t["logit_oscillation"] / temperature, np.abs(t["log_ratio"]), s=3, alpha=0.3)
     elif column == "kl":
-        for (preset, temperature), t in runs.items():
+        for (_, temperature), t in runs.items():
             kl = np.maximum(t["kl_train_inf"], t["kl_inf_train"])
             ax.scatter(t["logit_oscillation"] / temperature, kl, s=3, alpha=0.3)
     elif name == "reward_drift_tv":  # the largest drift of a [0, 1] reward is the token TV
-        for (preset, temperature), t in runs.items():
+        for (_, temperature), t in runs.items():
             ax.scatter(t["logit_oscillation"] / temperature, t["tv"], s=3, alpha=0.3)
     elif name == "clip_budget":  # the sampled token's |w − 1| / ε
-        for (preset, temperature), t in runs.items():
+        for (_, temperature), t in runs.items():
             used = np.abs(np.expm1(t["log_ratio"])) / extra["clip_epsilon"]
             ax.scatter(t["logit_oscillation"] / temperature, used, s=3, alpha=0.3)
     ax.plot(s, curve, "k", lw=2, label="bound")
-    ax.plot(sw, [w.achieved for w in ws], "o", mfc="none", mec="tab:red", label="witness")
+    ax.plot(s_wit, [w.achieved for w in ws], "o", mfc="none", mec="tab:red", label="witness")
     positive = [w for w in ws if w.bound > 0]
     ratio = min(w.ratio for w in positive) if positive else float("nan")
     tightness.append((name, ratio))
-    ax.set(xscale="log", yscale="log", title=f"{name}\nwitness/bound ≥ {ratio:.4f}",
-           xlabel="s = osc/T", ylabel=label)  # fmt: skip
+    ax.set(
+        xscale="log",
+        yscale="log",
+        title=f"{name}\nwitness/bound ≥ {ratio:.4f}",
+        xlabel="s = osc/T",
+        ylabel=label,
+    )
     ax.title.set_fontsize(9)
 axes.flat[0].legend(fontsize=8)
 plt.tight_layout()
@@ -218,16 +241,33 @@ temps = np.linspace(0.3, 3.0, 100)
 fig, ax = plt.subplots(figsize=(7, 4.2))
 bf = {T: t for (p, T), t in runs.items() if p == "bf16"}
 delta_hat = max(t["logit_drift"].max() for t in bf.values())
-ax.plot(temps, bound("token_tv_tanh", osc=2 * delta_hat, T=temps), "k",
-        label=f"ours at δ̂ = {delta_hat:.3f}")  # fmt: skip
-ax.plot(temps, bound("token_tv_exp", osc=2 * delta_hat, T=temps), ":", color="tab:purple",
-        label="½(exp(2δ̂/T) − 1)")  # fmt: skip
+ax.plot(
+    temps,
+    bound("token_tv_tanh", osc=2 * delta_hat, T=temps),
+    "k",
+    label=f"ours at δ̂ = {delta_hat:.3f}",
+)
+ax.plot(
+    temps,
+    bound("token_tv_exp", osc=2 * delta_hat, T=temps),
+    ":",
+    color="tab:purple",
+    label="½(exp(2δ̂/T) − 1)",
+)
 Ts = sorted(bf)
-for stat, marker, f in [("max", "^", np.max), ("q0.99", "s", lambda v: np.quantile(v, 0.99)),
-                        ("mean", "o", np.mean)]:  # fmt: skip
+for stat, marker, f in [
+    ("max", "^", np.max),
+    ("q0.99", "s", lambda v: np.quantile(v, 0.99)),
+    ("mean", "o", np.mean),
+]:
     ax.plot(Ts, [f(bf[T]["tv"]) for T in Ts], marker + "-", label=f"measured {stat}")
-ax.plot(Ts, [bound("token_tv_tanh", osc=2 * bf[T]["logit_drift"].max(), T=T) for T in Ts], "kx",
-        ms=9, label="ours at each run's own δ̂")  # fmt: skip
+ax.plot(
+    Ts,
+    [bound("token_tv_tanh", osc=2 * bf[T]["logit_drift"].max(), T=T) for T in Ts],
+    "kx",
+    ms=9,
+    label="ours at each run's own δ̂",
+)
 ax.set(yscale="log", xlabel="temperature T", ylabel="token TV", title="bf16 vs fp32 over T")
 ax.legend(fontsize=8)
 plt.tight_layout()
@@ -238,12 +278,12 @@ plt.show()
 #
 # Four routes from a per-token premise to the TV of L-token sequences: coupling
 # 1 − (1 − ε)^L (the commonly cited one), the sequence ratio tanh(L·r/2), the KL chain with
-# Pinsker √(L·κ/2) and with Bretagnolle–Huber √(1 − e^{−Lκ}); ε, r, κ are the token TV,
+# Pinsker √(L·κ/2) and with Bretagnolle–Huber $\sqrt{1 - e^{-L\kappa}}$; ε, r, κ are the token TV,
 # log-ratio and KL bounds at δ. The witness is the best i.i.d. two-point pair of sequence laws
-# (exact binomial TV), a lower bound on what any bound can achieve.
+# (exact binomial TV): no valid bound can lie below it.
 #
 # Measured: rollouts are sampled from the inference kernel π′, so the prefix TV is
-# TV_L = E_{π′}[(1 − Π_{t≤L} w_t)₊] with w_t = π(y_t)/π′(y_t); the dots estimate it from the
+# $\mathrm{TV}_L = E_{\pi'}[(1 - \prod_{t \le L} w_t)_+]$ with $w_t = \pi(y_t)/\pi'(y_t)$; the dots estimate it from the
 # bf16 run's 32 rollouts (bars: ± one standard error). The routes are plotted at that run's
 # largest measured drift δ̂ — an empirical stand-in, not a guarantee.
 
@@ -274,15 +314,20 @@ def routes(delta, L, T=1.0):
 Ls = np.unique(np.logspace(0, 12, 60, base=2).astype(int))
 Lw = [1, 4, 16, 64, 256, 1024, 4096]
 fig, ax = plt.subplots(figsize=(8, 4.6))
-for (name, vals), style in zip(routes(delta_hat, Ls).items(), ["--", "-.", "-", "-"],
-                               strict=True):  # fmt: skip
+for (name, vals), style in zip(routes(delta_hat, Ls).items(), ["--", "-.", "-", "-"], strict=True):
     ax.plot(Ls, vals, style, label=name)
 wl = [LEMMAS["sequence_tv_pinsker"].witness(osc=2 * delta_hat, T=1.0, L=L) for L in Lw]
 ax.plot(Lw, [w.achieved for w in wl], "ko", mfc="none", ms=8, label="i.i.d. witness (exact)")
 Lm = np.arange(1, n_new + 1)
 ax.errorbar(Lm, tv_L, yerr=se_L, fmt=".", color="tab:green", label="measured bf16 prefix TV")
-ax.set(xscale="log", yscale="log", ylim=(1e-3, 1.5), xlabel="horizon L", ylabel="sequence TV",
-       title=f"Sequence TV at δ̂ = {delta_hat:.4f}, T = 1")  # fmt: skip
+ax.set(
+    xscale="log",
+    yscale="log",
+    ylim=(1e-3, 1.5),
+    xlabel="horizon L",
+    ylabel="sequence TV",
+    title=f"Sequence TV at δ̂ = {delta_hat:.4f}, T = 1",
+)
 ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
@@ -320,10 +365,22 @@ for d in [1e-3, 1e-2, 0.1, 0.5]:
     for L in [1, 16, 256, 4096]:
         w = LEMMAS["sequence_tv_pinsker"].witness(osc=2 * d, T=1.0, L=L)
         b = min(routes(d, L).values())
-        ax.text(d, L, f"{b / w.achieved:.2f}", ha="center", va="center", fontsize=8,
-                bbox={"fc": "white", "alpha": 0.7, "lw": 0})  # fmt: skip
-ax.set(xscale="log", yscale="log", xlabel="δ/T", ylabel="horizon L",
-       title="Tightest sequence-TV route (numbers: bound ÷ witness)")  # fmt: skip
+        ax.text(
+            d,
+            L,
+            f"{b / w.achieved:.2f}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            bbox={"fc": "white", "alpha": 0.7, "lw": 0},
+        )
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="δ/T",
+    ylabel="horizon L",
+    title="Tightest sequence-TV route (numbers: bound ÷ witness)",
+)
 ax.legend(loc="lower left", fontsize=8)
 plt.tight_layout()
 plt.show()
@@ -341,13 +398,18 @@ numerical:
 guarantees:
   - {{id: G1, quantity: sequence_tv, max: 1, from: [N1]}}
 """
-lemma_of = {"coupling": "sequence_tv_coupling", "sequence ratio": "sequence_tv_ratio",
-            "Pinsker": "sequence_tv_pinsker", "Bretagnolle–Huber": "sequence_tv_bretagnolle_huber"}  # fmt: skip
-for i, (d, L) in enumerate([(0.001, 1), (0.01, 64), (0.05, 512), (0.5, 4096), (0.2, 2)]):
+lemma_of = {
+    "coupling": "sequence_tv_coupling",
+    "sequence ratio": "sequence_tv_ratio",
+    "Pinsker": "sequence_tv_pinsker",
+    "Bretagnolle–Huber": "sequence_tv_bretagnolle_huber",
+}
+for i, (d, L) in enumerate([(0.001, 1), (0.01, 64), (0.05, 512), (0.1, 1024), (0.2, 2)]):
     (dv,) = bounds.derive(contracts.loads(DERIVE.format(i=i, d=d, L=L)))
     ours = routes(d, L)
     pick = min(ours, key=ours.get)
-    print(f"δ = {d:<6} L = {L:<5} derive: {dv.route:<30} {dv.value:.6f}   map: {pick} {ours[pick]:.6f}")
+    print(f"δ = {d:<6} L = {L:<5} derive: {dv.route:<30} {dv.value:.6f}", end="   ")
+    print(f"map: {pick} {ours[pick]:.6f}")
     assert abs(dv.value - min(ours[pick], 1.0)) <= 1e-9 * max(1.0, dv.value)
     if ours[pick] < 1.0 and sorted(ours.values())[1] - ours[pick] > 1e-12:
         assert dv.route == lemma_of[pick], (dv.route, pick)
@@ -359,8 +421,20 @@ for i, (d, L) in enumerate([(0.001, 1), (0.01, 64), (0.05, 512), (0.5, 4096), (0
 # T = 1 (osc = 0.2), L = 64 and the defaults above.
 
 # %%
-args = {"osc": 0.2, "T": 1.0, "L": 64, "eps": 0.05, "r": 0.2, "delta": 0.1, "span": 1.0,
-        "G": 1.0, "A": 1.0, "c": 1.01, "clip_epsilon": 0.2, "rho": 0.01}  # fmt: skip
+args = {
+    "osc": 0.2,
+    "T": 1.0,
+    "L": 64,
+    "eps": 0.05,
+    "r": 0.2,
+    "delta": 0.1,
+    "span": 1.0,
+    "G": 1.0,
+    "A": 1.0,
+    "c": 1.01,
+    "clip_epsilon": 0.2,
+    "rho": 0.01,
+}
 import inspect  # noqa: E402
 
 print(f"{'lemma':<30} {'achieved':>12} {'bound':>12} {'ratio':>8}")

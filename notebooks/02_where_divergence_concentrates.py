@@ -24,11 +24,15 @@
 # log w = log π_train(y) − log π_inf(y), and how much an aggregate mean hides.
 
 # %%
+import itertools
 import pathlib
 import sys
 import time
 
-if pathlib.Path.cwd().name == "notebooks" and (pathlib.Path.cwd().parent / "pyproject.toml").exists():
+if (
+    pathlib.Path.cwd().name == "notebooks"
+    and (pathlib.Path.cwd().parent / "pyproject.toml").exists()
+):
     sys.path.insert(0, str(pathlib.Path.cwd().parent))  # opened from notebooks/ without install
 
 import matplotlib.pyplot as plt
@@ -96,9 +100,11 @@ plt.tight_layout()
 plt.show()
 for p in PRESETS:
     tv = tables[p]["tv"]
-    print(f"{p:>20}: max TV / mean TV = {tv.max() / tv.mean():6.1f}, "
-          f"top 1% of tokens carry {np.sort(tv)[-max(1, len(tv) // 100):].sum() / tv.sum():.1%} "
-          f"of the total TV")  # fmt: skip
+    print(
+        f"{p:>20}: max TV / mean TV = {tv.max() / tv.mean():6.1f}, "
+        f"top 1% of tokens carry {np.sort(tv)[-max(1, len(tv) // 100) :].sum() / tv.sum():.1%} "
+        f"of the total TV"
+    )
 
 # %% [markdown]
 # ## Tails: survival curves
@@ -114,8 +120,13 @@ for ax, metric, label in [(axes[0], "tv", "token TV"), (axes[1], "abs_log_ratio"
         surv = 1.0 - np.arange(len(v)) / len(v)
         ax.step(v, surv, where="post", color=COLORS[p], label=p)
         ax.axvline(v.mean(), color=COLORS[p], ls=":", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel=label, ylabel="P(X > x)",
-           title=f"{label} survival (dotted: the mean)")  # fmt: skip
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel=label,
+        ylabel="P(X > x)",
+        title=f"{label} survival (dotted: the mean)",
+    )
     ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
@@ -128,7 +139,9 @@ plt.show()
 # (nats) and margin (top-1 minus top-2 training logit).
 
 # %%
-pooled = {k: np.concatenate([tables[p][k] for p in PRESETS]) for k in ("position", "entropy", "margin")}
+pooled = {
+    k: np.concatenate([tables[p][k] for p in PRESETS]) for k in ("position", "entropy", "margin")
+}
 EDGES = {
     "token_prob": np.array([0.0, 1e-3, 1e-2, 1e-1, 0.5, 1.0]),
     "position": np.quantile(pooled["position"], [0, 0.25, 0.5, 0.75, 1.0]),
@@ -146,7 +159,7 @@ def bin_of(table, key):
 def bin_labels(key):
     e = EDGES[key]
     fmt = "{:.0e}" if key == "token_prob" else "{:.3g}"
-    return [f"[{fmt.format(a)}, {fmt.format(b)}]" for a, b in zip(e[:-1], e[1:], strict=True)]
+    return [f"[{fmt.format(a)}, {fmt.format(b)}]" for a, b in itertools.pairwise(e)]
 
 
 fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))
@@ -157,9 +170,13 @@ for col, key in enumerate(EDGES):
         b = bin_of(t, key)
         for row, metric in enumerate(["tv", "abs_log_ratio"]):
             ax = axes[row, col]
-            mean = [t[metric][b == i].mean() if np.any(b == i) else np.nan for i in range(len(labels))]
-            q99 = [np.quantile(t[metric][b == i], 0.99) if np.any(b == i) else np.nan
-                   for i in range(len(labels))]  # fmt: skip
+            mean = [
+                t[metric][b == i].mean() if np.any(b == i) else np.nan for i in range(len(labels))
+            ]
+            q99 = [
+                np.quantile(t[metric][b == i], 0.99) if np.any(b == i) else np.nan
+                for i in range(len(labels))
+            ]
             ax.plot(range(len(labels)), mean, "o-", color=COLORS[p], label=f"{p} mean")
             ax.plot(range(len(labels)), q99, "^--", color=COLORS[p], alpha=0.6, label=f"{p} q0.99")
             ax.axhline(t[metric].mean(), color=COLORS[p], lw=0.8, ls=":")
@@ -172,7 +189,9 @@ plt.tight_layout()
 plt.show()
 print("dotted lines: each preset's aggregate mean; counts per bin (h100-fp8):")
 for key in EDGES:
-    print(f"  {key:<11}", np.bincount(bin_of(tables["h100-fp8"], key), minlength=len(EDGES[key]) - 1))
+    print(
+        f"  {key:<11}", np.bincount(bin_of(tables["h100-fp8"], key), minlength=len(EDGES[key]) - 1)
+    )
 
 # %% [markdown]
 # ## Which slices carry the tails
@@ -212,8 +231,10 @@ plt.show()
 for metric, grid in enrich.items():
     r, j = np.unravel_index(np.nanargmax(grid), grid.shape)
     key, _, lab = rows[r]
-    print(f"{metric:>14}: most concentrated in {key} {lab} on {PRESETS[1 + j]} "
-          f"({grid[r, j]:.1f}× its share)")  # fmt: skip
+    print(
+        f"{metric:>14}: most concentrated in {key} {lab} on {PRESETS[1 + j]} "
+        f"({grid[r, j]:.1f}× its share)"
+    )
 
 # %% [markdown]
 # ## The log ratio lives on unlikely tokens; flips live at small margins
@@ -226,11 +247,16 @@ fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.4))
 for p in PRESETS[1:]:
     t = tables[p]
     ax.scatter(t["token_prob"], t["abs_log_ratio"], s=4, alpha=0.4, color=COLORS[p], label=p)
-ax.set(xscale="log", yscale="log", xlabel="π_train(y) of the sampled token", ylabel="|log w|",
-       title="log-ratio against token probability")  # fmt: skip
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="π_train(y) of the sampled token",
+    ylabel="|log w|",
+    title="log-ratio against token probability",
+)
 ax.legend(fontsize=8)
 medges = np.array([0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf])
-mlab = [f"[{a:g}, {b:g})" for a, b in zip(medges[:-1], medges[1:], strict=True)]
+mlab = [f"[{a:g}, {b:g})" for a, b in itertools.pairwise(medges)]
 for p in PRESETS[1:]:
     t = tables[p]
     b = np.searchsorted(medges, t["margin"], side="right") - 1
@@ -244,8 +270,10 @@ plt.show()
 for p in PRESETS[1:]:
     t = tables[p]
     lo = t["token_prob"] < 0.01
-    print(f"{p:>20}: tokens with π(y) < 0.01 are {lo.mean():5.1%} of tokens, mean |log w| "
-          f"{t['abs_log_ratio'][lo].mean():.3g} vs {t['abs_log_ratio'][~lo].mean():.3g} elsewhere")  # fmt: skip
+    print(
+        f"{p:>20}: tokens with π(y) < 0.01 are {lo.mean():5.1%} of tokens, mean |log w| "
+        f"{t['abs_log_ratio'][lo].mean():.3g} vs {t['abs_log_ratio'][~lo].mean():.3g} elsewhere"
+    )
 
 # %% [markdown]
 # ## What the aggregate mean hides
@@ -256,8 +284,10 @@ for p in PRESETS[1:]:
 # slices with enough tokens for that bound (`bounds.min_samples_quantile(0.9, 0.95)`) compete.
 
 # %%
-print(f"{'preset':>20} {'mean TV':>9} {'worst slice mean':>17} {'×':>5} {'q0.9 UCB all':>13} "
-      f"{'q0.9 UCB slice':>15}  worst slice")  # fmt: skip
+print(
+    f"{'preset':>20} {'mean TV':>9} {'worst slice mean':>17} {'×':>5} {'q0.9 UCB all':>13} "
+    f"{'q0.9 UCB slice':>15}  worst slice"
+)
 summary = {}
 for p in PRESETS:
     t = tables[p]
@@ -282,8 +312,10 @@ for p in PRESETS:
         "q0.99": np.quantile(t["tv"], 0.99) / m_all,
         "max": t["tv"].max() / m_all,
     }
-    print(f"{p:>20} {m_all:9.3g} {best[0]:17.3g} {best[0] / m_all:5.1f} {ucb_all:13.3g} "
-          f"{ucb_slice:15.3g}  {best[1]}")  # fmt: skip
+    print(
+        f"{p:>20} {m_all:9.3g} {best[0]:17.3g} {best[0] / m_all:5.1f} {ucb_all:13.3g} "
+        f"{ucb_slice:15.3g}  {best[1]}"
+    )
 
 fig, ax = plt.subplots(figsize=(9, 4))
 x = np.arange(len(PRESETS))
@@ -291,7 +323,11 @@ for k, marker in zip(summary[PRESETS[0]], "xosD^v", strict=True):
     ax.plot(x, [summary[p][k] for p in PRESETS], marker, ms=8, label=k)
 ax.axhline(1.0, color="k", lw=1, label="the aggregate mean")
 ax.set_xticks(x, PRESETS, rotation=15)
-ax.set(yscale="log", ylabel="× the mean TV", title="What the mean hides: statistics as multiples of the mean")
+ax.set(
+    yscale="log",
+    ylabel="× the mean TV",
+    title="What the mean hides: statistics as multiples of the mean",
+)
 ax.legend(fontsize=8, ncol=2)
 plt.tight_layout()
 plt.show()

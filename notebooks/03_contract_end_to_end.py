@@ -29,7 +29,10 @@ import sys
 import tempfile
 from fractions import Fraction
 
-if pathlib.Path.cwd().name == "notebooks" and (pathlib.Path.cwd().parent / "pyproject.toml").exists():
+if (
+    pathlib.Path.cwd().name == "notebooks"
+    and (pathlib.Path.cwd().parent / "pyproject.toml").exists()
+):
     sys.path.insert(0, str(pathlib.Path.cwd().parent))  # opened from notebooks/ without install
 
 import matplotlib.pyplot as plt
@@ -102,8 +105,10 @@ shutil.copy(pathlib.Path(contracts.__file__).parent / "examples" / "rollout-samp
 contract_path = work / "contract.yaml"
 contract_path.write_text(CONTRACT)
 contract = contracts.load(str(contract_path))  # validated: a bad key would raise ContractError
-print(f"{contract.name}: {len(contract.guarantees)} guarantees, "
-      f"{len(contract.numerical)} numerical and {len(contract.statistical)} statistical clauses")  # fmt: skip
+print(
+    f"{contract.name}: {len(contract.guarantees)} guarantees, "
+    f"{len(contract.numerical)} numerical and {len(contract.statistical)} statistical clauses"
+)
 
 # %% [markdown]
 # ## 2. Verify it
@@ -130,22 +135,35 @@ assert {c["id"]: c["status"] for c in report["clauses"]}["N_cap"] == "violated"
 print("status:", report["status"], "| contract sha256:", report["contract"]["sha256"][:16], "…")
 print("solvers:", report["solvers"])
 for e in report["escalation"]:
-    print(f"escalation: {e['clause']} {e['observed']} → {e['action']} ({e['severity']}), "
-          f"fired: {e['fired']}")  # fmt: skip
+    print(
+        f"escalation: {e['clause']} {e['observed']} → {e['action']} ({e['severity']}), "
+        f"fired: {e['fired']}"
+    )
 
 fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 3.8))
-status_color = {"proved": "tab:green", "held": "tab:green", "refuted": "tab:red",
-                "violated": "tab:red", "unknown": "tab:orange", "inconclusive": "tab:orange",
-                "skipped": "lightgray"}  # fmt: skip
+status_color = {
+    "proved": "tab:green",
+    "held": "tab:green",
+    "refuted": "tab:red",
+    "violated": "tab:red",
+    "unknown": "tab:orange",
+    "inconclusive": "tab:orange",
+    "skipped": "lightgray",
+}
 obs = report["obligations"]
-ax.barh([o["id"] for o in obs], [o["bound"] / o["threshold"]["float"] for o in obs],
-        color=[status_color[o["status"]] for o in obs])  # fmt: skip
+ax.barh(
+    [o["id"] for o in obs],
+    [o["bound"] / o["threshold"]["float"] for o in obs],
+    color=[status_color[o["status"]] for o in obs],
+)
 ax.axvline(1.0, color="k")
 ax.set(xlabel="proved bound ÷ guarantee max", title="Obligations (green: proved)")
 cl = [c for c in report["clauses"] if c.get("threshold") is not None]
-ax2.barh([f"{c['id']}[{c['slice']}]" for c in cl],
-         [(c["bound"] or 0.0) / c["threshold"] for c in cl],
-         color=[status_color[c["status"]] for c in cl])  # fmt: skip
+ax2.barh(
+    [f"{c['id']}[{c['slice']}]" for c in cl],
+    [(c["bound"] or 0.0) / c["threshold"] for c in cl],
+    color=[status_color[c["status"]] for c in cl],
+)
 for i, c in enumerate(cl):
     if c["status"] == "skipped":
         ax2.text(0.02, i, "skipped: " + c["reason"][:60], va="center", fontsize=8, color="dimgray")
@@ -164,8 +182,10 @@ o = obs[0]
 print(o["statement"])
 print("chain:", " → ".join(o["chain"]), "| premises used:", o["premises_used"])
 lo, hi = (Fraction(v) for v in o["bound_interval"])
-print(f"bound ∈ [{float(lo):.15g}, {float(hi):.15g}] (width {float(hi - lo):.1e}), "
-      f"max {o['threshold']['rational']}")  # fmt: skip
+print(
+    f"bound ∈ [{float(lo):.15g}, {float(hi):.15g}] (width {float(hi - lo):.1e}), "
+    f"max {o['threshold']['rational']}"
+)
 display(Markdown(f"symbolic bound: ${o['symbolic']['latex']}$"))
 q = o["smtlib"][0]
 print({k: v for k, v in q.items() if k != "text"})
@@ -192,6 +212,7 @@ assert code == 0
 # Three edits a careless (or hopeful) hand might make: make a proved bound look smaller, raise
 # a guarantee's max, and quietly change the contract's canonical text. Each must fail the check.
 
+
 # %%
 def tampered(name, edit):
     data = copy.deepcopy(report)
@@ -217,8 +238,11 @@ def edit_contract(d):
 
 
 results = {}
-for name, edit in [("halve a bound", halve_bound), ("raise a max", raise_max),
-                   ("edit the contract", edit_contract)]:  # fmt: skip
+for name, edit in [
+    ("halve a bound", halve_bound),
+    ("raise a max", raise_max),
+    ("edit the contract", edit_contract),
+]:
     code, text = tampered(name.replace(" ", "-"), edit)
     results[name] = code
     diffs = [line for line in text.splitlines() if line.startswith("DIFFERENCE")]
@@ -276,7 +300,8 @@ f_all = bounds.numpy_function(derivation.expr, [var["name"], *consts])
 def f(x):  # the bound as a function of the N1 limit
     return f_all(x, *(float(v) for v in consts.values()))
 
-  # the bound as a function of the N1 limit
+
+# the bound as a function of the N1 limit
 d_grid = np.linspace(0.0, float(limits["1% above"]) * 1.3, 300)
 x_cx = float(Fraction(cx["point"][var["name"]]))
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
