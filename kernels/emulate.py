@@ -12,6 +12,8 @@ Prompts are served in batches of a fixed size (the upper end of the contract's f
 filled with further prompts whose rows are dropped, so every row was computed in a batch of
 that size. The model's vocabulary (256 bytes) is what is measured, whatever
 ``policy.vocab_size`` says; the divergence bounds do not depend on the vocabulary size.
+Sampling applies the policy's top-k / top-p; the metrics are always those of the full-vocabulary
+distributions softmax(z/T) (``logprobs: full_vocab`` semantics).
 """
 
 from __future__ import annotations
