@@ -95,8 +95,8 @@ for preset, temperature, prompts in [
 # ## Logit drift → token TV
 #
 # Ours: TV(π, π′) ≤ tanh(δ/(2T)) (`token_tv_tanh` at osc = 2δ). The commonly cited forms are
-# δ/(2T) (`token_tv_linear`) and $\frac12(e^{2\delta/T} - 1)$ (`token_tv_exp`). Markers: the two-token
-# witness, which attains ours. Dots: every measured token at its own drift δ = ‖z′ − z‖∞.
+# δ/(2T) (`token_tv_linear`) and $\frac12(e^{2\delta/T} - 1)$ (`token_tv_exp`). Markers: the
+# two-token witness, which attains ours. Dots: every measured token at its own drift δ = ‖z′ − z‖∞.
 
 # %%
 x = np.logspace(-3, np.log10(3.0), 200)  # δ/T
@@ -283,9 +283,10 @@ plt.show()
 # (exact binomial TV): no valid bound can lie below it.
 #
 # Measured: rollouts are sampled from the inference kernel π′, so the prefix TV is
-# $\mathrm{TV}_L = E_{\pi'}[(1 - \prod_{t \le L} w_t)_+]$ with $w_t = \pi(y_t)/\pi'(y_t)$; the dots estimate it from the
-# bf16 run's 32 rollouts (bars: ± one standard error). The routes are plotted at that run's
-# largest measured drift δ̂ — an empirical stand-in, not a guarantee.
+# $\mathrm{TV}_L = E_{\pi'}[(1 - \prod_{t \le L} w_t)_+]$ with $w_t = \pi(y_t)/\pi'(y_t)$;
+# the dots estimate it from the bf16 run's 32 rollouts (bars: ± one standard error). The
+# routes are plotted at that run's largest measured drift δ̂ — an empirical stand-in, not a
+# guarantee.
 
 # %%
 table = runs["bf16", 1.0]

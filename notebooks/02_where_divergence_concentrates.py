@@ -237,7 +237,7 @@ for metric, grid in enrich.items():
     )
 
 # %% [markdown]
-# ## The log ratio lives on unlikely tokens; flips live at small margins
+# ## Log ratio against token probability; top-1 flips against margin
 #
 # Left: |log w| of each sampled token against its training probability. Right: the rate of
 # top-1 flips (argmax of the two kernels' logits differ) by margin, in finer fixed bins.
@@ -317,7 +317,7 @@ for p in PRESETS:
         f"{ucb_slice:15.3g}  {best[1]}"
     )
 
-fig, ax = plt.subplots(figsize=(9, 4))
+fig, ax = plt.subplots(figsize=(11, 4))
 x = np.arange(len(PRESETS))
 for k, marker in zip(summary[PRESETS[0]], "xosD^v", strict=True):
     ax.plot(x, [summary[p][k] for p in PRESETS], marker, ms=8, label=k)
@@ -328,6 +328,6 @@ ax.set(
     ylabel="× the mean TV",
     title="What the mean hides: statistics as multiples of the mean",
 )
-ax.legend(fontsize=8, ncol=2)
+ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
 plt.tight_layout()
 plt.show()
