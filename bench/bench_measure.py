@@ -83,6 +83,13 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     print(f"  devices: {jax.devices()}")
 
 
+def _tightness(tab, temperature: float) -> float:
+    """The largest measured TV as a share of its bound tanh(osc / 4T) (≤ 1 when it holds)."""
+    bound = np.tanh(tab["logit_oscillation"].astype(np.float64) / (4 * temperature))
+    tv = tab["tv"].astype(np.float64)
+    return float(np.max(np.where(bound > 0, tv / np.where(bound > 0, bound, 1.0), 0.0)))
+
+
 def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
     from contracts import PRESETS
     from contracts.model import (
@@ -122,15 +129,16 @@ def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
     )
     print(
         "| K_inf preset | tokens | drift p50 | drift p99 | drift max | TV p50 | TV p99 | TV max "
-        "| \\|log ratio\\| p99 | \\|log ratio\\| max | top-1 flips |"
+        "| \\|log ratio\\| p99 | \\|log ratio\\| max | top-1 flips | max TV / tanh(osc/4T) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, tab, _ in rows:
         d, tv, lr = tab["logit_drift"], tab["tv"], np.abs(tab["log_ratio"])
         print(
             f"| {name} | {len(d)} | {q(d, 0.5):.2e} | {q(d, 0.99):.2e} | {d.max():.2e} "
             f"| {q(tv, 0.5):.2e} | {q(tv, 0.99):.2e} | {tv.max():.2e} "
-            f"| {q(lr, 0.99):.2e} | {lr.max():.2e} | {tab['top1_flip'].mean():.2%} |"
+            f"| {q(lr, 0.99):.2e} | {lr.max():.2e} | {tab['top1_flip'].mean():.2%} "
+            f"| {_tightness(tab, temperature):.3f} |"
         )
 
 
