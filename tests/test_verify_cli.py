@@ -66,10 +66,10 @@ def test_all_proved_exits_0_and_writes_three_reports(tmp_path):
     code, out, err = _run(contract, "--json", paths["json"], "--markdown", paths["md"],
                           "--html", paths["html"])  # fmt: skip
     assert (code, err) == (0, "")
-    # the unmeasured clause N1 is skipped, the worst (yet passing) status here
-    assert "G1" in out and "verdict: skipped (exit 0)" in out
+    # the unmeasured clause N1 is skipped, which ranks below proved
+    assert "G1" in out and "verdict: proved (exit 0)" in out
     data = json.loads(pathlib.Path(paths["json"]).read_text())
-    assert data["status"] == "skipped" and data["exit_code"] == 0
+    assert data["status"] == "proved" and data["exit_code"] == 0
     assert [o["status"] for o in data["obligations"]] == ["proved", "proved"]
     assert [o["id"] for o in data["obligations"]] == ["G1", "G2"]
     assert data["contract"]["sha256"] and data["obligations"][0]["smtlib"][0]["expected"] == "unsat"
@@ -77,7 +77,7 @@ def test_all_proved_exits_0_and_writes_three_reports(tmp_path):
     assert data["escalation"][0]["fired"] is False
     md = pathlib.Path(paths["md"]).read_text()
     html = pathlib.Path(paths["html"]).read_text()
-    assert "**Verdict: SKIPPED** (exit code 0)" in md and "```smt2" in md
+    assert "**Verdict: PROVED** (exit code 0)" in md and "```smt2" in md
     assert html.startswith("<!DOCTYPE html>") and "<math" in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
 
@@ -177,7 +177,7 @@ def test_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
 def test_a_file_named_like_a_subcommand(tmp_path):
     _write(tmp_path, PROVED, name="check")
     code, out, _ = _run("./check", "--quiet", cwd=tmp_path)
-    assert code == 0 and "verdict: skipped (exit 0)" in out
+    assert code == 0 and "verdict: proved (exit 0)" in out
 
 
 def _fast_examples() -> list[str]:

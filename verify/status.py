@@ -11,9 +11,9 @@ __all__ = ["Status", "worst"]
 class Status(enum.IntEnum):
     """Verdicts, ordered from best to worst; a report's status is the worst of its parts."""
 
-    PROVED = 0  # an obligation z3 proved (unsat of premises and negated claim)
-    HELD = 1  # an evidence clause whose confidence bound is within its limit
-    SKIPPED = 2  # an evidence clause not measured, with the reason why
+    SKIPPED = 0  # a clause not measured, with the reason why; it never hides a worse verdict
+    PROVED = 1  # an obligation z3 proved (unsat of premises and negated claim)
+    HELD = 2  # an evidence clause whose confidence bound is within its limit
     UNKNOWN = 3  # an obligation neither proved nor refuted (timeout, no lemma, loose enclosure)
     INCONCLUSIVE = 4  # an evidence clause with too few samples to decide
     REFUTED = 5  # an obligation with a confirmed counterexample
@@ -41,5 +41,5 @@ class Status(enum.IntEnum):
 
 
 def worst(statuses: Iterable[Status]) -> Status:
-    """The worst of ``statuses``; ``PROVED`` for none."""
-    return max(statuses, default=Status.PROVED)
+    """The worst of ``statuses``; ``SKIPPED`` for none (nothing was decided)."""
+    return max(statuses, default=Status.SKIPPED)
