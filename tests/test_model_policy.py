@@ -80,7 +80,12 @@ def test_every_matmul_goes_through_the_injected_ops(model):
     m(jnp.zeros((1, 5), jnp.int32))
     d, f = SMALL.d_model, SMALL.d_ff
     per_layer = [(d, 3 * d), (d, d), (d, f), (f, d)]
-    assert calls == per_layer * SMALL.layers + [(d, SMALL.vocab)]  # LM head included
+    # the blocks run as one lax.scan, so the (shared) block body is traced once
+    assert calls == [*per_layer, (d, SMALL.vocab)]  # LM head included
+
+    calls.clear()  # incremental decoding: the same matmuls, one row per sequence
+    m.step(jnp.zeros((2,), jnp.int32), jnp.int32(0), m.init_cache(2, 4))
+    assert calls == [*per_layer, (d, SMALL.vocab)]
 
 
 def test_incremental_decoding_matches_whole_sequence_pass(model):
