@@ -228,8 +228,17 @@ def measure(
             f"expected z_train and z_inf [tokens, vocab] and tokens [tokens]; got "
             f"{z_train.shape}, {z_inf.shape}, {tokens.shape}"
         )
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    if not (temperature > 0 and np.isfinite(temperature)):
+        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    vocab = z_train.shape[1]
+    if vocab < 1:
+        raise ValueError("the vocabulary is empty")
+    if not isinstance(tokens, jax.core.Tracer) and tokens.size:
+        lo, hi = int(jnp.min(tokens)), int(jnp.max(tokens))
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"token ids must lie in [0, {vocab}), got [{lo}, {hi}]")
+    if z_train.shape[0] == 0:
+        return {k: jnp.zeros((0,), jnp.float32) for k in COLUMNS}
     devices = tuple(jax.local_devices() if devices is None else devices)
     n = z_train.shape[0]
     pad = (-n) % len(devices)

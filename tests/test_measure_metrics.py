@@ -148,8 +148,15 @@ def test_bad_shapes_and_temperature_are_rejected():
         measure(z, np.zeros((4, 9), np.float32), np.zeros(4, int))
     with pytest.raises(ValueError, match="expected z_train and z_inf"):
         measure(z, z, np.zeros(5, int))
-    with pytest.raises(ValueError, match="temperature must be positive"):
-        measure(z, z, np.zeros(4, int), 0.0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="temperature must be positive and finite"):
+            measure(z, z, np.zeros(4, int), bad)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 8\), got \[0, 8\]"):
+        measure(z, z, np.array([0, 1, 2, 8]))
+    with pytest.raises(ValueError, match=r"got \[-1, 2\]"):
+        measure(z, z, np.array([0, -1, 2, 2]))
+    empty = measure(np.zeros((0, 8), np.float32), np.zeros((0, 8), np.float32), np.zeros(0, int))
+    assert set(empty) == set(COLUMNS) and all(v.shape == (0,) for v in empty.values())
 
 
 _SHARDED = textwrap.dedent(
