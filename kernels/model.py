@@ -32,6 +32,8 @@ __all__ = [
     "TinyLM",
     "load_checkpoint",
     "load_pretrained",
+    "pretrained_extra",
+    "pretrained_log",
     "save_checkpoint",
     "with_ops",
 ]
@@ -214,10 +216,17 @@ def _nest(flat: dict) -> dict:
     return out
 
 
-def _read(file) -> tuple[TinyLM, dict[str, np.ndarray]]:
+def _arrays(file) -> dict[str, np.ndarray]:
     with np.load(file) as data:
-        arrays = {k: data[k] for k in data.files}
-    config = ModelConfig(**json.loads(arrays.pop("config").tobytes().decode()))
+        return {k: data[k] for k in data.files}
+
+
+def _read(file) -> tuple[TinyLM, dict[str, np.ndarray]]:
+    arrays = _arrays(file)
+    try:
+        config = ModelConfig(**json.loads(arrays.pop("config").tobytes().decode()))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint has no valid model config: {err}") from None
     abstract = nnx.eval_shape(lambda: TinyLM(config))
     graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
     expected = _flatten(nnx.to_pure_dict(params))
@@ -268,6 +277,8 @@ def load_pretrained(name: str = "tiny-lm", ops: Ops | None = None) -> TinyLM:
 
 
 def pretrained_extra(name: str = "tiny-lm") -> dict[str, np.ndarray]:
-    """The extra arrays (held-out evaluation windows, prompts) stored with checkpoint ``name``."""
-    file = _package_file(CHECKPOINTS[name][0])
-    return _read(io.BytesIO(file.read_bytes()))[1]
+    """The extra arrays (the held-out evaluation windows) stored with checkpoint ``name``."""
+    if name not in CHECKPOINTS:
+        raise KeyError(f"unknown pretrained model {name!r}; known: {sorted(CHECKPOINTS)}")
+    arrays = _arrays(io.BytesIO(_package_file(CHECKPOINTS[name][0]).read_bytes()))
+    return {k[len("extra/") :]: v for k, v in arrays.items() if k.startswith("extra/")}
