@@ -16,11 +16,13 @@ temperature, π = softmax(z/T), π' = softmax(z'/T) and y the observed token:
 ``token_prob``            π(y)
 ========================  ==========================================================
 
-The divergences are computed from d = Δ/T rather than from the difference of two rounded
+The divergences are computed from d = (Δ − Δ_top)/T (Δ_top: the drift of the most likely token;
+every divergence is invariant to that shift) rather than from the difference of two rounded
 probability vectors, so they keep their relative accuracy when the drift is tiny (a float32
-``Σ|π − π'|`` is all rounding noise once ‖Δ‖∞ < 1e-6): with c = E_π[d] and u = d − c,
-KL(π‖π') = log E_π[e^u] − E_π[u] = log1p(E_π[φ(u)]) with φ(u) = e^u − 1 − u (a series near 0),
-log E_π[e^d] = c + KL(π‖π'), π' = π·e^{d − log E_π[e^d]}, and symmetrically for KL(π'‖π).
+``Σ|π − π'|`` is all rounding noise once ‖Δ‖∞ < 1e-6). With c = E_π[d] and u = d − c:
+KL(π‖π') = log E_π[e^u] − E_π[u] = log1p(E_π[φ(u)]) with φ(u) = e^u − 1 − u (a series near 0);
+r = log π'/π = u − KL(π‖π'); TV = Σ π·(−expm1(r))₊; KL(π'‖π) = Σ (π' − π)·r − KL(π‖π').
+Rows whose u exceeds 30 (where e^u or an underflowing π would lose mass) take a log-domain path.
 
 Rows are processed in blocks (``lax.map``) so every pass over a block's vocabulary stays in
 cache; with several devices the token axis is sharded across them (``jax.shard_map``).
