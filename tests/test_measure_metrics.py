@@ -201,3 +201,17 @@ def test_sharded_over_four_host_devices_matches_one_device():
     assert result["shards"] == 4
     assert result["rows"] == 37
     assert result["close"], result
+
+
+def test_same_results_with_and_without_jit():
+    import jax
+
+    rng = np.random.default_rng(11)
+    z, zp, y = _pair(rng, 5, 40, 3.0, 0.2)
+    zp[2] = z[2] + 45.0 * (np.arange(40) == 7)  # one row on the log-domain path
+    jitted = _as_numpy(measure(z, zp, y, 0.7))
+    with jax.disable_jit():
+        eager = _as_numpy(measure(z, zp, y, 0.7))
+    for key in COLUMNS:
+        np.testing.assert_allclose(eager[key], jitted[key], rtol=1e-5, atol=1e-12, err_msg=key)
+    _assert_close(jitted, measure_numpy(z, zp, y, 0.7), 0.7)
