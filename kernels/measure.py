@@ -105,7 +105,8 @@ def _stats(z, zp, y, inv_t):
     p = e / s
     # every divergence is invariant to a constant shift of Δ: measure it from the Δ of the most
     # likely token, so a constant Δ gives exact zeros and a Δ that is mostly 0 stays exact
-    pivot = delta[i1]
+    pivot = zp[i1] - z[i1]  # gathers read the inputs: a gather of a computed row would
+    # force XLA to write that row out instead of fusing it into the reductions
     c = jnp.sum(p * ((delta - pivot) * inv_t))  # E_π[d]; its rounding enters only squared
     masked = jnp.where(iota == i1, -jnp.inf, z)
     return {
@@ -117,7 +118,7 @@ def _stats(z, zp, y, inv_t):
         "logit_drift": jnp.maximum(hi, -lo),
         "logit_oscillation": hi - lo,
         "entropy": jnp.log(s) - jnp.sum(p * a),
-        "token_prob": p[y],
+        "token_prob": jnp.exp(z[y] * inv_t - top) / s,
         "margin": z[i1] - jnp.max(masked),
         "top1_flip": (i1 != _first_max(zp, iota)).astype(jnp.float32),
     }
@@ -146,7 +147,17 @@ def _fast(z, zp, y, st, inv_t):
     r = u - kl_pq
     tv = jnp.minimum(1.0, jnp.sum(p * jnp.maximum(0.0, -g)))
     kl_qp = jnp.maximum(0.0, jnp.sum(p * g * r) - kl_pq)
-    return {"tv": tv, "kl_train_inf": kl_pq, "kl_inf_train": kl_qp, "log_ratio": -r[y]}
+    return {
+        "tv": tv,
+        "kl_train_inf": kl_pq,
+        "kl_inf_train": kl_qp,
+        "log_ratio": kl_pq - _u_at(z, zp, y, st, inv_t),
+    }
+
+
+def _u_at(z, zp, y, st, inv_t):
+    """u at the observed token, from the inputs (see ``_stats`` on gathers)."""
+    return ((zp[y] - z[y]) - st["pivot"]) * inv_t - st["c"]
 
 
 def _robust(z, zp, y, st, inv_t):
@@ -166,15 +177,18 @@ def _robust(z, zp, y, st, inv_t):
 _KEEP = ("logit_drift", "logit_oscillation", "entropy", "token_prob", "margin", "top1_flip")
 
 
-def _block(z, zp, y, inv_t):
+_DIVERGENCES = ("tv", "kl_train_inf", "kl_inf_train", "log_ratio")
+
+
+def _rows(path, z, zp, y, inv_t):
     st = jax.vmap(_stats, in_axes=(0, 0, 0, None))(z, zp, y, inv_t)
-    branch = [jax.vmap(f, in_axes=(0, 0, 0, 0, None)) for f in (_fast, _robust)]
-    extreme = (jnp.max(st["max_u"]) > _FAST_BELOW).astype(jnp.int32)
-    div = jax.lax.switch(extreme, branch, z, zp, y, st, inv_t)
-    return {**{k: st[k] for k in _KEEP}, **div}
+    div = jax.vmap(path, in_axes=(0, 0, 0, 0, None))(z, zp, y, st, inv_t)
+    return {**{k: st[k] for k in _KEEP}, **div, "extreme": st["max_u"] > _FAST_BELOW}
 
 
 def _block_metrics(z, zp, y, inv_t, block: int):
+    """One fused pass over blocks of rows on the fast path; only when some row is extreme, a
+    second pass on the log-domain path, whose values replace the fast ones on those rows."""
     n, vocab = z.shape
     pad = (-n) % block
     if pad:
@@ -182,7 +196,15 @@ def _block_metrics(z, zp, y, inv_t, block: int):
         zp = jnp.pad(zp, ((0, pad), (0, 0)))
         y = jnp.pad(y, (0, pad))
     shaped = (z.reshape(-1, block, vocab), zp.reshape(-1, block, vocab), y.reshape(-1, block))
-    out = jax.lax.map(lambda args: _block(*args, inv_t), shaped)
+    out = jax.lax.map(lambda args: _rows(_fast, *args, inv_t), shaped)
+    extreme = out.pop("extreme")
+
+    def redo(fast):
+        slow = jax.lax.map(lambda args: _rows(_robust, *args, inv_t), shaped)
+        return {k: jnp.where(extreme, slow[k], fast[k]) for k in _DIVERGENCES}
+
+    fast = {k: out[k] for k in _DIVERGENCES}
+    out.update(jax.lax.cond(jnp.any(extreme), redo, lambda fast: fast, fast))
     return {k: v.reshape(-1)[:n] for k, v in out.items()}
 
 
