@@ -27,6 +27,18 @@ _EXPORTS = {
     "TABLE_COLUMNS": "kernels.emulate",
     "COLUMNS": "kernels.measure",
     "measure_numpy": "kernels.measure",
+    "FormatInfo": "kernels.formats",
+    "format_info": "kernels.formats",
+    "saturating_cast": "kernels.formats",
+    "emulated_dot_general": "kernels.matmul",
+    "reduction_splits": "kernels.batching",
+    "reference_attention": "kernels.attention",
+    "PagedKVCache": "kernels.attention",
+    "decode_attention": "kernels.attention",
+    "Summary": "kernels.summary",
+    "summarize": "kernels.summary",
+    "merge": "kernels.summary",
+    "read_log": "kernels.logs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -96,3 +96,11 @@ def test_import_checker_sees_violations(tmp_path):
     names = [name for name, _ in _imports(bad)]
     assert "verify.cli" in names
     assert "kernels" in names
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_resolves(package):
+    module = importlib.import_module(package)
+    assert module.__all__, package
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert missing == []
