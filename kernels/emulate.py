@@ -23,24 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from contracts.model import Contract, EmulateEvidence
+from kernels.columns import TABLE_COLUMNS
 
 __all__ = ["MAX_BATCH", "PROMPT_BYTES", "TABLE_COLUMNS", "emulate", "prompts_from", "serving_batch"]
 
-TABLE_COLUMNS = (
-    "logit_drift",
-    "logit_oscillation",
-    "tv",
-    "kl_train_inf",
-    "kl_inf_train",
-    "log_ratio",
-    "top1_flip",
-    "margin",
-    "entropy",
-    "token_prob",
-    "position",
-    "prompt",
-    "token",
-)
 PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
 MAX_BATCH = 32  # the largest serving batch emulated
 

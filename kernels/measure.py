@@ -38,20 +38,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float, Int
 
+from kernels.columns import MEASURED_COLUMNS
+
 __all__ = ["COLUMNS", "TRACES", "measure", "measure_numpy"]
 
-COLUMNS = (
-    "logit_drift",
-    "logit_oscillation",
-    "tv",
-    "kl_train_inf",
-    "kl_inf_train",
-    "log_ratio",
-    "top1_flip",
-    "margin",
-    "entropy",
-    "token_prob",
-)
+COLUMNS = MEASURED_COLUMNS
 
 # how many times each jitted measurement function has been traced (a retrace detector)
 TRACES: dict[str, int] = {"measure": 0}

@@ -12,24 +12,9 @@ import numpy as np
 import pytest
 
 import contracts
+from kernels.columns import TABLE_COLUMNS as COLUMNS
 from verify.evidence import evaluate
 from verify.status import Status
-
-COLUMNS = (
-    "logit_drift",
-    "logit_oscillation",
-    "tv",
-    "kl_train_inf",
-    "kl_inf_train",
-    "log_ratio",
-    "top1_flip",
-    "margin",
-    "entropy",
-    "token_prob",
-    "position",
-    "prompt",
-    "token",
-)
 
 
 def _table(n=4000, seed=0, tv_scale=0.004, flips=0):
