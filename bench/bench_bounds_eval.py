@@ -16,20 +16,12 @@ import sys
 import time
 
 import numpy as np
+from timing import best
 
 import bounds
 from contracts import Contract, Guarantee, KernelPair, NumericalClause, Policy, Source, preset
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def eval_bench(n: int, repeats: int) -> None:
@@ -54,8 +46,8 @@ def eval_bench(n: int, repeats: int) -> None:
 
     jargs = [jnp.asarray(a, dtype=jnp.float32) for a in args]
     jax_fn(*jargs).block_until_ready()  # compile
-    t_np = _best(lambda: np_fn(*args), repeats)
-    t_jax = _best(lambda: jax_fn(*jargs).block_until_ready(), repeats)
+    t_np = best(lambda: np_fn(*args), repeats)
+    t_jax = best(lambda: jax_fn(*jargs).block_until_ready(), repeats)
     ref = np_fn(*args)
     err = float(np.max(np.abs(np.asarray(jax_fn(*jargs)) - ref) / np.maximum(ref, 1e-30)))
     print(
@@ -79,8 +71,8 @@ def derive_bench(repeats: int) -> None:
         t0 = time.perf_counter()
         bounds.derive(c)
         t_cold = time.perf_counter() - t0
-        t_load = _best(lambda p=p: load(str(p)), repeats)
-        t = _best(lambda c=c: bounds.derive(c), repeats)
+        t_load = best(lambda p=p: load(str(p)), repeats)
+        t = best(lambda c=c: bounds.derive(c), repeats)
         ds = bounds.derive(c)
         decided = sum(d.expr is not None for d in ds)
         print(

@@ -23,15 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-
-
-def _best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from timing import best
 
 
 def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
@@ -49,12 +41,12 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     # memory bandwidth, same run: numpy copy (read + write) and a jitted read-only reduction
     big = np.ones(z.size, np.float32)
     dst = np.empty_like(big)
-    t_copy = _best(lambda: np.copyto(dst, big), repeat)
+    t_copy = best(lambda: np.copyto(dst, big), repeat)
     copy_bw = 2 * big.nbytes / t_copy
     zj, zpj, yj = jnp.asarray(z), jnp.asarray(zp), jnp.asarray(y)
     reduce = jax.jit(lambda a, b: jnp.max(a) + jnp.max(b))
     reduce(zj, zpj).block_until_ready()
-    t_read = _best(lambda: reduce(zj, zpj).block_until_ready(), repeat)
+    t_read = best(lambda: reduce(zj, zpj).block_until_ready(), repeat)
     read_bw = logit_bytes / t_read
 
     def run_jax():
@@ -62,14 +54,14 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
         jax.block_until_ready(out)
 
     run_jax()  # compile
-    t_jax = _best(run_jax, repeat)
+    t_jax = best(run_jax, repeat)
 
     def run_numpy():
         for i in range(0, tokens, numpy_rows):
             s = slice(i, i + numpy_rows)
             measure_numpy(z[s], zp[s], y[s], 1.0, dtype=np.float32)
 
-    t_np = _best(run_numpy, 1)
+    t_np = best(run_numpy, 1)
     jax_bw = logit_bytes / t_jax
     print(f"full-vocabulary measurement, {tokens} tokens x {vocab} vocab (float32 logits)")
     print(f"  jax (kernels.measure):        {t_jax:8.3f} s  {tokens / t_jax:12.0f} tokens/s")

@@ -15,29 +15,18 @@ any result differs from the reference.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import median_ready as timed
 
 from contracts import preset
 from kernels.matmul import matmul
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 SHAPES = ((256, 1024, 256), (200, 300, 130))
-
-
-def timed(f, *args, repeats: int) -> float:
-    jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main(argv=None, *, stdout=sys.stdout) -> int:
