@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pathlib
 import subprocess
@@ -10,6 +11,7 @@ import sys
 
 import contracts
 from kernels.logs import read_log
+from verify.cli import main
 from verify.evidence import evaluate
 from verify.status import Status
 
@@ -105,16 +107,31 @@ def test_logs_only_evaluation_imports_no_jax():
     assert run.stdout.strip() == "False", run.stderr
 
 
-def test_fp8_emulated_example_as_shipped():
-    """Real emulation through both kernels (the slowest test here: ~30 s on 2 cores)."""
-    results, report = evaluate(contracts.load(EXAMPLES / "fp8-emulated.yaml"))
-    by = {(r.id, r.slice): r for r in results}
-    assert by[("N1", "all")].samples == 512
-    assert all(r.status is not Status.SKIPPED for r in results)
-    assert by[("S_tv_tail", "all")].status is Status.HELD
-    assert by[("S_tv_tail", "all")].bound <= 0.1
-    assert by[("S_kl_max", "all")].reason.startswith("empirical: the maximum over 512")
-    src = report["sources"][0]
+def test_fp8_emulated_example_as_shipped(tmp_path):
+    """Real emulation through both kernels, through the command line, and the report re-checks
+    (the slowest test here: ~30 s on 2 cores)."""
+    out = tmp_path / "report.json"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = main(
+        [str(EXAMPLES / "fp8-emulated.yaml"), "--json", str(out), "--quiet"],
+        stdout=stdout,
+        stderr=stderr,
+    )
+    assert code == 1, stderr.getvalue()  # the top-1 flip rate and the KL maximum are violated
+    report = json.loads(out.read_text())
+    by = {(c["id"], c["slice"]): c for c in report["clauses"]}
+    assert by[("N1", "all")]["samples"] == 512
+    measured = [c for c in report["clauses"] if c["family"] in ("numerical", "statistical")]
+    assert measured and all(c["status"] != "skipped" for c in measured)
+    assert by[("S_tv_tail", "all")]["status"] == "held"
+    assert by[("S_tv_tail", "all")]["bound"] <= 0.1
+    assert by[("S_kl_max", "all")]["reason"].startswith("empirical: the maximum over 512")
+    src = report["evidence"]["sources"][0]
     assert src["kind"] == "emulate" and src["tokens"] == 512
     assert src["checkpoint_sha256"] is not None and src["inference"] == "h100-fp8"
-    assert {r.fingerprint for r in results} == {src["fingerprint"]}
+    assert {c["fingerprint"] for c in measured} == {src["fingerprint"]}
+    assert [o["status"] for o in report["obligations"]] == ["proved"]
+    check_out = io.StringIO()
+    assert main(["check", str(out)], stdout=check_out, stderr=io.StringIO()) == 0, (
+        check_out.getvalue()
+    )
