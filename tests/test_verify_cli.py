@@ -224,3 +224,14 @@ def test_synth_prints_proved_yaml(tmp_path):
     assert code == 0
     assert "numerical:\n  - id: N1\n    max: 0.02" in out  # tanh(δ/2) ≤ 0.0100 ⇔ δ ≤ 0.020000667
     assert "proved" in out
+
+
+def test_reports_get_the_permissions_of_a_plain_write(tmp_path):
+    old = os.umask(0o022)
+    try:
+        target = tmp_path / "r.json"
+        code, _, _ = _run(_write(tmp_path, PROVED), "--json", str(target))
+    finally:
+        os.umask(old)
+    assert code == 0
+    assert target.stat().st_mode & 0o777 == 0o644

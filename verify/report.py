@@ -114,10 +114,14 @@ def python_version() -> str:
 
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` all at once: a temporary file in the same directory, then
-    ``os.replace``. On any failure the old file (if any) is left untouched."""
+    ``os.replace``. On any failure the old file (if any) is left untouched. The file gets the
+    permissions a plain ``open`` would give it (0666 less the umask), not mkstemp's 0600."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
