@@ -36,14 +36,21 @@ class Route:
     facts: tuple[Fact, ...]
     chain: tuple[str, ...]
     expectation: bool = False  # bounds a mean over tokens, not every token
+    # the bound equals the supremum of the quantity at the clauses' maxima, so a bound above
+    # a guarantee's max there means the guarantee itself is false (a refutation is sound)
+    attained: bool = False
 
 
-def _combine(name: str, expr: sympy.Expr, *parts: Route, lemma: str | None = None) -> Route:
+def _combine(
+    name: str, expr: sympy.Expr, *parts: Route, lemma: str | None = None, attained: bool = True
+) -> Route:
+    """``attained``: the link itself is attained whenever its inputs are (e.g. (b − a)·TV)."""
     facts = tuple(dict.fromkeys(f for p in parts for f in p.facts))
     chain = tuple(dict.fromkeys(c for p in parts for c in p.chain))
     if lemma:
         chain = (*chain, lemma)
-    return Route(name, expr, facts, chain, any(p.expectation for p in parts))
+    exp = any(p.expectation for p in parts)
+    return Route(name, expr, facts, chain, exp, attained and all(p.attained for p in parts))
 
 
 class _Ctx:
@@ -81,14 +88,21 @@ class _Ctx:
                     sympy.tanh(f.expr / (4 * self.T)),
                     (f,),
                     (*f.chain, "token_tv_tanh"),
+                    attained=True,
                 )
             )
         for f in self.premises.of("ratio"):
             out.append(
-                Route("ratio_to_tv", sympy.tanh(f.expr / 2), (f,), (*f.chain, "ratio_to_tv"))
+                Route(
+                    "ratio_to_tv",
+                    sympy.tanh(f.expr / 2),
+                    (f,),
+                    (*f.chain, "ratio_to_tv"),
+                    attained=True,
+                )
             )
         for f in self.premises.of("tv"):
-            out.append(Route("tv_clause", f.expr, (f,), f.chain))
+            out.append(Route("tv_clause", f.expr, (f,), f.chain, attained=True))
         return out
 
     def loose_tv_routes(self) -> list[Route]:
@@ -102,7 +116,10 @@ class _Ctx:
         return out
 
     def etv_routes(self) -> list[Route]:
-        return [Route("expected_tv", f.expr, (f,), f.chain, True) for f in self.premises.of("etv")]
+        return [
+            Route("expected_tv", f.expr, (f,), f.chain, True, attained=True)
+            for f in self.premises.of("etv")
+        ]
 
     def kl_routes(self) -> list[Route]:
         out = []
@@ -113,22 +130,37 @@ class _Ctx:
                     kl_tilt_sup(f.expr / self.T),
                     (f,),
                     (*f.chain, "token_kl_exact"),
+                    # exact only on its K(s) branch, s ≥ 1/8; below it s²/8 exceeds the sup K(s)
+                    attained=evaluate(f.expr / self.T, self.values((f,))) >= 0.125,
                 )
             )
         for f in self.premises.of("ratio"):
             out.append(
                 Route(
-                    "ratio_to_kl", f.expr * sympy.tanh(f.expr / 2), (f,), (*f.chain, "ratio_to_kl")
+                    "ratio_to_kl",
+                    f.expr * sympy.tanh(f.expr / 2),
+                    (f,),
+                    (*f.chain, "ratio_to_kl"),
+                    attained=True,
                 )
             )
         return out
 
     def log_ratio_routes(self) -> list[Route]:
         out = [
-            Route("token_log_ratio", f.expr / self.T, (f,), (*f.chain, "token_log_ratio"))
+            Route(
+                "token_log_ratio",
+                f.expr / self.T,
+                (f,),
+                (*f.chain, "token_log_ratio"),
+                attained=True,
+            )
             for f in self.premises.of("osc")
         ]
-        out += [Route("log_ratio_clause", f.expr, (f,), f.chain) for f in self.premises.of("ratio")]
+        out += [
+            Route("log_ratio_clause", f.expr, (f,), f.chain, attained=True)
+            for f in self.premises.of("ratio")
+        ]
         return out
 
     # ---- quantities -------------------------------------------------------------------
@@ -151,6 +183,7 @@ class _Ctx:
                     sympy.Min(1, L * etv.expr),
                     etv,
                     lemma="expected_sequence_tv",
+                    attained=False,  # first order only
                 )
             ], []
         exprs = sequence_routes(eps and eps.expr, kappa and kappa.expr, ratio and ratio.expr, L)
@@ -160,7 +193,13 @@ class _Ctx:
             "sequence_tv_pinsker": kappa,
             "sequence_tv_bretagnolle_huber": kappa,
         }
-        return [_combine(n, e, base[n], lemma=n) for n, e in exprs.items()], []
+        # only the coupling route is attained: at L = 1 (it is the token TV) and from a TV
+        # clause (leak construction); the KL and ratio routes lie above the true supremum
+        coupling_exact = self.consts["L"] == 1 or (eps is not None and eps.name == "tv_clause")
+        return [
+            _combine(n, e, base[n], lemma=n, attained=coupling_exact and "coupling" in n)
+            for n, e in exprs.items()
+        ], []
 
     def reward_drift(self) -> tuple[list[Route], list[Route]]:
         if self.g.reward_range is None:
@@ -192,11 +231,13 @@ class _Ctx:
             form, lemma = (
                 (tis_drift(s, c), "pg_bias_tis") if tis else (mis_drift(s, c), "pg_bias_mis")
             )
-            out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma)))
+            out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma), attained=True))
         for f in self.premises.of("ratio"):
             form = tis_ratio(f.expr, c) if tis else mis_ratio(f.expr, c)
             lemma = "pg_bias_tis_ratio" if tis else "pg_bias_mis_ratio"
-            out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma)))
+            # the MIS ratio form is the supremum only where e^r > c (below, the supremum is 0)
+            exact_here = tis or evaluate(sympy.exp(f.expr) / c, self.values((f,))) > 1 + 1e-9
+            out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma), attained=exact_here))
         # the osc and ratio forms above are exact suprema; a TV clause adds its own route, and
         # only without any per-token fact do expectation premises come in
         tv_like = [r for r in self.tv_routes() if r.name == "tv_clause"]
@@ -217,11 +258,18 @@ class _Ctx:
                 clip_budget_drift(f.expr / self.T, eps_c),
                 (f,),
                 (*f.chain, "token_log_ratio", "clip_budget"),
+                attained=True,
             )
             for f in self.premises.of("osc")
         ]
         out += [
-            Route("clip_budget", (sympy.exp(f.expr) - 1) / eps_c, (f,), (*f.chain, "clip_budget"))
+            Route(
+                "clip_budget",
+                (sympy.exp(f.expr) - 1) / eps_c,
+                (f,),
+                (*f.chain, "clip_budget"),
+                attained=True,
+            )
             for f in self.premises.of("ratio")
         ]
         return out, []
@@ -339,6 +387,10 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     lemmas = tuple(f"lemma:{name}" for name in win.chain)
     confidences = [f.confidence for f in win.facts if f.confidence is not None]
     extra: dict[str, object] = {"scope": "expectation" if win.expectation else "every_token"}
+    # A bound above max refutes the guarantee only where the bound is the supremum of the
+    # quantity (at the clauses' maxima; the bound is nondecreasing) and no other premise
+    # narrows the set of kernel pairs the supremum ranges over.
+    extra["attained"] = win.attained and len(prem.facts) == 1
     if confidences:
         extra["confidence"] = min(confidences)
         if len(confidences) > 1:

@@ -120,15 +120,28 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         d.expr, variables, dict(constants), Fraction(d.threshold), timeout_ms=timeout_ms,
         title=f"obligation {d.guarantee}: {statement}", **solver_options,
     )  # fmt: skip
+    status, cex, reason = outcome.status, outcome.counterexample, outcome.reason
+    # ``bounds.derive`` marks whether the winning route's bound is the supremum of the
+    # quantity (``extra["attained"]``); a derivation without the mark states its bound is.
+    if status is Status.REFUTED and not d.extra.get("attained", True):
+        # the chain's bound exceeds max, but that bound lies above the true supremum (or other
+        # premises narrow the pairs it ranges over): the guarantee itself may still hold
+        point = ", ".join(f"{k} = {_decimal(v)}" for k, v in cex.point)
+        status, cex = Status.UNKNOWN, None
+        reason = (
+            f"the bound exceeds max at {point}, but route {d.route!r} is not attained there "
+            "(its bound lies above the supremum the premises allow), so the guarantee is not "
+            "refuted; a tighter lemma is needed to decide it"
+        )
     return Obligation(
-        status=outcome.status,
+        status=status,
         statement=statement,
         bound=float((interval[0] + interval[1]) / 2),
         bound_interval=interval,
         queries=outcome.queries,
         unsat_core=outcome.core,
-        counterexample=outcome.counterexample,
-        reason=outcome.reason,
+        counterexample=cex,
+        reason=reason,
         time_ms=_ms(start),
         **base,
     )
