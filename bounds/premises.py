@@ -78,7 +78,10 @@ def _per_token_tv(metric: str, level: sympy.Expr, T: sympy.Expr) -> tuple[sympy.
     if metric == "logit_oscillation":
         return sympy.tanh(level / (4 * T)), ("token_tv_tanh",)
     if metric in ("log_ratio", "abs_log_ratio"):
-        return sympy.tanh(level / 2), ("ratio_to_tv",)
+        # a statistical log-ratio clause is about the sampled token y ∼ π' (that is what a
+        # rollout log records and how it is measured), not every token of the support, so
+        # only (1 − w(y))₊ ≤ 1 − e^{−level} follows, and E(1 − w)₊ is the TV
+        return 1 - sympy.exp(-level), ("sampled_ratio_to_tv",)
     return level, ()  # tv
 
 

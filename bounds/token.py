@@ -74,6 +74,22 @@ def _witness_ratio_tv(r: float) -> Witness:
     )
 
 
+def _witness_sampled_ratio_tv(r: float) -> Witness:
+    # π' = (1 − η, η), w = e^{−r} on the likely token: a sampled token has |log w| ≤ r with
+    # π'-probability 1 − η, and TV = (1 − η)(1 − e^{−r}) → 1 − e^{−r} > tanh(r/2).
+    eta = 1e-9
+    zp = np.array([math.log1p(-eta), math.log(eta)])
+    z = np.array([math.log1p(-eta) - r, math.log1p(-(1 - eta) * math.exp(-r))])
+    achieved = measure.tv(z, zp, 1.0)
+    return Witness(
+        "sampled_ratio_to_tv",
+        {"r": r},
+        achieved,
+        -math.expm1(-r),
+        {"z": z, "z_prime": zp, "T": 1.0, "eta": eta},
+    )
+
+
 def _witness_tv(osc: float, T: float) -> Witness:
     s = osc / T
     p = 1.0 / (1.0 + math.exp(min(s / 2, 700.0)))  # π-mass on the side the tilt raises
@@ -170,6 +186,17 @@ TOKEN_LEMMAS: tuple[Lemma, ...] = (
         expr=(sympy.exp(osc / T) - 1) / 2,
         reference="the commonly cited form: TV ≤ ½ E_π|w^{-1} − 1| with |log w| ≤ osc/T",
         tightness="looser; vacuous (≥ 1) once osc/T ≥ log 3",
+    ),
+    Lemma(
+        name="sampled_ratio_to_tv",
+        premises=("|log w(y)| ≤ r for the sampled token y ∼ π' (a rollout log's log ratio)",),
+        conclusion="E_{y∼π'}[(1 − w(y))₊ · 1{|log w(y)| ≤ r}] ≤ 1 − e^{−r}, TV = E_{y∼π'}(1 − w)₊",
+        assumptions=(),
+        expr=1 - sympy.exp(-r),
+        reference="(1 − w)₊ ≤ 1 − e^{−r} wherever log w ≥ −r; the tokens never sampled are "
+        "not constrained, so tanh(r/2) does not follow",
+        tightness="supremum (π'-mass → 0 on one token that takes the excess)",
+        witness=_witness_sampled_ratio_tv,
     ),
     Lemma(
         name="ratio_to_tv",
