@@ -39,6 +39,9 @@ class EncodeError(ExprError):
     """The bound cannot be written as a query (unsupported form, or a domain problem)."""
 
 
+_MAX_BITS = 4096
+
+
 @dataclass(frozen=True)
 class Query:
     """One SMT-LIB2 query with what it was built from."""
@@ -51,8 +54,11 @@ class Query:
 
 
 def smt_number(v: Fraction) -> str:
-    """A rational as an SMT-LIB2 real term."""
+    """A rational as an SMT-LIB2 real term (``EncodeError`` past ``_MAX_BITS`` bits)."""
     v = Fraction(v)
+    if max(v.numerator.bit_length(), v.denominator.bit_length()) > _MAX_BITS:
+        # e.g. exp(4·10^4) at T = 1e-6: thousands of digits, beyond what the solver handles
+        raise EncodeError(f"a constant of more than {_MAX_BITS} bits cannot be encoded")
     mag = (
         f"{abs(v.numerator)}.0"
         if v.denominator == 1

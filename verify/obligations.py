@@ -9,6 +9,7 @@ answer it needs and the answer it got.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -204,7 +205,10 @@ def obligation_json(o: Obligation) -> Mapping[str, object]:
             "value": float((cex.value[0] + cex.value[1]) / 2),
             "source": cex.source,
         },
-        "alternatives": [{"name": n, "formula": f, "value": v} for n, f, v in o.alternatives],
+        "alternatives": [  # a loose route can overflow (e^s at T = 1e-6): JSON has no inf
+            {"name": n, "formula": f, "value": v if math.isfinite(v) else None}
+            for n, f, v in o.alternatives
+        ],
         "route": o.route,
         "notes": list(o.notes),
         "time_ms": o.time_ms,
