@@ -66,7 +66,7 @@ def _find_contract(stored: str, report_dir: str) -> str | None:
     return next((c for c in candidates if os.path.isfile(c)), None)
 
 
-def _check_contract(data: dict, report_dir: str, diff, notes) -> dict | None:
+def _check_contract(data: dict, report_dir: str, diff, notes, derived: dict) -> dict | None:
     info = data.get("contract")
     if not isinstance(info, dict):
         diff("contract", "missing")
@@ -97,6 +97,12 @@ def _check_contract(data: dict, report_dir: str, diff, notes) -> dict | None:
             else:
                 if loaded.source.canonical != canonical:
                     diff("contract.canonical", "differs from the canonical form of the file")
+                else:
+                    import bounds  # the bound each guarantee's premises give (see check_data)
+
+                    derived.update({d.guarantee: d for d in bounds.derive(loaded)})
+    if not derived:
+        notes.append("contract file not loaded: the bounds' formulas were not re-derived")
     try:
         parsed = json.loads(canonical)
     except json.JSONDecodeError:
@@ -115,7 +121,8 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     def diff(where: str, message: str) -> None:
         differences.append(f"{where}: {message}")
 
-    canonical = _check_contract(data, report_dir, diff, notes) or {}
+    derived: dict = {}
+    canonical = _check_contract(data, report_dir, diff, notes, derived) or {}
     guarantees = {g["id"]: g for g in canonical.get("guarantees", []) if isinstance(g, dict)}
     clause_max = {
         c["id"]: c.get("max")
@@ -145,6 +152,19 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
             t = o.get("threshold")
             if not isinstance(t, dict) or t.get("rational") != _text(exact(g["max"])):
                 diff(f"{where}.threshold", f"is not the guarantee's max {g['max']}")
+            _check_constants(o.get("constants"), _expected_constants(canonical, g), where, diff)
+        d = derived.get(o.get("id"))
+        if d is not None:
+            # a bound whose formula is not the one the premises give is another statement,
+            # e.g. tanh(δ/4T) for tanh(δ/2T), and its queries re-check consistently
+            import sympy
+
+            want = sympy.srepr(d.expr) if d.expr is not None else None
+            got = (o.get("symbolic") or {}).get("srepr") if isinstance(o, dict) else None
+            if got != want:
+                text = sympy.sstr(d.expr) if d.expr is not None else "—"
+                diff(f"{where}.symbolic.srepr", "is not the bound the contract's premises give "
+                     f"({d.route or 'none'}: {text})")  # fmt: skip
         try:
             status, n = check_obligation(o, where, diff, notes, clause_max, timeout_ms=timeout_ms)
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
@@ -179,6 +199,50 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
 
 
 _LABELS = {s.label for s in Status}
+
+
+def _expected_constants(canonical: dict, g: dict) -> dict[str, Fraction]:
+    """The value every constant a bound may use takes in the contract, for guarantee ``g``."""
+    policy = canonical.get("policy") or {}
+    out: dict[str, Fraction] = {}
+
+    def put(name: str, value) -> None:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = exact(value)
+
+    put("T", policy.get("temperature"))
+    put("L", g.get("horizon") or policy.get("max_new_tokens"))
+    put("c", g.get("cap"))
+    put("G", g.get("score_norm"))
+    put("A", g.get("advantage"))
+    put("clip_epsilon", g.get("clip_epsilon"))
+    span = g.get("reward_range")
+    if isinstance(span, list) and len(span) == 2 and all(isinstance(x, int | float) for x in span):
+        out["reward_span"] = exact(span[1]) - exact(span[0])
+    for c in canonical.get("statistical", []):
+        if isinstance(c, dict) and isinstance(c.get("id"), str):
+            put(f"thr_{c['id']}", c.get("threshold"))
+            if isinstance(c.get("q"), int | float):
+                out[f"rho_{c['id']}"] = 1 - exact(c["q"])
+    return out
+
+
+def _check_constants(stored, expected: dict[str, Fraction], where: str, diff) -> None:
+    """Each stored constant must be the contract's value: a bound on a forged temperature,
+    horizon or cap is a different (possibly weaker) statement that re-checks consistently."""
+    if not isinstance(stored, dict):
+        return  # reported by the obligation's own check
+    for name, text in stored.items():
+        if name not in expected:
+            diff(f"{where}.constants.{name}", "is no constant the contract defines")
+            continue
+        try:
+            value = Fraction(text) if isinstance(text, str) and "." not in text else None
+        except (ValueError, ZeroDivisionError):
+            value = None
+        if value != expected[name]:
+            diff(f"{where}.constants.{name}", f"{text!r} but the contract gives "
+                 f"{_text(expected[name])}")  # fmt: skip
 
 
 def _text(v: Fraction) -> str:
