@@ -67,7 +67,9 @@ def _numerical(c: NumericalClause) -> Fact | str:
         return Fact("ratio", _sym(v), (v,), (), (c.id,), (), (note,))
     if c.metric == "tv":
         v = _var("eps", c.id, c.max)
-        return Fact("tv", _sym(v), (v,), (), (c.id,), ())
+        # TV ≤ 1 anyway: a clause max above 1 must not read as a TV (or PG bias) above 1, whose
+        # excess over a guarantee's max would refute a guarantee that holds
+        return Fact("tv", sympy.Min(_sym(v), 1), (v,), (), (c.id,), ())
     return f"{c.id}: metric {c.metric!r} gives no per-token bound"
 
 
@@ -130,7 +132,7 @@ def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
     if c.metric == "tv" and c.statistic == "mean":
         v = _var("mean", c.id, c.max)
         note = f"{where}: bounds the mean per-token TV; the guarantee is read as an expectation"
-        return Fact("etv", _sym(v), (v,), (), (c.id,), (), (note,), conf)
+        return Fact("etv", sympy.Min(_sym(v), 1), (v,), (), (c.id,), (), (note,), conf)
     return f"{c.id}: a {c.statistic} of {c.metric} gives no bound on the chain's quantities"
 
 

@@ -239,3 +239,30 @@ def test_check_rejects_a_forged_formula(tmp_path):
     delta, T = sympy.Symbol("delta_N1", nonnegative=True), sympy.Symbol("T", positive=True)
     diffs = _forged(tmp_path, lambda d: dataclasses.replace(d, expr=sympy.tanh(delta / (4 * T))))
     assert any("symbolic.srepr" in x for x in diffs), diffs
+
+
+# ---- a TV clause above 1 says nothing more than TV ≤ 1 -----------------------------------------
+@pytest.mark.parametrize(
+    ("clause", "guarantee", "expected"),
+    [
+        ("numerical:\n  - {id: N1, metric: tv, max: 5}\n", "quantity: token_tv, max: 2", "proved"),
+        (
+            "numerical:\n  - {id: N1, metric: tv, max: 5}\n",
+            "quantity: pg_bias, score_norm: 1, advantage: 1, estimator: plain, max: 3",
+            "proved",  # 2·G·A·TV ≤ 2
+        ),
+        (
+            "numerical:\n  - {id: N1, metric: tv, max: 5}\n",
+            "quantity: pg_bias, score_norm: 1, advantage: 1, estimator: plain, max: 1.9",
+            "refuted",  # two tokens that swap their mass: 2·TV → 2
+        ),
+        (
+            "statistical:\n  - {id: N1, metric: tv, statistic: mean, max: 5, confidence: 0.9, "
+            "min_samples: 10, slices: [all]}\n",
+            "quantity: token_tv, max: 2",
+            "proved",
+        ),
+    ],
+)
+def test_tv_clause_above_one(clause, guarantee, expected):
+    assert _verdict(_contract("1.0", clause, guarantee)).status.label == expected
