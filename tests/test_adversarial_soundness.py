@@ -266,3 +266,16 @@ def test_check_rejects_a_forged_formula(tmp_path):
 )
 def test_tv_clause_above_one(clause, guarantee, expected):
     assert _verdict(_contract("1.0", clause, guarantee)).status.label == expected
+
+
+def test_check_rejects_a_premise_frozen_as_a_constant(tmp_path):
+    # the drift variable dropped from the box and fixed at 0.01: "proved", consistently re-run
+    diffs = _forged(
+        tmp_path,
+        lambda d: dataclasses.replace(
+            d,
+            variables=(),
+            constants=MappingProxyType({**d.constants, "delta_N1": Fraction(1, 100)}),
+        ),
+    )
+    assert any("constants.delta_N1" in x for x in diffs), diffs
