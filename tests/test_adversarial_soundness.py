@@ -279,3 +279,24 @@ def test_check_rejects_a_premise_frozen_as_a_constant(tmp_path):
         ),
     )
     assert any("constants.delta_N1" in x for x in diffs), diffs
+
+
+@pytest.mark.parametrize(
+    ("premise", "horizon", "rel", "expected"),
+    [
+        (_drift("0.02"), 1, 1 + 1e-4, Status.PROVED),
+        (_drift("0.02"), 1, 1 - 1e-4, Status.REFUTED),
+        ("numerical:\n  - {id: N1, metric: tv, max: 0.01}\n", 3, 1 + 1e-4, Status.PROVED),
+    ],
+)
+def test_coupling_route_with_an_integer_horizon_is_decided(premise, horizon, rel, expected):
+    """The coupling route 1 − (1 − ε)^L has the horizon L as its exponent. It wins at L = 1,
+    where it is the attained token TV, and whenever only a TV clause is given."""
+    eps = mpmath.tanh(mpmath.mpf("0.01")) if "logit_drift" in premise else mpmath.mpf("0.01")
+    true = 1 - (1 - eps) ** horizon
+    guarantee = (
+        f"quantity: sequence_tv, scope: sequence, horizon: {horizon}, max: {float(true * rel)!r}"
+    )
+    (d,) = bounds.derive(loads(_contract("1.0", premise, guarantee)))
+    assert d.route == "sequence_tv_coupling"
+    assert discharge(d, timeout_ms=5000).status is expected

@@ -151,6 +151,7 @@ class _Writer:
 
     def power(self, e: sympy.Pow) -> str:
         base, exponent = e.args
+        exponent = intervals.integer_exponent(exponent, self.env)
         if not isinstance(exponent, sympy.Rational) or exponent.q not in (1, 2):
             raise EncodeError(f"unsupported exponent {exponent} in {e}")
         n = int(exponent.p)

@@ -28,6 +28,7 @@ __all__ = [
     "evaluate",
     "func_down",
     "func_up",
+    "integer_exponent",
     "round_down",
     "round_up",
     "to_fraction",
@@ -193,7 +194,7 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Interval], memo: dict | None = 
             for a in e.args:
                 r = _mul(r, walk(a))
         elif isinstance(e, sympy.Pow):
-            r = _power(walk(e.args[0]), e.args[1], str(e.args[0]))
+            r = _power(walk(e.args[0]), integer_exponent(e.args[1], env), str(e.args[0]))
         elif e.func in _FUNCS:
             r = _monotone(_FUNCS[e.func], walk(e.args[0]))
         elif isinstance(e, sympy.Min | sympy.Max):
@@ -206,6 +207,16 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Interval], memo: dict | None = 
         return r
 
     return walk(expr)
+
+
+def integer_exponent(exponent: sympy.Expr, env: Mapping[str, Interval]) -> sympy.Expr:
+    """A symbol exponent whose value is one integer (a horizon L) as that integer; any other
+    exponent unchanged."""
+    if isinstance(exponent, sympy.Symbol) and exponent.name in env:
+        lo, hi = env[exponent.name]
+        if lo == hi and Fraction(lo).denominator == 1:
+            return sympy.Integer(int(lo))
+    return exponent
 
 
 def _power(base: Interval, exponent: sympy.Expr, what: str) -> Interval:

@@ -163,6 +163,10 @@ def _walk(t: Node, values: Mapping[str, Fraction]):
         return out
     if head == "Pow":
         exponent = t[2]
+        if exponent[0] == "sym" and exponent[1] in values:
+            value = Fraction(values[exponent[1]])
+            if value.denominator == 1:  # a horizon L: one integer
+                exponent = ("num", value)
         if exponent[0] == "num" and exponent[1].denominator == 1:
             n = int(exponent[1])
             base = args[0] if n >= 0 else 1 / args[0]
