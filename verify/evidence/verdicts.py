@@ -19,6 +19,9 @@ from verify.status import Status
 
 __all__ = ["numerical_result", "quantile_lower_bound", "statistical_result"]
 
+# per-token columns that describe the sampled token only, not the whole vocabulary
+_SAMPLED_ONLY = frozenset({"log_ratio", "abs_log_ratio"})
+
 _BINARY = frozenset({"top1_flip"})
 
 
@@ -76,6 +79,13 @@ def numerical_result(clause, source) -> ClauseResult:
     reason = f"max {what} over {s.count} tokens is {s.maximum:.6g} (limit {clause.max:g})"
     if bad:
         reason += f"; {bad} tokens had a non-finite value, counted as the worst"
+    if status is Status.HELD and col in _SAMPLED_ONLY:
+        # the proofs read a log-ratio clause over every token of the vocabulary (|log w(y)| ≤ r
+        # for all y); the sampled tokens cannot show that, though one of them can refute it
+        status = Status.INCONCLUSIVE
+        reason += (
+            "; only sampled tokens were seen, and the clause bounds every token of the vocabulary"
+        )
     if col in source.metric_caveat:
         status, reason = Status.INCONCLUSIVE, source.metric_caveat[col]
     return _result(
