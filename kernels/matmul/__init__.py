@@ -28,11 +28,11 @@ Let ``x`` be M×K and ``w`` K×N (leading axes of ``x`` are flattened into M).
        a = round(a + t)
 
    where the products and the two sums are binary64 operations and ``round`` rounds to the
-   accumulator format: ``mantissa_bits`` (m) explicit fraction bits, binary32's exponent range
-   [-126, 127], rounding ``nearest_even`` or ``toward_zero`` as if the exponent were unbounded,
-   then: a result of magnitude below ``2**-126`` becomes +0 (no subnormals; a zero is always
-   +0); on overflow ``nearest_even`` gives ±inf and ``toward_zero`` gives ±(2 - 2**-m)·2**127
-   (IEEE-754 semantics); ±inf and NaN pass through (inf - inf is NaN).
+   accumulator format: ``mantissa_bits`` (m, 1 to 23) explicit fraction bits, binary32's
+   exponent range [-126, 127], rounding ``nearest_even`` or ``toward_zero`` as if the exponent
+   were unbounded, then: a result of magnitude below ``2**-126`` becomes +0 (no subnormals; a
+   zero is always +0); on overflow ``nearest_even`` gives ±inf and ``toward_zero`` gives
+   ±(2 - 2**-m)·2**127 (IEEE-754 semantics); ±inf and NaN pass through (inf - inf is NaN).
 5. **Promotion.** At the end of each chunk, ``a`` (exactly a binary32 number) joins the part's
    binary32 sum ``f`` (starting at +0): ``f = flush(f + term)`` in binary32, where ``term = a``,
    or, with block/MX scaling, ``term = flush(fl32(a · c))`` with ``c = flush(fl32(sx[r] · sw[r]))``

@@ -92,8 +92,8 @@ def make_plan(spec: MatmulSpec, k: int, splits: int = 1) -> Plan:
     acc = spec.accumulator
     m = acc.mantissa_bits
     check(
-        isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= 23,
-        f"matmul.accumulator.mantissa_bits: {m!r} is not an integer in [0, 23]",
+        isinstance(m, int) and not isinstance(m, bool) and 1 <= m <= 23,
+        f"matmul.accumulator.mantissa_bits: {m!r} is not an integer in [1, 23]",
     )
     check(
         acc.rounding in ("nearest_even", "toward_zero"),
