@@ -94,26 +94,28 @@ def _point(name: str, x: Fraction) -> mpmath.mpf:
     raise ExprError(f"unsupported function {name}")
 
 
-def func_down(name: str, x: Fraction, bits: int = BITS) -> Fraction:
-    """A rational lower bound on ``name(x)``, tight to about ``bits`` bits."""
+def _approx(name: str, x: Fraction, bits: int) -> tuple[Fraction, Fraction | None]:
+    """``name(x)`` and the allowance its evaluation needs either side; ``None`` where the value
+    is exact (exp 0, log 1, tanh 0, sqrt 0)."""
     if (name == "exp" and x == 0) or (name == "log" and x == 1):
-        return Fraction(int(name == "exp"))
+        return Fraction(int(name == "exp")), None
     if name in ("tanh", "sqrt") and x == 0:
-        return Fraction(0)
+        return Fraction(0), None
     with mpmath.workprec(max(_WORK, bits + 40)):
         v = to_fraction(_point(name, x))
-    return round_down(v - abs(v) / (1 << min(_SLACK, bits + 24)), bits)
+    return v, abs(v) / (1 << min(_SLACK, bits + 24))
+
+
+def func_down(name: str, x: Fraction, bits: int = BITS) -> Fraction:
+    """A rational lower bound on ``name(x)``, tight to about ``bits`` bits."""
+    v, slack = _approx(name, x, bits)
+    return v if slack is None else round_down(v - slack, bits)
 
 
 def func_up(name: str, x: Fraction, bits: int = BITS) -> Fraction:
     """A rational upper bound on ``name(x)``, tight to about ``bits`` bits."""
-    if (name == "exp" and x == 0) or (name == "log" and x == 1):
-        return Fraction(int(name == "exp"))
-    if name in ("tanh", "sqrt") and x == 0:
-        return Fraction(0)
-    with mpmath.workprec(max(_WORK, bits + 40)):
-        v = to_fraction(_point(name, x))
-    return round_up(v + abs(v) / (1 << min(_SLACK, bits + 24)), bits)
+    v, slack = _approx(name, x, bits)
+    return v if slack is None else round_up(v + slack, bits)
 
 
 def _out(lo: Fraction, hi: Fraction) -> Interval:
