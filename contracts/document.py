@@ -178,6 +178,12 @@ def read_document(data: bytes | str, path: str) -> Document:
         return Document(INVALID, problems=(problem,))
     except yaml.YAMLError as e:
         return Document(INVALID, problems=(_yaml_problem(e, text, path),))
+    except ValueError:  # PyYAML's chr() refuses a \U escape above U+10FFFF
+        mark = loader.get_mark()  # at the escape's hex digits, two past its backslash
+        message = "invalid YAML: the escape names no Unicode character (it is above U+10FFFF)"
+        return Document(
+            INVALID, problems=(Problem(path, mark.line + 1, mark.column - 1, "", message),)
+        )
     finally:
         if loader is not None:
             loader.dispose()
@@ -209,6 +215,25 @@ def _kind(node: Node) -> str:
     return {_NULL: "null", _BOOL: "boolean", _INT: "integer", _FLOAT: "number"}.get(
         node.tag, "string"
     )
+
+
+def _not_text(text: str) -> str | None:
+    """Why a string (escapes resolved) is not printable Unicode text, as "holds ..."; ``None``
+    when it is.
+
+    An escape can write what the file itself may not hold: a surrogate (``"\\ud800"``, which
+    no UTF-8 file, report or terminal can carry) or a control character such as NUL.
+    """
+    found = Reader.NON_PRINTABLE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    if 0xD800 <= code <= 0xDFFF:
+        return (
+            f"holds U+{code:04X}, a surrogate code point, which is not Unicode text (write the "
+            "character itself or a \\U escape)"
+        )
+    return f"holds the character U+{code:04X}, which is not printable text"
 
 
 def _trim(key: str) -> str:
@@ -288,6 +313,10 @@ class _Builder:
             if node.value == "<<" and node.style is None:
                 self.problem(node, parent, "merge keys (<<) are not supported; write the keys out")
                 return None
+            why = _not_text(node.value)
+            if why is not None:
+                self.problem(node, parent, f"the key {why}")
+                return None
             return node.value
         if node.tag in (_NULL, _BOOL, _INT, _FLOAT):
             self.problem(node, parent, f"keys must be strings, got {_kind(node)} {node.value}")
@@ -298,7 +327,8 @@ class _Builder:
     def _scalar(self, node: ScalarNode, key: str) -> object:
         text, tag = node.value, node.tag
         if tag == _STR:
-            return text
+            why = _not_text(text)
+            return text if why is None else self.problem(node, key, f"the string {why}")
         if tag == _NULL:
             if text not in ("", "~", "null", "Null", "NULL"):
                 return self.problem(node, key, f"'{text}' is not null")
