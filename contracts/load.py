@@ -4,33 +4,75 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 from contracts.document import MAX_BYTES, read_document
 from contracts.errors import ContractError, Problem
 from contracts.model import Contract
 from contracts.validate import validate
 
-__all__ = ["load", "loads"]
+__all__ = ["NotRegularFile", "file_kind", "load", "loads", "read_regular"]
+
+
+class NotRegularFile(OSError):
+    """The path names something other than a regular file; ``kind`` says what, in words."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(f"{path}: is {kind}, not a regular file")
+        self.filename, self.kind = path, kind
+        self.strerror = f"is {kind}, not a regular file"
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words (``a directory``, ``a FIFO ...``)."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file at ``path`` (symbolic links followed).
+
+    Anything else (a directory, a FIFO, a device, a socket) raises ``NotRegularFile`` without
+    being read: the path is looked at before it is opened, and opened non-blocking, so a FIFO
+    put in its place meanwhile cannot block either. Other failures raise ``OSError``.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(path, file_kind(mode))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, file_kind(mode))
+        return f.read(limit)
 
 
 def load(path: str | os.PathLike) -> Contract:
     """Read, parse and validate the contract file at ``path``.
 
-    Raises ``ContractError`` for any problem, file-level ones included (a missing file, a
-    directory, an unreadable file); ``str(err)`` names the path exactly as it was given.
+    Raises ``ContractError`` for any problem, file-level ones included (a missing file, an
+    unreadable file, anything but a regular file: a directory, a FIFO, a device); ``str(err)``
+    names the path exactly as it was given. A FIFO or device is refused, never read from.
     """
     shown = os.fspath(path)
     if isinstance(shown, bytes):
         shown = os.fsdecode(shown)
     try:
-        if os.path.isdir(shown):
-            raise IsADirectoryError(shown)
-        with open(shown, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+        data = read_regular(shown, MAX_BYTES + 1)
     except FileNotFoundError:
         raise ContractError([Problem(shown, None, None, "", "no such file")]) from None
-    except IsADirectoryError:
-        message = "is a directory, not a contract file"
+    except NotRegularFile as e:
+        message = f"is {e.kind}, not a contract file"
         raise ContractError([Problem(shown, None, None, "", message)]) from None
     except OSError as e:
         message = f"cannot read the file: {e.strerror or type(e).__name__}"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from verify import report as report_module
+from verify import outputs as outputs_module
 from verify.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ def test_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
         f.write = write
         return f
 
-    monkeypatch.setattr(report_module.os, "fdopen", failing_fdopen)
+    monkeypatch.setattr(outputs_module.os, "fdopen", failing_fdopen)
     code, _, err = _run(_write(tmp_path, PROVED), "--json", str(target))
     assert code == 2 and "cannot write" in err
     assert target.read_text() == "old report\n"

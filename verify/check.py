@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from contracts import exact
+from contracts.load import read_regular
 from verify import smt
 from verify.checkparts import check_clauses, check_escalation, expected_clause_keys
 from verify.checkquery import check_obligation
@@ -47,8 +48,7 @@ class CheckResult:
 
 def _load(path: str) -> dict:
     try:
-        with open(path, "rb") as f:
-            raw = f.read(256 * 1024 * 1024 + 1)
+        raw = read_regular(path, 256 * 1024 * 1024 + 1)  # a FIFO or device is refused, not read
     except OSError as err:
         raise ReportUnreadable(f"{path}: cannot read: {err.strerror or err}") from None
     try:

@@ -8,7 +8,19 @@ inconclusive and nothing refuted or violated.
 
 The words ``check``, ``synth``, ``schema`` and ``monitor`` are reserved as the first argument:
 a contract file with one of those names is given with a directory, e.g. ``./check``.
-Reports are written only after every obligation and clause is decided, each one atomically.
+
+Files: the contract, a ``--evidence`` file and ``check``'s report must be regular files (a
+FIFO, a device or a directory is refused with exit 2, never read from). Report paths
+(``--json``, ``--markdown``, ``--html``) are checked before any work, and refused with exit 2
+when one names the contract, an evidence file or another report's file (however spelt:
+relative or absolute, a symbolic link, a hard link), a directory, a socket or a block device,
+a read-only file or a directory that does not exist. Reports are written only after every
+obligation and clause is decided, all or nothing: each file report goes to a temporary file
+beside its target, and only when all of them are complete are they moved into place; a
+failure before that leaves every old file untouched. A symbolic link is followed (the file it
+points to is replaced); a replaced file keeps its permission bits, a new one gets 0666 less
+the umask. A character device (``/dev/null``) or a FIFO that has a reader is written through,
+not replaced; ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` write to that descriptor.
 """
 
 from __future__ import annotations
@@ -16,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 __all__ = ["SUBCOMMANDS", "main"]
 
@@ -105,47 +119,86 @@ def _summary(report, quiet: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _evidence_problem(path: str, shown: str) -> str | None:
+    """Why the evidence file ``path`` cannot be read, when it is no regular file (a FIFO
+    would block the run); a missing file is left to the evidence reader to name."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    from contracts.load import file_kind
+
+    return f"{shown}: is {file_kind(mode)}, not a log file"
+
+
+def _declared_evidence(contract) -> tuple[str, str] | None:
+    """The contract's own ``evidence.logprobs`` path, and how messages name it."""
+    declared = contract.evidence.logprobs
+    if declared is None:
+        return None
+    where = contract.source.where("evidence.logprobs.path")
+    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
+    return declared.path, f"{prefix}evidence.logprobs.path: {declared.path}"
+
+
 def _verify(args, stdout, stderr, t_start: float) -> int:
     import contracts
-    from verify import render, run
-    from verify.report import dumps, write_atomic
+    from verify import outputs, render, run
+    from verify.report import dumps
 
-    targets = [(args.json, "json"), (args.markdown, "markdown"), (args.html, "html")]
-    for path, _ in targets:
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            stderr.write(f"verify: cannot write {path}: no such directory\n")
+    for path in args.evidence:
+        problem = _evidence_problem(path, f"--evidence {path}")
+        if problem:
+            stderr.write(f"{problem}\n")
             return 2
-    t_import = time.perf_counter()
+    named = [("--json", args.json), ("--markdown", args.markdown), ("--html", args.html)]
+    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
     try:
-        contract = contracts.load(args.contract)
-    except contracts.ContractError as err:
-        stderr.write(f"{err}\n")
+        plan = outputs.prepare(named, inputs)
+    except outputs.OutputError as err:
+        stderr.write(f"verify: {err}\n")
         return 2
-    try:
-        report = run.run(
-            contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
-            quiet=args.quiet, stderr=stderr,
-        )  # fmt: skip
-    except Exception as err:
-        if type(err).__name__ == "EvidenceError":
+    with plan:
+        t_import = time.perf_counter()
+        try:
+            contract = contracts.load(args.contract)
+        except contracts.ContractError as err:
             stderr.write(f"{err}\n")
             return 2
-        raise
-    t_render = time.perf_counter()
-    texts = {"markdown": render.to_markdown(report), "html": render.to_html(report)}
-    timing = {"import": round((t_import - t_start) * 1000, 3), **report.timing}
-    timing["render"] = round((time.perf_counter() - t_render) * 1000, 3)
-    from dataclasses import replace
-
-    report = replace(report, timing=timing)
-    texts["json"] = dumps(report)
-    for path, kind in targets:
-        if path:
+        declared = None if args.evidence else _declared_evidence(contract)
+        if declared:
+            problem = _evidence_problem(*declared)
             try:
-                write_atomic(path, texts[kind])
-            except OSError as err:
-                stderr.write(f"verify: cannot write {path}: {err.strerror or err}\n")
+                outputs.refuse_inputs(plan, [("an evidence file", declared[0])])
+            except outputs.OutputError as err:
+                problem = problem or f"verify: {err}"
+            if problem:
+                stderr.write(f"{problem}\n")
                 return 2
+        try:
+            report = run.run(
+                contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
+                quiet=args.quiet, stderr=stderr,
+            )  # fmt: skip
+        except Exception as err:
+            if type(err).__name__ == "EvidenceError":
+                stderr.write(f"{err}\n")
+                return 2
+            raise
+        t_render = time.perf_counter()
+        texts = {"markdown": render.to_markdown(report), "html": render.to_html(report)}
+        timing = {"import": round((t_import - t_start) * 1000, 3), **report.timing}
+        timing["render"] = round((time.perf_counter() - t_render) * 1000, 3)
+        report = replace(report, timing=timing)
+        texts["json"] = dumps(report)
+        kinds = {"--json": "json", "--markdown": "markdown", "--html": "html"}
+        try:
+            plan.write([texts[kinds[t.label]] for t in plan.targets])
+        except outputs.OutputError as err:
+            stderr.write(f"verify: {err}\n")
+            return 2
     stdout.write(_summary(report, args.quiet))
     return report.exit_code
 

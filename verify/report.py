@@ -1,17 +1,15 @@
 """The proof-carrying report: one frozen record, rendered as JSON, Markdown and HTML.
 
 The JSON form is the contract between the toolkit and a reviewer: ``python -m verify check``
-re-checks it from its own contents (and the contract file, when present) alone.
+re-checks it from its own contents (and the contract file, when present) alone. Writing the
+renderings to files is ``verify.outputs``'s job.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -27,7 +25,6 @@ __all__ = [
     "clause_json",
     "overall",
     "report_json",
-    "write_atomic",
 ]
 
 FORMAT = "kernel-contracts/report/1"
@@ -110,24 +107,3 @@ def dumps(report: Report) -> str:
 
 def python_version() -> str:
     return sys.version.split()[0]
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` all at once: a temporary file in the same directory, then
-    ``os.replace``. On any failure the old file (if any) is left untouched. The file gets the
-    permissions a plain ``open`` would give it (0666 less the umask), not mkstemp's 0600."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
