@@ -9,6 +9,7 @@ answer it needs and the answer it got.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from verify import intervals
 from verify.solve import Counterexample, QueryRecord, prove
 from verify.status import Status
 
-__all__ = ["Obligation", "discharge", "fraction", "obligation_json", "rational"]
+__all__ = ["Obligation", "discharge", "fraction", "obligation_json", "outline", "rational"]
 
 
 @dataclass(frozen=True)
@@ -81,13 +82,19 @@ def _statement(d: Derivation, variables, readable: str) -> str:
     return f"{text} (with {consts})" if consts else text
 
 
-def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obligation:
-    """Decide the obligation of derivation ``d`` (see ``verify.solve.prove``)."""
-    start = time.perf_counter()
+def outline(d: Derivation) -> Obligation:
+    """The obligation of derivation ``d`` before it is decided: everything but the verdict and
+    what the solver found (``unknown``, no bound). ``discharge`` completes it; ``verify check``
+    compares a report's statement, chain, bound text, premises and constants with it."""
     variables = tuple((v.name, v.clause, Fraction(v.lo), Fraction(v.hi)) for v in d.variables)
     constants = tuple(sorted((k, Fraction(v)) for k, v in d.constants.items()))
     alternatives = tuple((a.name, sympy.sstr(a.expr), float(a.value)) for a in d.alternatives)
-    base = dict(
+    if d.expr is None:
+        statement = f"{d.quantity} ≤ {_decimal(Fraction(d.threshold))}: no bound derived"
+        reason = d.reason or "no lemma of the chain applies"
+    else:
+        statement, reason = _statement(d, variables, sympy.sstr(d.expr)), ""
+    return Obligation(
         id=d.guarantee,
         quantity=d.quantity,
         premises=tuple(d.premises),
@@ -100,23 +107,27 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         alternatives=alternatives,
         route=d.route,
         notes=tuple(d.notes),
+        status=Status.UNKNOWN,
+        statement=statement,
+        bound=None,
+        bound_interval=None,
+        reason=reason,
     )
+
+
+def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obligation:
+    """Decide the obligation of derivation ``d`` (see ``verify.solve.prove``)."""
+    start = time.perf_counter()
+    base = outline(d)
     if d.expr is None:
-        reason = d.reason or "no lemma of the chain applies"
-        statement = f"{d.quantity} ≤ {_decimal(Fraction(d.threshold))}: no bound derived"
-        return Obligation(
-            status=Status.UNKNOWN, statement=statement, bound=None, bound_interval=None,
-            reason=reason, time_ms=_ms(start), **base,
-        )  # fmt: skip
-    statement = _statement(d, variables, sympy.sstr(d.expr))
+        return dataclasses.replace(base, time_ms=_ms(start))
+    variables, constants, statement = base.variables, base.constants, base.statement
     worst = {k: (v, v) for k, v in constants} | {n: (hi, hi) for n, _, _, hi in variables}
     try:
         interval = intervals.evaluate(d.expr, worst)
     except intervals.ExprError as err:
-        return Obligation(
-            status=Status.UNKNOWN, statement=statement, bound=None, bound_interval=None,
-            reason=f"cannot evaluate the bound: {err}", time_ms=_ms(start), **base,
-        )  # fmt: skip
+        reason = f"cannot evaluate the bound: {err}"
+        return dataclasses.replace(base, reason=reason, time_ms=_ms(start))
     outcome = prove(
         d.expr, variables, dict(constants), Fraction(d.threshold), timeout_ms=timeout_ms,
         title=f"obligation {d.guarantee}: {statement}", **solver_options,
@@ -134,9 +145,9 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
             "(its bound lies above the supremum the premises allow), so the guarantee is not "
             "refuted; a tighter lemma is needed to decide it"
         )
-    return Obligation(
+    return dataclasses.replace(
+        base,
         status=status,
-        statement=statement,
         bound=float((interval[0] + interval[1]) / 2),
         bound_interval=interval,
         queries=outcome.queries,
@@ -144,7 +155,6 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         counterexample=cex,
         reason=reason,
         time_ms=_ms(start),
-        **base,
     )
 
 

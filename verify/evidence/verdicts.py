@@ -17,12 +17,44 @@ from verify.clauses import ClauseResult
 from verify.evidence.sources import RANGE, clause_column
 from verify.status import Status
 
-__all__ = ["numerical_result", "quantile_lower_bound", "statistical_result"]
+__all__ = [
+    "numerical_result",
+    "numerical_verdict",
+    "quantile_lower_bound",
+    "statistical_result",
+    "statistical_verdict",
+]
 
 # per-token columns that describe the sampled token only, not the whole vocabulary
 _SAMPLED_ONLY = frozenset({"log_ratio", "abs_log_ratio"})
 
 _BINARY = frozenset({"top1_flip"})
+
+
+def numerical_verdict(samples: int, maximum: float, limit: float, column: str) -> Status:
+    """The verdict of a numerical clause from its numbers (``verify check`` recomputes it):
+    no token → inconclusive; the maximum ≤ ``limit`` → held (inconclusive for a column that
+    describes the sampled token only), else violated."""
+    if samples == 0:
+        return Status.INCONCLUSIVE
+    if maximum > limit:
+        return Status.VIOLATED
+    return Status.INCONCLUSIVE if column in _SAMPLED_ONLY else Status.HELD
+
+
+def statistical_verdict(
+    samples: int, min_samples: int, bound: float, limit: float, lower=None
+) -> Status:
+    """The verdict of a statistical clause from its numbers (``verify check`` recomputes it):
+    fewer than ``min_samples`` (or no) tokens → inconclusive; ``bound`` (an upper confidence
+    bound, or the sample maximum) ≤ ``limit`` → held; above it → violated when ``lower`` is
+    None (``bound`` is the sample maximum itself) or the lower confidence bound ``lower()``
+    exceeds ``limit``, else inconclusive."""
+    if samples == 0 or samples < min_samples:
+        return Status.INCONCLUSIVE
+    if bound <= limit:
+        return Status.HELD
+    return Status.VIOLATED if lower is None or lower() > limit else Status.INCONCLUSIVE
 
 
 def _result(clause, family, slice_name, source, **kw) -> ClauseResult:
@@ -75,11 +107,11 @@ def numerical_result(clause, source) -> ClauseResult:
             **common,
         )
     bad = source.nonfinite.get((clause.slice, col), 0)
-    status = Status.HELD if s.maximum <= clause.max else Status.VIOLATED
+    status = numerical_verdict(s.count, s.maximum, clause.max, col)
     reason = f"max {what} over {s.count} tokens is {s.maximum:.6g} (limit {clause.max:g})"
     if bad:
         reason += f"; {bad} tokens had a non-finite value, counted as the worst"
-    if status is Status.HELD and col in _SAMPLED_ONLY:
+    if status is Status.INCONCLUSIVE:
         # the proofs read a log-ratio clause over every token of the vocabulary (|log w(y)| ≤ r
         # for all y); the sampled tokens cannot show that, though one of them can refute it
         status = Status.INCONCLUSIVE
@@ -192,17 +224,21 @@ def statistical_result(clause, slice_name: str, source) -> ClauseResult:
     bad = source.nonfinite.get((slice_name, col), 0)
     extra = f"; {bad} non-finite values counted as the worst" if bad else ""
     if clause.statistic == "max":
-        status = Status.HELD if s.maximum <= clause.max else Status.VIOLATED
+        status = statistical_verdict(s.count, clause.min_samples, s.maximum, clause.max)
         reason = (
             f"empirical: the maximum over {s.count} measured tokens is {s.maximum:.6g} (limit "
             f"{clause.max:g}); no confidence bound covers unseen tokens{extra}"
         )
         return done(status, reason, s.maximum, s.maximum)
     value, ucb, lcb_of, how = _statistical_bounds(clause, col, s)
-    if ucb <= clause.max:
+    lower: list[float] = []
+    status = statistical_verdict(
+        s.count, clause.min_samples, ucb, clause.max, lambda: lower.append(lcb_of()) or lower[0]
+    )
+    if status is Status.HELD:
         return done(Status.HELD, f"{how}: {ucb:.6g} ≤ {clause.max:g}{extra}", value, ucb)
-    lcb = lcb_of()
-    if lcb > clause.max:
+    lcb = lower[0]
+    if status is Status.VIOLATED:
         reason = (
             f"{how}: lower bound {lcb:.6g} > {clause.max:g} at confidence "
             f"{clause.confidence:g}{extra}"
