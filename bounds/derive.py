@@ -243,10 +243,44 @@ class _Ctx:
         tv_like = [r for r in self.tv_routes() if r.name == "tv_clause"]
         if not out and not tv_like:
             tv_like = self.etv_routes()
+            out += self.capped_exceedance_routes(GA, c, tis)
         for r in tv_like:  # (w − c)₊ ≤ (w − 1)₊; π(w > c) ≤ min(1, TV·c/(c − 1)) (Jensen: concave)
             form = r.expr if tis else sympy.Min(1, r.expr * c / (c - 1))
-            out.append(_combine("pg_bias_tv_capped", GA * form, r, lemma="pg_bias_tv_capped"))
+            # the supremum of the capped bias over kernel pairs whose TV is bounded (a leak to
+            # a token π' almost never samples); from a drift clause the TV is not the premise,
+            # and the capped bias below the drift level is far below it: not attained there
+            (f,) = r.facts
+            tv_valued = f.kind == "tv" or (
+                f.metric == "tv" and (tis or f.statistic == "mean")  # MIS: Jensen is exact
+            )  # only where every token sits at the same TV
+            out.append(
+                _combine(
+                    "pg_bias_tv_capped",
+                    GA * form,
+                    r,
+                    lemma="pg_bias_tv_capped",
+                    attained=tv_valued,
+                )
+            )
         return out, []
+
+    def capped_exceedance_routes(self, GA, c, tis: bool) -> list[Route]:
+        """TIS/MIS from P(drift > level) ≤ ρ: the capped form below the level, 1 above it."""
+        out = []
+        for f in self.premises.of("etv"):
+            if f.tail is None:
+                continue
+            rho, osc = f.tail
+            s = osc / self.T
+            form, lemma = (
+                (tis_drift(s, c), "pg_bias_tis_exceedance")
+                if tis
+                else (mis_drift(s, c), "pg_bias_mis_exceedance")
+            )
+            chain = (*f.chain[: f.chain.index("token_tv_tanh")], lemma)
+            expr = GA * ((1 - rho) * form + rho)
+            out.append(Route(lemma, expr, (f,), chain, expectation=True, attained=True))
+        return out
 
     def clip_budget(self) -> tuple[list[Route], list[Route]]:
         if self.g.clip_epsilon is None:

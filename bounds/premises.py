@@ -31,6 +31,13 @@ class Fact:
     chain: tuple[str, ...]
     notes: tuple[str, ...] = ()
     confidence: float | None = None
+    # what the clause measured: a statistical fact from a TV clause is TV-valued (a leak
+    # construction attains capped-estimator bounds from it); one from a drift clause is not
+    metric: str = ""
+    statistic: str = ""
+    # exceedance facts of a whole-vocabulary drift metric: (ρ, oscillation level in logit
+    # units) — below the level every token's tilt range is known, above it nothing is
+    tail: tuple[sympy.Expr, sympy.Expr] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,7 @@ def _per_token_tv(metric: str, level: sympy.Expr, T: sympy.Expr) -> tuple[sympy.
         return sympy.tanh(2 * level / (4 * T)), ("drift_to_oscillation", "token_tv_tanh")
     if metric == "logit_oscillation":
         return sympy.tanh(level / (4 * T)), ("token_tv_tanh",)
-    if metric in ("log_ratio", "abs_log_ratio"):
+    if metric == "abs_log_ratio":
         # a statistical log-ratio clause is about the sampled token y ∼ π' (that is what a
         # rollout log records and how it is measured), not every token of the support, so
         # only (1 − w(y))₊ ≤ 1 − e^{−level} follows, and E(1 − w)₊ is the TV
@@ -87,7 +94,20 @@ def _per_token_tv(metric: str, level: sympy.Expr, T: sympy.Expr) -> tuple[sympy.
     return level, ()  # tv
 
 
-_TV_METRICS = ("logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv")
+def _osc_level(metric: str, level: sympy.Expr) -> sympy.Expr | None:
+    """The oscillation (logit units) that ``metric ≤ level`` implies on every token, if any."""
+    return {"logit_drift": 2 * level, "logit_oscillation": level}.get(metric)
+
+
+_TV_METRICS = ("logit_drift", "logit_oscillation", "abs_log_ratio", "tv")
+# the signed log ratio log w of the sampled token: an upper tail P(log w > level) ≤ ρ leaves
+# the lower tail free, and that is where TV = E_{π'}(1 − w)₊ lives (w → 0 on a token π' keeps
+# likely); a quantile or exceedance of it bounds no TV
+_SIGNED_RATIO = (
+    "{id}: a {statistic} of the signed log ratio log w bounds only its upper tail; the TV "
+    "E(1 − w)₊ lies in the lower tail (log w → −∞ on a token the inference kernel samples), "
+    "so it gives no bound; limit metric abs_log_ratio (|log w|) instead"
+)
 
 
 def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
@@ -95,6 +115,8 @@ def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
         return f"{c.id}: holds only on slices {list(c.slices)}, not on every token"
     conf = float(c.confidence)
     where = f"{c.id} (confidence {conf})"
+    if c.metric == "log_ratio" and c.statistic in ("exceed_rate", "quantile"):
+        return _SIGNED_RATIO.format(id=c.id, statistic=c.statistic)
     if c.metric in _TV_METRICS and c.statistic in ("exceed_rate", "quantile"):
         if c.statistic == "exceed_rate":
             if c.threshold is None:
@@ -119,6 +141,7 @@ def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
             f"{where}: P({c.metric} > level) ≤ ρ bounds only the mean per-token TV, "
             "(1 − ρ)·(TV below the level) + ρ; the guarantee is read as an expectation"
         )
+        osc = _osc_level(c.metric, level)
         return Fact(
             "etv",
             expr,
@@ -128,11 +151,15 @@ def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
             (*chain, "expected_tv_exceedance"),
             (note,),
             conf,
+            c.metric,
+            c.statistic,
+            None if osc is None else (rho, osc),
         )
     if c.metric == "tv" and c.statistic == "mean":
         v = _var("mean", c.id, c.max)
         note = f"{where}: bounds the mean per-token TV; the guarantee is read as an expectation"
-        return Fact("etv", sympy.Min(_sym(v), 1), (v,), (), (c.id,), (), (note,), conf)
+        expr = sympy.Min(_sym(v), 1)
+        return Fact("etv", expr, (v,), (), (c.id,), (), (note,), conf, c.metric, c.statistic)
     return f"{c.id}: a {c.statistic} of {c.metric} gives no bound on the chain's quantities"
 
 

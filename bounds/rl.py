@@ -169,6 +169,30 @@ def _w_exceed(osc: float, T: float, rho: float) -> Witness:
     )
 
 
+def _w_capped_exceed(osc: float, T: float, c: float, rho: float, tis: bool) -> Witness:
+    # a ρ-share of positions drifts without bound (π takes the token π' almost never samples:
+    # (w − c)₊ and 1{w > c} carry all of π), the rest sits at the capped witness of range osc
+    typical = (_w_tis if tis else _w_mis)(osc, T, c)
+    zb, zbp = np.array([0.0, 40.0]), np.array([0.0, -40.0])
+    tail = measure.tis_excess(zb, zbp, 1.0, c) if tis else measure.mis_masked_mass(zb, zbp, 1.0, c)
+    name = "pg_bias_tis_exceedance" if tis else "pg_bias_mis_exceedance"
+    return Witness(
+        name,
+        {"osc": osc, "T": T, "c": c, "rho": rho},
+        (1 - rho) * typical.achieved + rho * tail,
+        (1 - rho) * typical.bound + rho,
+        {"typical": typical.instance, "exceeding": (zb, zbp), "rho": rho},
+    )
+
+
+def _w_tis_exceed(osc: float, T: float, c: float, rho: float) -> Witness:
+    return _w_capped_exceed(osc, T, c, rho, tis=True)
+
+
+def _w_mis_exceed(osc: float, T: float, c: float, rho: float) -> Witness:
+    return _w_capped_exceed(osc, T, c, rho, tis=False)
+
+
 _TOK = "per-token ‖∇ log π(y)‖ ≤ G and |A(y)| ≤ A (assumptions of the guarantee)"
 _SUPPORT = "support_overlap: π' > 0 wherever π > 0 (softmax logits are finite)"
 
@@ -240,7 +264,8 @@ RL_LEMMAS: tuple[Lemma, ...] = (
         assumptions=(_TOK, _SUPPORT, "cap c > 1"),
         expr=G * A * eps,
         reference="(w − c)₊ ≤ (w − 1)₊ and E_π'(w − 1)₊ = TV; π(B) − π'(B) ≤ ε with π'(B) < π(B)/c",
-        tightness="supremum (mass leaking to a token π' almost never samples)",
+        tightness="supremum (mass leaking to a token π' almost never samples) when the TV is "
+        "the premise; not attained when the TV comes from a drift clause",
     ),
     Lemma(
         name="clip_budget",
@@ -261,6 +286,28 @@ RL_LEMMAS: tuple[Lemma, ...] = (
         reference="split the expectation on the exceedance event; TV ≤ 1 always",
         tightness="attained by a mixture of the tanh witness and a saturated token",
         witness=_w_exceed,
+    ),
+    Lemma(
+        name="pg_bias_tis_exceedance",
+        premises=("P(osc > osc_thr) ≤ ρ over positions (statistical clause)",),
+        conclusion="E[TIS bias] ≤ G·A·((1 − ρ)·(e^{s/2} − √c)₊²/(e^s − 1) + ρ), s = osc_thr/T",
+        assumptions=(_TOK, _SUPPORT, "cap c > 1", "the statistical clause holds"),
+        expr=G * A * ((1 - rho) * tis_drift(osc / T, c) + rho),
+        reference="split the expectation on the exceedance event: below it pg_bias_tis, above "
+        "it E_π'(w − c)₊ = Σ(π − cπ')₊ ≤ 1",
+        tightness="supremum (mixture of the TIS witness and a token π' almost never samples)",
+        witness=_w_tis_exceed,
+    ),
+    Lemma(
+        name="pg_bias_mis_exceedance",
+        premises=("P(osc > osc_thr) ≤ ρ over positions (statistical clause)",),
+        conclusion="E[MIS bias] ≤ G·A·((1 − ρ)·(e^s − c)₊/(e^s − 1) + ρ), s = osc_thr/T",
+        assumptions=(_TOK, _SUPPORT, "cap c > 1", "the statistical clause holds"),
+        expr=G * A * ((1 - rho) * mis_drift(osc / T, c) + rho),
+        reference="split the expectation on the exceedance event: below it pg_bias_mis, above "
+        "it π(w > c) ≤ 1",
+        tightness="supremum (mixture of the MIS witness and a token π' almost never samples)",
+        witness=_w_mis_exceed,
     ),
     Lemma(
         name="expected_sequence_tv",

@@ -170,7 +170,7 @@ def test_sequence_tv_above_the_iid_witness_is_not_refuted():
 
 # ---- statistical log-ratio premises are about the sampled token ------------------------------
 _SAMPLED = _HEAD.format(T="1.0") + (
-    "statistical:\n  - {id: N1, metric: log_ratio, statistic: exceed_rate, threshold: 0.5, "
+    "statistical:\n  - {id: N1, metric: abs_log_ratio, statistic: exceed_rate, threshold: 0.5, "
     "max: 0.01, confidence: 0.95, min_samples: 1000, slices: [all]}\n"
     "guarantees:\n  - {id: G, quantity: token_tv, max: MAX, from: [N1]}\n"
 )

@@ -1,0 +1,152 @@
+"""Regressions from the second adversarial review: each verdict against the truth.
+
+Truth comes from explicit distributions (numpy, log space) or closed forms at 50 digits. A false
+``proved`` or a false ``refuted`` fails a test, and so does a refutation whose counterexample
+is not a point where the guarantee fails.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+import bounds
+from bounds import LEMMAS, measure
+from contracts import loads
+from verify.obligations import discharge
+from verify.status import Status
+
+mpmath.mp.dps = 50
+_HEAD = """contract: 1
+name: regressions
+policy: {{temperature: {T}, vocab_size: 32000, max_new_tokens: {L}{extra}}}
+kernels: {{train: {{preset: fp32}}, inference: {{preset: h100-fp8}}}}
+"""
+
+
+def _contract(body: str, T: str = "1.0", L: str = "512", extra: str = "") -> str:
+    return _HEAD.format(T=T, L=L, extra=extra) + body
+
+
+def _verdicts(text: str, timeout_ms: int = 3000):
+    return [discharge(d, timeout_ms=timeout_ms) for d in bounds.derive(loads(text))]
+
+
+# ---- 1. a statistical limit on the signed log ratio bounds no TV ------------------------------
+def _signed(metric: str) -> str:
+    return _contract(
+        f"statistical:\n  - {{id: S1, metric: {metric}, statistic: exceed_rate, threshold: 0.01, "
+        "max: 0.01, confidence: 0.95, min_samples: 1000, slices: [all]}\n"
+        "guarantees:\n  - {id: G, quantity: token_tv, max: 0.05, from: [S1]}\n"
+    )
+
+
+def test_signed_log_ratio_exceedance_proves_no_tv():
+    # π' = (0.01, 0.99), π = (1 − 1e-9, 1e-9): log w > 0.01 only on token 0, π'-mass 0.01,
+    # so P(log w > 0.01) = 0.01 ≤ ρ, yet TV = 0.99 — far above the guarantee's 0.05
+    zp = np.log(np.array([0.01, 0.99]))
+    z = np.log(np.array([1 - 1e-9, 1e-9]))
+    log_w = measure.log_ratio(z, zp, 1.0)
+    assert float(np.sum(np.exp(zp)[log_w > 0.01])) == pytest.approx(0.01)
+    assert measure.tv(z, zp, 1.0) > 0.98
+    (o,) = _verdicts(_signed("log_ratio"))
+    assert o.status is Status.UNKNOWN
+    (d,) = bounds.derive(loads(_signed("log_ratio")))
+    assert any("signed log ratio" in n and "abs_log_ratio" in n for n in d.notes)
+
+
+def test_signed_log_ratio_quantile_proves_no_tv():
+    text = _signed("log_ratio").replace(
+        "statistic: exceed_rate, threshold: 0.01", "statistic: quantile, q: 0.99"
+    )
+    (o,) = _verdicts(text)
+    assert o.status is Status.UNKNOWN
+
+
+def test_absolute_log_ratio_exceedance_still_proves_its_tv():
+    # (1 − ρ)(1 − e^{−0.01}) + ρ = 0.0198507 ≤ 0.05
+    (o,) = _verdicts(_signed("abs_log_ratio"))
+    assert o.status is Status.PROVED
+    assert o.bound == pytest.approx(0.99 * -math.expm1(-0.01) + 0.01, rel=1e-12)
+
+
+# ---- 2. capped estimators from an exceedance premise: refuted only where the bias is ---------
+def _capped(estimator: str, metric: str, maximum: str) -> str:
+    return _contract(
+        f"statistical:\n  - {{id: S1, metric: {metric}, statistic: exceed_rate, threshold: 0.02, "
+        "max: 0.01, confidence: 0.95, min_samples: 1000, slices: [all]}\n"
+        f"guarantees:\n  - {{id: G, quantity: pg_bias, score_norm: 5, advantage: 1, "
+        f"estimator: {estimator}, cap: 2, max: {maximum}, from: [S1]}}\n"
+    )
+
+
+@pytest.mark.parametrize("estimator", ["tis", "mis"])
+def test_capped_bias_from_drift_exceedance_is_refuted_at_a_true_counterexample(estimator):
+    # below the threshold e^{2·0.02} < c = 2: no token is capped or masked, the bias is 0; on
+    # the ρ-share above it the bias per position reaches G·A. The supremum is G·A·ρ = 0.05.
+    (o,) = _verdicts(_capped(estimator, "logit_drift", "0.015"))
+    assert o.route == f"pg_bias_{estimator}_exceedance"
+    assert o.status is Status.REFUTED
+    (rho,) = (float(v) for k, v in o.counterexample.point if k == "rho_S1")
+    assert rho > 0.015 / 5  # at rate 0 the bias is 0: no counterexample there
+    w = LEMMAS[f"pg_bias_{estimator}_exceedance"].witness(0.04, 1.0, 2.0, rho)
+    assert 5 * w.achieved > 0.015  # explicit distributions whose bias exceeds max
+
+
+@pytest.mark.parametrize("estimator", ["tis", "mis"])
+def test_capped_bias_from_drift_exceedance_is_proved_above_the_supremum(estimator):
+    (o,) = _verdicts(_capped(estimator, "logit_drift", "0.0501"))
+    assert o.status is Status.PROVED
+    assert o.bound == pytest.approx(0.05, rel=1e-12)
+
+
+def test_mis_jensen_form_from_a_tv_exceedance_is_not_refuted():
+    # mean MIS bias ≤ (1 − ρ)·min(1, θ·c/(c − 1)) + ρ = 0.99·0.04 + 0.01 = 0.0496 (truth), while
+    # the Jensen form min(1, ((1 − ρ)θ + ρ)·c/(c − 1)) = 0.0596 lies above it
+    truth = 0.99 * 0.04 + 0.01
+    (o,) = _verdicts(_capped("mis", "tv", "0.25"))
+    assert o.route == "pg_bias_tv_capped" and o.bound > truth * 5
+    (o,) = _verdicts(_capped("mis", "tv", f"{5 * truth + 1e-3!r}"))
+    assert o.status is not Status.REFUTED
+
+
+def test_tis_from_a_tv_exceedance_is_refuted_where_the_leak_attains_it():
+    # TIS: (w − c)₊ takes the whole TV on a token π' almost never samples: sup (1 − ρ)θ + ρ
+    (o,) = _verdicts(_capped("tis", "tv", "0.098"))
+    assert o.bound == pytest.approx(5 * (0.99 * 0.02 + 0.01), rel=1e-12)
+    assert o.status is Status.REFUTED
+
+
+@pytest.mark.parametrize("name", ["pg_bias_tis_exceedance", "pg_bias_mis_exceedance"])
+@pytest.mark.parametrize(("osc", "T"), [(0.02, 1.0), (1.0, 1.0), (3.0, 0.7), (8.0, 20.0)])
+@pytest.mark.parametrize("rho", [0.0, 0.01, 0.5])
+def test_capped_exceedance_witness_attains(name, osc, T, rho):
+    w = LEMMAS[name].witness(osc, T, 1.2, rho)
+    assert w.bound == pytest.approx(LEMMAS[name].evaluate(osc=osc, T=T, c=1.2, rho=rho, G=1, A=1))
+    if w.bound == 0.0:
+        assert w.achieved == 0.0
+        return
+    assert 0.999 <= w.ratio <= 1 + 1e-9
+
+
+@pytest.mark.parametrize("tis", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_capped_exceedance_bound_holds_on_random_mixtures(tis, seed):
+    """Mean capped bias over positions where a share exceeds the drift threshold arbitrarily."""
+    rng = np.random.default_rng(seed)
+    T, thr, c, n = float(rng.uniform(0.2, 3)), float(rng.uniform(0, 2)), 1 + rng.uniform(0, 3), 60
+    exceed = rng.random(n) < rng.uniform(0, 0.5)
+    values = []
+    for i in range(n):
+        z = rng.normal(0, 3, 6)
+        delta = rng.uniform(thr, thr + 40) if exceed[i] else thr * rng.uniform(0.5, 1)
+        zp = z + delta * rng.choice([-1.0, 1.0], 6)
+        values.append(
+            measure.tis_excess(z, zp, T, c) if tis else measure.mis_masked_mass(z, zp, T, c)
+        )
+    name = "pg_bias_tis_exceedance" if tis else "pg_bias_mis_exceedance"
+    bound = LEMMAS[name].evaluate(osc=2 * thr, T=T, c=c, rho=float(np.mean(exceed)), G=1, A=1)
+    assert float(np.mean(values)) <= bound + 1e-12
