@@ -336,9 +336,9 @@ def _truncation_notes(contract: Contract) -> tuple[str, ...]:
     if not p.truncated:
         return ()
     notes = [
-        f"sampling is truncated (top_p={p.top_p}, top_k={p.top_k}): the bound is on the "
-        "untruncated softmax distributions; the kept support can change at near-ties, which "
-        "no logit-drift bound controls"
+        f"sampling is truncated (top_p={p.top_p}, top_k={p.top_k}): a log-ratio or clip "
+        "bound is on the full-vocabulary log-probs; the truncated sampling law itself changes "
+        "its kept support at near-ties, which no logit-level bound controls"
     ]
     if p.logprobs == "processed":
         notes.append(
@@ -347,6 +347,35 @@ def _truncation_notes(contract: Contract) -> tuple[str, ...]:
             "is reported separately and not folded into the kernel bound"
         )
     return tuple(notes)
+
+
+# quantities of the sampling law itself: truncation (top-k, top-p) makes it discontinuous in
+# the logits, so no logit-level premise bounds them (greedy decoding: TV = 1 at a near-tie)
+_OF_THE_SAMPLING_LAW = {"token_tv", "token_kl", "sequence_tv", "reward_drift", "pg_bias"}
+# quantities of the logged log-probs: bounded when those are the full-vocabulary ones
+_OF_THE_LOGPROBS = {"token_log_ratio", "clip_budget"}
+
+
+def _truncation_blocks(contract: Contract, g: Guarantee) -> str | None:
+    """Why truncated sampling leaves ``g`` without a bound, or ``None``."""
+    p = contract.policy
+    if not p.truncated:
+        return None
+    how = "greedy decoding (top_k = 1)" if p.top_k == 1 else f"top_p={p.top_p}, top_k={p.top_k}"
+    if g.quantity in _OF_THE_SAMPLING_LAW:
+        return (
+            f"sampling is truncated ({how}): the kept support changes where two logits nearly "
+            "tie, which no logit-level premise controls (two tokens whose logits differ by less "
+            "than the drift swap sides and the truncated laws differ by TV up to 1), so "
+            f"{g.quantity} has no bound"
+        )
+    if g.quantity in _OF_THE_LOGPROBS and p.logprobs == "processed":
+        return (
+            f"sampling is truncated ({how}) and the logged log-probs are processed "
+            "(renormalised over the kept support): a token kept by one kernel and cut by the "
+            f"other has log ratio ±∞, so {g.quantity} has no bound"
+        )
+    return None
 
 
 def _empty(g: Guarantee, reason: str, notes: tuple[str, ...] = ()) -> Derivation:
@@ -370,6 +399,9 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     notes = list(_truncation_notes(contract))
     if not g.from_:
         return _empty(g, "the guarantee names no premise clauses in `from`", tuple(notes))
+    blocked = _truncation_blocks(contract, g)
+    if blocked:
+        return _empty(g, blocked, tuple(notes))
     T = sympy.Symbol("T", positive=True)
     prem = gather(contract, tuple(g.from_), T)
     notes += prem.unusable

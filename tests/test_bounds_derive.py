@@ -202,12 +202,24 @@ def test_runtime_clauses_are_conditions():
 
 
 def test_truncated_support_is_reported_not_folded():
-    g = Guarantee("G", "token_tv", 0.02, ("N1",))
+    g = Guarantee("G", "token_log_ratio", 0.05, ("N1",))
     (plain,) = derive(contract([N_DRIFT], (), [g]))
+    (full,) = derive(contract([N_DRIFT], (), [g], top_p=0.9, logprobs="full_vocab"))
+    assert full.expr == plain.expr and full.value == plain.value
     (trunc,) = derive(contract([N_DRIFT], (), [g], top_p=0.9, logprobs="processed"))
-    assert trunc.expr == plain.expr and trunc.value == plain.value
+    assert trunc.expr is None and "log ratio ±∞" in trunc.reason
     assert any("log(S_inf/S_train)" in n for n in trunc.notes)
     assert not plain.notes
+
+
+@pytest.mark.parametrize("quantity", ["token_tv", "token_kl", "sequence_tv", "pg_bias"])
+@pytest.mark.parametrize("truncation", [{"top_k": 1}, {"top_k": 40}, {"top_p": 0.9}])
+def test_truncated_sampling_law_has_no_bound(quantity, truncation):
+    g = Guarantee("G", quantity, 0.99, ("N1",), score_norm=1.0, advantage=1.0)
+    (d,) = derive(contract([N_DRIFT], (), [g], logprobs="full_vocab", **truncation))
+    assert d.expr is None and "nearly tie" in d.reason and "TV up to 1" in d.reason
+    if truncation.get("top_k") == 1:
+        assert "greedy decoding" in d.reason
 
 
 def test_loosest_is_on_the_boundary():

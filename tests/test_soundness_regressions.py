@@ -150,3 +150,17 @@ def test_capped_exceedance_bound_holds_on_random_mixtures(tis, seed):
     name = "pg_bias_tis_exceedance" if tis else "pg_bias_mis_exceedance"
     bound = LEMMAS[name].evaluate(osc=2 * thr, T=T, c=c, rho=float(np.mean(exceed)), G=1, A=1)
     assert float(np.mean(values)) <= bound + 1e-12
+
+
+# ---- 7. greedy decoding: a drift of 1e-6 can flip the argmax, TV = 1 -------------------------
+def test_greedy_token_tv_is_not_proved():
+    z = np.array([1e-7, 0.0])
+    zp = z + np.array([-1e-7, 1e-7])  # ‖Δ‖∞ = 1e-7 ≤ δ: the argmax moves to token 1
+    assert np.argmax(z) != np.argmax(zp)  # greedy laws (1, 0) and (0, 1): TV = 1
+    text = _contract(
+        "numerical:\n  - {id: N1, metric: logit_drift, max: 0.02}\n"
+        "guarantees:\n  - {id: G, quantity: token_tv, max: 0.5, from: [N1]}\n",
+        extra=", top_k: 1, logprobs: full_vocab",
+    )
+    (o,) = _verdicts(text)
+    assert o.status is Status.UNKNOWN and "greedy decoding" in o.reason
