@@ -6,6 +6,7 @@ through ``diff(where, message)`` and never trusts a field it has not recomputed.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from contracts import exact
@@ -17,7 +18,13 @@ from verify.status import Status
 __all__ = ["CVC5_TIMEOUT_MS", "check_obligation"]
 
 CVC5_TIMEOUT_MS = 2000
-_REL = Fraction(1, 2**100)  # the most a stored bound interval may be wider than its value
+_REL = Fraction(1, 2**100)
+_QUERY_KEYS = {"text", "expected", "answer", "box", "degree", "bits", "core", "time_ms"}
+_ANSWERS = (
+    "sat",
+    "unsat",
+    "unknown",
+)  # the most a stored bound interval may be wider than its value
 
 
 def _q(text, where: str, diff) -> Fraction | None:
@@ -81,6 +88,10 @@ def _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, t
     if not isinstance(q, dict) or not isinstance(q.get("text"), str):
         diff(wq, "not a query with text")
         return None
+    if set(q) != _QUERY_KEYS:
+        diff(wq, f"fields {sorted(q)}, not {sorted(_QUERY_KEYS)}")
+    if q.get("expected") not in ("sat", "unsat") or q.get("answer") not in _ANSWERS:
+        diff(wq, f"expected {q.get('expected')!r}, answer {q.get('answer')!r}: not solver answers")
     box = _box(q.get("box"), variables, wq, diff)
     if box is None:
         return None
@@ -195,21 +206,7 @@ def _check_bound(o, tree, variables, constants, thr, status, where, diff):
     except (SreprError, ZeroDivisionError, ValueError) as err:
         diff(f"{where}.bound", f"cannot be recomputed: {err}")
         return
-    stored = o.get("bound_interval")
-    if not isinstance(stored, list) or len(stored) != 2:
-        diff(f"{where}.bound_interval", "missing")
-        return
-    a, b = _q(stored[0], f"{where}.bound_interval", diff), _q(stored[1], f"{where}.bound", diff)
-    if a is None or b is None:
-        return
-    scale = max(abs(lo), abs(hi))
-    if not (a <= b and a <= hi and lo <= b and b - a <= scale * _REL + Fraction(1, 2**200)):
-        diff(f"{where}.bound_interval", f"[{float(a)!r}, {float(b)!r}] disagrees with the "
-             f"recomputed [{float(lo)!r}, {float(hi)!r}]")  # fmt: skip
-    bound = o.get("bound")
-    mid = float((lo + hi) / 2)
-    if not isinstance(bound, float | int) or abs(bound - mid) > 1e-12 * abs(mid) + 1e-300:
-        diff(f"{where}.bound", f"{bound!r} but the recomputed bound is {mid!r}")
+    _check_enclosure(o.get("bound_interval"), o.get("bound"), lo, hi, where, "bound", diff)
     if status is Status.PROVED and lo > thr:
         diff(where, f"proved, but the bound {float(lo)!r} exceeds the threshold {float(thr)!r}")
 
@@ -235,9 +232,10 @@ def _check_verdict(o, status, checked, tree, variables, constants, thr, where, d
                 diff(f"{where}.counterexample.point.{name}", "outside the premise range")
                 return
             point[name] = value
-        low, _ = evaluate_iv(tree, dict(constants) | point)
+        low, high = evaluate_iv(tree, dict(constants) | point)
         if not low > thr:
             diff(f"{where}.counterexample", "does not exceed the threshold when re-evaluated")
+        _check_value(cex, low, high, f"{where}.counterexample", diff)
         inside = [
             c for c in checked
             if c and c[1] == c[2] == "sat"
@@ -245,5 +243,50 @@ def _check_verdict(o, status, checked, tree, variables, constants, thr, where, d
         ]  # fmt: skip
         if not inside:
             diff(where, "refuted, but no query answered sat on a box holding the counterexample")
-    elif not o.get("reason"):
-        diff(f"{where}.reason", "an unknown verdict without a reason")
+    else:
+        if not o.get("reason") or not isinstance(o.get("reason"), str):
+            diff(f"{where}.reason", "an unknown verdict without a reason")
+        if cex is not None:
+            diff(f"{where}.counterexample", "present on an unknown obligation")
+        good = [c for c in checked if c and c[1] == "unsat" and c[2] == "unsat"]
+        if checked and len(good) == len(checked) and _covers([c[0] for c in good], variables):
+            diff(where, "unknown, but its queries are unsat on boxes covering the premise box")
+    if status is not Status.UNKNOWN and o.get("reason") != "":
+        diff(f"{where}.reason", f"{o.get('reason')!r} on a {status.label} obligation")
+
+
+_CEX_KEYS = {"point", "value_interval", "value", "source"}
+_CEX_SOURCES = ("z3 model", "upper corner of the piece")
+
+
+def _check_value(cex, low, high, where, diff):
+    """The stored value of a counterexample must be the re-evaluated one."""
+    if set(cex) != _CEX_KEYS:
+        diff(where, f"fields {sorted(cex)}, not {sorted(_CEX_KEYS)}")
+    if cex.get("source") not in _CEX_SOURCES:
+        diff(f"{where}.source", f"{cex.get('source')!r} is not one of {list(_CEX_SOURCES)}")
+    _check_enclosure(cex.get("value_interval"), cex.get("value"), low, high, where, "value", diff)
+
+
+def _check_enclosure(stored, value, lo, hi, where, name, diff):
+    """``stored`` (a rational interval) and ``value`` (its midpoint as a float) must agree
+    with the recomputed enclosure [lo, hi]."""
+    if not isinstance(stored, list) or len(stored) != 2:
+        diff(f"{where}.{name}_interval", "missing")
+        return
+    a = _q(stored[0], f"{where}.{name}_interval", diff)
+    b = _q(stored[1], f"{where}.{name}_interval", diff)
+    if a is None or b is None:
+        return
+    scale = max(abs(lo), abs(hi))
+    if not (a <= b and a <= hi and lo <= b and b - a <= scale * _REL + Fraction(1, 2**200)):
+        diff(f"{where}.{name}_interval", f"[{float(a)!r}, {float(b)!r}] disagrees with the "
+             f"recomputed [{float(lo)!r}, {float(hi)!r}]")  # fmt: skip
+    mid = float((lo + hi) / 2)
+    if (
+        not isinstance(value, float | int)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or abs(value - mid) > 1e-12 * abs(mid) + 1e-300
+    ):
+        diff(f"{where}.{name}", f"{value!r} but the recomputed value is {mid!r}")
