@@ -117,14 +117,14 @@ def _target(label: str, path: str) -> Target:
     fd = _descriptor(path)
     if fd is not None:
         return _borrow(label, path, fd)
-    if path.endswith(("/", os.sep)):
-        raise _fail(path, "names a directory")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
     except OSError as err:
         raise _fail(path, err.strerror or str(err)) from None
+    if st is None and path.endswith(("/", os.sep)):
+        raise _fail(path, "names a directory")
     if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
         return _open_stream(label, path)
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -199,13 +199,17 @@ class Plan:
 def _temporary(t: Target, text: str) -> str:
     """``text`` in a complete, synced temporary file beside ``t.where``, with ``t.mode``."""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=os.path.dirname(t.where))
+    f = None
     try:
         os.fchmod(fd, t.mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f = os.fdopen(fd, "w", encoding="utf-8")
+        with f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
+        if f is None:
+            os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
