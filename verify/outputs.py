@@ -25,6 +25,7 @@ leaves every old file as it was.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import os
@@ -163,9 +164,7 @@ class Plan:
             if t.how == "stream" and t.fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(t.fd)
-        self.targets = tuple(
-            Target(t.label, t.path, t.how, t.where, t.key, t.mode) for t in self.targets
-        )
+        self.targets = tuple(dataclasses.replace(t, fd=None) for t in self.targets)
 
     def write(self, texts: Sequence[str]) -> None:
         """Write ``texts[i]`` to ``targets[i]``, all or nothing (see the module docstring);
