@@ -96,7 +96,10 @@ def _evaluate_contract(path: str):
     here = os.path.dirname(os.path.abspath(__file__))
     c = contracts.load(os.path.join(here, "..", "contracts", "examples", "rollout-log.yaml"))
     logprobs = dataclasses.replace(c.evidence.logprobs, path=path)
-    c = dataclasses.replace(c, evidence=dataclasses.replace(c.evidence, logprobs=logprobs))
+    policy = dataclasses.replace(c.policy, vocab_size=32000)  # the generated token ids' range
+    c = dataclasses.replace(
+        c, policy=policy, evidence=dataclasses.replace(c.evidence, logprobs=logprobs)
+    )
     return evaluate(c)
 
 

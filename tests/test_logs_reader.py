@@ -255,3 +255,196 @@ def test_progress_callback_reaches_the_end(tmp_path):
     seen = []
     read_log(path, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (path.stat().st_size, path.stat().st_size)
+
+
+GOOD = '"response_ids": [1, 2], "train_logprobs": [-0.5, -0.25], "rollout_logprobs": [-0.5, -0.3]'
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        # position_offset: a non-negative integer whose positions stay exact doubles
+        (
+            f'{{{GOOD}, "position_offset": 1e30}}',
+            "'position_offset' must be a non-negative integer",
+        ),
+        (f'{{{GOOD}, "position_offset": -1}}', "'position_offset' must be a non-negative integer"),
+        (f'{{{GOOD}, "position_offset": NaN}}', "'position_offset' must be a non-negative integer"),
+        (
+            f'{{{GOOD}, "position_offset": true}}',
+            "'position_offset' must be a non-negative integer",
+        ),
+        (f'{{{GOOD}, "position_offset": "3"}}', "'position_offset' must be a non-negative integer"),
+        (
+            f'{{{GOOD}, "position_offset": {"9" * 30}}}',
+            "'position_offset' is too large (positions must stay below 2^53)",
+        ),
+        (
+            f'{{{GOOD}, "position_offset": {2**53 - 1}}}',
+            "'position_offset' is too large (positions must stay below 2^53)",
+        ),
+        # nesting Python cannot read, and integers of more digits than it converts
+        (
+            "[" * DEEP + "]" * DEEP,
+            "invalid JSON: nested too deeply to read (a record is one flat object)",
+        ),
+        (
+            '{"a": ' * DEEP + "1" + "}" * DEEP,
+            "invalid JSON: nested too deeply to read (a record is one flat object)",
+        ),
+        (f'{{{GOOD}, "prompt_id": {"9" * 5000}}}', "invalid JSON: an integer has too many digits"),
+        # a key given twice is ambiguous, at any depth
+        (
+            f'{{{GOOD}, "rollout_logprobs": [-0.1, -0.1]}}',
+            "invalid JSON: duplicate key 'rollout_logprobs' in one object",
+        ),
+        (
+            f'{{{GOOD}, "meta": {{"a": 1, "a": 2}}}}',
+            "invalid JSON: duplicate key 'a' in one object",
+        ),
+        # log-probabilities are numbers: not strings, booleans, null or arrays
+        (
+            GOOD.join("{}").replace("[-0.5, -0.25]", '[-0.5, "-0.25"]'),
+            "'train_logprobs'[1] is a string: log-probabilities must be numbers",
+        ),
+        (
+            GOOD.join("{}").replace("[-0.5, -0.3]", "[false, -0.3]"),
+            "'rollout_logprobs'[0] is a boolean: log-probabilities must be numbers",
+        ),
+        (
+            GOOD.join("{}").replace("[-0.5, -0.25]", "[-0.5, null]"),
+            "'train_logprobs'[1] is null: log-probabilities must be numbers",
+        ),
+        (
+            GOOD.join("{}").replace("[-0.5, -0.25]", "[[-0.5], -0.25]"),
+            "'train_logprobs'[0] is an array: log-probabilities must be numbers",
+        ),
+        (
+            GOOD.join("{}").replace("[-0.5, -0.25]", f"[-0.5, -{'9' * 400}]"),
+            "'train_logprobs'[1] is beyond the range of a double: log-probabilities must be finite",
+        ),
+        (
+            GOOD.join("{}").replace("[-0.5, -0.3]", "[-0.5, -Infinity]"),
+            "'rollout_logprobs'[1] is -inf: log-probabilities must be finite",
+        ),
+        (
+            GOOD.join("{}").replace("[-0.5, -0.3]", "[-0.5, 1e-5]"),
+            "'rollout_logprobs'[1] = 1e-05 > 0: log-probabilities must be ≤ 0",
+        ),
+        # token ids: integers in [0, vocab_size)
+        (
+            GOOD.join("{}").replace("[1, 2]", "[1, true]"),
+            "'response_ids'[1] is a boolean: token ids must be integers",
+        ),
+        (
+            GOOD.join("{}").replace("[1, 2]", "[1.0, 2]"),
+            "'response_ids'[0] is 1.0: token ids must be integers",
+        ),
+        (
+            GOOD.join("{}").replace("[1, 2]", '[1, "2"]'),
+            "'response_ids'[1] is a string: token ids must be integers",
+        ),
+        (
+            GOOD.join("{}").replace("[1, 2]", "[1, -2]"),
+            "'response_ids'[1] is negative: token ids must be ≥ 0",
+        ),
+        (
+            GOOD.join("{}").replace("[1, 2]", "[1, 256]"),
+            "'response_ids'[1] = 256 is not a token id of the vocabulary (vocab_size 256)",
+        ),
+        (
+            GOOD.join("{}").replace("[1, 2]", f"[{2**63}, 2]"),
+            "'response_ids'[0] is too large for a token id",
+        ),
+        (
+            f'{{{GOOD}, "rollout_response_ids": [1, 300]}}',
+            "'rollout_response_ids'[1] = 300 is not a token id of the vocabulary (vocab_size 256)",
+        ),
+        (f'{{{GOOD}, "mask": [1, {"9" * 30}]}}', "'mask' must be an array of 0/1"),
+        (f'{{{GOOD}, "mask": [1, 1.0]}}', "'mask' must be an array of 0/1"),
+    ],
+)
+def test_a_bad_field_is_a_counted_bad_line(tmp_path, line, reason):
+    path = tmp_path / "bad.jsonl"
+    _write_lines(path, [_good(0), line, _good(1)])
+    table = read_log(path, vocab_size=256)
+    assert table.sequences == 2 and table.tokens == 6
+    assert table.malformed_count == 1
+    assert [(p.line, p.reason) for p in table.malformed] == [(2, reason)]
+
+
+def test_split_records_check_token_ids_and_offsets(tmp_path):
+    def side(s, ids, lp, **more):
+        rec = {"side": s, "prompt_id": "a", "sample_id": 0, "response_ids": ids, "logprobs": lp}
+        return json.dumps(rec | more)
+
+    lines = [
+        side("rollout", [1, 999], [-0.5, -0.7]),
+        side("train", [1, 2], [-0.4, -0.8], position_offset=2**53),
+        side("train", [1, 2], [-0.4, True]),
+    ]
+    path = tmp_path / "split.jsonl"
+    _write_lines(path, lines)
+    with pytest.raises(LogError) as err:
+        read_log(path, vocab_size=512)
+    assert str(err.value) == (
+        f"{path}: no usable record in 3 non-blank lines (3 malformed); "
+        "line 1: 'response_ids'[1] = 999 is not a token id of the vocabulary (vocab_size 512); "
+        "line 2: 'position_offset' is too large (positions must stay below 2^53); "
+        "line 3: 'logprobs'[1] is a boolean: log-probabilities must be numbers"
+    )
+
+
+def test_token_ids_are_unbounded_above_without_a_vocabulary(tmp_path):
+    path = tmp_path / "big.jsonl"
+    _write_lines(path, [GOOD.join("{}").replace("[1, 2]", "[1, 250000]")])
+    assert read_log(path).columns["token"].tolist() == [1, 250000]
+
+
+def test_a_log_without_one_usable_record_is_an_error(tmp_path):
+    rec = json.loads(_good())
+    rec["rollout_response_ids"] = [1, 9, 3]
+    lines = [
+        _good().replace("-0.25", '"-0.25"'),
+        "",
+        '{"a": 1, "a": 2}',
+        json.dumps(rec),
+        "{oops",
+        _good().replace("[1, 2, 3]", "[1, 2, 300]"),
+    ]
+    path = tmp_path / "bad.jsonl"
+    _write_lines(path, lines)
+    with pytest.raises(LogError) as err:
+        read_log(path, vocab_size=256)
+    assert str(err.value) == (
+        f"{path}: no usable record in 5 non-blank lines (4 malformed, 1 with train and rollout "
+        "token ids that differ); line 1: 'rollout_logprobs'[1] is a string: log-probabilities "
+        "must be numbers; line 3: invalid JSON: duplicate key 'a' in one object; line 4: token "
+        "ids differ between train and rollout (first at token 1: train id 2, rollout id 9) "
+        "(and 2 more)"
+    )
+
+
+def test_a_log_of_unpaired_split_records_is_an_error(tmp_path):
+    rec = {"side": "rollout", "prompt_id": "a", "sample_id": 0, "response_ids": [1]}
+    path = tmp_path / "half.jsonl"
+    _write_lines(path, [json.dumps(rec | {"logprobs": [-0.5]})])
+    with pytest.raises(LogError) as err:
+        read_log(path)
+    assert str(err.value) == (
+        f"{path}: no usable record in 1 non-blank line (1 unpaired); "
+        "line 1: rollout record for prompt 'a' sample 0 has no train record"
+    )
+
+
+def test_a_log_of_non_objects_names_the_bad_lines(tmp_path):
+    path = tmp_path / "arrays.jsonl"
+    _write_lines(path, ["[1, 2]", "[" * DEEP + "]" * DEEP])
+    with pytest.raises(LogError) as err:
+        read_log(path)
+    assert str(err.value) == (
+        f"{path}: no usable record in 2 non-blank lines (2 malformed); line 1: not a JSON "
+        "object (got list); line 2: invalid JSON: nested too deeply to read (a record is one "
+        "flat object)"
+    )

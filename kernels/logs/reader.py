@@ -1,10 +1,12 @@
 """Read a JSONL log of train and rollout log-probs into a token table, keeping every problem.
 
-Nothing is dropped silently: a line that is not valid JSON, is cut off, misses a field, has
-arrays of different lengths, or holds NaN/inf or a positive log-probability is counted and
-reported with its line number and the reason; a sequence whose train and rollout token ids
-differ is flagged as a mismatch and left out of the table. Padding (``mask`` 0) is not data.
-A file that cannot be a log at all (missing, empty, not UTF-8, no known field set) raises
+Nothing is dropped silently: a line that is not valid JSON (a duplicate key, nesting too deep
+to read, an integer of thousands of digits included), is cut off, misses a field, has arrays of
+different lengths, holds a log-probability that is not a number (a string, a boolean), NaN/inf
+or positive, or a token id that is not an integer in ``[0, vocab_size)`` is counted and reported
+with its line number and the reason; a sequence whose train and rollout token ids differ is
+flagged as a mismatch and left out of the table. Padding (``mask`` 0) is not data. A file that
+cannot be a log at all (missing, empty, not UTF-8, no known field set, no usable record) raises
 ``LogError`` with a one-line message naming the file and line.
 """
 
@@ -27,6 +29,13 @@ __all__ = ["LOGPROB_TOLERANCE", "LogError", "LogTable", "Problem", "read_log"]
 LOGPROB_TOLERANCE = 1e-6
 # How many problem lines of each kind a report lists (all are counted).
 MAX_LISTED = 20
+# How many bad lines the error for a log without one usable record quotes.
+QUOTED = 3
+# Positions stay below 2^53, exact as the doubles slice bounds are compared in.
+MAX_POSITION = 2**53
+_NUMBER = frozenset({float, int})
+_INTEGER = frozenset({int})
+_MASK = frozenset({int, bool})
 
 
 class LogError(Exception):
@@ -77,6 +86,48 @@ class _Bad(Exception):
     """A record-level problem; the record is skipped and the problem reported."""
 
 
+class _DuplicateKey(Exception):
+    """A JSON object with a key given twice (``args[0]``): which value counts is anyone's guess."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    """``object_pairs_hook`` of ``json.loads``: a JSON object whose keys are all distinct."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _parse(text: str) -> object:
+    """The JSON value of one line; ``_Bad`` when it is not one or is ambiguous."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        key = dup.args[0] if len(dup.args[0]) <= 40 else dup.args[0][:40] + "…"
+        raise _Bad(f"invalid JSON: duplicate key {key!r} in one object") from None
+    except RecursionError:
+        raise _Bad(
+            "invalid JSON: nested too deeply to read (a record is one flat object)"
+        ) from None
+    except json.JSONDecodeError:  # the caller says where and whether the line was cut off
+        raise
+    except ValueError:  # an integer of more digits than Python converts
+        raise _Bad("invalid JSON: an integer has too many digits") from None
+
+
+def _kind(value: object) -> str:
+    """How a JSON value that is not the expected type reads in a message."""
+    if type(value) is float:
+        return repr(value)
+    return {bool: "a boolean", str: "a string", list: "an array", dict: "an object"}.get(
+        type(value), "null"
+    )
+
+
 class _Problems:
     def __init__(self) -> None:
         self.listed: list[Problem] = []
@@ -88,16 +139,31 @@ class _Problems:
             self.listed.append(Problem(line, reason))
 
 
+def _first(value: list, ok) -> int:
+    """The index of the first item of ``value`` that is not ``ok``."""
+    return next(i for i, v in enumerate(value) if not ok(v))
+
+
+def _is_double(number: int | float) -> bool:
+    try:
+        float(number)
+    except OverflowError:
+        return False
+    return True
+
+
 def _floats(record: dict, key: str, what: str) -> np.ndarray:
     value = record[key]
     if not isinstance(value, list):
         raise _Bad(f"'{key}' must be an array of numbers, got {type(value).__name__}")
+    if not _NUMBER.issuperset(map(type, value)):  # bool is not a number, nor is "-0.5"
+        i = _first(value, lambda v: type(v) in _NUMBER)
+        raise _Bad(f"'{key}'[{i}] is {_kind(value[i])}: {what} must be numbers")
     try:
         arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise _Bad(f"'{key}' must be an array of numbers") from None
-    if arr.ndim != 1:
-        raise _Bad(f"'{key}' must be a flat array")
+    except OverflowError:  # an integer beyond the doubles
+        i = _first(value, _is_double)
+        raise _Bad(f"'{key}'[{i}] is beyond the range of a double: {what} must be finite") from None
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.argmax(bad))
@@ -109,21 +175,29 @@ def _floats(record: dict, key: str, what: str) -> np.ndarray:
     return arr
 
 
-def _ints(record: dict, key: str) -> np.ndarray:
+def _ints(record: dict, key: str, vocab_size: int | None) -> np.ndarray:
     value = record[key]
     if not isinstance(value, list):
         raise _Bad(f"'{key}' must be an array of integer token ids")
-    if not value:
-        return np.zeros(0, np.int64)
+    if not _INTEGER.issuperset(map(type, value)):  # bool, 1.0 and "1" are not token ids
+        i = _first(value, lambda v: type(v) is int)
+        raise _Bad(f"'{key}'[{i}] is {_kind(value[i])}: token ids must be integers")
+    top = 2**63 if vocab_size is None else min(vocab_size, 2**63)
     try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError):
+        arr = np.asarray(value, dtype=np.int64)
+    except OverflowError:  # beyond int64, so beyond any vocabulary
         arr = None
-    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise _Bad(f"'{key}' must be an array of integer token ids")
-    arr = arr.astype(np.int64, copy=False)
-    if (arr < 0).any():
-        raise _Bad(f"'{key}' holds a negative token id")
+    # as unsigned, a negative id is ≥ 2^63 ≥ top: one pass finds both
+    if arr is None or (arr.size and int(arr.view(np.uint64).max()) >= top):
+        i = _first(value, lambda v: 0 <= v < top)
+        if value[i] < 0:
+            raise _Bad(f"'{key}'[{i}] is negative: token ids must be ≥ 0")
+        if value[i] >= 2**63:
+            raise _Bad(f"'{key}'[{i}] is too large for a token id")
+        raise _Bad(
+            f"'{key}'[{i}] = {value[i]} is not a token id of the vocabulary "
+            f"(vocab_size {vocab_size})"
+        )
     return arr
 
 
@@ -131,12 +205,13 @@ def _mask(record: dict, key: str | None, n: int) -> np.ndarray | None:
     if key is None or key not in record:
         return None
     value = record[key]
-    try:
-        arr = np.asarray(value) if isinstance(value, list) else None
-    except (TypeError, ValueError):
-        arr = None
-    ok = arr is not None and arr.ndim == 1 and (arr.size == 0 or arr.dtype.kind in "iub")
-    if not ok or ((arr != 0) & (arr != 1)).any():
+    arr = None
+    if isinstance(value, list) and _MASK.issuperset(map(type, value)):
+        try:
+            arr = np.asarray(value, dtype=np.int64)
+        except OverflowError:
+            arr = None
+    if arr is None or ((arr != 0) & (arr != 1)).any():
         raise _Bad(f"'{key}' must be an array of 0/1")
     if arr.shape[0] != n:
         raise _Bad(f"'{key}' has {arr.shape[0]} entries, the token ids {n}")
@@ -153,12 +228,15 @@ def _prompt(record: dict, fmt: LogFormat) -> str:
     return ""
 
 
-def _offset(record: dict, fmt: LogFormat) -> int:
+def _offset(record: dict, fmt: LogFormat, n: int) -> int:
+    """The position of the first of ``n`` tokens (0 when the record does not say)."""
     if fmt.position_offset is None or fmt.position_offset not in record:
         return 0
     value = record[fmt.position_offset]
     if type(value) is not int or value < 0:
         raise _Bad(f"'{fmt.position_offset}' must be a non-negative integer")
+    if value > MAX_POSITION - n:
+        raise _Bad(f"'{fmt.position_offset}' is too large (positions must stay below 2^53)")
     return value
 
 
@@ -228,8 +306,8 @@ class _Builder:
         }
 
 
-def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatches) -> None:
-    ids = _ints(record, fmt.ids)
+def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatches, vocab) -> None:
+    ids = _ints(record, fmt.ids, vocab)
     train = _floats(record, fmt.train, "log-probabilities")
     rollout = _floats(record, fmt.rollout, "log-probabilities")
     n = ids.shape[0]
@@ -242,9 +320,9 @@ def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatch
         if kept.shape[0] != n:
             raise _Bad(f"'{fmt.log_kept_mass}' has {kept.shape[0]} entries, '{fmt.ids}' {n}")
     mask = _mask(record, fmt.mask, n)
-    prompt, offset = _prompt(record, fmt), _offset(record, fmt)
+    prompt, offset = _prompt(record, fmt), _offset(record, fmt, n)
     if fmt.rollout_ids and fmt.rollout_ids in record:
-        other = _ints(record, fmt.rollout_ids)
+        other = _ints(record, fmt.rollout_ids, vocab)
         if other.shape != ids.shape or (other != ids).any():
             where = _first_difference(ids, other)
             mismatches.add(line, f"token ids differ between train and rollout ({where})")
@@ -261,7 +339,9 @@ def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatch
     )
 
 
-def _split(record: dict, fmt: LogFormat, pending: dict, builder: _Builder, line: int, mismatches):
+def _split(
+    record: dict, fmt: LogFormat, pending: dict, builder: _Builder, line: int, mismatches, vocab
+):
     side = record[fmt.side]
     if side not in ("train", "rollout"):
         raise _Bad(f'\'{fmt.side}\' must be "train" or "rollout", got {side!r}')
@@ -271,7 +351,7 @@ def _split(record: dict, fmt: LogFormat, pending: dict, builder: _Builder, line:
     sample = record[fmt.sample]
     if isinstance(sample, bool) or not isinstance(sample, str | int):
         raise _Bad(f"'{fmt.sample}' must be a string or an integer")
-    ids = _ints(record, fmt.ids)
+    ids = _ints(record, fmt.ids, vocab)
     lp = _floats(record, fmt.logprobs, "log-probabilities")
     if lp.shape != ids.shape:
         raise _Bad(f"'{fmt.logprobs}' has {lp.shape[0]} entries, '{fmt.ids}' {ids.shape[0]}")
@@ -283,7 +363,7 @@ def _split(record: dict, fmt: LogFormat, pending: dict, builder: _Builder, line:
                 f"'{fmt.log_kept_mass}' has {kept.shape[0]} entries, '{fmt.ids}' {ids.shape[0]}"
             )
     mask = _mask(record, fmt.mask, ids.shape[0])
-    entry = (side, ids, lp, kept, mask, _offset(record, fmt), line, sample)
+    entry = (side, ids, lp, kept, mask, _offset(record, fmt, ids.shape[0]), line, sample)
     key = (prompt, str(sample))
     other = pending.pop(key, None)
     if other is None:
@@ -320,11 +400,14 @@ def read_log(
     path: str | os.PathLike,
     format: str | None = "generic",
     *,
+    vocab_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> LogTable:
     """Read the JSONL log at ``path`` in ``format`` (``None``: detect from the first record).
 
-    ``progress(bytes_read, bytes_total)`` is called now and then while reading.
+    A token id must be below ``vocab_size`` (the contract's ``policy.vocab_size``), when given.
+    ``progress(bytes_read, bytes_total)`` is called now and then while reading. Raises
+    ``LogError`` when the file holds no usable record.
     """
     path = os.fspath(path)
     if format is not None and format not in FORMATS:
@@ -369,11 +452,14 @@ def read_log(
                 blank += 1
                 continue
             try:
-                record = json.loads(text)
+                record = _parse(text)
             except json.JSONDecodeError as err:
                 cut = not raw.endswith(b"\n") and done == total
                 why = "truncated record at end of file" if cut else "invalid JSON"
                 malformed.add(lines, f"{why}: {err.msg} (column {err.colno})")
+                continue
+            except _Bad as bad:
+                malformed.add(lines, str(bad))
                 continue
             if not isinstance(record, dict):
                 malformed.add(lines, f"not a JSON object (got {type(record).__name__})")
@@ -387,21 +473,19 @@ def read_log(
                     fmt = FORMATS[name]
             try:
                 if fmt.side is not None and fmt.side in record:
-                    _split(record, fmt, pending, builder, lines, mismatches)
+                    _split(record, fmt, pending, builder, lines, mismatches, vocab_size)
                 else:
                     missing = [k for k in fmt.required if k not in record]
                     if missing:
                         raise _Bad(f"missing key '{missing[0]}' ({fmt.name} format)")
-                    _joined(record, fmt, builder, lines, mismatches)
+                    _joined(record, fmt, builder, lines, mismatches, vocab_size)
             except _Bad as bad:
                 malformed.add(lines, str(bad))
     if progress is not None:
         progress(total, total)
-    if first_keys is None:
-        raise LogError(
-            f"{path}: no JSON record in the file ({lines} lines, {malformed.count} invalid)"
-        )
-    if builder.sequences == 0 and mismatches.count == 0 and not pending:
+    if first_keys is None and malformed.count == 0:
+        raise LogError(f"{path}: no JSON record in the file ({lines} lines, 0 invalid)")
+    if first_keys is not None and builder.sequences == 0 and mismatches.count == 0 and not pending:
         guess = detect_format(first_keys)
         if guess is not None and guess != fmt.name:
             raise LogError(
@@ -416,6 +500,8 @@ def read_log(
             entry[6],
             f"{entry[0]} record for prompt {prompt!r} sample {sample!r} has no {missing} record",
         )
+    if builder.sequences == 0:
+        raise LogError(_no_usable(path, lines - blank, malformed, mismatches, unpaired))
     columns = builder.columns()
     return LogTable(
         path=path,
@@ -435,6 +521,22 @@ def read_log(
         unpaired_count=unpaired.count,
         has_kept_mass=builder.kept_mass_seen,
     )
+
+
+def _no_usable(path: str, records: int, malformed, mismatches, unpaired) -> str:
+    """The one-line error for a log of which no record gave a sequence, quoting bad lines."""
+    kinds = (
+        (malformed.count, "malformed"),
+        (mismatches.count, "with train and rollout token ids that differ"),
+        (unpaired.count, "unpaired"),
+    )
+    counts = ", ".join(f"{n} {what}" for n, what in kinds if n)
+    listed = sorted((*malformed.listed, *mismatches.listed, *unpaired.listed), key=lambda p: p.line)
+    quoted = "".join(f"; line {p.line}: {p.reason}" for p in listed[:QUOTED])
+    more = malformed.count + mismatches.count + unpaired.count - len(listed[:QUOTED])
+    rest = f" (and {more} more)" if more > 0 else ""
+    lines = f"{records} non-blank line" + ("" if records == 1 else "s")
+    return f"{path}: no usable record in {lines} ({counts}){quoted}{rest}"
 
 
 def _unknown_fields(record: dict) -> str:

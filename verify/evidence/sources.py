@@ -140,7 +140,12 @@ def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream)
     tables, files = [], []
     for path, fmt, where in paths:
         try:
-            table = read_log(path, fmt, progress=Progress(stream, f"reading {path}"))
+            table = read_log(
+                path,
+                fmt,
+                vocab_size=policy.vocab_size,
+                progress=Progress(stream, f"reading {path}"),
+            )
         except LogError as err:
             raise EvidenceError(f"{where}{err}") from None
         tables.append(table)
