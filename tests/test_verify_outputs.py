@@ -43,6 +43,22 @@ LOG_LINE = (
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs, devices and links are POSIX")
 
 
+@pytest.fixture(autouse=True)
+def _replace_only_in_tmp_path(tmp_path, monkeypatch):
+    """Whatever the code under test does, it replaces files only below ``tmp_path``: a
+    regression must fail these tests, never turn ``/dev/null`` into a regular file."""
+    root = str(tmp_path.resolve()) + os.sep
+    for name in ("replace", "rename"):
+        real = getattr(os, name)
+
+        def guarded(src, dst, *a, _real=real, **k):
+            if not os.path.realpath(dst).startswith(root):
+                raise AssertionError(f"{dst} would be replaced, outside the test's directory")
+            return _real(src, dst, *a, **k)
+
+        monkeypatch.setattr(os, name, guarded)
+
+
 def _bounded(*argv, cwd=None, seconds=20):
     """``main(argv)`` in a thread that must finish within ``seconds`` (a FIFO must not hang)."""
     out, err, result = io.StringIO(), io.StringIO(), []
