@@ -247,6 +247,61 @@ def test_bad_lines_are_reported_not_dropped(tmp_path):
     assert results[0].samples == 90
 
 
+def test_token_ids_outside_the_contract_vocabulary_are_bad_lines(tmp_path):
+    """The contract says the vocabulary has 256 tokens: a log's token 256 is not one of them."""
+    path = _write(tmp_path, np.full(100, 0.001), seq_len=10)
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].replace('"response_ids":[0,', '"response_ids":[256,', 1)
+    path.write_text("\n".join(lines) + "\n")
+    body = "numerical:\n  - {id: N1, metric: log_ratio, max: 0.01, slice: all}\n"
+    results, report = evaluate(_contract(tmp_path, body))
+    src = report["sources"][0]
+    assert src["malformed_lines"] == 1
+    assert src["files"][0]["malformed"]["first"] == [
+        {
+            "line": 3,
+            "reason": "'response_ids'[0] = 256 is not a token id of the vocabulary "
+            "(vocab_size 256)",
+        }
+    ]
+    assert results[0].samples == 90
+
+
+def test_a_log_without_one_usable_record_is_unusable_evidence(tmp_path):
+    path = _write(tmp_path, np.full(20, 0.001), seq_len=10)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:  # a log-prob written as a string, as some exporters do
+        r["train_logprobs"][0] = str(r["train_logprobs"][0])
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    body = "numerical:\n  - {id: N1, metric: log_ratio, max: 0.01, slice: all}\n"
+    c = _contract(tmp_path, body)
+    with pytest.raises(EvidenceError) as err:
+        evaluate(c)
+    line = c.source.where("evidence.logprobs.path")
+    assert str(err.value) == (
+        f"{c.source.path}:{line[0]}:{line[1]}: evidence.logprobs.path: {path}: no usable "
+        "record in 2 non-blank lines (2 malformed); line 1: 'train_logprobs'[0] is a string: "
+        "log-probabilities must be numbers; line 2: 'train_logprobs'[0] is a string: "
+        "log-probabilities must be numbers"
+    )
+
+
+@pytest.mark.parametrize(
+    ("train", "rollout"),
+    [([-0.5], [-0.5]), ([-0.5, -1e300], [-1e300, -0.5]), ([-900.0, -0.1], [-0.1, -0.2])],
+)
+def test_the_report_of_a_tiny_or_extreme_log_is_finite(tmp_path, train, rollout):
+    """One token (no standard deviation) and log-prob gaps whose ratio overflows a double."""
+    seq = LoggedSequence("p", 0, list(range(len(train))), np.array(train), np.array(rollout), 0)
+    write_log(tmp_path / "log.jsonl", [seq])
+    body = "numerical:\n  - {id: N1, metric: log_ratio, max: 0.01, slice: all}\n"
+    _, report = evaluate(_contract(tmp_path, body))
+    metrics = report["sources"][0]["framework_metrics"]
+    assert metrics["rollout_corr/kl"] == pytest.approx(np.mean(np.subtract(rollout, train)))
+    assert all(math.isfinite(v) for v in metrics.values())
+    json.dumps(report, allow_nan=False)
+
+
 def test_missing_evidence_files(tmp_path):
     body = "numerical:\n  - {id: N1, metric: log_ratio, max: 0.01, slice: all}\n"
     c = _contract(tmp_path, body, log="nowhere.jsonl")

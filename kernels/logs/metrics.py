@@ -20,6 +20,8 @@ References:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from jaxtyping import Float, Int
 
@@ -59,8 +61,16 @@ def framework_metrics(
 ) -> dict[str, float]:
     """Aggregates under the names verl, NeMo-RL, slime and TRL log; ``{}`` for no tokens.
 
-    ``sequence`` numbers each token's sequence (0 … S−1); padding is already removed.
+    ``sequence`` numbers each token's sequence (0 … S−1); padding is already removed. An
+    aggregate that is undefined (the standard deviation of one token) or overflows a double
+    (the ratio of a log-prob gap in the hundreds) is left out: every value is finite.
     """
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _aggregates(train_logprob, rollout_logprob, sequence)
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+def _aggregates(train_logprob, rollout_logprob, sequence) -> dict[str, float]:
     lt = np.asarray(train_logprob, dtype=np.float64)
     lr = np.asarray(rollout_logprob, dtype=np.float64)
     n = lt.shape[0]
@@ -80,7 +90,8 @@ def framework_metrics(
     # verl: training/rollout_probs_diff_* (torch.std is the unbiased n−1 estimator)
     out["training/rollout_probs_diff_max"] = float(diff.max())
     out["training/rollout_probs_diff_mean"] = float(diff.mean())
-    out["training/rollout_probs_diff_std"] = float(diff.std(ddof=1)) if n > 1 else float("nan")
+    if n > 1:
+        out["training/rollout_probs_diff_std"] = float(diff.std(ddof=1))
     if n > 1 and pt.std() > 0 and pr.std() > 0:
         out["training/rollout_actor_probs_pearson_corr"] = float(np.corrcoef(pr, pt)[0, 1])
     # verl: rollout_corr/* off-policy diagnostics
