@@ -164,3 +164,79 @@ def test_greedy_token_tv_is_not_proved():
     )
     (o,) = _verdicts(text)
     assert o.status is Status.UNKNOWN and "greedy decoding" in o.reason
+
+
+# ---- 4. every obligation ends within its budget, as unknown where nothing is decided ---------
+_SEQ = "numerical:\n  - {id: N1, metric: logit_drift, max: 0.02}\nguarantees:\n" + (
+    "  - {id: G, quantity: sequence_tv, max: 0.5, from: [N1]}\n"
+    "  - {id: G2, quantity: token_tv, max: 0.5, from: [N1]}\n"
+    "  - {id: G3, quantity: clip_budget, clip_epsilon: 0.2, max: 0.5, from: [N1]}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("T", "L"),
+    [("1.0", "1000000"), ("1.0", str(10**50)), ("0.05", "4096"), ("1.0e-12", "512")],
+    ids=["L=1e6", "L=1e50", "T=0.05,L=4096", "T=1e-12"],
+)
+def test_huge_horizons_and_tiny_temperatures_end_within_the_budget(T, L):
+    import time
+
+    text = _contract(_SEQ, T=T, L=L)
+    for d in bounds.derive(loads(text)):
+        start = time.perf_counter()
+        o = discharge(d, timeout_ms=1000)
+        elapsed = time.perf_counter() - start
+        assert elapsed < 1.0 + 0.6, (d.guarantee, elapsed)  # the budget, and process start-up
+        if o.status is Status.PROVED:  # only where the bound is the truth and below max
+            assert o.bound is not None and o.bound <= 0.5
+        assert o.status is not Status.REFUTED or d.extra.get("attained")
+
+
+def test_a_solver_that_ignores_its_limit_is_stopped():
+    import time
+
+    from verify import smt
+    from verify.encode import encode
+
+    # T = 0.05, L = 4096: the coupling route squares 12 times, a degree-4096 polynomial on
+    # which z3's own (cooperative) time limit is not looked at for minutes
+    (d, *_) = bounds.derive(loads(_contract(_SEQ, T="0.05", L="4096")))
+    assert "(1 - " in str(d.expr) and "**L" in str(d.expr)  # the coupling route's power
+    box = tuple((v.name, v.clause, v.lo, v.hi) for v in d.variables)
+    query = encode(d.expr, box, d.constants, d.threshold)
+    start = time.perf_counter()
+    got = smt.z3_check(query.text, timeout_ms=200)
+    assert time.perf_counter() - start < 0.2 + smt.KILL_GRACE_MS / 1000 + 0.5
+    assert got.answer in ("unknown", "unsat")  # unsat only if z3 happened to decide it in time
+    assert (
+        smt.z3_check("(declare-const x Real)(assert (> x 1.0))(check-sat)", timeout_ms=2000).answer
+        == "sat"
+    )
+
+
+def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
+    import time
+    from fractions import Fraction
+
+    from verify import intervals
+
+    x = (Fraction(999, 1000), Fraction(9999, 10000))
+    start = time.perf_counter()
+    lo, hi = intervals._int_power(x, 10**50, "x")
+    assert time.perf_counter() - start < 1.0
+    assert lo == 0 and hi > 0  # 0.9999^(10^50) underflows: [0, 2^-16384]
+    base = Fraction(999, 1000)
+    for n in (1, 7, 4096):  # exact rationals: the enclosure contains them, 140 bits tight
+        lo, hi = intervals._int_power((base, base), n, "x")
+        assert lo <= base**n <= hi and hi - lo <= base**n / 2**140
+    lo, hi = intervals._int_power((base, base), 10**6, "x")
+    with mpmath.workprec(400):
+        truth = mpmath.power(mpmath.mpf(999) / 1000, 10**6)
+        assert (
+            mpmath.mpf(lo.numerator) / lo.denominator
+            <= truth
+            <= mpmath.mpf(hi.numerator) / hi.denominator
+        )
+    with pytest.raises(intervals.ExprError):
+        intervals._int_power((Fraction(1001, 1000), Fraction(1001, 1000)), 10**50, "x")

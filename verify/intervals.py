@@ -37,6 +37,11 @@ __all__ = [
 Interval = tuple[Fraction, Fraction]
 
 BITS = 160  # significant bits kept on each endpoint
+# binary exponents beyond ±EXP_LIMIT are not represented: a magnitude above 2^EXP_LIMIT is an
+# ExprError (the bound is unknown), one below 2^-EXP_LIMIT is rounded outward to 0 or to
+# ±2^-EXP_LIMIT; so every endpoint has at most about BITS + EXP_LIMIT bits and every operation
+# takes bounded time (an exact power like (1 − ε)^L at L = 10^50 is never formed)
+EXP_LIMIT = 1 << 14
 _WORK = BITS + 40  # mpmath working precision for transcendental endpoints
 _SLACK = BITS - 8  # transcendental results are widened by 2**-_SLACK relative
 
@@ -49,6 +54,11 @@ def _scaled(v: Fraction, bits: int, rounder: Callable[[Fraction], int]) -> Fract
     if v == 0:
         return Fraction(0)
     e = v.numerator.bit_length() - v.denominator.bit_length()
+    if e > EXP_LIMIT:
+        raise ExprError(f"a value beyond 2^{EXP_LIMIT} (about 10^{int(EXP_LIMIT * 0.30103)})")
+    if e < -EXP_LIMIT:  # outward to the nearest of 0 and ±2^-EXP_LIMIT
+        tiny = Fraction(1, 1 << EXP_LIMIT)
+        return Fraction(rounder(v / tiny)) * tiny
     k = bits - e
     if k >= 0:
         return Fraction(rounder(v * (1 << k)), 1 << k)
@@ -66,10 +76,12 @@ def round_up(v: Fraction, bits: int = BITS) -> Fraction:
 
 
 def to_fraction(x: mpmath.mpf) -> Fraction:
-    """The exact rational value of a finite mpmath number."""
-    sign, man, exp, _ = mpmath.mpf(x)._mpf_
+    """The exact rational value of a finite mpmath number (``ExprError`` past 2^EXP_LIMIT)."""
+    sign, man, exp, bc = mpmath.mpf(x)._mpf_
     if not man and exp:
         raise ExprError(f"non-finite value {x}")
+    if man and not -2 * EXP_LIMIT <= exp + bc <= EXP_LIMIT:
+        raise ExprError(f"a value of magnitude 2^{exp + bc} is beyond 2^±{EXP_LIMIT}")
     value = Fraction(int(man)) * Fraction(2) ** int(exp)
     return -value if sign else value
 
@@ -102,14 +114,20 @@ def _approx(name: str, x: Fraction, bits: int) -> tuple[Fraction, Fraction | Non
     if name in ("tanh", "sqrt") and x == 0:
         return Fraction(0), None
     with mpmath.workprec(max(_WORK, bits + 40)):
-        v = to_fraction(_point(name, x))
+        p = _point(name, x)
+        if p != 0 and mpmath.mag(p) < -EXP_LIMIT:  # e.g. exp(−4·10^10): below every endpoint
+            return Fraction(0), Fraction(1, 1 << EXP_LIMIT)
+        v = to_fraction(p)
     return v, abs(v) / (1 << min(_SLACK, bits + 24))
 
 
 def func_down(name: str, x: Fraction, bits: int = BITS) -> Fraction:
     """A rational lower bound on ``name(x)``, tight to about ``bits`` bits."""
     v, slack = _approx(name, x, bits)
-    return v if slack is None else round_down(v - slack, bits)
+    if slack is None:
+        return v
+    low = round_down(v - slack, bits)
+    return max(low, Fraction(0)) if name in ("exp", "sqrt") else low  # both are ≥ 0
 
 
 def func_up(name: str, x: Fraction, bits: int = BITS) -> Fraction:
@@ -140,10 +158,31 @@ def _int_power(a: Interval, n: int, what: str) -> Interval:
         return Fraction(1), Fraction(1)
     lo, hi = a
     if n % 2 == 0 and lo < 0 < hi:
-        return Fraction(0), round_up(max(-lo, hi) ** n)
+        return Fraction(0), _pow_round(max(-lo, hi), n, up=True)
     if n % 2 == 0 and hi <= 0:
         lo, hi = -hi, -lo
-    return _out(lo**n, hi**n)
+    return _signed_pow(lo, n, up=False), _signed_pow(hi, n, up=True)
+
+
+def _signed_pow(x: Fraction, n: int, *, up: bool) -> Fraction:
+    """x**n rounded outward (``up``: above), for odd n or x ≥ 0 (x**n is monotone in x)."""
+    if x >= 0:
+        return _pow_round(x, n, up=up)
+    return -_pow_round(-x, n, up=not up)  # odd n: (−x)**n = −(x**n)
+
+
+def _pow_round(x: Fraction, n: int, *, up: bool) -> Fraction:
+    """x**n for x ≥ 0 by repeated squaring, each product rounded outward (``up``: above), so
+    the endpoints keep BITS bits and no exact power of a large exponent is ever formed."""
+    rnd = round_up if up else round_down
+    result, square = Fraction(1), rnd(x)
+    while True:
+        if n & 1:
+            result = rnd(result * square)
+        n >>= 1
+        if not n:
+            return result
+        square = rnd(square * square)
 
 
 def _monotone(name: str, a: Interval) -> Interval:

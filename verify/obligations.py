@@ -128,8 +128,9 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
     except intervals.ExprError as err:
         reason = f"cannot evaluate the bound: {err}"
         return dataclasses.replace(base, reason=reason, time_ms=_ms(start))
+    left_ms = max(1, int(timeout_ms - (time.perf_counter() - start) * 1000))  # one budget
     outcome = prove(
-        d.expr, variables, dict(constants), Fraction(d.threshold), timeout_ms=timeout_ms,
+        d.expr, variables, dict(constants), Fraction(d.threshold), timeout_ms=left_ms,
         title=f"obligation {d.guarantee}: {statement}", **solver_options,
     )  # fmt: skip
     status, cex, reason = outcome.status, outcome.counterexample, outcome.reason

@@ -130,16 +130,27 @@ def evaluate_iv(tree: Node, values: Mapping[str, Fraction]) -> tuple[Fraction, F
         iv.prec = saved
 
 
-def _raw(raw) -> Fraction:
-    sign, man, exp, _ = raw
+# magnitudes are kept within 2^±_EXP_LIMIT, as the producer keeps them, so an endpoint like
+# exp(−4·10^10) is never formed as an exact rational: a tinier one rounds outward to 0 or to
+# ±2^-_EXP_LIMIT, a larger one cannot be recomputed
+_EXP_LIMIT = 1 << 14
+
+
+def _raw(raw, up: bool) -> Fraction:
+    sign, man, exp, bc = raw
     if not man and exp:
         raise SreprError("a non-finite value")
+    if man and exp + bc > _EXP_LIMIT:
+        raise SreprError(f"a value of magnitude 2^{exp + bc}, beyond 2^{_EXP_LIMIT}")
+    if man and exp + bc < -_EXP_LIMIT:
+        tiny = Fraction(1, 1 << _EXP_LIMIT)
+        return (tiny if up else Fraction(0)) if not sign else (Fraction(0) if up else -tiny)
     v = Fraction(int(man)) * Fraction(2) ** int(exp)
     return -v if sign else v
 
 
 def _ends(x) -> tuple[Fraction, Fraction]:
-    return _raw(x._mpi_[0]), _raw(x._mpi_[1])
+    return _raw(x._mpi_[0], up=False), _raw(x._mpi_[1], up=True)
 
 
 def _walk(t: Node, values: Mapping[str, Fraction]):

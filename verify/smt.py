@@ -2,16 +2,24 @@
 
 Each call builds a fresh solver in a fresh context from the query's text alone, so what is
 solved is exactly what a report stores and what a re-checker re-runs.
+
+Both solvers' time limits are cooperative, and some nonlinear procedures never look at them
+(z3 on a degree-4096 polynomial ran for minutes past a 500 ms limit). So every call runs in a
+solver process of its own (:class:`_Worker`, started once and reused): a call that has not
+answered shortly after its limit has the process killed and answers ``unknown``; the next call
+starts a new process.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-__all__ = ["Answer", "cvc5_check", "cvc5_version", "z3_check", "z3_version"]
+__all__ = ["KILL_GRACE_MS", "Answer", "cvc5_check", "cvc5_version", "z3_check", "z3_version"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,12 @@ def _z3_run(text: str, timeout_ms: float):
 
 
 def z3_check(text: str, *, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
-    """Check ``text`` with z3 within ``timeout_ms``; on sat, the values of ``want``.
+    """Check ``text`` with z3 within ``timeout_ms``; on sat, the values of ``want``."""
+    return _guarded(_z3_check, text, timeout_ms, tuple(want))
+
+
+def _z3_check(text: str, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
+    """``z3_check`` in this process.
 
     Tracking named assertions slows z3's nonlinear search, so the answer comes from the
     assertions without core tracking; an ``unsat`` is then re-derived with tracking on, for
@@ -108,6 +121,10 @@ def z3_check(text: str, *, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
 
 def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answer:
     """Re-check ``text`` keeping only the named assertions in ``core`` (expect ``unsat``)."""
+    return _guarded(_z3_core_suffices, text, timeout_ms, tuple(core))
+
+
+def _z3_core_suffices(text: str, timeout_ms: int, core: Sequence[str]) -> Answer:
     import z3
 
     start = time.perf_counter()
@@ -130,10 +147,16 @@ def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answ
 
 def cvc5_check(text: str, *, timeout_ms: int) -> Answer | None:
     """Check ``text`` with cvc5's own SMT-LIB2 parser; ``None`` if cvc5 is not installed."""
-    try:
-        import cvc5
-    except ImportError:
+    from importlib.util import find_spec
+
+    if find_spec("cvc5") is None:
         return None
+    return _guarded(_cvc5_check, text, timeout_ms)
+
+
+def _cvc5_check(text: str, timeout_ms: int) -> Answer:
+    import cvc5
+
     start = time.perf_counter()
     try:
         tm = cvc5.TermManager()
@@ -160,3 +183,71 @@ def cvc5_check(text: str, *, timeout_ms: int) -> Answer | None:
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 3)
+
+
+# ---- the solver process ----------------------------------------------------------------------
+KILL_GRACE_MS = 250.0  # past its own limit, a call gets this long before its process is killed
+
+
+def _serve(conn) -> None:
+    """The solver process's loop: (function, args) in, its Answer out, until the pipe closes."""
+    while True:
+        try:
+            fn, args = conn.recv()
+        except EOFError:
+            return
+        try:
+            got = fn(*args)
+        except Exception as err:  # answered, not raised: the caller decides what it means
+            got = Answer("error", reason=f"{type(err).__name__}: {err}".splitlines()[0])
+        conn.send(got)
+
+
+class _Worker:
+    """One solver process reached over a pipe, replaced when a call overruns."""
+
+    def __init__(self) -> None:
+        # fork is cheap and inherits the imports; a process that runs JAX's threads must not
+        # fork, so it gets a fresh interpreter from a fork server instead
+        method = "forkserver" if "jax" in sys.modules else "fork"
+        if method not in multiprocessing.get_all_start_methods():
+            method = "spawn"
+        ctx = multiprocessing.get_context(method)
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+
+    def call(self, fn: Callable, args: tuple, limit_s: float) -> Answer | None:
+        """``fn(*args)`` in the process; ``None`` if no answer within ``limit_s``."""
+        self.conn.send((fn, args))
+        if self.conn.poll(limit_s):
+            try:
+                return self.conn.recv()
+            except EOFError:  # the process died (e.g. out of memory)
+                return None
+        return None
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+_worker: _Worker | None = None
+
+
+def _guarded(fn: Callable, text: str, timeout_ms: int, *rest) -> Answer:
+    """``fn(text, timeout_ms, *rest)`` in the solver process, ended if it overruns its limit."""
+    global _worker
+    start = time.perf_counter()
+    if _worker is None or not _worker.process.is_alive():
+        _worker = _Worker()
+    got = _worker.call(fn, (text, timeout_ms, *rest), (timeout_ms + KILL_GRACE_MS) / 1000)
+    if got is None:
+        _worker.stop()
+        _worker = None
+        name = "cvc5" if fn is _cvc5_check else "z3"
+        reason = f"{name}: no answer within its {timeout_ms} ms limit; the solver was stopped"
+        return Answer("unknown", reason=reason, time_ms=_ms(start))
+    return got

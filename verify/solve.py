@@ -133,7 +133,8 @@ def prove(
 
     while pending:
         piece, level = pending.pop(0)
-        left_ms = (deadline - time.perf_counter()) * 1000
+        # a query may overrun its limit by the solver's kill grace: keep that inside the budget
+        left_ms = (deadline - time.perf_counter()) * 1000 - smt.KILL_GRACE_MS
         if left_ms <= 1:
             reason = f"time budget of {timeout_ms} ms spent with {len(pending) + 1} of "
             reason += f"{pieces} pieces undecided ({last})"
