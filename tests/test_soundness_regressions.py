@@ -240,3 +240,38 @@ def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
         )
     with pytest.raises(intervals.ExprError):
         intervals._int_power((Fraction(1001, 1000), Fraction(1001, 1000)), 10**50, "x")
+
+
+# ---- 6. a bound beyond the float range is a verdict, not an internal error -------------------
+def test_a_clip_share_beyond_the_float_range_is_refuted_with_its_rational_bound(tmp_path):
+    import io
+    import json
+    from fractions import Fraction
+
+    from verify.cli import main
+
+    path = tmp_path / "tiny-clip.yaml"
+    path.write_text(
+        _contract(
+            "numerical:\n  - {id: N1, metric: logit_drift, max: 0.02}\nguarantees:\n"
+            "  - {id: G, quantity: clip_budget, clip_epsilon: 5e-324, max: 0.2061, from: [N1]}\n"
+        )
+    )
+    out, err = io.StringIO(), io.StringIO()
+    args = [str(path), "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")]
+    assert main(args, stdout=out, stderr=err) == 1, err.getvalue()
+    assert (
+        "G              clip_budget      refuted      bound 8.16215e+321 vs max 0.2061"
+        in out.getvalue()
+    )
+    (o,) = json.loads((tmp_path / "r.json").read_text())["obligations"]
+    assert o["status"] == "refuted" and o["bound"] is None  # no float holds 8.2e321
+    lo, hi = (Fraction(x) for x in o["bound_interval"])
+    truth = mpmath.expm1(mpmath.mpf("0.04")) / mpmath.mpf("5e-324")  # ε read as its decimal
+    assert (
+        mpmath.mpf(lo.numerator) / lo.denominator
+        <= truth
+        <= mpmath.mpf(hi.numerator) / hi.denominator
+    )
+    assert lo > 10**321 and hi - lo < lo / 2**100
+    assert "8.1621" in (tmp_path / "r.md").read_text()

@@ -96,15 +96,18 @@ def _main_parser(out, err) -> _Parser:
 
 
 def _summary(report, quiet: bool) -> str:
+    from verify.obligations import decimal
+
     lines = []
     if not quiet:
         for o in report.obligations:
+            has_bound = o.bound_interval is not None
             detail = (
-                f"bound {o.bound:.6g} vs max {float(o.threshold):.6g}"
-                if o.bound is not None
+                f"bound {decimal(sum(o.bound_interval) / 2)} vs max {decimal(o.threshold)}"
+                if has_bound
                 else o.reason
             )
-            if o.status.label == "unknown" and o.bound is not None:
+            if o.status.label == "unknown" and has_bound:
                 detail += f" ({o.reason})"
             lines.append(f"{o.id:<14} {o.quantity:<16} {o.status.label:<12} {detail}")
         for c in report.clauses:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+import mpmath
 import sympy
 
 from bounds.derivation import Derivation
@@ -66,8 +67,16 @@ def fraction(text: str) -> Fraction:
     return Fraction(text)
 
 
+def decimal(v: Fraction, digits: int = 6) -> str:
+    """``v`` to ``digits`` significant digits, also beyond the float range (1/5e-324)."""
+    try:
+        return f"{float(v):.{digits}g}"
+    except OverflowError:
+        return mpmath.nstr(mpmath.mpf(v.numerator) / v.denominator, digits)
+
+
 def _decimal(v: Fraction) -> str:
-    return f"{float(v):.6g}"
+    return decimal(v)
 
 
 def _statement(d: Derivation, variables, readable: str) -> str:
@@ -149,7 +158,7 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
     return dataclasses.replace(
         base,
         status=status,
-        bound=float((interval[0] + interval[1]) / 2),
+        bound=_float((interval[0] + interval[1]) / 2),
         bound_interval=interval,
         queries=outcome.queries,
         unsat_core=outcome.core,
@@ -157,6 +166,15 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         reason=reason,
         time_ms=_ms(start),
     )
+
+
+def _float(v: Fraction) -> float | None:
+    """``v`` as a float; ``None`` beyond the float range (e.g. a clip share at ε = 5e-324), where
+    the rational interval alone carries the value."""
+    try:
+        return float(v)
+    except OverflowError:
+        return None
 
 
 def _ms(start: float) -> float:
@@ -213,7 +231,7 @@ def obligation_json(o: Obligation) -> Mapping[str, object]:
         else {
             "point": {k: rational(v) for k, v in cex.point},
             "value_interval": [rational(cex.value[0]), rational(cex.value[1])],
-            "value": float((cex.value[0] + cex.value[1]) / 2),
+            "value": _float((cex.value[0] + cex.value[1]) / 2),
             "source": cex.source,
         },
         "alternatives": [  # a loose route can overflow (e^s at T = 1e-6): JSON has no inf

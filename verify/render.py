@@ -11,7 +11,7 @@ import html
 
 import sympy
 
-from verify.obligations import Obligation, rational
+from verify.obligations import Obligation, decimal, rational
 from verify.report import Report
 
 __all__ = ["to_html", "to_markdown"]
@@ -40,15 +40,15 @@ def _interval(o: Obligation) -> str:
     if o.bound_interval is None:
         return "—"
     lo, hi = o.bound_interval
-    return f"[{float(lo):.17g}, {float(hi):.17g}]"
+    return f"[{decimal(lo, 17)}, {decimal(hi, 17)}]"
 
 
 def _cex(o: Obligation) -> str:
     c = o.counterexample
     if c is None:
         return ""
-    point = ", ".join(f"{k} = {float(v):.12g} ({rational(v)})" for k, v in c.point)
-    return f"{point}; bound there ≥ {float(c.value[0]):.12g} ({c.source})"
+    point = ", ".join(f"{k} = {decimal(v, 12)} ({rational(v)})" for k, v in c.point)
+    return f"{point}; bound there ≥ {decimal(c.value[0], 12)} ({c.source})"
 
 
 def _detail_lines(o: Obligation) -> list[tuple[str, str]]:
