@@ -15,6 +15,7 @@ solver), so it does not depend on the solver's version and a re-checker can rege
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from fractions import Fraction
 
 import sympy
 
-from verify import intervals
+from verify import intervals, ranges
 from verify.enclosures import DEFAULT_BITS, ExpEnclosure, enclose
 from verify.intervals import ExprError, Interval
 
@@ -33,6 +34,10 @@ Box = tuple[tuple[str, str, Fraction, Fraction], ...]  # (symbol, clause, lo, hi
 _SIMPLE = re.compile(r"[A-Za-z~!@$%^&*_+=<>?/-][A-Za-z0-9~!@$%^&*_+=<>.?/-]*\Z")
 _FRESH = re.compile(r"[a-z]+\.\d+\Z")
 _FUNCS = {sympy.exp: "exp", sympy.log: "log", sympy.tanh: "tanh"}
+
+
+# the compound terms whose range over the box is stated as a lemma in tightened queries
+_RANGED = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Min, sympy.Max)
 
 
 class EncodeError(ExprError):
@@ -108,6 +113,7 @@ class _Writer:
         self.asserts: list[tuple[str, str, str]] = []  # (name, formula, comment)
         self.memo: dict[sympy.Expr, tuple[str, Interval]] = {}
         self.ranges: dict[sympy.Expr, Interval] = {}  # shared by every interval evaluation
+        self.range_facts = False  # state each sum's range as a lemma (with tightened ranges)
         self.count = 0
 
     def fresh(self, kind: str) -> str:
@@ -146,6 +152,8 @@ class _Writer:
             t = self.extremum(e)
         else:
             raise EncodeError(f"unsupported operation {type(e).__name__} in {e}")
+        if self.range_facts and isinstance(e, _RANGED) and fixed is None:
+            t = self.ranged(e, t, rng)
         self.memo[e] = (t, rng)
         return t, rng
 
@@ -189,6 +197,19 @@ class _Writer:
         fact = f"(=> {_within(b, rng[0], rng[1])} {_within(result, p_lo, p_hi)})"
         self.asserts.append((f"lemma_{result}", fact, f"{result} = ({base})**{n}"))
         return result
+
+    def ranged(self, e: sympy.Expr, term: str, rng: Interval) -> str:
+        """``term`` named, with its range over the box as a lemma: a sum whose operands cancel
+        (the KL supremum's closed form) is out of the solver's reach from its parts alone."""
+        name = self.atom(e, term)
+        if name == term:
+            return term
+        lo, hi = (
+            intervals.round_down(rng[0], self.bits + 8),
+            intervals.round_up(rng[1], self.bits + 8),
+        )
+        self.asserts.append((f"range_{name}", _within(name, lo, hi), f"{name} ∈ {_show(rng)}"))
+        return name
 
     def define(self, term: str) -> str:
         name = self.fresh("pow")
@@ -259,6 +280,29 @@ def _exact(e: sympy.Expr, env: Mapping[str, Interval], variables) -> Fraction | 
     return None
 
 
+def _loose(expr: sympy.Expr, env: Mapping[str, Interval]) -> bool:
+    """Whether naive interval arithmetic fails on ``expr`` over a box with one free variable,
+    or encloses it in over 4 times the spread of its values at the two ends (a function of
+    ``expr`` and the box alone, so a re-checker writes the same query)."""
+    names = {s.name for s in expr.free_symbols}
+    free = [k for k, (lo, hi) in env.items() if lo != hi and k in names]
+    if len(free) != 1:
+        return False
+    try:
+        lo, hi = intervals.evaluate(expr, env)
+        ends = [intervals.evaluate(expr, {**env, free[0]: (x, x)}) for x in env[free[0]]]
+    except ExprError:
+        return True
+    spread = max(e[1] for e in ends) - min(e[0] for e in ends)
+    return hi - lo > 4 * spread + Fraction(1, 1 << 40)
+
+
+@functools.lru_cache(maxsize=64)
+def _tight(expr: sympy.Expr, env: tuple[tuple[str, Interval], ...]) -> dict:
+    """``ranges.tighten`` once per expression and box (a proof encodes one box many times)."""
+    return ranges.tighten(expr, dict(env))
+
+
 def _show(rng: Interval) -> str:
     return f"[{float(rng[0]):.6g}, {float(rng[1]):.6g}]"
 
@@ -282,6 +326,12 @@ def encode(
         names[sym] = _symbol(sym)
     w = _Writer(env, names, degree, pieces, bits)
     try:
+        if _loose(expr, env):
+            # naive interval ranges lose the dependency between operands (the KL supremum's
+            # closed form looks negative past its kink): centered-form ranges, each sum's
+            # range stated as a lemma
+            w.ranges = dict(_tight(expr, tuple(sorted(env.items()))))
+            w.range_facts = True
         bound, _ = w.term(expr)
     except ExprError as err:
         raise EncodeError(str(err)) from None

@@ -145,13 +145,13 @@ def _mul(a: Interval, b: Interval) -> Interval:
     return _out(min(products), max(products))
 
 
-def _inverse(a: Interval, what: str) -> Interval:
+def _inverse(a: Interval, what: object) -> Interval:
     if a[0] <= 0 <= a[1]:
         raise ExprError(f"division by {what}, which may be zero on [{a[0]}, {a[1]}]")
     return _out(1 / a[1], 1 / a[0])
 
 
-def _int_power(a: Interval, n: int, what: str) -> Interval:
+def _int_power(a: Interval, n: int, what: object) -> Interval:
     if n < 0:
         return _int_power(_inverse(a, what), -n, what)
     if n == 0:
@@ -235,7 +235,7 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Interval], memo: dict | None = 
             for a in e.args:
                 r = _mul(r, walk(a))
         elif isinstance(e, sympy.Pow):
-            r = _power(walk(e.args[0]), integer_exponent(e.args[1], env), str(e.args[0]))
+            r = _power(walk(e.args[0]), integer_exponent(e.args[1], env), e.args[0])
         elif e.func in _FUNCS:
             r = _monotone(_FUNCS[e.func], walk(e.args[0]))
         elif isinstance(e, sympy.Min | sympy.Max):
@@ -260,9 +260,19 @@ def integer_exponent(exponent: sympy.Expr, env: Mapping[str, Interval]) -> sympy
     return exponent
 
 
-def _power(base: Interval, exponent: sympy.Expr, what: str) -> Interval:
+class _Root:
+    """The name of √what in a message, written only if a message is (printing is slow)."""
+
+    def __init__(self, what: object):
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"sqrt({self.what})"
+
+
+def _power(base: Interval, exponent: sympy.Expr, what: object) -> Interval:
     if not isinstance(exponent, sympy.Rational) or exponent.q not in (1, 2):
         raise ExprError(f"unsupported exponent {exponent} (integers and halves only)")
     if exponent.q == 1:
         return _int_power(base, int(exponent.p), what)
-    return _int_power(_monotone("sqrt", base), int(exponent.p), f"sqrt({what})")
+    return _int_power(_monotone("sqrt", base), int(exponent.p), _Root(what))
