@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
+import os
+import re
 import shutil
+import time
 
 import pytest
 
@@ -32,20 +36,56 @@ escalation:
     action: halt_promotion
 """
 REFUTED = CONTRACT.replace("max: 0.0100", "max: 0.00999").replace("check-me", "refute-me")
+MEASURED = CONTRACT.replace("check-me", "measure-me").replace(
+    "runtime:",
+    "statistical:\n  - {id: S1, metric: tv, statistic: quantile, q: 0.99, max: 0.01, "
+    "confidence: 0.95, min_samples: 1000}\nruntime:",
+)
+SOURCE = {"kind": "logprobs", "label": "log.jsonl", "fingerprint": "sha256:" + "ab" * 32}
+
+
+def _measured(report: dict) -> dict:
+    """``report`` (of MEASURED, proofs only) as if a log had been measured: N1 violated (max
+    0.03 > 0.02), S1 held (upper bound 0.008 ≤ 0.01 on 5000 tokens)."""
+    r = copy.deepcopy(report)
+    r["evidence"] = {"sources": [SOURCE], "assumptions": ["tokens are independent draws"]}
+    common = {"fingerprint": SOURCE["fingerprint"], "source": SOURCE["label"]}
+    r["clauses"][0].update(status="violated", samples=5000, value=0.03, bound=0.03,
+                           reason="max logit_drift over 5000 tokens is 0.03", **common)  # fmt: skip
+    r["clauses"][1].update(status="held", samples=5000, value=0.004, bound=0.008,
+                           reason="order-statistic bound", **common)  # fmt: skip
+    r["status"], r["exit_code"] = "violated", 1
+    return r
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     root = tmp_path_factory.mktemp("reports")
     out = {}
-    for name, text in (("proved", CONTRACT), ("refuted", REFUTED)):
-        (root / f"{name}.yaml").write_text(text)
-        code = main([str(root / f"{name}.yaml"), "--json", str(root / f"{name}.json"), "--quiet"],
-                    stdout=io.StringIO(), stderr=io.StringIO())  # fmt: skip
-        assert code == (0 if name == "proved" else 1)
-        out[name] = json.loads((root / f"{name}.json").read_text())
+    cwd = os.getcwd()
+    os.chdir(root)  # the reports name their contract by a relative path, as users give it
+    try:
+        for name, text in (("proved", CONTRACT), ("refuted", REFUTED), ("measured", MEASURED)):
+            (root / f"{name}.yaml").write_text(text)
+            code = main([f"{name}.yaml", "--json", f"{name}.json", "--quiet"],
+                        stdout=io.StringIO(), stderr=io.StringIO())  # fmt: skip
+            assert code == (1 if name == "refuted" else 0)
+            out[name] = json.loads((root / f"{name}.json").read_text())
+    finally:
+        os.chdir(cwd)
+    out["measured"] = _measured(out["measured"])
     out["root"] = root
+    out["elsewhere"] = tmp_path_factory.mktemp("elsewhere")  # no contract file, no report
     return out
+
+
+def _differences(reports, data, where: str, monkeypatch) -> tuple[str, ...]:
+    """Re-check ``data`` next to its contract file, or with none found: from another working
+    directory, the report's directory holding no contract."""
+    if where == "beside":
+        return check_data(data, report_dir=str(reports["root"])).differences
+    monkeypatch.chdir(reports["elsewhere"])
+    return check_data(data, report_dir=str(reports["elsewhere"])).differences
 
 
 def _ob(r, i=0):
@@ -140,6 +180,65 @@ PROVED_MUTATIONS = {
     "clauses malformed": _set(("clauses",), [1, 2]),
 }
 
+
+def _canonical(change):
+    """Edit the contract's canonical form and recompute both of its hashes."""
+
+    def mutate(r):
+        plain = json.loads(r["contract"]["canonical"])
+        change(plain)
+        text = json.dumps(plain, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        r["contract"].update(canonical=text, canonical_sha256=digest, sha256=digest)
+
+    return mutate
+
+
+PROVED_MUTATIONS |= {
+    "symbolic text": lambda r: _ob(r)["symbolic"].update(text="tanh(delta_N1/(4*T))"),
+    "symbolic latex": lambda r: _ob(r)["symbolic"].update(latex="\\tanh{x}"),
+    "chain": _set(("obligations", 0, "chain"), ["logit_drift_to_tv"]),
+    "route": _set(("obligations", 0, "route"), "token_tv_loose"),
+    "note added": lambda r: _ob(r)["notes"].append("checked by hand"),
+    "alternative formula": lambda r: _ob(r)["alternatives"][0].update(formula="0"),
+    "alternative value": lambda r: _ob(r)["alternatives"][0].update(value=0.0),
+    "variable clause": _set(("obligations", 0, "variables", 0, "clause"), "R1"),
+    "variable renamed": _set(("obligations", 0, "variables", 0, "name"), "delta_R1"),
+    "constant added": lambda r: _ob(r)["constants"].update(L="1" + "0" * 50),
+    "constant T tiny": _set(("obligations", 0, "constants", "T"), "1/1000000000000"),
+    "reason on a proof": _set(("obligations", 0, "reason"), "by inspection"),
+    "field added": lambda r: _ob(r).update(verified_by="a reviewer"),
+    "field removed": lambda r: _ob(r).pop("route"),
+    "query field added": lambda r: _q(r).update(note="fine"),
+    "top-level field added": _set(("trusted",), True),
+    "proved to unknown with a reason": lambda r: _ob(r).update(status="unknown", reason="t/o"),
+    "bound NaN": lambda r: _ob(r).update(bound=float("nan")),
+    "bound infinite": lambda r: _ob(r).update(bound=float("inf")),
+    "canonical sha256": _set(("contract", "canonical_sha256"), "0" * 64),
+    "canonical temperature, hashes recomputed": _canonical(
+        lambda p: p["policy"].update(temperature=2.0)
+    ),
+    "canonical max, hashes recomputed": _canonical(lambda p: p["guarantees"][0].update(max=0.5)),
+    "canonical drift limit, hashes recomputed": _canonical(
+        lambda p: p["numerical"][0].update(max=0.01)
+    ),
+    "canonical not canonical, hashes recomputed": _canonical(
+        lambda p: p["kernels"]["inference"].update(provenance="measured by us")
+    ),
+    "canonical invalid, hashes recomputed": _canonical(
+        lambda p: p["policy"].update(temperature=-1.0)
+    ),
+    "runtime clause held": lambda r: r["clauses"][1].update(status="held"),
+    "runtime clause reason": lambda r: r["clauses"][1].update(reason="all conditions hold"),
+    "skipped clause reason": lambda r: r["clauses"][0].update(reason="not needed"),
+    "clause threshold": lambda r: r["clauses"][0].update(threshold=0.5),
+    "clause field added": lambda r: r["clauses"][0].update(checked=True),
+    "escalation when": lambda r: r["escalation"][0].update(when=["unknown"]),
+    "escalation observed": lambda r: r["escalation"][0].update(observed=["refuted"]),
+    "escalation action": lambda r: r["escalation"][0].update(action="log"),
+    "evidence added": _set(("evidence",), {"sources": [SOURCE], "assumptions": []}),
+}
+
 REFUTED_MUTATIONS = {
     "refuted to proved": _set(("obligations", 0, "status"), "proved"),
     "counterexample moved": lambda r: _ob(r)["counterexample"]["point"].update(delta_N1="0"),
@@ -149,33 +248,144 @@ REFUTED_MUTATIONS = {
     "counterexample removed": _set(("obligations", 0, "counterexample"), None),
     "sat answer": lambda r: _q(r).update(answer="unsat"),
     "threshold raised": _set(("obligations", 0, "threshold", "rational"), "1/50"),
+    "counterexample value": lambda r: _ob(r)["counterexample"].update(value=0.5),
+    "counterexample value interval": lambda r: _ob(r)["counterexample"].update(
+        value_interval=["1/2", "1/2"]
+    ),
+    "counterexample source": lambda r: _ob(r)["counterexample"].update(source="a reviewer"),
+    "counterexample field added": lambda r: _ob(r)["counterexample"].update(exact=True),
+    "reason on a refutation": _set(("obligations", 0, "reason"), "too tight"),
+    "escalation not fired": lambda r: r["escalation"][0].update(fired=False),
 }
 
 
-def test_untouched_reports_are_accepted(reports):
-    for name in ("proved", "refuted"):
-        result = check_data(copy.deepcopy(reports[name]), report_dir=str(reports["root"]))
-        assert result.differences == (), name
-        assert result.queries >= 2
+def _forge_held(r):
+    """The review's forged evidence verdict: violated edited to held, statuses to match."""
+    r["clauses"][0]["status"] = "held"
+    r["status"], r["exit_code"] = "held", 0
+
+
+MEASURED_MUTATIONS = {
+    "violated to held": _forge_held,
+    "held on too few samples": lambda r: r["clauses"][1].update(samples=999),
+    "held above max": lambda r: r["clauses"][1].update(bound=0.02),
+    "held to violated": lambda r: r["clauses"][1].update(status="violated"),
+    "confidence": lambda r: r["clauses"][1].update(confidence=0.5),
+    "statistic": lambda r: r["clauses"][1].update(statistic="mean"),
+    "metric": lambda r: r["clauses"][1].update(metric="kl"),
+    "threshold": lambda r: r["clauses"][1].update(threshold=0.1),
+    "fingerprint": lambda r: r["clauses"][1].update(fingerprint="sha256:" + "0" * 64),
+    "source": lambda r: r["clauses"][1].update(source="other.jsonl"),
+    "samples negative": lambda r: r["clauses"][1].update(samples=-5),
+    "samples not a count": lambda r: r["clauses"][1].update(samples=5000.5),
+    "bound NaN": lambda r: r["clauses"][1].update(bound=float("nan")),
+    "value infinite": lambda r: r["clauses"][0].update(value=float("inf")),
+    "violated without a reason": lambda r: r["clauses"][0].update(reason=""),
+    "evidence removed": _set(("evidence",), None),
+    "overall status": _set(("status",), "held"),
+}
+
+
+WHERE = ("beside", "elsewhere")
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_untouched_reports_are_accepted(reports, where, monkeypatch):
+    for name in ("proved", "refuted", "measured"):
+        data = copy.deepcopy(reports[name])
+        assert _differences(reports, data, where, monkeypatch) == (), name
+        notes = check_data(data, report_dir=str(reports[where])).notes if where != "beside" else ()
+        assert any("not found: everything was re-derived" in n for n in notes) == (
+            where != "beside"
+        )
 
 
 def test_there_are_enough_mutations():
-    assert len(PROVED_MUTATIONS) + len(REFUTED_MUTATIONS) >= 30
+    assert len(PROVED_MUTATIONS) + len(REFUTED_MUTATIONS) + len(MEASURED_MUTATIONS) >= 100
 
 
-@pytest.mark.parametrize("name", sorted(PROVED_MUTATIONS))
-def test_mutation_of_a_proved_report_is_rejected(reports, name):
-    data = copy.deepcopy(reports["proved"])
-    PROVED_MUTATIONS[name](data)
-    assert data != reports["proved"]
-    assert check_data(data, report_dir=str(reports["root"])).differences, name
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("proved", n) for n in sorted(PROVED_MUTATIONS)]
+    + [("refuted", n) for n in sorted(REFUTED_MUTATIONS)]
+    + [("measured", n) for n in sorted(MEASURED_MUTATIONS)],
+)
+def test_mutation_is_rejected(reports, kind, name, where, monkeypatch):
+    mutations = {"proved": PROVED_MUTATIONS, "refuted": REFUTED_MUTATIONS}
+    data = copy.deepcopy(reports[kind])
+    mutations.get(kind, MEASURED_MUTATIONS)[name](data)
+    assert data != reports[kind]
+    if name == "contract sha256" and where == "elsewhere":
+        # the sha256 of the file's bytes: without the file, only its canonical form is known
+        assert _differences(reports, data, where, monkeypatch) == ()
+        return
+    assert _differences(reports, data, where, monkeypatch), name
 
 
-@pytest.mark.parametrize("name", sorted(REFUTED_MUTATIONS))
-def test_mutation_of_a_refuted_report_is_rejected(reports, name):
+def test_forged_evidence_verdict_is_named(reports):
+    data = copy.deepcopy(reports["measured"])
+    _forge_held(data)
+    assert check_data(data, report_dir=str(reports["elsewhere"])).differences == (
+        "clauses[N1/all].status: held, but its numbers (5000 samples, bound 0.03, max 0.02) "
+        "give violated",
+    )
+
+
+def test_forged_formula_without_the_contract_file(reports, tmp_path, monkeypatch):
+    """The review's forged report: a weaker bound, its queries regenerated so they re-run
+    consistently, checked where no contract file can be found."""
     data = copy.deepcopy(reports["refuted"])
-    REFUTED_MUTATIONS[name](data)
-    assert check_data(data, report_dir=str(reports["root"])).differences, name
+    ob = _ob(data)
+    weaker = ob["symbolic"]["srepr"].replace("Rational(1, 2)", "Rational(1, 4)")
+    assert weaker != ob["symbolic"]["srepr"]
+    ob["symbolic"]["srepr"] = weaker
+    ob["status"], data["status"], data["exit_code"] = "proved", "proved", 0
+    (tmp_path / "forged.json").write_text(json.dumps(data))
+    monkeypatch.chdir(reports["elsewhere"])
+    out = io.StringIO()
+    assert main(["check", str(tmp_path / "forged.json")], stdout=out, stderr=io.StringIO()) == 1
+    assert "DIFFERENCE obligations[G1].symbolic.srepr: " in out.getvalue()
+
+
+def test_check_ends_quickly_on_forged_huge_constants(reports):
+    start = time.perf_counter()
+    for change in (
+        _set(("obligations", 0, "constants", "T"), "1/1000000000000"),
+        lambda r: _ob(r)["constants"].update(L="1" + "0" * 50),
+        _canonical(lambda p: p["policy"].update(temperature=1e-12, max_new_tokens=10**50)),
+    ):
+        data = copy.deepcopy(reports["proved"])
+        change(data)
+        assert check_data(data, report_dir=str(reports["elsewhere"])).differences
+    assert time.perf_counter() - start < 30
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('"status": "proved",', "duplicate key status"),
+        ('"status": "proved",', "duplicate key obligations[0].status"),
+        ('"bound": NaN,', "obligations[0].bound: NaN is not a number"),
+        ('"bound": Infinity,', "obligations[0].bound: Infinity is not a number"),
+        ('"bound": -Infinity,', "obligations[0].bound: -Infinity is not a number"),
+        ('"bound": 1e999,', "obligations[0].bound: a number out of range"),
+    ],
+)
+def test_duplicate_keys_and_non_finite_numbers_exit_2(reports, tmp_path, text, message):
+    src = (reports["root"] / "proved.json").read_text()
+    if message.startswith("duplicate key obligations"):
+        src = src.replace('"quantity": "token_tv",', '"quantity": "token_tv",\n' + text, 1)
+    elif message.startswith("duplicate"):
+        src = src.replace('"exit_code"', text + '\n  "exit_code"', 1)
+    else:
+        src = re.sub(r'"bound": [^,]+,', text, src, count=1)
+    path = tmp_path / "bad.json"
+    path.write_text(src)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", str(path)], stdout=out, stderr=err) == 2
+    assert err.getvalue() == f"{path}: not a usable report: {message}\n"
+    assert out.getvalue() == ""
 
 
 def test_differences_are_named(reports):
