@@ -213,6 +213,7 @@ PROVED_MUTATIONS |= {
     "top-level field added": _set(("trusted",), True),
     "proved to unknown with a reason": lambda r: _ob(r).update(status="unknown", reason="t/o"),
     "bound NaN": lambda r: _ob(r).update(bound=float("nan")),
+    "bound removed": lambda r: _ob(r).update(bound=None, bound_interval=None),
     "bound infinite": lambda r: _ob(r).update(bound=float("inf")),
     "canonical sha256": _set(("contract", "canonical_sha256"), "0" * 64),
     "canonical temperature, hashes recomputed": _canonical(
@@ -359,6 +360,21 @@ def test_check_ends_quickly_on_forged_huge_constants(reports):
         change(data)
         assert check_data(data, report_dir=str(reports["elsewhere"])).differences
     assert time.perf_counter() - start < 30
+
+
+def test_report_of_a_tiny_temperature_re_checks(tmp_path):
+    """At T = 1e-12 the bound cannot be evaluated (e^(4·10^10)): unknown with no bound, which
+    check accepts, since its own evaluation fails the same way."""
+    text = CONTRACT.replace("temperature: 1.0", "temperature: 1.0e-12").replace(
+        "  - {id: G2, quantity: token_log_ratio, max: 0.0404, from: [N1]}\n",
+        "  - {id: G2, quantity: clip_budget, clip_epsilon: 0.2, max: 0.5, from: [N1]}\n",
+    )
+    (tmp_path / "tiny.yaml").write_text(text)
+    args = [str(tmp_path / "tiny.yaml"), "--json", str(tmp_path / "tiny.json"), "--quiet"]
+    assert main(args, stdout=io.StringIO(), stderr=io.StringIO()) == 3
+    data = json.loads((tmp_path / "tiny.json").read_text())
+    assert _ob(data, 1)["bound"] is None and _ob(data, 1)["status"] == "unknown"
+    assert check_data(data, report_dir=str(tmp_path)).differences == ()
 
 
 @pytest.mark.parametrize(

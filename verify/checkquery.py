@@ -201,10 +201,15 @@ def check_obligation(o, where, diff, notes, clause_max, *, timeout_ms):
 
 def _check_bound(o, tree, variables, constants, thr, status, where, diff):
     worst = dict(constants) | {name: hi for name, _, _, hi in variables}
+    unevaluated = o.get("bound") is None and o.get("bound_interval") is None
     try:
         lo, hi = evaluate_iv(tree, worst)
     except (SreprError, ZeroDivisionError, ValueError) as err:
-        diff(f"{where}.bound", f"cannot be recomputed: {err}")
+        if not (unevaluated and status is Status.UNKNOWN):  # "cannot evaluate the bound"
+            diff(f"{where}.bound", f"cannot be recomputed: {err}")
+        return
+    if unevaluated:
+        diff(f"{where}.bound", f"missing, but the bound evaluates to {float((lo + hi) / 2)!r}")
         return
     _check_enclosure(o.get("bound_interval"), o.get("bound"), lo, hi, where, "bound", diff)
     if status is Status.PROVED and lo > thr:
