@@ -202,7 +202,7 @@ def test_tiny_temperature_gives_unknown_not_a_crash():
 
 
 # ---- check: an internally consistent report of a weaker statement ------------------------------
-def _forged(tmp_path, change) -> list[str]:
+def _forged(tmp_path, change, monkeypatch) -> tuple[str, ...]:
     src = "contracts/examples/refuted-on-purpose.yaml"
     path = tmp_path / "refuted-on-purpose.yaml"
     shutil.copy(src, path)
@@ -216,7 +216,14 @@ def _forged(tmp_path, change) -> list[str]:
     data["status"], data["exit_code"] = "proved", 0
     result = check_data(data, report_dir=str(tmp_path))
     assert not result.ok
-    return result.differences
+    # the same differences without the contract file, from another working directory
+    path.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    again = check_data(data, report_dir=str(elsewhere))
+    assert again.differences == result.differences
+    return again.differences
 
 
 def _obligation(d):
@@ -225,19 +232,22 @@ def _obligation(d):
     return obligation_json(discharge(d))
 
 
-def test_check_rejects_a_forged_temperature(tmp_path):
+def test_check_rejects_a_forged_temperature(tmp_path, monkeypatch):
     diffs = _forged(
         tmp_path,
         lambda d: dataclasses.replace(
             d, constants=MappingProxyType({**d.constants, "T": Fraction(2)})
         ),
+        monkeypatch,
     )
     assert any("constants.T" in x for x in diffs), diffs
 
 
-def test_check_rejects_a_forged_formula(tmp_path):
+def test_check_rejects_a_forged_formula(tmp_path, monkeypatch):
     delta, T = sympy.Symbol("delta_N1", nonnegative=True), sympy.Symbol("T", positive=True)
-    diffs = _forged(tmp_path, lambda d: dataclasses.replace(d, expr=sympy.tanh(delta / (4 * T))))
+    diffs = _forged(
+        tmp_path, lambda d: dataclasses.replace(d, expr=sympy.tanh(delta / (4 * T))), monkeypatch
+    )
     assert any("symbolic.srepr" in x for x in diffs), diffs
 
 
@@ -268,7 +278,7 @@ def test_tv_clause_above_one(clause, guarantee, expected):
     assert _verdict(_contract("1.0", clause, guarantee)).status.label == expected
 
 
-def test_check_rejects_a_premise_frozen_as_a_constant(tmp_path):
+def test_check_rejects_a_premise_frozen_as_a_constant(tmp_path, monkeypatch):
     # the drift variable dropped from the box and fixed at 0.01: "proved", consistently re-run
     diffs = _forged(
         tmp_path,
@@ -277,6 +287,7 @@ def test_check_rejects_a_premise_frozen_as_a_constant(tmp_path):
             variables=(),
             constants=MappingProxyType({**d.constants, "delta_N1": Fraction(1, 100)}),
         ),
+        monkeypatch,
     )
     assert any("constants.delta_N1" in x for x in diffs), diffs
 
