@@ -275,3 +275,5 @@ def test_a_clip_share_beyond_the_float_range_is_refuted_with_its_rational_bound(
     )
     assert lo > 10**321 and hi - lo < lo / 2**100
     assert "8.1621" in (tmp_path / "r.md").read_text()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", str(tmp_path / "r.json")], stdout=out, stderr=err) == 0, out.getvalue()

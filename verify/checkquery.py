@@ -12,6 +12,7 @@ from fractions import Fraction
 from contracts import exact
 from verify import smt
 from verify.encode import EncodeError, encode
+from verify.obligations import decimal, float_or_none
 from verify.recompute import SreprError, evaluate_iv, parse_srepr, to_sympy
 from verify.status import Status
 
@@ -209,11 +210,11 @@ def _check_bound(o, tree, variables, constants, thr, status, where, diff):
             diff(f"{where}.bound", f"cannot be recomputed: {err}")
         return
     if unevaluated:
-        diff(f"{where}.bound", f"missing, but the bound evaluates to {float((lo + hi) / 2)!r}")
+        diff(f"{where}.bound", f"missing, but the bound evaluates to {decimal((lo + hi) / 2)}")
         return
     _check_enclosure(o.get("bound_interval"), o.get("bound"), lo, hi, where, "bound", diff)
     if status is Status.PROVED and lo > thr:
-        diff(where, f"proved, but the bound {float(lo)!r} exceeds the threshold {float(thr)!r}")
+        diff(where, f"proved, but the bound {decimal(lo)} exceeds the threshold {decimal(thr)}")
 
 
 def _check_verdict(o, status, checked, tree, variables, constants, thr, where, diff):
@@ -285,9 +286,16 @@ def _check_enclosure(stored, value, lo, hi, where, name, diff):
         return
     scale = max(abs(lo), abs(hi))
     if not (a <= b and a <= hi and lo <= b and b - a <= scale * _REL + Fraction(1, 2**200)):
-        diff(f"{where}.{name}_interval", f"[{float(a)!r}, {float(b)!r}] disagrees with the "
-             f"recomputed [{float(lo)!r}, {float(hi)!r}]")  # fmt: skip
-    mid = float((lo + hi) / 2)
+        diff(f"{where}.{name}_interval", f"[{decimal(a, 17)}, {decimal(b, 17)}] disagrees "
+             f"with the recomputed [{decimal(lo, 17)}, {decimal(hi, 17)}]")  # fmt: skip
+    mid = float_or_none((lo + hi) / 2)
+    if mid is None:  # beyond the float range: the report writes null, the interval carries it
+        if value is not None:
+            diff(
+                f"{where}.{name}",
+                f"{value!r} but the recomputed value {decimal(lo)} is beyond floats",
+            )
+        return
     if (
         not isinstance(value, float | int)
         or isinstance(value, bool)

@@ -158,7 +158,7 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
     return dataclasses.replace(
         base,
         status=status,
-        bound=_float((interval[0] + interval[1]) / 2),
+        bound=float_or_none((interval[0] + interval[1]) / 2),
         bound_interval=interval,
         queries=outcome.queries,
         unsat_core=outcome.core,
@@ -168,7 +168,7 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
     )
 
 
-def _float(v: Fraction) -> float | None:
+def float_or_none(v: Fraction) -> float | None:
     """``v`` as a float; ``None`` beyond the float range (e.g. a clip share at ε = 5e-324), where
     the rational interval alone carries the value."""
     try:
@@ -231,7 +231,7 @@ def obligation_json(o: Obligation) -> Mapping[str, object]:
         else {
             "point": {k: rational(v) for k, v in cex.point},
             "value_interval": [rational(cex.value[0]), rational(cex.value[1])],
-            "value": _float((cex.value[0] + cex.value[1]) / 2),
+            "value": float_or_none((cex.value[0] + cex.value[1]) / 2),
             "source": cex.source,
         },
         "alternatives": [  # a loose route can overflow (e^s at T = 1e-6): JSON has no inf
