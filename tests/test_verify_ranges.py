@@ -117,3 +117,23 @@ def test_pinsker_past_the_kink_is_proved():
     assert d.route == "sequence_tv_pinsker"
     o = discharge(d, timeout_ms=10000)
     assert o.status is Status.PROVED, o.reason
+
+
+def test_a_tightened_query_re_checks(tmp_path):
+    # the re-checker regenerates the query text, range lemmas included, from the report alone
+    import json
+
+    from verify.check import check_data
+    from verify.report import dumps
+    from verify.run import run
+
+    text = _HEAD.format(T="1.0", L="512", delta="0.1", quantity="sequence_tv", max="0.99")
+    data = json.loads(dumps(run(loads(text, str(tmp_path / "gone.yaml")), timeout_ms=10000)))
+    (o,) = data["obligations"]
+    assert o["status"] == "proved" and "range_arg." in o["smtlib"][0]["text"]
+    result = check_data(data, report_dir=str(tmp_path))
+    assert result.ok, result.differences
+    forged = json.loads(json.dumps(data))
+    q = forged["obligations"][0]["smtlib"][0]
+    q["text"] = q["text"].replace(":named range_arg.", ":named range_xarg.", 1)
+    assert not check_data(forged, report_dir=str(tmp_path)).ok
