@@ -363,3 +363,24 @@ def test_quantile_lower_bound_index_against_the_binomial_tail():
             for c in (0.5, 0.9, 0.95, 0.99):
                 ok = [k for k in range(1, n + 1) if 1 - binomial_cdf(k - 1, n, q) > c + 1e-9]
                 assert quantile_lower_bound(ranks, q, c) == (max(ok) if ok else -math.inf)
+
+
+def test_verl_names_count_a_sequence_with_an_all_zero_response_mask(tmp_path):
+    """verl's per-sequence means include a fully masked response (mean log-prob 0)."""
+    records = [
+        {"uid": "a", "responses": [1, 2], "old_log_probs": [-1.0, -3.0],
+         "rollout_log_probs": [-1.5, -2.5], "response_mask": [1, 1]},
+        {"uid": "b", "responses": [3, 4], "old_log_probs": [-2.0, -2.0],
+         "rollout_log_probs": [-2.0, -2.0], "response_mask": [0, 0]},
+    ]  # fmt: skip
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    body = "numerical:\n  - {id: N1, metric: log_ratio, max: 0.01, slice: all}\n"
+    _, report = evaluate(_contract(tmp_path, body, fmt="verl"))
+    m = report["sources"][0]["framework_metrics"]
+    # sequence a: mean ℓ = −2, mean ℓ' = −2; sequence b counts with 0 on both sides
+    assert m["rollout_corr/training_log_ppl"] == pytest.approx((2.0 + 0.0) / 2)
+    assert m["rollout_corr/rollout_log_ppl"] == pytest.approx((2.0 + 0.0) / 2)
+    assert m["rollout_corr/training_ppl"] == pytest.approx((math.exp(2.0) + 1.0) / 2)
+    assert m["rollout_corr/log_ppl_diff_max"] == 0.0 and m["rollout_corr/log_ppl_diff_min"] == 0.0
+    assert m["rollout_corr/kl"] == pytest.approx(0.0)  # a token mean: the masked row adds nothing
+    assert m["train_rollout_logprob_abs_diff"] == pytest.approx(0.5)  # slime: sequence a only

@@ -64,6 +64,10 @@ def _reference(train, rollout, seq):
     mr = [sum(rollout[i] for i in ix) / len(ix) for ix in by_seq.values()]
     k = len(seqs)
     ref["rollout_corr/training_ppl"] = sum(math.exp(-x) for x in mt) / k
+    ref["rollout_corr/training_log_ppl"] = sum(-x for x in mt) / k
+    ref["rollout_corr/rollout_log_ppl"] = sum(-x for x in mr) / k
+    ref["rollout_corr/log_ppl_diff_max"] = max(r - t for r, t in zip(mr, mt, strict=True))
+    ref["rollout_corr/log_ppl_diff_min"] = min(r - t for r, t in zip(mr, mt, strict=True))
     ref["rollout_corr/rollout_ppl"] = sum(math.exp(-x) for x in mr) / k
     ref["rollout_corr/log_ppl_diff"] = sum(r - t for r, t in zip(mr, mt, strict=True)) / k
     ref["rollout_corr/log_ppl_abs_diff"] = sum(abs(r - t) for r, t in zip(mr, mt, strict=True)) / k
@@ -90,6 +94,35 @@ def test_framework_metrics_empty_and_sequence_labels():
     train, rollout, seq = _log(3)
     relabelled = framework_metrics(train, rollout, seq * 7 + 100)
     assert relabelled == framework_metrics(train, rollout, seq)
+
+
+def test_verl_counts_sequences_whose_response_mask_is_all_zero():
+    # verl's masked mean of an empty row is 0/(0 + 1e-8) = 0: such a sequence enters its
+    # per-sequence means with log PPL 0 on both sides; slime's per-sample mean leaves it out
+    train, rollout, seq = _log(4)
+    total = int(seq.max()) + 1
+    shifted = np.where(seq >= 2, seq + 1, seq)  # sequence 2 of total + 1 has no token
+    with_empty = framework_metrics(train, rollout, shifted, sequences=total + 1)
+    without = framework_metrics(train, rollout, seq)
+    k = total + 1
+    for name in ("training_log_ppl", "rollout_log_ppl", "log_ppl_diff", "log_ppl_abs_diff"):
+        key = f"rollout_corr/{name}"
+        assert with_empty[key] == pytest.approx(without[key] * total / k, rel=1e-12), key
+    for name in ("training_ppl", "rollout_ppl", "ppl_ratio"):  # the empty one adds e^0 = 1
+        key = f"rollout_corr/{name}"
+        assert with_empty[key] == pytest.approx((without[key] * total + 1) / k, rel=1e-12), key
+    chi2 = without["rollout_corr/chi2_seq"]
+    assert with_empty["rollout_corr/chi2_seq"] == pytest.approx(((chi2 + 1) * total + 1) / k - 1)
+    assert with_empty["rollout_corr/log_ppl_diff_max"] == max(
+        without["rollout_corr/log_ppl_diff_max"], 0.0
+    )
+    assert with_empty["rollout_corr/log_ppl_diff_min"] == min(
+        without["rollout_corr/log_ppl_diff_min"], 0.0
+    )
+    key = "train_rollout_logprob_abs_diff"  # slime: the sequences with tokens only
+    assert with_empty[key] == without[key]
+    with pytest.raises(ValueError, match="must lie in"):
+        framework_metrics(train, rollout, shifted, sequences=total)
 
 
 @settings(max_examples=60, deadline=None)

@@ -210,7 +210,9 @@ def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream)
         "malformed_lines": sum(t.malformed_count for t in tables),
         "token_id_mismatches": sum(t.mismatch_count for t in tables),
         "unpaired_records": sum(t.unpaired_count for t in tables),
-        "framework_metrics": framework_metrics(train, rollout, sequence),
+        "framework_metrics": framework_metrics(
+            train, rollout, sequence, sequences=int(offsets[-1])
+        ),
         "truncated_support_shift": shift_info,
     }
     label = ", ".join(_shown(t.path) for t in tables)
