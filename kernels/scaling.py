@@ -12,7 +12,7 @@ A scaling mode is written as in the contract DSL:
 Only the FP8 formats are scaled. Wider formats (float32, bfloat16, float16) are cast directly,
 with every scale equal to 1, whatever the mode says.
 
-Scale of one run ``a`` (``amax`` = the largest ``|a|`` over its finite entries, after binary32
+Scale of one run ``a`` of finite values (``amax`` = the largest ``|a|``, after binary32
 subnormals are flushed):
 
 * ``per_tensor``, ``per_row``, ``block:N``: ``s = flush(fl32(amax · fl32(1 / max_format)))``
@@ -21,11 +21,17 @@ subnormals are flushed):
   ``amax = 0``. (E8M0 reaches ``2**-127``; that one value is a binary32 subnormal and is not
   used.) The quantized values may exceed ``max_format`` before the cast; the cast saturates.
 
+A run holding a non-finite value (±inf or NaN) gets the scale NaN, so every value of the run
+quantizes to NaN, as a hardware quantizer propagates it: an MX block's E8M0 scale takes its NaN
+encoding, and an amax of inf gives an fp32 scale whose reciprocal turns the run into NaN. (A
+quantizer that skipped the non-finite value would turn inf into a finite number: 3.5 in the MX
+block [inf, 1, −3].)
+
 Quantized value: ``q = saturating_cast(fl32(a · fl32(1 / s)), format)``: multiplication by the
 binary32 reciprocal of the scale, as quantizers do. (Written with multiplications on purpose:
 XLA rewrites a division by a constant into a multiplication by its reciprocal, so a definition
-with ``a / s`` would not be reproducible once ``s`` is constant-folded.) ``1 / s`` is finite
-because ``s ≥ 2**-126``, and exact for MX scales.
+with ``a / s`` would not be reproducible once ``s`` is constant-folded.) For a finite run
+``1 / s`` is finite because ``s ≥ 2**-126``, and exact for MX scales.
 
 References:
     Open Compute Project, "OCP Microscaling Formats (MX) Specification", v1.0, 2023 (shared
@@ -117,12 +123,16 @@ def quantize_rows(
     if not info.is_fp8:
         return saturating_cast(a, fmt), jnp.ones((rows, 1), jnp.float32)
     nb, run = _runs_shape(k, scaling)
-    mag = jnp.where(jnp.isfinite(a), jnp.abs(a), 0.0)
+    finite = jnp.isfinite(a)
+    mag = jnp.where(finite, jnp.abs(a), 0.0)
     if scaling.kind == "per_tensor":
         amax = jnp.broadcast_to(jnp.max(mag, initial=0.0), (rows, 1))
+        spoilt = jnp.broadcast_to(~jnp.all(finite), (rows, 1))
     else:
         padded = jnp.pad(mag, ((0, 0), (0, nb * run - k)))
         amax = jnp.max(padded.reshape(rows, nb, run), axis=2, initial=0.0)
+        bad = jnp.pad(~finite, ((0, 0), (0, nb * run - k)))
+        spoilt = jnp.any(bad.reshape(rows, nb, run), axis=2)
     if scaling.kind == "mx":
         bits = lax.bitcast_convert_type(amax, jnp.int32)
         e = ((bits >> 23) & 0xFF) - 127
@@ -131,6 +141,7 @@ def quantize_rows(
     else:
         s = flush(amax * _recip_max(info.max))
         s = jnp.where(s == 0, jnp.float32(1), s)
+    s = jnp.where(spoilt, jnp.float32(jnp.nan), s)
     inv = jnp.float32(1) / s
     inv_full = jnp.repeat(inv, run, axis=1, total_repeat_length=nb * run)[:, :k]
     return saturating_cast(a * inv_full, fmt), s
@@ -149,14 +160,13 @@ def quantize_rows_np(a: np.ndarray, fmt: str, scaling: Scaling) -> tuple[np.ndar
         return saturating_cast_np(a, fmt), np.ones((rows, 1), np.float32)
     nb, run = _runs_shape(k, scaling)
     s = np.ones((rows, nb), np.float32)
-    finite = np.isfinite(a)
     for r in range(rows):
         for j in range(nb):
-            if scaling.kind == "per_tensor":
-                vals = np.abs(a[finite])
-            else:
-                seg = a[r, j * run : (j + 1) * run]
-                vals = np.abs(seg[np.isfinite(seg)])
+            seg = a if scaling.kind == "per_tensor" else a[r, j * run : (j + 1) * run]
+            if not np.isfinite(seg).all():  # a non-finite value spoils its whole run
+                s[r, j] = np.float32(np.nan)
+                continue
+            vals = np.abs(seg)
             amax = np.float32(vals.max()) if vals.size else np.float32(0)
             if amax == 0:
                 continue

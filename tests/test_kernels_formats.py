@@ -133,9 +133,16 @@ def test_quantize_jax_equals_numpy(rows, k, scaling, fmt, exp, data):
     q, s = _quant(jnp.asarray(x), fmt, sc)
     q_np, s_np = quantize_rows_np(x, fmt, sc)
     assert same_bits(q, q_np) and same_bits(s, s_np)
-    assert np.all(np.asarray(s_np) > 0) and np.all(np.isfinite(s_np))
+    spoilt = np.isnan(s_np)  # exactly the runs that hold a non-finite value, all NaN
+    assert np.all(np.asarray(s_np)[~spoilt] > 0)
+    run = k if sc.block is None else sc.block
+    for r, j in zip(*np.nonzero(spoilt), strict=True):
+        rows_ = slice(None) if sc.kind == "per_tensor" else r
+        cols = slice(j * run, (j + 1) * run)
+        assert not np.isfinite(x[rows_, cols]).all()
+        assert np.isnan(np.asarray(q_np)[r, cols]).all()
     if sc.kind == "mx":
-        mant, _ = np.frexp(s_np)
+        mant, _ = np.frexp(s_np[~spoilt])
         assert np.all(mant == 0.5)  # powers of two
 
 
@@ -146,11 +153,19 @@ def test_quantize_scales_and_zero_rows():
     assert s[0, 0] == 1.0 and np.all(q[0] == 0)  # all-zero row: scale 1
     assert s[1, 0] == np.float32(3.5) * (np.float32(1) / np.float32(448))
     assert np.max(np.abs(q[1])) == 448.0  # amax maps to the format's max
-    # inf is ignored by amax and saturates; NaN stays NaN
-    x[1, 0], x[1, 1] = np.inf, np.nan
+    # a non-finite value spoils its run: scale NaN, every value of the run NaN
+    x[1, 0] = np.inf
     q, s = quantize_rows_np(x, "float8_e4m3fn", Scaling("per_row"))
-    assert q[1, 0] == 448.0 and np.isnan(q[1, 1])
-    assert s[1, 0] == np.float32(3.5) * (np.float32(1) / np.float32(448))
+    assert np.isnan(s[1, 0]) and np.isnan(q[1]).all() and s[0, 0] == 1.0
+    # the MX block [inf, 1, −3] (it read 3.5, 1, −3 when amax skipped the inf)
+    xb = np.zeros((1, 64), np.float32)
+    xb[0, :3] = [np.inf, 1.0, -3.0]
+    xb[0, 32:35] = [2.0, 1.0, -3.0]
+    for impl in (quantize_rows_np, _quant):
+        q, s = impl(xb, "float8_e4m3fn", Scaling("mx", 32))
+        q, s = np.asarray(q), np.asarray(s)
+        assert np.isnan(s[0, 0]) and np.isnan(q[0, :32]).all()
+        assert s[0, 1] == 2.0 ** (1 - 8) and np.isfinite(q[0, 32:]).all()
     # MX: shared exponent floor(log2 amax) - emax_elem
     xm = np.full((1, 32), 3.0, np.float32)
     q, s = quantize_rows_np(xm, "float8_e4m3fn", Scaling("mx", 32))
