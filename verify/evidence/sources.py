@@ -27,6 +27,7 @@ __all__ = [
     "clause_column",
     "emulate_source",
     "log_source",
+    "tables_source",
 ]
 
 # metric ranges known a priori: the bounded-mean bound needs them
@@ -126,7 +127,27 @@ class Progress:
 
 
 def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream) -> Source:
-    from kernels.logs import LogError, framework_metrics, read_log, support_shift
+    from kernels.logs import LogError, read_log
+
+    tables = []
+    for path, fmt, where in paths:
+        try:
+            table = read_log(
+                path,
+                fmt,
+                vocab_size=contract.policy.vocab_size,
+                progress=Progress(stream, f"reading {path}"),
+            )
+        except LogError as err:
+            raise EvidenceError(f"{where}{err}") from None
+        tables.append(table)
+    return tables_source(contract, tables)
+
+
+def tables_source(contract, tables) -> Source:
+    """The evidence of token tables (``kernels.logs.LogTable``, shards of one log): the
+    summaries every clause needs, merged, and what the tables cannot give."""
+    from kernels.logs import framework_metrics, support_shift
     from kernels.summary import merge_all
 
     thresholds, slices = _needs(contract)
@@ -137,18 +158,7 @@ def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream)
         "sampled token"
         for m in _FULL_VOCAB
     }
-    tables, files = [], []
-    for path, fmt, where in paths:
-        try:
-            table = read_log(
-                path,
-                fmt,
-                vocab_size=policy.vocab_size,
-                progress=Progress(stream, f"reading {path}"),
-            )
-        except LogError as err:
-            raise EvidenceError(f"{where}{err}") from None
-        tables.append(table)
+    files = []
     train = np.concatenate([t.columns["train_logprob"] for t in tables])
     rollout = np.concatenate([t.columns["rollout_logprob"] for t in tables])
     kept = np.concatenate([t.columns["log_kept_mass"] for t in tables])
