@@ -126,9 +126,11 @@ def test_the_decision_is_immutable_and_the_state_is_returned_anew(router):
     for array in (d.token_mask, d.weights, d.rescore):
         with pytest.raises(ValueError, match="read-only"):
             array[0] = 0
-    # a halted state stays halted, with its first reason
+    # a halted state stays halted, with its first reason: the same record comes back
     again = routing.route(router, TRAIN, INFER, MASK, promotion=d.promotion)
-    assert again.promotion == d.promotion
+    assert again.promotion is d.promotion
+    rolled = routing.halt(d.promotion, "later", rollback=True)
+    assert (rolled.halted, rolled.rollback, rolled.reason) == (True, True, d.promotion.reason)
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,10 @@ class PromotionState:
 
 
 def halt(state: PromotionState, reason: str, *, rollback: bool = False) -> PromotionState:
-    """``state`` halted (and marked for rollback) with ``reason``; the first reason is kept."""
+    """``state`` halted (and marked for rollback) with ``reason``; the first reason is kept, and
+    a state already so is returned as it is."""
+    if state.halted and (state.rollback or not rollback):
+        return state
     return dataclasses.replace(
         state,
         halted=True,
