@@ -306,7 +306,12 @@ def check_report(path: str, *, timeout_ms: int = 20000) -> CheckResult:
 
 
 def check_main(path: str, *, stdout, stderr) -> int:
-    """The ``check`` command: 0 all agree, 1 any difference, 2 not a readable report."""
+    """The ``check`` command: 0 all agree, 1 any difference, 2 not a readable report. A
+    promotion record (``format`` kernel-contracts/promotion/1) is re-checked with its chain."""
+    from verify.promotion import check_record_main, is_record
+
+    if is_record(path):
+        return check_record_main(path, stdout=stdout, stderr=stderr)
     try:
         result = check_report(path)
     except ReportUnreadable as err:

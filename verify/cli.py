@@ -92,6 +92,13 @@ def _main_parser(out, err) -> _Parser:
     p.add_argument("--timeout-ms", type=_positive, default=5000, metavar="N",
                    help="time budget per obligation (default 5000)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="print only the overall verdict")
+    from contracts.fields import STAGES
+    from verify.promotion.stage import traffic_share
+
+    p.add_argument("--stage", choices=STAGES, help="run this promotion stage")
+    p.add_argument("--promotion-dir", metavar="DIR", help="where stage records are kept")
+    p.add_argument("--traffic", type=traffic_share, metavar="SHARE",
+                   help="share of production traffic the evidence comes from")  # fmt: skip
     return p
 
 
@@ -241,6 +248,10 @@ def _dispatch(argv: list[str], stdout, stderr, t_start: float) -> int:
             return 2
         return monitor.main(rest, stdout=stdout, stderr=stderr)
     args = _main_parser(stdout, stderr).parse_args(argv)
+    if args.stage or args.promotion_dir is not None or args.traffic is not None:
+        from verify.promotion import stage_main
+
+        return stage_main(args, stdout, stderr, t_start)
     return _verify(args, stdout, stderr, t_start)
 
 
