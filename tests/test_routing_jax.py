@@ -3,12 +3,18 @@ identical arrays, and a batch of JAX arrays gets the decision its numpy twin get
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from test_routing import GUARANTEES, HEAD, INFER, MASK, RULES, TRAIN, _load
 
 from verify import routing
 from verify.routing import RoutingError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -73,3 +79,32 @@ def test_route_inside_jit_is_refused_with_the_argument_named(router):
         jax.jit(step)(jnp.asarray(TRAIN), jnp.asarray(INFER), jnp.asarray(MASK))
     assert err.value.problems[0].startswith("train_logprobs: a traced array: route decides on")
     assert len(err.value.problems) == 3
+
+
+def test_bfloat16_log_probs_get_float32_weights(router):
+    train = jnp.asarray(TRAIN, jnp.bfloat16)
+    infer = jnp.asarray(INFER, jnp.bfloat16)
+    d = routing.route(router, train, infer, jnp.asarray(MASK))
+    assert d.weights.dtype == jnp.float32
+    assert float(d.weights.max()) == 2.0
+    assert d.actions == ("mask_tokens", "route_to_train_kernel", "tis_correct", "halt_promotion")
+
+
+def test_a_loop_that_imported_jax_first_still_gets_its_proved_cap(tmp_path):
+    """The solver process of such a loop comes from a fork server whose start-up re-imports
+    the loop's main module: it must not eat the obligations' time budget."""
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import jax.numpy as jnp\n"
+        "import contracts\n"
+        "from verify import routing\n"
+        "if __name__ == '__main__':\n"
+        f"    c = contracts.load({str(ROOT / 'examples' / 'routing_loop.yaml')!r})\n"
+        "    r = routing.prepare(c, timeout_ms=2000)\n"
+        "    print(r.cap, r.cap_guarantee)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "2 G_pg_tis\n"

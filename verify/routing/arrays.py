@@ -122,7 +122,7 @@ class Batch:
     positions: Int[np.ndarray, "batch tokens"]
     prompts: tuple[str, ...] | None
     jax: bool
-    dtype: np.dtype  # of the log-probs as given: the dtype of the weights
+    dtype: np.dtype  # the weights' dtype: the log-probs' (float32 for bfloat16 and narrower)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -149,10 +149,15 @@ def _array(name: str, x, problems: list[str]):
     return np.asarray(x)
 
 
+def _floating(dtype: np.dtype) -> bool:
+    """numpy's floats and ml_dtypes' (bfloat16, float8_*), which JAX arrays may hold."""
+    return dtype.kind == "f" or dtype.name.startswith(("bfloat", "float"))
+
+
 def _logprobs(name: str, x, mask, problems: list[str]) -> np.ndarray | None:
     if x is None:
         return None
-    if x.dtype.kind != "f":
+    if not _floating(x.dtype):
         problems.append(f"{name}: log-probs must be a floating-point array, got dtype {x.dtype}")
         return None
     x = x.astype(np.float64)
@@ -240,5 +245,7 @@ def check_batch(
         raise RoutingError(problems)
     if positions is None:
         pos = np.broadcast_to(np.arange(shape[1], dtype=np.int64), shape)
-    dtype = np.result_type(host["train_logprobs"].dtype, host["inference_logprobs"].dtype)
+    dtypes = (host["train_logprobs"].dtype, host["inference_logprobs"].dtype)
+    # the weights keep a numpy float dtype; narrower formats (bfloat16) get float32 weights
+    dtype = np.result_type(*dtypes) if all(d.kind == "f" for d in dtypes) else np.float32
     return Batch(train, inference, mask, np.asarray(pos, np.int64), names, use_jax, dtype)

@@ -25,6 +25,8 @@ from verify.status import Status
 
 __all__ = ["Router", "prepare", "tis_guarantees"]
 
+_START_MS = 120_000  # the most a solver process may take to start
+
 
 @dataclass(frozen=True)
 class Router:
@@ -51,9 +53,15 @@ def tis_guarantees(contract: Contract) -> tuple[Guarantee, ...]:
 
 def _derived(contract: Contract, ids: set[str], timeout_ms: int) -> dict[str, tuple]:
     import bounds
+    from verify import smt
     from verify.obligations import discharge
 
     out = {}
+    if ids:
+        # start the solver process before any obligation's clock runs: in a loop that has
+        # imported JAX it comes from a fork server, whose start-up (re-importing the loop's
+        # main module) would otherwise eat the time budget and leave a provable cap unknown
+        smt.z3_check("(check-sat)", timeout_ms=_START_MS)
     for d in bounds.derive(contract):
         if d.guarantee in ids:
             o = discharge(d, timeout_ms=timeout_ms)
