@@ -277,3 +277,23 @@ def test_a_clip_share_beyond_the_float_range_is_refuted_with_its_rational_bound(
     assert "8.1621" in (tmp_path / "r.md").read_text()
     out, err = io.StringIO(), io.StringIO()
     assert main(["check", str(tmp_path / "r.json")], stdout=out, stderr=err) == 0, out.getvalue()
+
+
+def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
+    # no fork beside JAX's threads, and no re-import of the caller's main script (an
+    # unguarded training script would run again): the solver is `python -m verify._solver_main`
+    import subprocess
+    import sys
+
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import jax  # noqa: F401\n"
+        "print('main ran', flush=True)\n"
+        "from verify import smt\n"
+        "a = smt.z3_check('(declare-const x Real)(assert (> x 1.0))(check-sat)', timeout_ms=100)\n"
+        "print(a.answer, smt._worker.popen is not None, flush=True)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert out.splitlines() == ["main ran", "sat True"]

@@ -19,7 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-__all__ = ["KILL_GRACE_MS", "Answer", "cvc5_check", "cvc5_version", "z3_check", "z3_version"]
+__all__ = [
+    "KILL_GRACE_MS",
+    "Answer",
+    "cvc5_check",
+    "cvc5_version",
+    "serve",
+    "z3_check",
+    "z3_version",
+]
 
 
 @dataclass(frozen=True)
@@ -187,51 +195,99 @@ def _ms(start: float) -> float:
 
 # ---- the solver process ----------------------------------------------------------------------
 KILL_GRACE_MS = 250.0  # past its own limit, a call gets this long before its process is killed
+_START_S = 120.0  # the most a new solver process may take to import its solvers
 
 
-def _serve(conn) -> None:
-    """The solver process's loop: (function, args) in, its Answer out, until the pipe closes."""
+def serve(inbox, outbox) -> None:
+    """A solver process's loop: (function, args) in, its Answer out, until the pipe closes.
+
+    It says it is ready once the solvers are imported, so that a call's limit never pays for
+    the process's start."""
+    import z3  # noqa: F401  (imported before the first call's clock runs)
+
+    outbox.send("ready")
     while True:
         try:
-            fn, args = conn.recv()
+            fn, args = inbox.recv()
         except EOFError:
             return
         try:
             got = fn(*args)
         except Exception as err:  # answered, not raised: the caller decides what it means
             got = Answer("error", reason=f"{type(err).__name__}: {err}".splitlines()[0])
-        conn.send(got)
+        outbox.send(got)
 
 
 class _Worker:
-    """One solver process reached over a pipe, replaced when a call overruns."""
+    """One solver process reached over pipes, replaced when a call overruns.
+
+    Forked where that is safe and cheap (it inherits the imports). A process running JAX's
+    threads must not fork, and multiprocessing's fork server or spawn would re-import the
+    caller's main module (re-running an unguarded training script), so there the solver is a
+    fresh interpreter running ``verify._solver_main`` on two inherited pipe descriptors.
+    """
 
     def __init__(self) -> None:
-        # fork is cheap and inherits the imports; a process that runs JAX's threads must not
-        # fork, so it gets a fresh interpreter from a fork server instead
-        method = "forkserver" if "jax" in sys.modules else "fork"
-        if method not in multiprocessing.get_all_start_methods():
-            method = "spawn"
-        ctx = multiprocessing.get_context(method)
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child,), daemon=True)
-        self.process.start()
-        child.close()
+        if "jax" not in sys.modules and "fork" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("fork")
+            self.inbox, child = ctx.Pipe()
+            self.outbox = self.inbox
+            self.process = ctx.Process(target=serve, args=(child, child), daemon=True)
+            self.process.start()
+            child.close()
+            self.popen = None
+        else:
+            self.process = None
+            self.popen, self.inbox, self.outbox = _start_interpreter()
+        if not self.inbox.poll(_START_S) or self.inbox.recv() != "ready":
+            self.stop()
+            raise RuntimeError(f"the solver process did not start within {_START_S} s")
+
+    def alive(self) -> bool:
+        return self.process.is_alive() if self.process else self.popen.poll() is None
 
     def call(self, fn: Callable, args: tuple, limit_s: float) -> Answer | None:
         """``fn(*args)`` in the process; ``None`` if no answer within ``limit_s``."""
-        self.conn.send((fn, args))
-        if self.conn.poll(limit_s):
+        self.outbox.send((fn, args))
+        if self.inbox.poll(limit_s):
             try:
-                return self.conn.recv()
+                return self.inbox.recv()
             except EOFError:  # the process died (e.g. out of memory)
                 return None
         return None
 
     def stop(self) -> None:
-        self.process.kill()
-        self.process.join(5)
-        self.conn.close()
+        if self.process is not None:
+            self.process.kill()
+            self.process.join(5)
+        else:
+            self.popen.kill()
+            self.popen.wait(5)
+        for conn in {self.inbox, self.outbox}:
+            conn.close()
+
+
+def _start_interpreter():
+    """``python -m verify._solver_main`` with a pipe each way; (Popen, inbox, outbox)."""
+    import os
+    import subprocess
+    from multiprocessing.connection import Connection
+
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    argv = [sys.executable, "-m", "verify._solver_main", str(to_child_r), str(from_child_w)]
+    try:
+        popen = subprocess.Popen(
+            argv, pass_fds=(to_child_r, from_child_w), env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        os.close(to_child_r)
+        os.close(from_child_w)
+    return popen, Connection(from_child_r, writable=False), Connection(to_child_w, readable=False)
 
 
 _worker: _Worker | None = None
@@ -241,7 +297,7 @@ def _guarded(fn: Callable, text: str, timeout_ms: int, *rest) -> Answer:
     """``fn(text, timeout_ms, *rest)`` in the solver process, ended if it overruns its limit."""
     global _worker
     start = time.perf_counter()
-    if _worker is None or not _worker.process.is_alive():
+    if _worker is None or not _worker.alive():
         _worker = _Worker()
     got = _worker.call(fn, (text, timeout_ms, *rest), (timeout_ms + KILL_GRACE_MS) / 1000)
     if got is None:
