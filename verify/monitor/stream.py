@@ -185,7 +185,7 @@ class FileStream:
             tail = self.lines.tail()
             os.close(self.fd)
             self._open(Position())
-            return [tail] if tail else []
+            return ([tail] if tail else []) + self.read(follow)
         if st.st_size < self.lines.offset + len(self.lines.buffer):
             raise StreamError(
                 f"{self.path}: the file shrank to {st.st_size} bytes below the "
@@ -277,7 +277,7 @@ class DirectoryStream:
         tail = self.lines.tail()
         os.close(self.fd)
         self._open(following, Position())
-        return [tail] if tail else []
+        return ([tail] if tail else []) + self.read(follow)
 
     def ended(self) -> bool:
         return False
