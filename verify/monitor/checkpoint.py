@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 
 from kernels.logs.reader import _parse
 from verify.monitor.stream import Position
@@ -34,11 +33,14 @@ class CheckpointError(Exception):
 
 
 def save(path: str, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically (see the module docstring)."""
+    """Write ``data`` to ``path`` atomically (see the module docstring). The temporary file
+    has a fixed name beside it (``.NAME.part``), so a kill leaves at most that one behind,
+    and the next save replaces it."""
     directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.part")
     text = json.dumps({"format": FORMAT} | data, ensure_ascii=False, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
             f.flush()
