@@ -10,8 +10,12 @@ generated token, one 1-D numpy array per column.
 Prompts are served in batches of a fixed size (the upper end of the contract's first runtime
 ``batch_size`` range, at most 32, and at most the number of prompts); a short last batch is
 filled with further prompts whose rows are dropped, so every row was computed in a batch of
-that size. The model's vocabulary (256 bytes) is what is measured, whatever
-``policy.vocab_size`` says; the divergence bounds do not depend on the vocabulary size.
+that size. ``batch_size`` and ``sequence_length`` override both choices for one setting of a
+runtime sweep: every batch then holds exactly ``batch_size`` sequences, and each prompt is
+``sequence_length - max_new_tokens`` bytes long, so every sequence ends at that length
+(``length_range`` gives the lengths the model can run). The model's vocabulary (256 bytes) is
+what is measured, whatever ``policy.vocab_size`` says; the divergence bounds do not depend on
+the vocabulary size.
 Sampling applies the policy's top-k / top-p; the metrics are always those of the full-vocabulary
 distributions softmax(z/T) (``logprobs: full_vocab`` semantics).
 """
@@ -25,7 +29,15 @@ import numpy as np
 from contracts.model import Contract, EmulateEvidence
 from kernels.columns import TABLE_COLUMNS
 
-__all__ = ["MAX_BATCH", "PROMPT_BYTES", "TABLE_COLUMNS", "emulate", "prompts_from", "serving_batch"]
+__all__ = [
+    "MAX_BATCH",
+    "PROMPT_BYTES",
+    "TABLE_COLUMNS",
+    "emulate",
+    "length_range",
+    "prompts_from",
+    "serving_batch",
+]
 
 PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
 MAX_BATCH = 32  # the largest serving batch emulated
@@ -49,12 +61,30 @@ def prompts_from(windows: np.ndarray, count: int, length: int, seed: int) -> np.
     return np.stack([windows[r, s : s + length] for r, s in zip(rows, starts, strict=True)])
 
 
+def length_range(contract: Contract) -> tuple[int, int]:
+    """The shortest and longest sequences (prompt + generated tokens) the emulation of
+    ``contract`` can run: a prompt of at least one byte, within the model's context and its
+    held-out windows."""
+    from kernels.model import load_pretrained, pretrained_extra
+
+    ev = contract.evidence.emulate or EmulateEvidence()
+    context = load_pretrained(ev.model).config.context
+    width = pretrained_extra(ev.model)["heldout_windows"].shape[1]
+    return ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width)
+
+
 def emulate(
-    contract: Contract, *, progress: Callable[[int, int], None] | None = None
+    contract: Contract,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
+    sequence_length: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The token table of ``contract``'s kernel pair on the shipped policy.
 
     ``progress(done, total)`` is called after each served batch with prompts done so far.
+    ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep (module
+    docstring).
     """
     import jax  # here, not at the top: importing this module must not import JAX
     import jax.numpy as jnp
@@ -77,8 +107,18 @@ def emulate(
         )
     prompt_len = min(PROMPT_BYTES, context - ev.max_new_tokens)
     windows = pretrained_extra(ev.model)["heldout_windows"].astype(np.int32)
+    if sequence_length is not None:
+        lo, hi = ev.max_new_tokens + 1, min(context, ev.max_new_tokens + windows.shape[1])
+        if not lo <= sequence_length <= hi:
+            raise ValueError(
+                f"evidence.emulate: sequence length {sequence_length} is outside the lengths "
+                f"model {ev.model!r} can run with max_new_tokens {ev.max_new_tokens}: [{lo}, {hi}]"
+            )
+        prompt_len = sequence_length - ev.max_new_tokens
     prompts = prompts_from(windows, ev.prompts, prompt_len, ev.seed)
-    batch = serving_batch(contract, ev.prompts)
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"evidence.emulate: batch size must be at least 1, got {batch_size}")
+    batch = serving_batch(contract, ev.prompts) if batch_size is None else batch_size
     k_train = with_ops(model, train_ops(contract.kernels.train))
     k_inf = with_ops(model, inference_ops(contract.kernels.inference, batch_size=batch))
     temperature = jnp.float32(policy.temperature)

@@ -109,7 +109,7 @@ def test_logs_only_evaluation_imports_no_jax():
 
 def test_fp8_emulated_example_as_shipped(tmp_path):
     """Real emulation through both kernels, through the command line, and the report re-checks
-    (the slowest test here: ~30 s on 2 cores)."""
+    (the slowest test here: ~55 s on 2 cores, five settings of the runtime sweep)."""
     out = tmp_path / "report.json"
     stdout, stderr = io.StringIO(), io.StringIO()
     code = main(
@@ -126,10 +126,16 @@ def test_fp8_emulated_example_as_shipped(tmp_path):
     assert by[("S_tv_tail", "all")]["status"] == "held"
     assert by[("S_tv_tail", "all")]["bound"] <= 0.1
     assert by[("S_kl_max", "all")]["reason"].startswith("empirical: the maximum over 512")
-    src = report["evidence"]["sources"][0]
-    assert src["kind"] == "emulate" and src["tokens"] == 512
-    assert src["checkpoint_sha256"] is not None and src["inference"] == "h100-fp8"
-    assert {c["fingerprint"] for c in measured} == {src["fingerprint"]}
+    # the runtime clause's batch sizes [1, 16] and lengths [1, 128] are swept: corners and centre
+    sources = report["evidence"]["sources"]
+    assert [(s["batch_size"], s["sequence_length"]) for s in sources] == [
+        (1, 33), (1, 128), (8, 64), (16, 33), (16, 128)
+    ]  # fmt: skip
+    for src in sources:
+        assert src["kind"] == "emulate" and src["tokens"] == 512
+        assert src["checkpoint_sha256"] is not None and src["inference"] == "h100-fp8"
+    assert {c["fingerprint"] for c in measured} == {s["fingerprint"] for s in sources}
+    assert by[("R1", "all")]["status"] == "held"
     assert [o["status"] for o in report["obligations"]] == ["proved"]
     check_out = io.StringIO()
     assert main(["check", str(out)], stdout=check_out, stderr=io.StringIO()) == 0, (

@@ -181,7 +181,7 @@ def check_clauses(clauses, contract, evidence, diff) -> list[tuple[str, Status]]
     if not isinstance(clauses, list):
         diff("clauses", "missing")
         return []
-    static = {(c.id, c.slice): clause_json(c) for c in static_clauses(contract)}
+    static = {(c.id, c.slice): clause_json(c) for c in static_clauses(contract, evidence)}
     if evidence is None:
         wanted = contract.evidence.emulate or contract.evidence.logprobs
         reason = _NO_MODULE if wanted else NO_EVIDENCE

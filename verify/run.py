@@ -74,7 +74,8 @@ def run(
     t3 = time.perf_counter()
     # one verdict per (clause, slice) and evidence source; the static ones where none measured
     found = {(c.id, c.slice) for c in measured}
-    parts = [*measured, *(c for c in static_clauses(contract) if (c.id, c.slice) not in found)]
+    static = static_clauses(contract, info)
+    parts = [*measured, *(c for c in static if (c.id, c.slice) not in found)]
     order = _order(contract)
     clauses = tuple(sorted(parts, key=lambda c: order.get((c.id, c.slice), len(order))))
     verdicts = [(o.id, o.status) for o in obligations] + [(c.id, c.status) for c in clauses]

@@ -55,8 +55,10 @@ class LogTable:
     """The tokens of a log, one row per valid token, and what was wrong with the rest.
 
     ``columns``: ``train_logprob``, ``rollout_logprob`` (float64), ``log_kept_mass`` (float64,
-    NaN where the log does not say), ``token``, ``position``, ``sequence``, ``line`` (int64)
-    and ``prompt`` (int32 codes into ``prompt_names``).
+    NaN where the log does not say), ``token``, ``position``, ``sequence``, ``line`` (int64),
+    ``prompt`` (int32 codes into ``prompt_names``), ``batch_size`` (int64, the record's serving
+    batch size, 0 where it does not say) and ``offset_known`` (bool: the record gave its
+    ``position_offset``, so positions count the prompt too).
     """
 
     path: str
@@ -240,6 +242,16 @@ def _offset(record: dict, fmt: LogFormat, n: int) -> int:
     return value
 
 
+def _batch(record: dict, fmt: LogFormat) -> int:
+    """The serving batch size the record states (0 when it does not say)."""
+    if fmt.batch_size is None or fmt.batch_size not in record:
+        return 0
+    value = record[fmt.batch_size]
+    if type(value) is not int or not 1 <= value < 2**63:
+        raise _Bad(f"'{fmt.batch_size}' must be a positive integer")
+    return value
+
+
 def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return f"{a.shape[0]} train tokens vs {b.shape[0]} rollout tokens"
@@ -262,6 +274,8 @@ class _Builder:
                 "sequence",
                 "line",
                 "prompt",
+                "batch_size",
+                "offset_known",
             )
         }
         self.prompts: dict[str, int] = {}
@@ -269,7 +283,9 @@ class _Builder:
         self.padding = 0
         self.kept_mass_seen = False
 
-    def add(self, *, ids, train, rollout, kept, mask, prompt, offset, line) -> None:
+    def add(
+        self, *, ids, train, rollout, kept, mask, prompt, offset, line, batch=0, offset_known=False
+    ) -> None:
         n = ids.shape[0]
         pos = np.arange(offset, offset + n, dtype=np.int64)
         if kept is None:
@@ -291,6 +307,8 @@ class _Builder:
         c["sequence"].append(np.full(n, self.sequences, np.int64))
         c["line"].append(np.full(n, line, np.int64))
         c["prompt"].append(np.full(n, code, np.int32))
+        c["batch_size"].append(np.full(n, batch, np.int64))
+        c["offset_known"].append(np.full(n, offset_known, bool))
         self.sequences += 1
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -299,6 +317,7 @@ class _Builder:
             "rollout_logprob": np.float64,
             "log_kept_mass": np.float64,
             "prompt": np.int32,
+            "offset_known": bool,
         }
         return {
             k: (np.concatenate(v) if v else np.zeros(0, dtypes.get(k, np.int64)))
@@ -320,7 +339,7 @@ def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatch
         if kept.shape[0] != n:
             raise _Bad(f"'{fmt.log_kept_mass}' has {kept.shape[0]} entries, '{fmt.ids}' {n}")
     mask = _mask(record, fmt.mask, n)
-    prompt, offset = _prompt(record, fmt), _offset(record, fmt, n)
+    prompt, offset, batch = _prompt(record, fmt), _offset(record, fmt, n), _batch(record, fmt)
     if fmt.rollout_ids and fmt.rollout_ids in record:
         other = _ints(record, fmt.rollout_ids, vocab)
         if other.shape != ids.shape or (other != ids).any():
@@ -336,6 +355,8 @@ def _joined(record: dict, fmt: LogFormat, builder: _Builder, line: int, mismatch
         prompt=prompt,
         offset=offset,
         line=line,
+        batch=batch,
+        offset_known=fmt.position_offset is not None and fmt.position_offset in record,
     )
 
 
@@ -393,6 +414,7 @@ def _split(
         prompt=prompt,
         offset=ro[5],
         line=ro[6],
+        offset_known=ro[5] > 0 or (side == "rollout" and fmt.position_offset in record),
     )
 
 

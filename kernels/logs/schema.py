@@ -30,7 +30,10 @@ class LogFormat:
     0/1 array of valid tokens (padding is not data); ``prompt`` the keys tried in order for the
     prompt's identity; ``sample`` the key of the sample index within a prompt group;
     ``rollout_ids`` an optional array of the token ids the inference engine reported, compared
-    with ``ids``; ``log_kept_mass`` an optional per-token log S (kept sampling mass, ≤ 0).
+    with ``ids``; ``log_kept_mass`` an optional per-token log S (kept sampling mass, ≤ 0);
+    ``batch_size`` an optional integer, the size of the inference batch the sequence was
+    served in (no framework writes it: an operator adds it to each record, and it is read from
+    joined records only).
     """
 
     name: str
@@ -46,6 +49,7 @@ class LogFormat:
     # split records: a record with ``side`` in {"train", "rollout"} and ``logprobs``
     side: str | None = None
     logprobs: str | None = None
+    batch_size: str | None = "batch_size"
 
     @property
     def required(self) -> tuple[str, ...]:

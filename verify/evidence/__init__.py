@@ -31,7 +31,7 @@ import os
 import sys
 
 from verify.clauses import ClauseResult
-from verify.evidence.sources import EvidenceError, emulate_source, log_source
+from verify.evidence.sources import EvidenceError, emulate_sources, log_source
 from verify.evidence.verdicts import numerical_result, statistical_result
 
 __all__ = ["ASSUMPTIONS", "EvidenceError", "evaluate"]
@@ -70,7 +70,7 @@ def evaluate(
     if log_paths:
         sources.append(log_source(contract, log_paths, stream))
     if contract.evidence.emulate is not None:
-        sources.append(emulate_source(contract, stream))
+        sources.extend(emulate_sources(contract, stream))
     results = []
     for source in sources:
         for clause in contract.numerical:
@@ -82,4 +82,11 @@ def evaluate(
         "sources": [s.info | {"label": s.label} for s in sources],
         "assumptions": list(ASSUMPTIONS) if sources else [],
     }
+    swept = [s for s in sources if s.kind == "emulate" and s.info["sweep"]["swept"]]
+    if swept:  # the settings of the runtime sweep, one source each
+        report["sweep"] = [
+            {"source": s.label}
+            | {k: s.info[k] for k in ("batch_size", "sequence_length", "tokens")}
+            for s in swept
+        ]
     return tuple(results), report

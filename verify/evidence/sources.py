@@ -1,9 +1,11 @@
 """Evidence sources: a log or an emulation turned into per-slice mergeable summaries.
 
-``log_source`` reads JSONL logs (``kernels.logs``) as shards of one log; ``emulate_source``
-runs ``kernels.emulate`` (the only path that imports JAX). Both summarise every (slice, metric)
-a contract's clauses need (``kernels.summary``) and say which metrics and slices they cannot
-give, and why.
+``log_source`` reads JSONL logs (``kernels.logs``) as shards of one log; ``emulate_sources``
+runs ``kernels.emulate`` (the only path that imports JAX), once per setting of the runtime
+sweep (``verify.evidence.envelope.settings``), one source per setting. All summarise every
+(slice, metric) a contract's clauses need (``kernels.summary``), say which metrics and slices
+they cannot give, and why, and describe the runtime envelope their sequences were gathered
+in (``info["runtime"]``, ``verify.evidence.envelope.observe``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from importlib import resources
 
 import numpy as np
 
+from verify.evidence.envelope import observe, settings
+
 __all__ = [
     "RANGE",
     "EvidenceError",
     "Progress",
     "Source",
     "clause_column",
-    "emulate_source",
+    "emulate_sources",
     "log_source",
     "tables_source",
 ]
@@ -184,6 +188,7 @@ def tables_source(contract, tables) -> Source:
         )
         caveat = {"log_ratio": reason, "abs_log_ratio": reason}
     parts, nonfinite, slice_skip = [], {}, {}
+    envelope = [_log_envelope(t) for t in tables]
     for t in tables:
         lt = t.columns["train_logprob"]
         lr = t.columns["rollout_logprob"] + (t.columns["log_kept_mass"] if corrected else 0.0)
@@ -224,6 +229,7 @@ def tables_source(contract, tables) -> Source:
             train, rollout, sequence, sequences=int(offsets[-1])
         ),
         "truncated_support_shift": shift_info,
+        "runtime": observe(contract, *(np.concatenate(p) for p in zip(*envelope, strict=True))),
     }
     label = ", ".join(_shown(t.path) for t in tables)
     return Source(
@@ -237,6 +243,25 @@ def tables_source(contract, tables) -> Source:
         caveat,
         info,
     )
+
+
+def _log_envelope(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sequence with at least one token: its batch size (0: not recorded), its length (the
+    last token's position + 1) and whether that length counts the prompt (exact)."""
+    columns = t.columns
+    seq = np.asarray(columns["sequence"], np.int64)
+    n = t.sequences
+    length = np.zeros(n, np.int64)
+    np.maximum.at(length, seq, np.asarray(columns["position"], np.int64) + 1)
+    batch = np.zeros(n, np.int64)
+    exact = np.zeros(n, bool)
+    if "batch_size" in columns:
+        batch[seq] = columns["batch_size"]
+    if "offset_known" in columns:
+        exact[seq] = columns["offset_known"]
+    seen = np.zeros(n, bool)
+    seen[seq] = True
+    return batch[seen], length[seen], exact[seen]
 
 
 def _shown(path: str) -> str:
@@ -291,17 +316,36 @@ def _checkpoint_sha256(model: str) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
-def emulate_source(contract, stream) -> Source:
+def emulate_sources(contract, stream) -> list[Source]:
+    """One source per setting of the runtime sweep (``verify.evidence.envelope.settings``)."""
     try:
         emulate_module = importlib.import_module("kernels.emulate")
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
-    ev = contract.evidence.emulate
+    where = contract.source.where("evidence.emulate")
+    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
     try:
-        table = emulate_module.emulate(contract, progress=Progress(stream, "emulating"))
+        grid = settings(
+            contract, emulate_module.MAX_BATCH, lambda: emulate_module.length_range(contract)
+        )
+    except KeyError as err:  # an unknown model
+        raise EvidenceError(f"{prefix}evidence.emulate: {err.args[0]}") from None
+    return [
+        _emulate_source(contract, emulate_module, stream, prefix, batch, length, len(grid))
+        for batch, length in grid
+    ]
+
+
+def _emulate_source(contract, emulate_module, stream, prefix, batch, length, count) -> Source:
+    ev = contract.evidence.emulate
+    swept = batch is not None or length is not None
+    kwargs = {"batch_size": batch, "sequence_length": length} if swept else {}
+    shown = f" at batch {batch or 'default'}, length {length or 'default'}" if swept else ""
+    try:
+        table = emulate_module.emulate(
+            contract, progress=Progress(stream, f"emulating{shown}"), **kwargs
+        )
     except (KeyError, ValueError) as err:  # unknown model, a setting the model cannot run
-        where = contract.source.where("evidence.emulate")
-        prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
         message = err.args[0] if err.args else type(err).__name__
         if not str(message).startswith("evidence.emulate"):
             message = f"evidence.emulate: {message}"
@@ -315,14 +359,21 @@ def emulate_source(contract, stream) -> Source:
     n = int(columns["abs_log_ratio"].shape[0])
     summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
     data_sha = _table_sha256(table)
+    served = batch if batch is not None else emulate_module.serving_batch(contract, ev.prompts)
+    ids, seq = np.unique(np.asarray(table["prompt"]), return_inverse=True)
+    ends = np.zeros(ids.shape[0], np.int64)  # each sequence's length: its last position + 1
+    np.maximum.at(ends, seq, np.asarray(table["position"], np.int64) + 1)
     config = {
         "emulate": dataclasses.asdict(ev),
         "policy": dataclasses.asdict(contract.policy),
         "kernels": dataclasses.asdict(contract.kernels),
         "checkpoint_sha256": _checkpoint_sha256(ev.model),
+        "setting": {"batch_size": batch, "sequence_length": length},
     }
     config_sha = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     label = f"emulate:{ev.model}/{contract.kernels.inference.preset}"
+    if swept:
+        label += f"@batch{served},length{int(ends.max()) if ends.size else length}"
     info = {
         "kind": "emulate",
         "fingerprint": f"sha256:{data_sha}",
@@ -335,5 +386,9 @@ def emulate_source(contract, stream) -> Source:
         "train": contract.kernels.train.preset,
         "inference": contract.kernels.inference.preset,
         "tokens": int(np.asarray(table["log_ratio"]).shape[0]),
+        "batch_size": int(served),
+        "sequence_length": int(ends.max()) if ends.size else None,
+        "sweep": {"settings": count, "swept": swept},
+        "runtime": observe(contract, np.full(ends.shape, served), ends, np.ones(ends.shape, bool)),
     }
     return Source("emulate", label, data_sha, summaries, nonfinite, slice_skip, {}, {}, info)
