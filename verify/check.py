@@ -44,7 +44,8 @@ reason                                 empty on proved and refuted; for unknown,
                                        (required; the no-bound reason is re-derived)
 time_ms (obligation and query)         free
 clauses[] order, id, family, slice     re-derived from the contract
-runtime and observability clauses      re-derived (``verify.static_clauses``), all fields
+runtime and observability clauses      re-derived (``verify.static_clauses``) from the contract
+                                       and the runtime observations the report's sources hold
 clauses without evidence               re-derived (skipped, with the run's reason), all fields
 measured clause metric, statistic,     re-derived from the clause
 threshold, confidence

@@ -119,6 +119,8 @@ def _summary(report, quiet: bool) -> str:
             lines.append(f"{o.id:<14} {o.quantity:<16} {o.status.label:<12} {detail}")
         for c in report.clauses:
             what = f"{c.id}[{c.slice}]"
+            if "@" in c.source:  # one setting of an emulation sweep
+                what += "@" + c.source.split("@", 1)[1]
             detail = c.reason or (f"{c.statistic} bound {c.bound:.6g}" if c.bound else "")
             lines.append(f"{what:<14} {c.family:<16} {c.status.label:<12} {detail}")
     s = report.status
