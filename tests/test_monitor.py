@@ -372,3 +372,71 @@ def test_every_log_format_the_reader_knows(tmp_path, fmt):
     assert code == _expected_exit(out)
     assert err == "" and (head["sequences"], head["tokens"]) == (8, 512)
     assert head["malformed"]["count"] == 0
+
+
+def test_a_directory_resumes_after_a_finished_file_even_when_it_was_deleted(tmp_path):
+    logs, out, ck = tmp_path / "logs", tmp_path / "out.jsonl", tmp_path / "ck.json"
+    logs.mkdir()
+    a, b, c = logs / "a.jsonl", logs / "b.jsonl", logs / "c.jsonl"
+    a.write_bytes(b"".join(LINES[:16]).rstrip(b"\n"))  # its last record has no newline
+    b.write_bytes(b"".join(LINES[16:32]))
+    c.write_bytes(b"".join(LINES[32:]))
+    contract = _contract(tmp_path, _window(1000))
+    _, reference, _ = _monitor(contract, "--stream", logs, "--no-follow")
+    c.unlink()
+    args = [contract, "--stream", logs, "--out", out, "--checkpoint", ck, "--no-follow"]
+    _monitor(*args)
+    assert json.loads(ck.read_text())["position"] == {
+        "file": "b.jsonl",
+        "offset": len(b"".join(LINES[16:32])),
+        "line": 16,
+        "identity": None,
+        "head": __import__("hashlib").sha256(b"".join(LINES[16:32])[:4096]).hexdigest(),
+        "finished": False,
+    }
+    b.unlink()  # not finished when the checkpoint was written: its loss is an error
+    code, _, err = _monitor(*args)
+    assert (code, err) == (
+        2,
+        f"{b}: the file being read is gone (rotated files must stay until the monitor has "
+        "read them)\n",
+    )
+    b.write_bytes(b"".join(LINES[16:32]))
+    c.write_bytes(b"".join(LINES[32:]))
+    _monitor(*args)
+    assert out.read_text(encoding="utf-8") == reference
+    heads = [r for r in _records(reference) if r["kind"] == "window"]
+    assert heads[0]["to"] == {"file": "a.jsonl", "line": 16, "offset": a.stat().st_size}
+
+
+def test_a_position_after_a_finished_rotated_file_resumes_at_the_next_name(tmp_path):
+    from verify.monitor.stream import Position, open_stream
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(b"".join(LINES[:3]).rstrip(b"\n"))
+    b.write_bytes(b"".join(LINES[3:5]))
+    stream = open_stream(str(tmp_path), Position())
+    lines = []
+    while batch := stream.read(follow=True):
+        lines += batch
+    assert [(x.file, x.number, x.cut) for x in lines] == [
+        ("a.jsonl", 1, False),
+        ("a.jsonl", 2, False),
+        ("a.jsonl", 3, True),
+        ("b.jsonl", 1, False),
+        ("b.jsonl", 2, False),
+    ]
+    after_a = stream.position(lines[2])
+    assert after_a == Position("a.jsonl", a.stat().st_size, 3, finished=True)
+    assert stream.position(lines[3]).head == __import__("hashlib").sha256(LINES[3]).hexdigest()
+    stream.close()
+    a.unlink()  # read to its end: it may go
+    resumed = open_stream(str(tmp_path), after_a)
+    lines = []
+    while batch := resumed.read(follow=False):
+        lines += batch
+    assert [(x.file, x.number, x.raw) for x in lines] == [
+        ("b.jsonl", 1, LINES[3]),
+        ("b.jsonl", 2, LINES[4]),
+    ]
+    resumed.close()

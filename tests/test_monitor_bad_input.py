@@ -270,6 +270,8 @@ def test_an_output_shorter_than_the_checkpoint_says_is_refused(tmp_path):
             lambda s: s["position"].update(identity=[1]),
             "'position.identity' must be [device, inode]",
         ),
+        (lambda s: s["position"].update(head=1), "'position.head' must be a sha256"),
+        (lambda s: s["position"].pop("finished"), "'position.finished' must be true or false"),
         (lambda s: s.update(worst="great"), "'worst' must be a verdict"),
         (lambda s: s.update(reader=[]), "'reader' must hold the pending records"),
         (lambda s: s["reader"].update(pending=[{"key": 1}]), "its pending records cannot be read"),
@@ -314,3 +316,26 @@ def test_a_truncated_or_replaced_file_is_an_error_not_lost_lines(tmp_path):
         "read (rotate into a directory, or start with a new checkpoint)\n",
     )
     _untouched(tmp_path, before | {"log.jsonl": SAMPLE.read_bytes()})
+
+
+def test_a_replaced_file_is_told_apart_by_its_first_bytes_when_the_inode_is_reused(tmp_path):
+    contract = _contract(tmp_path)
+    stream, out, ck = tmp_path / "log.jsonl", tmp_path / "out.jsonl", tmp_path / "ck.json"
+    stream.write_bytes(SAMPLE.read_bytes())
+    state = _decided(tmp_path, contract, stream, out, ck)
+    stream.write_bytes(b"\n" + SAMPLE.read_bytes())  # other bytes in the same file
+    st = os.stat(stream)
+    state["position"]["identity"] = [st.st_dev, st.st_ino]
+    ck.write_text(json.dumps(state), encoding="utf-8")
+    before = _files(tmp_path)
+    code, text, err = _run(
+        contract, "--stream", stream, "--out", out, "--checkpoint", ck, "--no-follow"
+    )
+    assert (code, text, err) == (
+        2,
+        "",
+        f"{stream}: the file was replaced since the checkpoint was written (its first bytes "
+        "differ); its rest cannot be read (rotate into a directory, or start with a new "
+        "checkpoint)\n",
+    )
+    _untouched(tmp_path, before)

@@ -101,11 +101,18 @@ def load(path: str, binding: dict) -> dict | None:
     pair = isinstance(identity, list) and len(identity) == 2
     if identity is not None and not (pair and all(type(i) is int for i in identity)):
         raise _bad(path, "'position.identity' must be [device, inode]")
+    head = pos.get("head")
+    if head is not None and not isinstance(head, str):
+        raise _bad(path, "'position.head' must be a sha256")
+    if type(pos.get("finished")) is not bool:
+        raise _bad(path, "'position.finished' must be true or false")
     position = Position(
         pos["file"],
         _int(pos.get("offset"), path, "position.offset"),
         _int(pos.get("line"), path, "position.line"),
         tuple(identity) if identity else None,
+        head,
+        pos["finished"],
     )
     try:
         status = Status.parse(data["worst"])

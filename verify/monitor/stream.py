@@ -19,6 +19,7 @@ its first bytes with ``reason`` set, the rest skipped, so memory stays bounded.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import select
 import stat
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 __all__ = ["MAX_LINE", "Line", "Position", "StreamError", "open_stream", "stream_kind"]
 
 MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
+HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
 _CHUNK = 1 << 20
 
 
@@ -50,12 +52,16 @@ class Line:
 @dataclass(frozen=True)
 class Position:
     """Where reading resumes: the file (in a directory), its byte offset and lines before it;
-    ``identity`` (device, inode) of a single file."""
+    ``identity`` (device, inode) of a single file, and ``head``, the sha256 of the file's first
+    ``min(offset, HEAD)`` bytes: a file that was replaced (even by one that got the old inode
+    number) is told apart from the one read."""
 
     file: str = ""
     offset: int = 0
     line: int = 0
     identity: tuple[int, int] | None = None
+    head: str | None = None
+    finished: bool = False  # a directory's file read to its end: resume at the next name
 
     def as_json(self) -> dict:
         return {
@@ -63,6 +69,8 @@ class Position:
             "offset": self.offset,
             "line": self.line,
             "identity": list(self.identity) if self.identity else None,
+            "head": self.head,
+            "finished": self.finished,
         }
 
 
@@ -133,6 +141,21 @@ def _identity(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
+def _head(fd: int, offset: int) -> str:
+    """sha256 of the first ``min(offset, HEAD)`` bytes of the open file ``fd``."""
+    return hashlib.sha256(os.pread(fd, min(offset, HEAD), 0)).hexdigest()
+
+
+def _check_head(fd: int, path: str, position: Position) -> None:
+    if position.head is not None and _head(fd, position.offset) != position.head:
+        os.close(fd)
+        raise StreamError(
+            f"{path}: the file was replaced since the checkpoint was written (its first bytes "
+            "differ); its rest cannot be read (rotate into a directory, or start with a new "
+            "checkpoint)"
+        )
+
+
 class FileStream:
     """A single file, followed by name (see the module docstring)."""
 
@@ -164,8 +187,9 @@ class FileStream:
                 f"{self.path}: the file has {st.st_size} bytes, fewer than the {position.offset} "
                 "already read: it was truncated, and lines may have been lost"
             )
+        _check_head(fd, self.path, position)
         os.lseek(fd, position.offset, os.SEEK_SET)
-        self.fd, self.identity = fd, _identity(st)
+        self.fd, self.identity, self.left = fd, _identity(st), None
         self.lines = _Lines("", position.offset, position.line)
 
     def read(self, follow: bool) -> list[Line]:
@@ -185,7 +209,10 @@ class FileStream:
             tail = self.lines.tail()
             os.close(self.fd)
             self._open(Position())
-            return ([tail] if tail else []) + self.read(follow)
+            if tail is None:
+                return self.read(follow)
+            self.left = tail  # the old file's last line: after it comes the new file's start
+            return [tail]
         if st.st_size < self.lines.offset + len(self.lines.buffer):
             raise StreamError(
                 f"{self.path}: the file shrank to {st.st_size} bytes below the "
@@ -202,8 +229,12 @@ class FileStream:
 
     def position(self, line: Line | None) -> Position:
         if line is None:
-            return Position("", self.lines.offset, self.lines.line, self.identity)
-        return Position("", line.end, line.number, self.identity)
+            offset, number = self.lines.offset, self.lines.line
+        elif line is self.left:
+            offset, number = 0, 0
+        else:
+            offset, number = line.end, line.number
+        return Position("", offset, number, self.identity, _head(self.fd, offset))
 
     def close(self) -> None:
         os.close(self.fd)
@@ -219,7 +250,7 @@ class DirectoryStream:
         self.fd = None
         self.lines = _Lines(position.file, position.offset, position.line)
         self.current = position.file
-        if self.current:
+        if self.current and not position.finished:
             self._open(position.file, position)
 
     def _names(self) -> list[str]:
@@ -250,6 +281,7 @@ class DirectoryStream:
                 f"{path}: the file has {size} bytes, fewer than the {position.offset} already "
                 "read: it was truncated, and lines may have been lost"
             )
+        _check_head(fd, path, position)
         os.lseek(fd, position.offset, os.SEEK_SET)
         self.fd, self.current = fd, name
         self.lines = _Lines(name, position.offset, position.line)
@@ -261,10 +293,10 @@ class DirectoryStream:
 
     def read(self, follow: bool) -> list[Line]:
         if self.fd is None:
-            names = self._names()
-            if not names:
+            following = self._next() if self.current else (self._names() or [None])[0]
+            if following is None:
                 return []
-            self._open(names[0], Position())
+            self._open(following, Position())
         data = os.read(self.fd, _CHUNK)
         if data:
             return self.lines.feed(data)
@@ -286,9 +318,15 @@ class DirectoryStream:
         return self.lines.tail()
 
     def position(self, line: Line | None) -> Position:
+        if self.fd is None:  # no file yet, or the checkpoint's file finished
+            return Position(self.current, self.lines.offset, self.lines.line, finished=True)
         if line is None:
-            return Position(self.current, self.lines.offset, self.lines.line)
-        return Position(line.file, line.end, line.number)
+            offset, number = self.lines.offset, self.lines.line
+        elif line.file != self.current:  # a finished file: resume at the name after it
+            return Position(line.file, line.end, line.number, finished=True)
+        else:
+            offset, number = line.end, line.number
+        return Position(self.current, offset, number, head=_head(self.fd, offset))
 
     def close(self) -> None:
         if self.fd is not None:
