@@ -4,7 +4,7 @@ the verdicts of the guarantees its escalation policy names.
 The cap of ``tis_correct`` must come from a guarantee the contract proves: a ``pg_bias``
 guarantee with ``estimator: tis`` and ``cap: c`` whose obligation is ``proved``. Its status
 comes from ``bounds.derive`` and ``verify.obligations.discharge`` run here, or from a report:
-a ``verify.Report`` of this contract (as ``verify.run`` returns it), or a report file, which
+a ``verify.Report`` of this contract (as ``verify.run.run`` returns it), or a report file, which
 is re-checked in full (``verify.check``) before any of its verdicts is used, so an edited
 report can never lend a cap. A policy that can fire ``tis_correct`` without a proved cap is
 refused here, before the loop starts, with the reason.
