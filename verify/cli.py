@@ -155,10 +155,51 @@ def _declared_evidence(contract) -> tuple[str, str] | None:
     return declared.path, f"{prefix}evidence.logprobs.path: {declared.path}"
 
 
+def declared_evidence_problem(contract, plan) -> str | None:
+    """What is wrong with the evidence file the contract itself names (unreadable, or one of
+    the outputs), as one line; ``None`` when it names none or nothing is wrong."""
+    from verify import outputs
+
+    declared = _declared_evidence(contract)
+    if not declared:
+        return None
+    problem = _evidence_problem(*declared)
+    try:
+        outputs.refuse_inputs(plan, [("an evidence file", declared[0])])
+    except outputs.OutputError as err:
+        problem = problem or f"verify: {err}"
+    return problem
+
+
+def run_and_render(contract, args, stderr, t_start: float, t_import: float):
+    """Verify ``contract`` and render its report: ``(report, texts)`` with the texts keyed by
+    the output options (``--json``, ``--markdown``, ``--html``), or exit code 2 for unusable
+    evidence (its message written)."""
+    from verify import render, run
+    from verify.report import dumps
+
+    try:
+        report = run.run(
+            contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
+            quiet=args.quiet, stderr=stderr,
+        )  # fmt: skip
+    except Exception as err:
+        if type(err).__name__ == "EvidenceError":
+            stderr.write(f"{err}\n")
+            return 2
+        raise
+    t_render = time.perf_counter()
+    texts = {"--markdown": render.to_markdown(report), "--html": render.to_html(report)}
+    timing = {"import": round((t_import - t_start) * 1000, 3), **report.timing}
+    timing["render"] = round((time.perf_counter() - t_render) * 1000, 3)
+    report = replace(report, timing=timing)
+    texts["--json"] = dumps(report)
+    return report, texts
+
+
 def _verify(args, stdout, stderr, t_start: float) -> int:
     import contracts
-    from verify import outputs, render, run
-    from verify.report import dumps
+    from verify import outputs
 
     for path in args.evidence:
         problem = _evidence_problem(path, f"--evidence {path}")
@@ -179,35 +220,16 @@ def _verify(args, stdout, stderr, t_start: float) -> int:
         except contracts.ContractError as err:
             stderr.write(f"{err}\n")
             return 2
-        declared = None if args.evidence else _declared_evidence(contract)
-        if declared:
-            problem = _evidence_problem(*declared)
-            try:
-                outputs.refuse_inputs(plan, [("an evidence file", declared[0])])
-            except outputs.OutputError as err:
-                problem = problem or f"verify: {err}"
-            if problem:
-                stderr.write(f"{problem}\n")
-                return 2
+        problem = None if args.evidence else declared_evidence_problem(contract, plan)
+        if problem:
+            stderr.write(f"{problem}\n")
+            return 2
+        done = run_and_render(contract, args, stderr, t_start, t_import)
+        if isinstance(done, int):
+            return done
+        report, texts = done
         try:
-            report = run.run(
-                contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
-                quiet=args.quiet, stderr=stderr,
-            )  # fmt: skip
-        except Exception as err:
-            if type(err).__name__ == "EvidenceError":
-                stderr.write(f"{err}\n")
-                return 2
-            raise
-        t_render = time.perf_counter()
-        texts = {"markdown": render.to_markdown(report), "html": render.to_html(report)}
-        timing = {"import": round((t_import - t_start) * 1000, 3), **report.timing}
-        timing["render"] = round((time.perf_counter() - t_render) * 1000, 3)
-        report = replace(report, timing=timing)
-        texts["json"] = dumps(report)
-        kinds = {"--json": "json", "--markdown": "markdown", "--html": "html"}
-        try:
-            plan.write([texts[kinds[t.label]] for t in plan.targets])
+            plan.write([texts[t.label] for t in plan.targets])
         except outputs.OutputError as err:
             stderr.write(f"verify: {err}\n")
             return 2

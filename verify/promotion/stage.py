@@ -22,7 +22,6 @@ import json
 import math
 import os
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from verify.promotion.chain import is_record, link, read_record, record_differences
@@ -98,9 +97,8 @@ def _lines(record: dict, path: str) -> str:
 def stage_main(args, stdout, stderr, t_start: float) -> int:
     """Run one promotion stage (see the module docstring); returns the exit code."""
     import contracts
-    from verify import outputs, render, run
-    from verify.cli import _declared_evidence, _evidence_problem, _summary
-    from verify.report import dumps
+    from verify import outputs, run
+    from verify.cli import _evidence_problem, _summary, declared_evidence_problem, run_and_render
 
     problem = _usage(args)
     for path in args.evidence:
@@ -129,32 +127,15 @@ def stage_main(args, stdout, stderr, t_start: float) -> int:
         if problem:
             stderr.write(f"verify: --stage {args.stage}: {problem}\n")
             return 2
-        declared = None if args.evidence else _declared_evidence(contract)
-        if declared:
-            problem = _evidence_problem(*declared)
-            try:
-                outputs.refuse_inputs(plan, [("an evidence file", declared[0])])
-            except outputs.OutputError as err:
-                problem = problem or f"verify: {err}"
-            if problem:
-                stderr.write(f"{problem}\n")
-                return 2
-        try:
-            report = run.run(
-                contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
-                quiet=args.quiet, stderr=stderr,
-            )  # fmt: skip
-        except Exception as err:
-            if type(err).__name__ == "EvidenceError":
-                stderr.write(f"{err}\n")
-                return 2
-            raise
-        t_render = time.perf_counter()
-        texts = {"--markdown": render.to_markdown(report), "--html": render.to_html(report)}
-        timing = {"import": round((t_import - t_start) * 1000, 3), **report.timing}
-        timing["render"] = round((time.perf_counter() - t_render) * 1000, 3)
-        report = replace(report, timing=timing)
-        report_text = dumps(report)
+        problem = None if args.evidence else declared_evidence_problem(contract, plan)
+        if problem:
+            stderr.write(f"{problem}\n")
+            return 2
+        done = run_and_render(contract, args, stderr, t_start, t_import)
+        if isinstance(done, int):
+            return done
+        report, texts = done
+        report_text = texts["--json"]
         record = build_record(
             contract,
             args.stage,
@@ -167,8 +148,7 @@ def stage_main(args, stdout, stderr, t_start: float) -> int:
             toolkit=run.toolkit_version(),
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
-        texts |= {"--json": report_text, "the stage report": report_text,
-                  "the stage record": dumps_record(record)}  # fmt: skip
+        texts |= {"the stage report": report_text, "the stage record": dumps_record(record)}
         try:
             plan.write([texts[t.label] for t in plan.targets])
         except outputs.OutputError as err:
