@@ -28,6 +28,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from timing import interleaved
+
 from kernels.logs import LoggedSequence, framework_metrics, read_log, token_metrics, write_log
 from kernels.summary import select, summarize
 
@@ -48,20 +50,6 @@ def _generate(path: str, tokens: int, seq_len: int, fmt: str, seed: int = 0) -> 
             s += 1
 
     return write_log(path, sequences(), fmt)
-
-
-def _interleaved(fns: dict, repeat: int) -> tuple[dict, dict, dict]:
-    """Best wall and CPU seconds of each function, the runs interleaved so load hits all alike."""
-    wall = dict.fromkeys(fns, float("inf"))
-    cpu = dict.fromkeys(fns, float("inf"))
-    out = {}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            out[name] = fn()
-            wall[name] = min(wall[name], time.perf_counter() - t0)
-            cpu[name] = min(cpu[name], time.process_time() - c0)
-    return wall, cpu, out
 
 
 def _baseline(path: str) -> int:
@@ -122,7 +110,7 @@ def main(argv=None) -> int:
             "read_log + metrics + summaries": lambda: _evaluate_path(path, args.format),
             "evaluate(rollout-log.yaml)": lambda: _evaluate_contract(path),
         }
-        wall, cpu, out = _interleaved(fns, args.repeat)
+        wall, cpu, out = interleaved(fns, args.repeat)
     table = out["read_log"]
     assert table.tokens == args.tokens and table.malformed_count == 0
     mb = size / 1e6

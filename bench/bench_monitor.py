@@ -25,25 +25,13 @@ import os
 import platform
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from timing import interleaved
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "contracts", "examples")
-
-
-def _interleaved(fns: dict, repeat: int) -> tuple[dict, dict, dict]:
-    wall = dict.fromkeys(fns, float("inf"))
-    cpu = dict.fromkeys(fns, float("inf"))
-    out = {}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            out[name] = fn()
-            wall[name] = min(wall[name], time.perf_counter() - t0)
-            cpu[name] = min(cpu[name], time.process_time() - c0)
-    return wall, cpu, out
 
 
 def _offline(contract_path: str, log: str):
@@ -101,7 +89,7 @@ def main(argv=None) -> int:
             "monitor + checkpoint": lambda: _monitor(contract, log, tmp, True),
             "monitor, no checkpoint": lambda: _monitor(contract, log, tmp, False),
         }
-        wall, cpu, out = _interleaved(fns, args.repeat)
+        wall, cpu, out = interleaved(fns, args.repeat)
         size = os.path.getsize(log)
     tokens = out["offline evaluate"]
     assert all(v == tokens for v in out.values()), out

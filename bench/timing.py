@@ -28,3 +28,18 @@ def median_ready(f: Callable, *args, repeats: int) -> float:
         jax.block_until_ready(f(*args))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved(fns: dict, repeat: int) -> tuple[dict, dict, dict]:
+    """Best wall and CPU seconds of each function, the runs interleaved so load hits all alike;
+    and each function's last result."""
+    wall = dict.fromkeys(fns, float("inf"))
+    cpu = dict.fromkeys(fns, float("inf"))
+    out = {}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            out[name] = fn()
+            wall[name] = min(wall[name], time.perf_counter() - t0)
+            cpu[name] = min(cpu[name], time.process_time() - c0)
+    return wall, cpu, out
