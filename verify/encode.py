@@ -282,19 +282,15 @@ def _exact(e: sympy.Expr, env: Mapping[str, Interval], variables) -> Fraction | 
 
 def _loose(expr: sympy.Expr, env: Mapping[str, Interval]) -> bool:
     """Whether naive interval arithmetic fails on ``expr`` over a box with one free variable,
-    or encloses it in over 4 times the spread of its values at the two ends (a function of
-    ``expr`` and the box alone, so a re-checker writes the same query)."""
-    names = {s.name for s in expr.free_symbols}
-    free = [k for k, (lo, hi) in env.items() if lo != hi and k in names]
-    if len(free) != 1:
+    or is loose there (``ranges.loose``): a function of ``expr`` and the box alone, so a
+    re-checker writes the same query."""
+    var = ranges.free_variable(expr, env)
+    if var is None:
         return False
     try:
-        lo, hi = intervals.evaluate(expr, env)
-        ends = [intervals.evaluate(expr, {**env, free[0]: (x, x)}) for x in env[free[0]]]
+        return ranges.loose(expr, env, var, intervals.evaluate(expr, env))
     except ExprError:
         return True
-    spread = max(e[1] for e in ends) - min(e[0] for e in ends)
-    return hi - lo > 4 * spread + Fraction(1, 1 << 40)
 
 
 @functools.lru_cache(maxsize=64)

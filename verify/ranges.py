@@ -31,7 +31,7 @@ import sympy
 from verify import intervals
 from verify.intervals import ExprError, Interval
 
-__all__ = ["tighten"]
+__all__ = ["free_variable", "loose", "tighten"]
 
 _ZERO: Interval = (Fraction(0), Fraction(0))
 _ONE: Interval = (Fraction(1), Fraction(1))
@@ -157,13 +157,11 @@ def tighten(
     operation outside its domain, or whose range of ``expr`` is far wider than the values at
     its ends, is halved (near a kink of Min/Max the centered form needs narrow pieces). Raises
     ``ExprError`` where even the narrowest pieces leave an operation outside its domain."""
-    names = {s.name for s in expr.free_symbols}
-    free = [k for k, (lo, hi) in env.items() if lo != hi and k in names]
-    if len(free) != 1:
+    var = free_variable(expr, env)
+    if var is None:
         naive: dict[sympy.Expr, Interval] = {}
         intervals.evaluate(expr, env, naive)
         return naive
-    (var,) = free
     lo, hi = env[var]
     step = (hi - lo) / pieces
     todo = [
@@ -177,7 +175,7 @@ def tighten(
         run = _Pass({**env, var: (a, b)}, var, (a + b) / 2)
         try:
             run.walk(expr)
-            bad = _loose(expr, run, env, var, a, b)
+            bad = loose(expr, {**env, var: (a, b)}, var, run.value[expr])
         except ExprError:
             if depth >= _MAX_DEPTH or passes >= _MAX_PASSES:
                 raise
@@ -196,9 +194,16 @@ def tighten(
     return out
 
 
-def _loose(expr, run: _Pass, env, var: str, a: Fraction, b: Fraction) -> bool:
-    """The piece's range of ``expr`` is over four times the spread of its end values."""
-    ends = [intervals.evaluate(expr, {**env, var: (x, x)}, {}) for x in (a, b)]
+def free_variable(expr: sympy.Expr, env: Mapping[str, Interval]) -> str | None:
+    """The one symbol of ``expr`` whose range in ``env`` is not a point, else ``None``."""
+    names = {s.name for s in expr.free_symbols}
+    free = [k for k, (lo, hi) in env.items() if lo != hi and k in names]
+    return free[0] if len(free) == 1 else None
+
+
+def loose(expr: sympy.Expr, env: Mapping[str, Interval], var: str, rng: Interval) -> bool:
+    """Whether ``rng``, an enclosure of ``expr`` over ``env``, is over four times the spread
+    of the values at the two ends of ``var``'s interval."""
+    ends = [intervals.evaluate(expr, {**env, var: (x, x)}, {}) for x in env[var]]
     spread = max(e[1] for e in ends) - min(e[0] for e in ends)
-    lo, hi = run.value[expr]
-    return hi - lo > 4 * spread + Fraction(1, 1 << 40)
+    return rng[1] - rng[0] > 4 * spread + Fraction(1, 1 << 40)
