@@ -75,17 +75,13 @@ def decimal(v: Fraction, digits: int = 6) -> str:
         return mpmath.nstr(mpmath.mpf(v.numerator) / v.denominator, digits)
 
 
-def _decimal(v: Fraction) -> str:
-    return decimal(v)
-
-
 def _statement(d: Derivation, variables, readable: str) -> str:
     where = ", ".join(
-        f"{name} ∈ [{_decimal(lo)}, {_decimal(hi)}] ({clause})"
+        f"{name} ∈ [{decimal(lo)}, {decimal(hi)}] ({clause})"
         for name, clause, lo, hi in variables
     )
-    consts = ", ".join(f"{k} = {_decimal(v)}" for k, v in sorted(d.constants.items()))
-    text = f"{d.quantity} ≤ {readable} ≤ {_decimal(d.threshold)}"
+    consts = ", ".join(f"{k} = {decimal(v)}" for k, v in sorted(d.constants.items()))
+    text = f"{d.quantity} ≤ {readable} ≤ {decimal(d.threshold)}"
     if where:
         text = f"for every {where}: {text}"
     return f"{text} (with {consts})" if consts else text
@@ -99,7 +95,7 @@ def outline(d: Derivation) -> Obligation:
     constants = tuple(sorted((k, Fraction(v)) for k, v in d.constants.items()))
     alternatives = tuple((a.name, sympy.sstr(a.expr), float(a.value)) for a in d.alternatives)
     if d.expr is None:
-        statement = f"{d.quantity} ≤ {_decimal(Fraction(d.threshold))}: no bound derived"
+        statement = f"{d.quantity} ≤ {decimal(Fraction(d.threshold))}: no bound derived"
         reason = d.reason or "no lemma of the chain applies"
     else:
         statement, reason = _statement(d, variables, sympy.sstr(d.expr)), ""
@@ -148,7 +144,7 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
     if status is Status.REFUTED and not d.extra.get("attained", True):
         # the chain's bound exceeds max, but that bound lies above the true supremum (or other
         # premises narrow the pairs it ranges over): the guarantee itself may still hold
-        point = ", ".join(f"{k} = {_decimal(v)}" for k, v in cex.point)
+        point = ", ".join(f"{k} = {decimal(v)}" for k, v in cex.point)
         status, cex = Status.UNKNOWN, None
         reason = (
             f"the bound exceeds max at {point}, but route {d.route!r} is not attained there "
