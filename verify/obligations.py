@@ -77,8 +77,7 @@ def decimal(v: Fraction, digits: int = 6) -> str:
 
 def _statement(d: Derivation, variables, readable: str) -> str:
     where = ", ".join(
-        f"{name} ∈ [{decimal(lo)}, {decimal(hi)}] ({clause})"
-        for name, clause, lo, hi in variables
+        f"{name} ∈ [{decimal(lo)}, {decimal(hi)}] ({clause})" for name, clause, lo, hi in variables
     )
     consts = ", ".join(f"{k} = {decimal(v)}" for k, v in sorted(d.constants.items()))
     text = f"{d.quantity} ≤ {readable} ≤ {decimal(d.threshold)}"
