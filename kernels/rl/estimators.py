@@ -1,0 +1,211 @@
+"""Off-policy correction weights for policy-gradient estimators.
+
+Rollouts are sampled from the inference kernel's policy π' and the learner differentiates the
+training kernel's policy π. With the per-token ratio w_t = π(y_t)/π'(y_t), each estimator gives
+a multiplier ω_t, and the policy-gradient estimate is Σ_t ω_t · ∇log π(y_t) · A_t. The rules,
+by name (``ESTIMATOR_NAMES``):
+
+- ``plain``: ω = 1.
+- ``tis`` (``cap`` c ≥ 0): ω = min(w, c); c = 0 gives ω = 0 on every token.
+- ``mis`` (``cap`` c > 1): ω = w · 1[w ≤ c].
+- ``ppo_clip`` (``clip_epsilon`` ε in (0, 1)): the gradient of PPO's clipped surrogate with the
+  old policy π': ω = w unless the token is clipped (A > 0 and w > 1 + ε, or A < 0 and
+  w < 1 − ε), then ω = 0.
+- ``icepop`` (``band`` (lo, hi), 0 ≤ lo < 1 < hi): ω = w · 1[lo ≤ w ≤ hi].
+- ``seq_is``: ω = W = Π_t w_t over the sequence's tokens, on every token of the sequence.
+- ``seq_tis`` (``cap`` c ≥ 0): ω = min(W, c) on every token.
+- ``geo_mask`` (``band`` (lo, hi)): a sequence whose geometric-mean ratio W^{1/n} lies outside
+  [lo, hi] gets ω = 0; inside, ω = w per token.
+- ``tv_mask`` (``threshold`` τ in (0, 1)): ω = 0 where TV(π(·|ctx), π'(·|ctx)) > τ, else w.
+- ``kl_mask`` (``threshold`` τ > 0): ω = 0 where KL(π'‖π) at the position > τ, else w.
+
+Products over a sequence are sums of log-ratios; a weight is exponentiated only after capping
+its logarithm, so long sequences neither overflow nor produce NaN. ``seq_is`` has no cap: its
+weight saturates at the largest finite number of the dtype. Padding (mask 0) gets ω = 0 and its
+log-ratio is ignored, whatever it holds.
+
+References:
+    Espeholt et al., "IMPALA" (2018) — truncated importance sampling.
+    Schulman et al., "Proximal Policy Optimization Algorithms" (2017) — the clipped surrogate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+__all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
+
+ESTIMATOR_NAMES: tuple[str, ...] = (
+    "plain",
+    "tis",
+    "mis",
+    "ppo_clip",
+    "icepop",
+    "seq_is",
+    "seq_tis",
+    "geo_mask",
+    "tv_mask",
+    "kl_mask",
+)
+
+# estimator -> the parameter keys it requires
+PARAMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "plain": (),
+        "tis": ("cap",),
+        "mis": ("cap",),
+        "ppo_clip": ("clip_epsilon",),
+        "icepop": ("band",),
+        "seq_is": (),
+        "seq_tis": ("cap",),
+        "geo_mask": ("band",),
+        "tv_mask": ("threshold",),
+        "kl_mask": ("threshold",),
+    }
+)
+
+_NO_PARAMS: Mapping[str, float | tuple] = MappingProxyType({})
+
+
+def _number(name: str, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"estimator {name!r}: {key} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"estimator {name!r}: {key} must be finite, got {value!r}")
+    return value
+
+
+def check_params(name: str, params: Mapping[str, float | tuple]) -> dict[str, object]:
+    """Validate an estimator's name and parameters; return them as plain floats and tuples.
+
+    Raises ValueError naming the estimator and the key when the name is unknown, a required
+    key is missing, an unknown key is given, or a value is out of its range.
+    """
+    if name not in PARAMS:
+        known = ", ".join(ESTIMATOR_NAMES)
+        raise ValueError(f"unknown estimator {name!r}; expected one of {known}")
+    need = PARAMS[name]
+    extra = sorted(set(params) - set(need))
+    if extra:
+        raise ValueError(f"estimator {name!r}: unexpected parameter(s) {', '.join(extra)}")
+    missing = [k for k in need if k not in params]
+    if missing:
+        raise ValueError(f"estimator {name!r}: missing parameter(s) {', '.join(missing)}")
+    out: dict[str, object] = {}
+    for key in need:
+        value = params[key]
+        if key == "band":
+            if not isinstance(value, tuple | list) or len(value) != 2:
+                raise ValueError(f"estimator {name!r}: band must be a pair (lo, hi), got {value!r}")
+            lo, hi = _number(name, "band[0]", value[0]), _number(name, "band[1]", value[1])
+            if not 0.0 <= lo < 1.0 < hi:
+                raise ValueError(f"estimator {name!r}: band needs 0 <= lo < 1 < hi, got {value!r}")
+            out[key] = (lo, hi)
+            continue
+        v = _number(name, key, value)
+        if key == "cap" and name == "mis" and not v > 1.0:
+            raise ValueError(f"estimator 'mis': cap must be > 1, got {v!r}")
+        if key == "cap" and not v >= 0.0:
+            raise ValueError(f"estimator {name!r}: cap must be >= 0, got {v!r}")
+        if key == "clip_epsilon" and not 0.0 < v < 1.0:
+            raise ValueError(f"estimator 'ppo_clip': clip_epsilon must be in (0, 1), got {v!r}")
+        if key == "threshold" and name == "tv_mask" and not 0.0 < v < 1.0:
+            raise ValueError(f"estimator 'tv_mask': threshold must be in (0, 1), got {v!r}")
+        if key == "threshold" and not v > 0.0:
+            raise ValueError(f"estimator {name!r}: threshold must be > 0, got {v!r}")
+        out[key] = v
+    return out
+
+
+def _capped_exp(log_value: Array, cap: float) -> Array:
+    """min(exp(log_value), cap) computed without forming exp of a large number."""
+    if cap == 0.0:
+        return jnp.zeros_like(log_value)
+    return jnp.exp(jnp.minimum(log_value, math.log(cap)))
+
+
+def _saturating_exp(log_value: Array) -> Array:
+    """exp, with the result capped at the dtype's largest finite number instead of inf."""
+    return jnp.minimum(jnp.exp(log_value), jnp.finfo(log_value.dtype).max)
+
+
+def correction_weights(
+    name: str,
+    log_ratio: Float[Array, "batch time"],
+    mask: Float[Array, "batch time"],
+    advantages: Float[Array, "batch time"],
+    *,
+    params: Mapping[str, float | tuple] = _NO_PARAMS,
+    token_tv: Float[Array, "batch time"] | None = None,
+    token_kl: Float[Array, "batch time"] | None = None,
+) -> Float[Array, "batch time"]:
+    """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
+
+    ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
+    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters only to ``ppo_clip``;
+    ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
+    full-vocabulary divergences at each position. ``name`` and ``params`` are static (Python
+    values); the arrays may be traced, so the function works under ``jax.jit``.
+    """
+    p = check_params(name, params)
+    log_ratio = jnp.asarray(log_ratio)
+    if not jnp.issubdtype(log_ratio.dtype, jnp.floating) or log_ratio.dtype.itemsize < 4:
+        log_ratio = log_ratio.astype(jnp.float32)  # 16-bit log-probs get float32 weights
+    dtype = log_ratio.dtype
+    if log_ratio.ndim != 2:
+        raise ValueError(f"log_ratio must have shape (batch, time), got {log_ratio.shape}")
+    mask = jnp.asarray(mask)
+    if mask.shape != log_ratio.shape:
+        raise ValueError(f"mask shape {mask.shape} differs from log_ratio shape {log_ratio.shape}")
+    valid = mask > 0
+    lr = jnp.where(valid, log_ratio, jnp.zeros((), dtype))
+    w = _saturating_exp(lr)
+
+    if name == "plain":
+        omega = jnp.ones_like(lr)
+    elif name == "tis":
+        omega = _capped_exp(lr, p["cap"])
+    elif name == "mis":
+        omega = jnp.where(lr <= math.log(p["cap"]), w, 0.0)
+    elif name == "ppo_clip":
+        adv = jnp.asarray(advantages, dtype)
+        if adv.shape != lr.shape:
+            raise ValueError(f"advantages shape {adv.shape} differs from {lr.shape}")
+        eps = p["clip_epsilon"]
+        clipped = ((adv > 0) & (w > 1.0 + eps)) | ((adv < 0) & (w < 1.0 - eps))
+        omega = jnp.where(clipped, 0.0, w)
+    elif name == "icepop":
+        lo, hi = p["band"]
+        omega = jnp.where((w >= lo) & (w <= hi), w, 0.0)
+    elif name in ("seq_is", "seq_tis"):
+        log_seq = jnp.sum(lr, axis=1, keepdims=True)
+        if name == "seq_is":
+            omega = jnp.broadcast_to(_saturating_exp(log_seq), lr.shape)
+        else:
+            omega = jnp.broadcast_to(_capped_exp(log_seq, p["cap"]), lr.shape)
+    elif name == "geo_mask":
+        lo, hi = p["band"]
+        n = jnp.sum(valid, axis=1, keepdims=True)
+        log_geo = jnp.sum(lr, axis=1, keepdims=True) / jnp.maximum(n, 1).astype(dtype)
+        log_lo = math.log(lo) if lo > 0 else -math.inf
+        keep = (log_geo >= log_lo) & (log_geo <= math.log(hi))
+        omega = jnp.where(keep, w, 0.0)
+    else:  # tv_mask, kl_mask
+        div = token_tv if name == "tv_mask" else token_kl
+        if div is None:
+            arg = "token_tv" if name == "tv_mask" else "token_kl"
+            raise ValueError(f"estimator {name!r} needs {arg}")
+        div = jnp.asarray(div, dtype)
+        if div.shape != lr.shape:
+            raise ValueError(f"divergence shape {div.shape} differs from {lr.shape}")
+        omega = jnp.where(div > p["threshold"], 0.0, w)
+
+    omega = jnp.where(valid, omega, 0.0).astype(dtype)
+    return jax.lax.stop_gradient(omega)
