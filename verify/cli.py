@@ -1,4 +1,5 @@
-"""The command line: ``python -m verify CONTRACT.yaml | check | synth | schema | monitor``.
+"""The command line: ``python -m verify CONTRACT.yaml | check | synth | schema | monitor``, and
+``export``.
 
 ``main(argv, *, stdout, stderr) -> int`` never exits and never lets a traceback reach the
 user: usage errors exit 2 with the usage line; an unexpected exception is reported as one
@@ -6,8 +7,8 @@ user: usage errors exit 2 with the usage line; an unexpected exception is report
 something refuted or violated; 2 unusable input (nothing written); 3 something unknown or
 inconclusive and nothing refuted or violated.
 
-The words ``check``, ``synth``, ``schema`` and ``monitor`` are reserved as the first argument:
-a contract file with one of those names is given with a directory, e.g. ``./check``.
+The words ``check``, ``synth``, ``schema``, ``monitor`` and ``export`` are reserved as the first
+argument: a contract file with one of those names is given with a directory, e.g. ``./check``.
 
 Files: the contract, a ``--evidence`` file and ``check``'s report must be regular files (a
 FIFO, a device or a directory is refused with exit 2, never read from). Report paths
@@ -36,7 +37,7 @@ from dataclasses import replace
 
 __all__ = ["SUBCOMMANDS", "main"]
 
-SUBCOMMANDS = ("check", "synth", "schema", "monitor")
+SUBCOMMANDS = ("check", "synth", "schema", "monitor", "export")
 
 
 class _Stop(Exception):
@@ -80,7 +81,8 @@ def _main_parser(out, err) -> _Parser:
     p = _Parser(
         prog="python -m verify",
         description="Prove a kernel contract's guarantees and check its clauses. "
-        "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ...",
+        "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ... | "
+        "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl",
         out=out,
         err=err,
     )
@@ -265,6 +267,10 @@ def _dispatch(argv: list[str], stdout, stderr, t_start: float) -> int:
 
             stdout.write(json.dumps(contracts.json_schema(), indent=2) + "\n")
             return 0
+        if name == "export":
+            from verify.export import export_main
+
+            return export_main(rest, stdout=stdout, stderr=stderr)
         try:
             from verify import monitor
         except ImportError:

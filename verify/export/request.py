@@ -1,0 +1,137 @@
+"""What a contract's guarantees ask of a training framework, before any framework is named.
+
+A ``pg_bias`` guarantee with an estimator other than ``plain`` asks for that estimator's
+correction (``tis``, ``mis``, ``ppo_clip``, ``icepop``, ``seq_is``, ``seq_tis``, ``geo_mask``,
+``tv_mask``, ``kl_mask``, with the parameters it was proved for); a ``clip_budget`` guarantee
+asks for the PPO clip range ε it was proved for. Every other guarantee (the plain estimator
+included: it corrects nothing) drives no setting. Parameters are kept as the exact rationals
+the contract wrote (``contracts.exact``), and written back as the shortest decimal that reads
+as the same double (``number``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from contracts import Contract, Guarantee, exact
+
+__all__ = [
+    "DRIVING",
+    "ExportError",
+    "Framework",
+    "NoCounterpart",
+    "Request",
+    "Value",
+    "number",
+    "request_of",
+    "requests_of",
+]
+
+# the names of the shared estimator table (names.md of issue 11), and the one non-estimator
+DRIVING = (
+    "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask", "kl_mask",
+    "clip_budget",
+)  # fmt: skip
+
+Value = str | bool | Fraction | None  # what a setting holds; a Fraction is written as a number
+
+
+class ExportError(ValueError):
+    """An export that cannot be made; ``str`` is the message and ``code`` the exit code."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+class NoCounterpart(ValueError):
+    """A framework has no setting that carries out a request exactly; ``str`` says why."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One guarantee's correction: the estimator (or ``clip_budget``) and its parameters."""
+
+    guarantee: str
+    what: str
+    cap: Fraction | None = None
+    band: tuple[Fraction, Fraction] | None = None
+    threshold: Fraction | None = None
+    clip_epsilon: Fraction | None = None
+
+    @property
+    def summary(self) -> str:
+        """E.g. ``pg_bias, estimator tis, cap 2``: the guarantee as messages name it."""
+        parts = [] if self.clip_epsilon is None else [f"clip_epsilon {number(self.clip_epsilon)}"]
+        if self.what == "clip_budget":
+            return ", ".join(["clip_budget", *parts])
+        if self.cap is not None:
+            parts.append(f"cap {number(self.cap)}")
+        if self.band is not None:
+            parts.append(f"band [{number(self.band[0])}, {number(self.band[1])}]")
+        if self.threshold is not None:
+            parts.append(f"threshold {number(self.threshold)}")
+        return ", ".join([f"pg_bias, estimator {self.what}", *parts])
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A training framework's spelling of the corrections: ``settings`` maps a request to
+    ``(key, value)`` pairs or raises ``NoCounterpart``; ``formats`` are the output formats it
+    reads, the first the default; ``source`` names the code the keys were taken from."""
+
+    name: str
+    source: str
+    formats: tuple[str, ...]
+    settings: Callable[[Request], tuple[tuple[str, Value], ...]]
+
+
+def number(v: Fraction | float) -> str:
+    """The shortest decimal that reads back as the double nearest ``v`` (Python's ``repr``)."""
+    return repr(float(v))
+
+
+def _exact(v) -> Fraction | None:
+    return None if v is None else exact(v)
+
+
+def request_of(g: Guarantee) -> Request | None:
+    """The correction guarantee ``g`` asks for, or ``None`` when it drives no setting."""
+    if g.quantity == "clip_budget":
+        return Request(g.id, "clip_budget", clip_epsilon=_exact(g.clip_epsilon))
+    if g.quantity != "pg_bias" or g.estimator == "plain":
+        return None
+    band = getattr(g, "band", None)
+    return Request(
+        g.id,
+        g.estimator,
+        cap=_exact(g.cap),
+        band=None if band is None else (exact(band[0]), exact(band[1])),
+        threshold=_exact(getattr(g, "threshold", None)),
+        clip_epsilon=_exact(g.clip_epsilon),
+    )
+
+
+def requests_of(contract: Contract, wanted: tuple[str, ...] = ()) -> tuple[Request, ...]:
+    """The requests of ``contract``'s guarantees, in contract order; only those named in
+    ``wanted`` when it is not empty. Raises ``ExportError`` (exit 2) for a wanted id that is
+    no guarantee of the contract or drives no setting."""
+    by_id = {g.id: g for g in contract.guarantees}
+    for gid in wanted:
+        g = by_id.get(gid)
+        if g is None:
+            known = ", ".join(by_id) or "none"
+            raise ExportError(f"--guarantee {gid}: the contract has no such guarantee (its "
+                              f"guarantees: {known})")  # fmt: skip
+        if request_of(g) is None:
+            what = g.quantity
+            if g.quantity == "pg_bias":
+                what += f" with estimator {g.estimator}"
+            raise ExportError(
+                f"--guarantee {gid}: a {what} guarantee drives no framework setting (only "
+                "pg_bias with an estimator other than plain, and clip_budget, do)"
+            )
+    chosen = [g for g in contract.guarantees if not wanted or g.id in wanted]
+    return tuple(r for r in map(request_of, chosen) if r is not None)
