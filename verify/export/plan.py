@@ -118,7 +118,7 @@ def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, 
     """Discharge the obligation of every guarantee ``export`` rests on: ``{id: (status,
     reason)}``. Raises ``ExportError`` (exit 1) naming each one that is not ``proved``."""
     import bounds
-    from verify.obligations import discharge
+    from verify.obligations import decimal, discharge
 
     contract = export.contract
     ids = {r.guarantee for r in export.requests}
@@ -126,7 +126,12 @@ def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, 
     for d in bounds.derive(contract):
         if d.guarantee in ids:
             o = discharge(d, timeout_ms=timeout_ms)
-            found[o.id] = (o.status, o.reason)
+            detail = o.reason
+            if o.bound_interval is not None:
+                bound = decimal(sum(o.bound_interval) / 2)
+                detail = "; ".join(filter(None, [f"bound {bound} vs max {decimal(o.threshold)}",
+                                                 detail]))  # fmt: skip
+            found[o.id] = (o.status, detail)
     problems = []
     for r in export.requests:
         status, reason = found.get(r.guarantee, (Status.UNKNOWN, "no obligation was derived"))
