@@ -161,12 +161,12 @@ def test_overrides_and_json_carry_the_same_settings(tmp_path, yaml_texts):
     assert doc["contract"]["sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
 
 
-def test_out_writes_the_stdout_text_and_a_proofs_only_export_imports_no_jax(tmp_path):
+def test_out_writes_the_stdout_text_and_a_proofs_only_export_imports_no_jax(tmp_path, yaml_texts):
     target = tmp_path / "verl.yaml"
     code, out, err = _run(EXAMPLE, "--to", "verl", "--out", target)
     assert (code, err) == (0, "")
     assert out == f"wrote 9 verl settings to {target}\n"
-    assert target.read_text() == _run(EXAMPLE, "--to", "verl")[1]
+    assert target.read_text() == yaml_texts["verl"][1]
     probe = (
         "import io, sys; from verify.cli import main; "
         f"code = main(['export', {str(EXAMPLE)!r}, '--to', 'skyrl'], stdout=io.StringIO()); "
