@@ -493,3 +493,19 @@ def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, monkeyp
         assert (code, out, err) == (2, "", message), argv
     assert EXAMPLE.read_bytes() == before
     assert list(ro.iterdir()) == [] and not (tmp_path / "missing.yaml").exists()
+
+
+def test_a_cap_of_0_is_refused_for_every_framework(tmp_path):
+    path = _contract(tmp_path)
+    c = contracts.load(path)
+    zero = tuple(dataclasses.replace(g, cap=0.0) if g.id == "G_pg_tis" else g for g in c.guarantees)
+    c = dataclasses.replace(c, guarantees=zero)
+    line = _line(TEXT, "cap: 2.0")
+    for name, framework in FRAMEWORKS.items():
+        with pytest.raises(ExportError) as err:
+            plan(c, framework)
+        assert (err.value.code, str(err.value)) == (
+            2,
+            f"{path}:{line}:5: guarantees[6].cap: cap 0 makes every weight 0, so the estimator "
+            f"learns nothing; no {name} setting is written for it",
+        )
