@@ -10,7 +10,6 @@ every route is nondecreasing in each variable, so the value at the maxima is the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
 
@@ -18,39 +17,15 @@ import sympy
 
 from bounds.derivation import Alternative, Derivation, Variable
 from bounds.evaluate import evaluate
+from bounds.pg_routes import pg_bias_routes
 from bounds.premises import Fact, Premises, gather
-from bounds.rl import clip_budget_drift, mis_drift, mis_ratio, tis_drift, tis_ratio
+from bounds.rl import clip_budget_drift
+from bounds.route import NoLemma, Route, combine
 from bounds.sequence import sequence_routes
 from bounds.token import kl_tilt_sup
 from contracts import Contract, Guarantee, exact
 
 __all__ = ["derive"]
-
-
-@dataclass(frozen=True)
-class Route:
-    """One candidate bound for a quantity, with everything it rests on."""
-
-    name: str
-    expr: sympy.Expr
-    facts: tuple[Fact, ...]
-    chain: tuple[str, ...]
-    expectation: bool = False  # bounds a mean over tokens, not every token
-    # the bound equals the supremum of the quantity at the clauses' maxima, so a bound above
-    # a guarantee's max there means the guarantee itself is false (a refutation is sound)
-    attained: bool = False
-
-
-def _combine(
-    name: str, expr: sympy.Expr, *parts: Route, lemma: str | None = None, attained: bool = True
-) -> Route:
-    """``attained``: the link itself is attained whenever its inputs are (e.g. (b − a)·TV)."""
-    facts = tuple(dict.fromkeys(f for p in parts for f in p.facts))
-    chain = tuple(dict.fromkeys(c for p in parts for c in p.chain))
-    if lemma:
-        chain = (*chain, lemma)
-    exp = any(p.expectation for p in parts)
-    return Route(name, expr, facts, chain, exp, attained and all(p.attained for p in parts))
 
 
 class _Ctx:
@@ -178,7 +153,7 @@ class _Ctx:
             if etv is None:
                 return [], []
             return [
-                _combine(
+                combine(
                     "expected_sequence_tv",
                     sympy.Min(1, L * etv.expr),
                     etv,
@@ -197,94 +172,25 @@ class _Ctx:
         # clause (leak construction); the KL and ratio routes lie above the true supremum
         coupling_exact = self.consts["L"] == 1 or (eps is not None and eps.name == "tv_clause")
         return [
-            _combine(n, e, base[n], lemma=n, attained=coupling_exact and "coupling" in n)
+            combine(n, e, base[n], lemma=n, attained=coupling_exact and "coupling" in n)
             for n, e in exprs.items()
         ], []
 
     def reward_drift(self) -> tuple[list[Route], list[Route]]:
         if self.g.reward_range is None:
-            raise _NoLemma("reward_drift needs reward_range: [a, b]")
+            raise NoLemma("reward_drift needs reward_range: [a, b]")
         a, b = (exact(x) for x in self.g.reward_range)
         span = self.const("reward_span", b - a)
         routes, loose = self.sequence_tv() if self.g.scope == "sequence" else self.token_tv()
-        scale = [_combine(r.name, span * r.expr, r, lemma="reward_drift_tv") for r in routes]
-        return scale, [_combine(r.name, span * r.expr, r, lemma="reward_drift_tv") for r in loose]
+        scale = [combine(r.name, span * r.expr, r, lemma="reward_drift_tv") for r in routes]
+        return scale, [combine(r.name, span * r.expr, r, lemma="reward_drift_tv") for r in loose]
 
     def pg_bias(self) -> tuple[list[Route], list[Route]]:
-        g = self.g
-        if g.score_norm is None or g.advantage is None:
-            raise _NoLemma("pg_bias needs score_norm (G) and advantage (A_max)")
-        GA = self.const("G", g.score_norm) * self.const("A", g.advantage)
-        if g.estimator == "plain":
-            worst = self.tv_routes() or self.etv_routes()
-            loose = self.loose_tv_routes() if self.tv_routes() else []
-            return [_combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in worst], [
-                _combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in loose
-            ]
-        if g.cap is None or exact(g.cap) <= 1:
-            raise _NoLemma(f"pg_bias with estimator {g.estimator!r} needs cap: c > 1")
-        c = self.const("c", g.cap)
-        tis = g.estimator == "tis"
-        out = []
-        for f in self.premises.of("osc"):
-            s = f.expr / self.T
-            form, lemma = (
-                (tis_drift(s, c), "pg_bias_tis") if tis else (mis_drift(s, c), "pg_bias_mis")
-            )
-            out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma), attained=True))
-        for f in self.premises.of("ratio"):
-            form = tis_ratio(f.expr, c) if tis else mis_ratio(f.expr, c)
-            lemma = "pg_bias_tis_ratio" if tis else "pg_bias_mis_ratio"
-            # the MIS ratio form is the supremum only where e^r > c (below, the supremum is 0)
-            exact_here = tis or evaluate(sympy.exp(f.expr) / c, self.values((f,))) > 1 + 1e-9
-            out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma), attained=exact_here))
-        # the osc and ratio forms above are exact suprema; a TV clause adds its own route, and
-        # only without any per-token fact do expectation premises come in
-        tv_like = [r for r in self.tv_routes() if r.name == "tv_clause"]
-        if not out and not tv_like:
-            tv_like = self.etv_routes()
-            out += self.capped_exceedance_routes(GA, c, tis)
-        for r in tv_like:  # (w − c)₊ ≤ (w − 1)₊; π(w > c) ≤ min(1, TV·c/(c − 1)) (Jensen: concave)
-            form = r.expr if tis else sympy.Min(1, r.expr * c / (c - 1))
-            # the supremum of the capped bias over kernel pairs whose TV is bounded (a leak to
-            # a token π' almost never samples); from a drift clause the TV is not the premise,
-            # and the capped bias below the drift level is far below it: not attained there
-            (f,) = r.facts
-            tv_valued = f.kind == "tv" or (
-                f.metric == "tv" and (tis or f.statistic == "mean")  # MIS: Jensen is exact
-            )  # only where every token sits at the same TV
-            out.append(
-                _combine(
-                    "pg_bias_tv_capped",
-                    GA * form,
-                    r,
-                    lemma="pg_bias_tv_capped",
-                    attained=tv_valued,
-                )
-            )
-        return out, []
-
-    def capped_exceedance_routes(self, GA, c, tis: bool) -> list[Route]:
-        """TIS/MIS from P(drift > level) ≤ ρ: the capped form below the level, 1 above it."""
-        out = []
-        for f in self.premises.of("etv"):
-            if f.tail is None:
-                continue
-            rho, osc = f.tail
-            s = osc / self.T
-            form, lemma = (
-                (tis_drift(s, c), "pg_bias_tis_exceedance")
-                if tis
-                else (mis_drift(s, c), "pg_bias_mis_exceedance")
-            )
-            chain = (*f.chain[: f.chain.index("token_tv_tanh")], lemma)
-            expr = GA * ((1 - rho) * form + rho)
-            out.append(Route(lemma, expr, (f,), chain, expectation=True, attained=True))
-        return out
+        return pg_bias_routes(self)
 
     def clip_budget(self) -> tuple[list[Route], list[Route]]:
         if self.g.clip_epsilon is None:
-            raise _NoLemma("clip_budget needs clip_epsilon")
+            raise NoLemma("clip_budget needs clip_epsilon")
         eps_c = self.const("clip_epsilon", self.g.clip_epsilon)
         out = [
             Route(
@@ -322,10 +228,6 @@ class _Ctx:
 
     def token_log_ratio(self) -> tuple[list[Route], list[Route]]:
         return self.log_ratio_routes(), []
-
-
-class _NoLemma(Exception):
-    """A guarantee lacks a field its lemma needs."""
 
 
 _PER_TOKEN_ONLY = {"token_log_ratio", "token_kl", "clip_budget"}
@@ -413,7 +315,7 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
         return _empty(g, f"no lemma derives quantity {g.quantity!r}", tuple(notes))
     try:
         routes, loose = builder()
-    except _NoLemma as e:
+    except NoLemma as e:
         return _empty(g, str(e), tuple(notes))
     if not routes:
         kinds = sorted({f.kind for f in prem.facts})

@@ -42,8 +42,11 @@ SYMBOLS: Mapping[str, sympy.Symbol] = MappingProxyType(
         "span": _nonneg("span"),  # reward range b − a
         "G": _nonneg("G"),  # score-norm bound
         "A": _nonneg("A"),  # advantage bound
-        "c": _pos("c"),  # importance-ratio cap, c > 1
+        "c": _pos("c"),  # importance-ratio cap (c > 1 for MIS; c ≥ 0 for TIS, c = 0 a constant)
         "clip_epsilon": _pos("clip_epsilon"),  # PPO clip range ε
+        "lo": _pos("lo"),  # lower end of a kept ratio band (lo = 0 has its own constant form)
+        "hi": _pos("hi"),  # upper end of a kept ratio band, hi > 1
+        "tau": _pos("tau"),  # divergence threshold of a token mask
     }
 )
 

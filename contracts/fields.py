@@ -15,6 +15,7 @@ __all__ = [
     "ASSUMPTIONS",
     "CLAUSE_STATUSES",
     "ESTIMATORS",
+    "ESTIMATOR_PARAMS",
     "EVIDENCE_FORMATS",
     "FORMATS",
     "GUARANTEE_STATUSES",
@@ -51,7 +52,16 @@ QUANTITIES = (
     "token_tv", "token_log_ratio", "token_kl", "sequence_tv", "reward_drift", "pg_bias",
     "clip_budget",
 )  # fmt: skip
-ESTIMATORS = ("plain", "tis", "mis")
+ESTIMATORS = (
+    "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
+    "kl_mask",
+)  # fmt: skip
+# estimator -> the parameter fields of a pg_bias guarantee it requires
+ESTIMATOR_PARAMS = MappingProxyType(
+    {"tis": ("cap",), "mis": ("cap",), "seq_tis": ("cap",), "ppo_clip": ("clip_epsilon",),
+     "icepop": ("band",), "geo_mask": ("band",), "tv_mask": ("threshold",),
+     "kl_mask": ("threshold",)}
+)  # fmt: skip
 ASSUMPTIONS = ("support_overlap",)
 SEVERITIES = ("info", "warn", "critical")
 ACTIONS = (
@@ -136,6 +146,8 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
                 "clip_epsilon",
                 "horizon",
                 "assume",
+                "band",
+                "threshold",
             ),
             ("id", "quantity", "max", "from"),
         ),

@@ -1,15 +1,18 @@
 """Reading ``guarantees``: the claims the thresholds must buy, with per-quantity fields.
 
 Each quantity takes its own fields: ``reward_drift`` a ``reward_range`` [a, b] with a < b;
-``pg_bias`` a ``score_norm`` G > 0, an ``advantage`` bound A_max > 0 and an ``estimator``
-(``tis`` and ``mis`` take a ``cap`` c > 1); ``clip_budget`` a ``clip_epsilon`` in (0, 1).
+``pg_bias`` a ``score_norm`` G > 0, an ``advantage`` bound A_max > 0 and an ``estimator`` with its
+parameters (``tis`` and ``seq_tis`` a ``cap`` c ≥ 0, ``mis`` a ``cap`` c > 1, ``ppo_clip`` a
+``clip_epsilon`` in (0, 1), ``icepop`` and ``geo_mask`` a ``band`` [lo, hi] with 0 ≤ lo < 1 < hi,
+``tv_mask`` a ``threshold`` in (0, 1), ``kl_mask`` a ``threshold`` > 0); ``clip_budget`` a
+``clip_epsilon`` in (0, 1).
 Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``horizon`` is given.
 """
 
 from __future__ import annotations
 
 from contracts.checks import Checker, show, sub
-from contracts.fields import ASSUMPTIONS, ESTIMATORS, OBJECTS, QUANTITIES
+from contracts.fields import ASSUMPTIONS, ESTIMATOR_PARAMS, ESTIMATORS, OBJECTS, QUANTITIES
 from contracts.model import Guarantee, Policy
 from contracts.sections import Names
 
@@ -22,7 +25,16 @@ _EXTRA = {
     "token_kl": {"scope"},
     "sequence_tv": {"scope", "horizon"},
     "reward_drift": {"scope", "horizon", "reward_range"},
-    "pg_bias": {"scope", "score_norm", "advantage", "estimator", "cap"},
+    "pg_bias": {
+        "scope",
+        "score_norm",
+        "advantage",
+        "estimator",
+        "cap",
+        "clip_epsilon",
+        "band",
+        "threshold",
+    },
     "clip_budget": {"scope", "clip_epsilon"},
 }
 _REQUIRED = {
@@ -35,6 +47,9 @@ _SCOPES = {q: ("token",) for q in QUANTITIES} | {
     "reward_drift": ("token", "sequence"),
 }
 _PREMISE_FAMILIES = ("numerical", "statistical", "runtime")
+# how a missing estimator parameter is named in the message
+_PARAM_NAMES = {"cap": "a cap", "clip_epsilon": "clip_epsilon", "band": "a band",
+                "threshold": "a threshold"}  # fmt: skip
 
 
 def read_guarantee(
@@ -70,12 +85,21 @@ def read_guarantee(
         ck.report(sub(key, "horizon"), "applies only to scope: sequence")
     if scope == "sequence" and "horizon" not in m and policy is not None:
         got["horizon"] = policy.max_new_tokens
-    estimator = got.get("estimator", "plain")
-    if quantity == "pg_bias" and estimator in ("tis", "mis") and "cap" not in m:
-        ck.report(sub(key, "cap"), f"missing required key: estimator {estimator} needs a cap")
-    if "cap" in m and estimator == "plain" and quantity == "pg_bias":
-        ck.report(sub(key, "cap"), "applies only to estimator tis or mis")
+    if quantity == "pg_bias" and ("estimator" not in m or "estimator" in got):
+        _estimator_params(ck, m, key, got.get("estimator", "plain"))
     return Guarantee(**got) if ck.failures == mark else None
+
+
+def _estimator_params(ck: Checker, m: dict, key: str, estimator: str) -> None:
+    """Each parameter an estimator needs is given, and no other estimator's parameter is."""
+    needs = ESTIMATOR_PARAMS.get(estimator, ())
+    for field, name in _PARAM_NAMES.items():
+        if field in needs and field not in m:
+            ck.report(sub(key, field), f"missing required key: estimator {estimator} needs {name}")
+        elif field in m and field not in needs:
+            users = [e for e, keys in ESTIMATOR_PARAMS.items() if field in keys]
+            either = ", ".join(users[:-1]) + f" or {users[-1]}" if len(users) > 1 else users[0]
+            ck.report(sub(key, field), f"applies only to estimator {either}")
 
 
 def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
@@ -88,8 +112,19 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
         "score_norm": lambda v, k: ck.number(v, k, 0, lo_open=True),
         "advantage": lambda v, k: ck.number(v, k, 0, lo_open=True),
         "estimator": lambda v, k: ck.choice(v, k, ESTIMATORS),
-        "cap": lambda v, k: ck.number(v, k, 1, lo_open=True),
+        # mis masks w > c, so its cap must exceed 1; truncation takes any c ≥ 0 (c = 0: ω = 0)
+        "cap": lambda v, k: (
+            ck.number(v, k, 1, lo_open=True)
+            if got.get("estimator") == "mis"
+            else ck.number(v, k, 0)
+        ),
         "clip_epsilon": lambda v, k: ck.number(v, k, 0, 1, lo_open=True, hi_open=True),
+        "band": lambda v, k: _band(ck, v, k),
+        "threshold": lambda v, k: (
+            ck.number(v, k, 0, 1, lo_open=True, hi_open=True)
+            if got.get("estimator") == "tv_mask"
+            else ck.number(v, k, 0, lo_open=True)
+        ),
     }
     for field, read in readers.items():
         if field not in m:
@@ -114,6 +149,14 @@ def _reward_range(ck: Checker, value, key) -> tuple[float, float] | None:
     pair = ck.pair(value, key, lambda v, k: ck.number(v, k), open_ends=False)
     if pair is not None and pair[0] == pair[1]:
         ck.report(key, f"needs a < b, got [{show(pair[0])}, {show(pair[1])}]")
+        return None
+    return pair
+
+
+def _band(ck: Checker, value, key) -> tuple[float, float] | None:
+    pair = ck.pair(value, key, lambda v, k: ck.number(v, k, 0), open_ends=False)
+    if pair is not None and not pair[0] < 1 < pair[1]:
+        ck.report(key, f"needs 0 <= lo < 1 < hi, got [{show(pair[0])}, {show(pair[1])}]")
         return None
     return pair
 

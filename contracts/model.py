@@ -51,6 +51,10 @@ Quantity = Literal[
     "pg_bias",
     "clip_budget",
 ]
+Estimator = Literal[
+    "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
+    "kl_mask",
+]  # fmt: skip
 Severity = Literal["info", "warn", "critical"]
 Action = Literal[
     "log",
@@ -228,11 +232,14 @@ class Guarantee:
     reward_range: tuple[float, float] | None = None
     score_norm: float | None = None
     advantage: float | None = None
-    estimator: Literal["plain", "tis", "mis"] = "plain"
+    estimator: Estimator = "plain"
     cap: float | None = None
     clip_epsilon: float | None = None
     horizon: int | None = None  # overrides policy.max_new_tokens for sequence scope
     assume: tuple[str, ...] = ()
+    # pg_bias estimator parameters added later (icepop/geo_mask band, tv_mask/kl_mask threshold)
+    band: tuple[float, float] | None = field(default=None, metadata={"omit_if_none": True})
+    threshold: float | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

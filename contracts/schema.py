@@ -199,11 +199,11 @@ _PER_QUANTITY = {  # quantity -> (required extra fields, allowed extra fields)
     "sequence_tv": ((), ("scope", "horizon")),
     "reward_drift": (("reward_range",), ("scope", "horizon", "reward_range")),
     "pg_bias": (("score_norm", "advantage"), ("scope", "score_norm", "advantage", "estimator",
-                                              "cap")),
+                                              "cap", "clip_epsilon", "band", "threshold")),
     "clip_budget": (("clip_epsilon",), ("scope", "clip_epsilon")),
 }  # fmt: skip
 _EXTRAS = ("scope", "horizon", "reward_range", "score_norm", "advantage", "estimator", "cap",
-           "clip_epsilon")  # fmt: skip
+           "clip_epsilon", "band", "threshold")  # fmt: skip
 
 
 def _quantity_rule(quantity: str) -> dict:
@@ -212,6 +212,18 @@ def _quantity_rule(quantity: str) -> dict:
     if required:
         then["required"] = list(required)
     return {"if": {"properties": {"quantity": {"const": quantity}}}, "then": then}
+
+
+def _estimator_rule(key: str) -> dict:
+    """A pg_bias estimator parameter: required by the estimators that take it, refused by the
+    others (``clip_epsilon`` is also clip_budget's own field)."""
+    users = [e for e, keys in F.ESTIMATOR_PARAMS.items() if key in keys]
+    pg = {"quantity": {"const": "pg_bias"}}
+    return {"if": {"properties": {**pg, "estimator": {"enum": users}},
+                   "required": ["quantity", "estimator"]},
+            "then": {"required": [key]},
+            "else": {"if": {"properties": pg, "required": ["quantity"]},
+                     "then": {"properties": {key: False}}}}
 
 
 _GUARANTEE = _obj(
@@ -226,7 +238,14 @@ _GUARANTEE = _obj(
         "score_norm": _num("G >= |grad log pi| per token (assumption).", exclusiveMinimum=0),
         "advantage": _num("A_max >= |A| (assumption).", exclusiveMinimum=0),
         "estimator": _enum("Policy-gradient estimator.", F.ESTIMATORS),
-        "cap": _num("Importance-ratio cap c > 1 for tis and mis.", exclusiveMinimum=1),
+        "cap": _num("Importance-ratio cap: c >= 0 for tis and seq_tis, c > 1 for mis.",
+                    minimum=0),
+        "band": dict(_pair("Kept ratio band [lo, hi], 0 <= lo < 1 < hi, for icepop and "
+                           "geo_mask.", {"type": "number"}, False),
+                     prefixItems=[{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                  {"type": "number", "exclusiveMinimum": 1}]),
+        "threshold": _num("Divergence threshold: tv_mask in (0, 1), kl_mask > 0.",
+                          exclusiveMinimum=0),
         "clip_epsilon": _num("PPO clip range in (0, 1).", exclusiveMinimum=0,
                              exclusiveMaximum=1),
         "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
@@ -234,8 +253,11 @@ _GUARANTEE = _obj(
     },
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]
-    + [{"if": {"properties": {"estimator": {"enum": ["tis", "mis"]}}, "required": ["estimator"]},
-        "then": {"required": ["cap"]}, "else": {"properties": {"cap": False}}}],
+    + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold")]
+    + [{"if": {"properties": {"estimator": {"const": "mis"}}, "required": ["estimator"]},
+        "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},
+       {"if": {"properties": {"estimator": {"const": "tv_mask"}}, "required": ["estimator"]},
+        "then": {"properties": {"threshold": {"exclusiveMaximum": 1}}}}],
 )  # fmt: skip
 _ESCALATION = _obj(
     "Maps a clause's or guarantee's status to a routing action; rules are checked in order.",

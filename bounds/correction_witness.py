@@ -1,0 +1,154 @@
+"""Explicit instances for the correction lemmas: the true discrepancy on logits or sequence laws.
+
+Each function builds the pair of logits (or the sequence law pair) that attains or approaches
+one supremum of ``bounds.corrections`` and measures the true quantity on it in float64 (log
+space where it matters). Notation as in ``bounds.measure``: ``z`` training logits, ``z_prime``
+inference logits, π = softmax(z/T), π' = softmax(z'/T), w = π/π'.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jaxtyping import Float
+
+from bounds import measure
+from bounds.token import tilt_pair
+
+__all__ = [
+    "band_dropped_mass",
+    "band_pair",
+    "best_iid_seq_tis",
+    "geo_dropped_mass",
+    "iid_excess",
+    "iid_seq_tis_excess",
+    "low_pair",
+    "raised_pair",
+    "seq_is_bias",
+]
+
+Vector = Float[np.ndarray, "vocab"]
+
+
+def band_dropped_mass(z: Vector, z_prime: Vector, T: float, lo: float, hi: float) -> float:
+    """π(w < lo or w > hi): the training mass a ratio-band mask drops (lo = 0: no lower end)."""
+    lw = measure.log_ratio(z, z_prime, T)
+    dropped = lw > math.log(hi)
+    if lo > 0:
+        dropped |= lw < math.log(lo)
+    return float(np.sum(np.exp(measure.log_softmax(z, T))[dropped]))
+
+
+def geo_dropped_mass(
+    z: Vector, z_prime: Vector, T: float, lo: float, hi: float, others: float, n: int
+) -> float:
+    """π(dropped) at one position of a sequence of n tokens whose other n − 1 log ratios sum to
+    ``others``: the sequence is dropped when (others + log w(y))/n lies outside [log lo, log hi]."""
+    g = (others + measure.log_ratio(z, z_prime, T)) / n
+    dropped = g > math.log(hi)
+    if lo > 0:
+        dropped |= g < math.log(lo)
+    return float(np.sum(np.exp(measure.log_softmax(z, T))[dropped]))
+
+
+def raised_pair(q: float, s: float, T: float) -> tuple[Vector, Vector]:
+    """Two tokens, π'(0) = q, and π = π' tilted by e^s on token 0 (w(0) = e^s/m, w(1) = 1/m)."""
+    zp = T * np.array([math.log(q), math.log1p(-q)])
+    return zp + np.array([T * s, 0.0]), zp
+
+
+def low_pair(s: float, T: float, eta: float = 1e-12) -> tuple[Vector, Vector, float]:
+    """A pair whose token 1 has log w within η·s of −s (π' keeps almost everything on token 0,
+    which the tilt raises); returns (z, z', log w(1))."""
+    z, zp = raised_pair(1.0 - eta, s, T)
+    return z, zp, float(measure.log_ratio(z, zp, T)[1])
+
+
+def band_pair(s: float, T: float, lo: float, hi: float) -> tuple[Vector, Vector]:
+    """The two-token pair of tilt range s that drops the most π-mass under the band [lo, hi]."""
+    x = math.exp(s)
+    if lo > 0 and x > hi / lo:  # both sides: choose m strictly inside (1/lo, x/hi)
+        m = math.sqrt(x / (hi * lo))
+        return raised_pair((m - 1) / math.expm1(s), s, T)
+    upper = max(x - hi, 0.0)
+    lower = max(lo * x - 1, 0.0)
+    if upper == 0.0 and lower == 0.0:
+        return raised_pair(0.5, s, T)
+    if upper >= lower:  # w ↓ hi on the raised token
+        return raised_pair((x / hi - 1) / math.expm1(s) * (1 - 1e-9), s, T)
+    # w ↑ lo on the other token: π'(raised) just above (1/lo − 1)/(e^s − 1)
+    return raised_pair((1 / lo - 1) / math.expm1(s) * (1 + 1e-9), s, T)
+
+
+def _log_binomial(L: int, q: float) -> np.ndarray:
+    k = np.arange(L + 1, dtype=np.float64)
+    choose = np.array([math.lgamma(L + 1) - math.lgamma(i + 1) - math.lgamma(L - i + 1) for i in k])
+    return choose + k * math.log(q) + (L - k) * math.log1p(-q)
+
+
+def iid_excess(p_plus: float, q_plus: float, L: int, cap: float) -> float:
+    """E_π'(W − c)₊ for L i.i.d. two-token steps with π(+) = p, π'(+) = q: W depends only on the
+    count k of + (k ∼ Binomial(L, q) under π'), summed exactly in log space."""
+    k = np.arange(L + 1, dtype=np.float64)
+    log_w = k * (math.log(p_plus) - math.log(q_plus))
+    log_w += (L - k) * (math.log1p(-p_plus) - math.log1p(-q_plus))
+    mass = np.exp(_log_binomial(L, q_plus) + log_w)  # π'(k)·W_k = π(k)
+    if cap == 0:
+        return float(np.sum(mass))
+    return float(np.sum(mass * np.maximum(-np.expm1(math.log(cap) - log_w), 0.0)))
+
+
+def iid_seq_tis_excess(q: float, s: float, L: int, cap: float) -> float:
+    """``iid_excess`` for the tilt step: π'(+) = q and π = π' tilted by e^s on +."""
+    p = q * math.exp(s - math.log1p(q * math.expm1(s)))
+    return iid_excess(p, q, L, cap)
+
+
+def best_iid_seq_tis(s: float, L: int, cap: float) -> tuple[float, float]:
+    """(q, E_π'(W − c)₊): the best i.i.d. two-point instance found by a grid on logit(q) and a
+    golden-section refinement around the best grid point."""
+    if s == 0.0:
+        return 0.5, max(1.0 - cap, 0.0)
+
+    def value(t: float) -> float:
+        return iid_seq_tis_excess(1.0 / (1.0 + math.exp(t)), s, L, cap)
+
+    grid = np.linspace(-30.0, 30.0, 121)
+    vals = [value(t) for t in grid]
+    i = int(np.argmax(vals))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = value(a), value(b)
+    for _ in range(50):
+        if fa > fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = value(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = value(b)
+    t, best = max([(grid[i], vals[i]), (a, fa), (b, fb)], key=lambda p: p[1])
+    return 1.0 / (1.0 + math.exp(t)), best
+
+
+def seq_is_bias(s: float, L: int, seed: int = 0) -> float:
+    """‖E_π'[W·g] − E_π[g]‖ for random autoregressive laws (vocabulary 2, length L, a tilt of
+    range s at every prefix) and random per-sequence vectors g, by enumerating all sequences."""
+    rng = np.random.default_rng(seed)
+    seqs: list[tuple[tuple, float, float]] = [((), 0.0, 0.0)]
+    for _ in range(L):
+        grown = []
+        for prefix, lp, lq in seqs:
+            z, zp = tilt_pair(float(rng.uniform(0.05, 0.95)), s * rng.uniform(0, 1), 1.0)
+            a, b = measure.log_softmax(z, 1.0), measure.log_softmax(zp, 1.0)
+            grown += [((*prefix, y), lp + a[y], lq + b[y]) for y in range(2)]
+        seqs = grown
+    g = rng.normal(size=(len(seqs), 3))
+    lp = np.array([p for _, p, _ in seqs])
+    lq = np.array([q for _, _, q in seqs])
+    weighted = np.exp(lq)[:, None] * np.exp(lp - lq)[:, None] * g  # π'(y)·W(y)·g(y)
+    target = np.exp(lp)[:, None] * g
+    return float(np.linalg.norm(weighted.sum(axis=0) - target.sum(axis=0)))

@@ -1,0 +1,223 @@
+"""Closed forms for the off-policy corrections beyond plain/TIS/MIS, and their exact suprema.
+
+Setting as in ``bounds.rl``: rollouts sample from π' (inference), the learner wants E_π
+(training), w = π/π'. A token-level estimator multiplies ∇log π(y)·A(y) by a weight ω(y); its
+bias at one position is ‖E_π'[(ω − w)·g]‖ ≤ G·A·E_π'|ω − w|, attained when g = ∇log π·A has norm
+G·A and points the same way wherever ω ≠ w. Every form below is the supremum (or a bound on it)
+of that discrepancy D = E_π'|ω − w| over the kernel pairs a premise allows:
+
+- masks that drop tokens (``icepop``, ``ppo_clip``, ``geo_mask``) have D = π(dropped set);
+- TIS with a cap c ≤ 1 has D = E_π'(w − c)₊ = 1 − c + E_π'(c − w)₊ (the second term is the
+  TIS excess of the swapped pair at cap 1/c, scaled by c);
+- position masks (``tv_mask``, ``kl_mask``) keep ω = w or drop the whole position: D ∈ {0, 1}.
+
+Jumps. Several suprema jump (a band's both sides fill at once; a position mask switches on when
+the divergence can pass τ). z3 and the interval arithmetic need continuous forms, so a jump
+1[x > a] is written ``step_above(x, a)``: 0 up to a·(1 − η), 1 from a on, linear between, with
+η = 10⁻⁶. It lies above the jump (sound) and equals it outside the sliver (a(1 − η), a]; a
+derivation whose premise maximum lands in a sliver is not marked attained. ``*_sup`` functions
+give the exact suprema (jumps included) for tests, witnesses and plots.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import mpmath
+import sympy
+
+__all__ = [
+    "ETA",
+    "band_drift",
+    "band_ratio",
+    "band_ratio_sup",
+    "band_sup",
+    "band_tv",
+    "band_tv_factor",
+    "in_sliver",
+    "seq_tis_kl",
+    "seq_tis_kl_factor",
+    "seq_tis_ratio",
+    "seq_tis_tv",
+    "step_above",
+    "tis_excess_ratio_sup",
+    "tis_excess_sup",
+    "tis_small_cap_drift",
+    "tis_small_cap_ratio",
+    "tis_small_cap_tv",
+]
+
+ETA = sympy.Rational(1, 10**6)  # relative width of the ramp that stands for a jump
+Num = float | int | Fraction | mpmath.mpf
+
+
+def step_above(x: sympy.Expr, at: sympy.Expr) -> sympy.Expr:
+    """A continuous majorant of 1[x > at] (at > 0), exact outside (at·(1 − η), at]."""
+    return sympy.Min(1, sympy.Max(0, (x - at * (1 - ETA)) / (at * ETA)))
+
+
+def in_sliver(x: Num, at: Num) -> bool:
+    """Whether ``step_above(x, at)`` differs from 1[x > at] at ``x``."""
+    a = mpmath.mpf(at.numerator) / at.denominator if isinstance(at, Fraction) else mpmath.mpf(at)
+    return a * (1 - mpmath.mpf(ETA.p) / ETA.q) < mpmath.mpf(x) <= a
+
+
+# ---- TIS with a cap c ≤ 1 ------------------------------------------------------------------
+def tis_small_cap_drift(s: sympy.Expr, cap: sympy.Expr) -> sympy.Expr:
+    """sup E_π'(w − c)₊ over tilts of range s, 0 < c < 1: 1 − c + (√c·e^{s/2} − 1)₊²/(e^s − 1).
+
+    E(w − c)₊ = 1 − c + E(c − w)₊ and E_π'(c − w)₊ = c·E_π(π'/π − 1/c)₊, the TIS excess of the
+    swapped pair (also a tilt of range s) at cap 1/c > 1, whose supremum is (e^{s/2} − c^{-1/2})₊²
+    /(e^s − 1). The denominator is written max(e^s − 1, 1/c − 1): equal wherever the numerator
+    is nonzero (e^s > 1/c), and bounded away from 0. At c = 1 the form is tanh(s/4).
+    """
+    num = sympy.Max(sympy.sqrt(cap) * sympy.exp(s / 2) - 1, 0) ** 2
+    return 1 - cap + num / sympy.Max(sympy.exp(s) - 1, 1 / cap - 1)
+
+
+def tis_small_cap_ratio(r: sympy.Expr, cap: sympy.Expr) -> sympy.Expr:
+    """sup E_π'(w − c)₊ when |log w| ≤ r, 0 ≤ c ≤ 1: 1 − c + (c − e^{−r})₊/(1 + e^{−r}).
+
+    (c − w)₊ is convex in w, E_π' w = 1 and w ∈ [e^{−r}, e^r]: two atoms at e^{±r}, weight
+    e^r/(1 + e^r) on e^{−r}, give (c·e^r − 1)₊/(1 + e^r)."""
+    return 1 - cap + sympy.Max(cap - sympy.exp(-r), 0) / (1 + sympy.exp(-r))
+
+
+def tis_small_cap_tv(eps: sympy.Expr, cap: sympy.Expr) -> sympy.Expr:
+    """sup E_π'(w − c)₊ when TV ≤ ε, 0 ≤ c ≤ 1: 1 − c + c·ε ((c − w)₊ ≤ c·(1 − w)₊, equal
+    where w ∈ {0} ∪ [1, ∞): mass ε moved off tokens π keeps almost nothing of)."""
+    return 1 - cap + cap * eps
+
+
+def tis_excess_sup(s: Num, cap: Num) -> mpmath.mpf:
+    """The exact sup of E_π'(w − c)₊ over tilts of range ``s``, for every cap c ≥ 0."""
+    s, c = mpmath.mpf(s), mpmath.mpf(cap)
+    if s == 0:
+        return max(1 - c, mpmath.mpf(0))
+    if c >= 1:
+        return max(mpmath.exp(s / 2) - mpmath.sqrt(c), 0) ** 2 / mpmath.expm1(s)
+    return 1 - c + max(mpmath.sqrt(c) * mpmath.exp(s / 2) - 1, 0) ** 2 / mpmath.expm1(s)
+
+
+def tis_excess_ratio_sup(r: Num, cap: Num) -> mpmath.mpf:
+    """The exact sup of E_π'(w − c)₊ over laws with |log w| ≤ ``r``, every c ≥ 0."""
+    x, c = mpmath.exp(r), mpmath.mpf(cap)
+    if c >= 1:
+        return max(x - c, 0) / (1 + x)
+    return 1 - c + max(c * x - 1, 0) / (1 + x)
+
+
+# ---- masks of a ratio band [lo, hi] (icepop; ppo_clip with lo, hi = 1 ∓ ε; geo_mask) ---------
+def band_drift(s: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Expr | int = 1):
+    """sup π(w ∉ [lo, hi]) over tilts of range s, for one position whose drop is decided by the
+    geometric-mean ratio of a sequence of at most L tokens (L = 1: the token's own ratio).
+
+    One side: with the other ≤ L − 1 tokens' log ratios at ∓s the band the current token meets
+    is [lo*, hi*] with lo* = max(lo, lo^L e^{(L−1)s}), hi* = min(hi, hi^L e^{−(L−1)s}); the
+    one-sided suprema are (lo*·e^s − 1)₊/(e^s − 1) and (e^s − hi*)₊/(e^s − 1) (MIS-type
+    arguments), and lo*·e^s = max(lo·e^s, (lo·e^s)^L). Both sides at once need e^s > hi/lo and
+    then drop everything. ``lo = 0`` (no lower end) is passed as the integer 0.
+    """
+    x = sympy.exp(s)
+    if L == 1:
+        upper = sympy.Max(x - hi, 0)
+    else:
+        upper = sympy.Max(x - sympy.exp(sympy.Min(L * sympy.log(hi) - (L - 1) * s, s)), 0)
+    terms = [upper / sympy.Max(x - 1, hi - 1)]
+    if lo != 0:
+        if L == 1:
+            lower = sympy.Max(lo * x - 1, 0)
+        else:
+            lower = sympy.Max(sympy.exp(sympy.Min(L * (s + sympy.log(lo)), s)) - 1, 0)
+        terms += [lower / sympy.Max(x - 1, 1 / lo - 1), step_above(x, hi / lo)]
+    return sympy.Min(1, sympy.Max(*terms))
+
+
+def band_ratio(r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+    """sup π(w ∉ [lo, hi]) when |log w| ≤ r (one token): hi(e^r − 1)/(hi·e^r − 1) once e^r > hi,
+    lo(e^r − 1)/(e^r − lo) once e^{−r} < lo, 1 once both, 0 before (jumps as ``step_above``)."""
+    x = sympy.exp(r)
+    up = step_above(x, hi)
+    terms = [hi * (x - 1) / (hi * x - 1) * up]
+    if lo != 0:
+        down = step_above(x, 1 / lo)
+        terms += [lo * (x - 1) / (x - lo) * down, sympy.Min(up, down)]
+    return sympy.Min(1, sympy.Max(*terms))
+
+
+def band_tv_factor(lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+    """K with sup π(w ∉ [lo, hi]) = min(1, K·TV): K = hi/(hi − 1) + lo/(1 − lo)."""
+    return hi / (hi - 1) + lo / (1 - lo)
+
+
+def band_tv(eps: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+    """sup π(w ∉ [lo, hi]) when TV ≤ ε: min(1, K·ε). π(w > hi) < hi/(hi − 1)·(π − π')(w > hi) and
+    π(w < lo) < lo/(1 − lo)·(π' − π)(w < lo), each difference ≤ TV; approached with w just
+    outside the band on both sides and w = 1 elsewhere."""
+    return sympy.Min(1, eps * band_tv_factor(lo, hi))
+
+
+def band_sup(s: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
+    """The exact sup of π(dropped) for ``band_drift`` (jumps included)."""
+    s, lo, hi = mpmath.mpf(s), mpmath.mpf(lo), mpmath.mpf(hi)
+    if s == 0:
+        return mpmath.mpf(0)
+    x = mpmath.exp(s)
+    if lo > 0 and x > hi / lo:
+        return mpmath.mpf(1)
+    lo_star = max(lo, lo**L * mpmath.exp((L - 1) * s)) if lo > 0 else mpmath.mpf(0)
+    hi_star = min(hi, hi**L * mpmath.exp(-(L - 1) * s))
+    d = max(lo_star * x - 1, 0) / (x - 1)
+    u = max(x - hi_star, 0) / (x - 1)
+    return min(mpmath.mpf(1), max(d, u))
+
+
+def band_ratio_sup(r: Num, lo: Num, hi: Num) -> mpmath.mpf:
+    """The exact sup of π(w ∉ [lo, hi]) over laws with |log w| ≤ ``r``."""
+    x, lo, hi = mpmath.exp(r), mpmath.mpf(lo), mpmath.mpf(hi)
+    up, down = x > hi, lo > 0 and x * lo > 1
+    if up and down:
+        return mpmath.mpf(1)
+    if up:
+        return hi * (x - 1) / (hi * x - 1)
+    if down:
+        return lo * (x - 1) / (x - lo)
+    return mpmath.mpf(0)
+
+
+# ---- sequence-level truncated IS ----------------------------------------------------------
+def seq_tis_ratio(R: sympy.Expr, cap: sympy.Expr, small: bool) -> sympy.Expr:
+    """sup E_π'(W − c)₊ over laws of W ∈ [e^{−R}, e^R] with E_π' W = 1 (R = L·r for sequences of
+    L tokens with |log w| ≤ r): the TIS ratio form (``small``: the c ≤ 1 branch), written in
+    e^{−R} so that a long sequence does not overflow. A bound for sequence laws, whose W are
+    further constrained."""
+    y = sympy.exp(-R)
+    if small:
+        return 1 - cap + sympy.Max(cap - y, 0) / (1 + y)
+    return sympy.Max(1 - cap * y, 0) / (1 + y)
+
+
+def seq_tis_tv(tv: sympy.Expr, cap: sympy.Expr, small: bool) -> sympy.Expr:
+    """E_π'(W − c)₊ from the sequence TV: ≤ TV_L for c ≥ 1 ((W − c)₊ ≤ (W − 1)₊), and
+    1 − c + c·TV_L for c ≤ 1 (``small``; (c − W)₊ ≤ c·(1 − W)₊)."""
+    return 1 - cap + cap * tv if small else tv
+
+
+KL_ITERATIONS = 6
+
+
+def seq_tis_kl_factor(cap: sympy.Expr, n: int = KL_ITERATIONS) -> sympy.Expr:
+    """k with (W − c)₊ ≤ k·(W log W − W + 1) for every W ≥ 0 (c > 1): k = 1/log W₀ for any
+    1 < W₀ ≤ W*, the root > 1 of W − 1 = c·log W (the best k is 1/log W*). W₀ = Fⁿ(c) with
+    F(W) = 1 + c·log W: F is increasing with F(W*) = W* and F(c) ≥ c, so the iterates rise to
+    W* from below (six iterations: within 3% of the best k at c = 2)."""
+    w = cap
+    for _ in range(n):
+        w = 1 + cap * sympy.log(w)
+    return 1 / sympy.log(w)
+
+
+def seq_tis_kl(kl: sympy.Expr, cap: sympy.Expr) -> sympy.Expr:
+    """E_π'(W − c)₊ ≤ min(1, k·KL(π_L‖π'_L)) for c > 1: E_π'[W log W − W + 1] is the sequence KL,
+    at most L·κ by the chain rule."""
+    return sympy.Min(1, seq_tis_kl_factor(cap) * kl)

@@ -1,0 +1,360 @@
+"""Routes for ``pg_bias``: every estimator's bias bound from the premises a guarantee names.
+
+Token-level estimators get a route per per-token fact (oscillation → the tilt form, log ratio →
+the ratio form, a TV clause → the TV form); only without per-token facts do expectation
+premises come in (an exceedance split, or a mean-TV form). Sequence-level estimators (``seq_is``,
+``seq_tis``) scale by L = ``policy.max_new_tokens``. Forms and their suprema are in
+``bounds.rl`` (plain, TIS c > 1, MIS) and ``bounds.corrections`` (the rest); a route is marked
+attained where its form is the supremum at the clauses' maxima.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+
+import mpmath
+import sympy
+
+from bounds.corrections import (
+    band_drift,
+    band_ratio,
+    band_tv,
+    in_sliver,
+    seq_tis_kl,
+    seq_tis_ratio,
+    seq_tis_tv,
+    step_above,
+    tis_small_cap_drift,
+    tis_small_cap_ratio,
+    tis_small_cap_tv,
+)
+from bounds.evaluate import evaluate
+from bounds.premises import Fact
+from bounds.rl import mis_drift, mis_ratio, tis_drift, tis_ratio
+from bounds.route import NoLemma, Route, combine
+from contracts import exact
+
+__all__ = ["pg_bias_routes"]
+
+Form = Callable[[sympy.Expr], sympy.Expr]
+Exact = Callable[[float], bool]  # whether the form is the supremum at this premise value
+_ALWAYS: Exact = lambda _: True  # noqa: E731
+
+
+def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
+    """(routes, looser alternatives) of ``ctx.g``, a pg_bias guarantee (``ctx``: derive's)."""
+    g = ctx.g
+    if g.score_norm is None or g.advantage is None:
+        raise NoLemma("pg_bias needs score_norm (G) and advantage (A_max)")
+    GA = ctx.const("G", g.score_norm) * ctx.const("A", g.advantage)
+    if g.estimator == "plain":
+        worst = ctx.tv_routes() or ctx.etv_routes()
+        loose = ctx.loose_tv_routes() if ctx.tv_routes() else []
+        return [combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in worst], [
+            combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in loose
+        ]
+    builder = {
+        "tis": _tis,
+        "mis": _mis,
+        "ppo_clip": _ppo_clip,
+        "icepop": _icepop,
+        "geo_mask": _geo_mask,
+        "tv_mask": _tv_mask,
+        "kl_mask": _kl_mask,
+        "seq_is": _seq_is,
+        "seq_tis": _seq_tis,
+    }[g.estimator]
+    return builder(ctx, GA), []
+
+
+def _need(ctx, field: str, what: str):
+    value = getattr(ctx.g, field)
+    if value is None:
+        raise NoLemma(f"pg_bias with estimator {ctx.g.estimator!r} needs {what}")
+    return value
+
+
+def _at_max(ctx, expr: sympy.Expr, facts: tuple[Fact, ...]) -> float:
+    return evaluate(expr, ctx.values(facts))
+
+
+def _per_token(
+    ctx,
+    GA,
+    name: str,
+    tilt: Form | None,
+    ratio: Form | None,
+    tv: Form | None,
+    exact_s: Exact = _ALWAYS,
+    exact_r: Exact = _ALWAYS,
+) -> list[Route]:
+    """Routes from oscillation, log-ratio and TV facts through the estimator's three forms."""
+    out = []
+    for f in ctx.premises.of("osc") if tilt else ():
+        s = f.expr / ctx.T
+        ok = exact_s(_at_max(ctx, s, (f,)))
+        out.append(Route(name, GA * tilt(s), (f,), (*f.chain, name), attained=ok))
+    for f in ctx.premises.of("ratio") if ratio else ():
+        ok = exact_r(_at_max(ctx, f.expr, (f,)))
+        out.append(Route(f"{name}_ratio", GA * ratio(f.expr), (f,), (*f.chain, f"{name}_ratio"),
+                         attained=ok))  # fmt: skip
+    for f in ctx.premises.of("tv") if tv else ():
+        out.append(
+            Route(f"{name}_tv", GA * tv(f.expr), (f,), (*f.chain, f"{name}_tv"), attained=True)
+        )
+    return out
+
+
+def _exceedance(ctx, GA, lemma: str, tilt: Form, exact_s: Exact = _ALWAYS, geo_L=None) -> list:
+    """E[bias] from P(drift > level) ≤ ρ: the per-position form at the level, 1 above it."""
+    out = []
+    for f in ctx.premises.of("etv"):
+        if f.tail is None:
+            continue
+        rho, osc = f.tail
+        s = osc / ctx.T
+        share = rho if geo_L is None else sympy.Min(1, geo_L * rho)
+        split = "pg_bias_correction_exceedance" if geo_L is None else "pg_bias_geo_mask_exceedance"
+        chain = (*f.chain[: f.chain.index("token_tv_tanh")], lemma, split)
+        expr = GA * ((1 - share) * tilt(s) + share)
+        ok = exact_s(_at_max(ctx, s, (f,))) and geo_L is None
+        out.append(Route(split, expr, (f,), chain, expectation=True, attained=ok))
+    return out
+
+
+def _mean_tv(ctx, GA, name: str, form: Form, jensen_exact: bool) -> list[Route]:
+    """E[bias] from a mean-TV fact through a concave form (Jensen); exact where the fact is a
+    measured mean TV and ``jensen_exact`` (every position can sit at the mean)."""
+    out = []
+    for r in ctx.etv_routes():
+        (f,) = r.facts
+        ok = jensen_exact and f.metric == "tv" and f.statistic == "mean"
+        out.append(
+            combine(f"{name}_mean_tv", GA * form(r.expr), r, lemma=f"{name}_tv", attained=ok)
+        )
+    return out
+
+
+# ---- TIS and MIS -----------------------------------------------------------------------------
+def _tis(ctx, GA) -> list[Route]:
+    cap = exact(_need(ctx, "cap", "cap: c ≥ 0"))
+    if cap > 1:
+        return _capped(ctx, GA, ctx.const("c", cap), tis=True)
+    if cap == 0:
+        return _constant(ctx, GA, "pg_bias_tis_zero_cap")
+    c = ctx.const("c", cap)
+    if cap == 1:  # the c ≤ 1 forms at c = 1: tanh(s/4), tanh(r/2), ε
+        tilt: Form = lambda s: sympy.tanh(s / 4)  # noqa: E731
+    else:
+        tilt = lambda s: tis_small_cap_drift(s, c)  # noqa: E731
+    name = "pg_bias_tis_small_cap"
+    out = _per_token(ctx, GA, name, tilt, lambda r: tis_small_cap_ratio(r, c),
+                     lambda e: tis_small_cap_tv(e, c))  # fmt: skip
+    if not out:
+        out = _exceedance(ctx, GA, name, tilt) + _mean_tv(
+            ctx, GA, name, lambda e: tis_small_cap_tv(e, c), jensen_exact=True
+        )
+    return out
+
+
+def _mis(ctx, GA) -> list[Route]:
+    cap = _need(ctx, "cap", "cap: c > 1")
+    if exact(cap) <= 1:
+        raise NoLemma(f"pg_bias with estimator 'mis' needs cap: c > 1, got {cap}")
+    return _capped(ctx, GA, ctx.const("c", cap), tis=False)
+
+
+def _capped(ctx, GA, c, tis: bool) -> list[Route]:
+    """TIS (c > 1) and MIS: tilt and ratio forms are exact suprema, plus a TV clause's route."""
+    out = []
+    for f in ctx.premises.of("osc"):
+        s = f.expr / ctx.T
+        form, lemma = (tis_drift(s, c), "pg_bias_tis") if tis else (mis_drift(s, c), "pg_bias_mis")
+        out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma), attained=True))
+    for f in ctx.premises.of("ratio"):
+        form = tis_ratio(f.expr, c) if tis else mis_ratio(f.expr, c)
+        lemma = "pg_bias_tis_ratio" if tis else "pg_bias_mis_ratio"
+        # the MIS ratio form is the supremum only where e^r > c (below, the supremum is 0)
+        exact_here = tis or evaluate(sympy.exp(f.expr) / c, ctx.values((f,))) > 1 + 1e-9
+        out.append(Route(lemma, GA * form, (f,), (*f.chain, lemma), attained=exact_here))
+    # the osc and ratio forms above are exact suprema; a TV clause adds its own route, and
+    # only without any per-token fact do expectation premises come in
+    tv_like = [r for r in ctx.tv_routes() if r.name == "tv_clause"]
+    if not out and not tv_like:
+        tv_like = ctx.etv_routes()
+        out += _capped_exceedance(ctx, GA, c, tis)
+    for r in tv_like:  # (w − c)₊ ≤ (w − 1)₊; π(w > c) ≤ min(1, TV·c/(c − 1)) (Jensen: concave)
+        form = r.expr if tis else sympy.Min(1, r.expr * c / (c - 1))
+        # the supremum of the capped bias over kernel pairs whose TV is bounded (a leak to
+        # a token π' almost never samples); from a drift clause the TV is not the premise,
+        # and the capped bias below the drift level is far below it: not attained there
+        (f,) = r.facts
+        tv_valued = f.kind == "tv" or (
+            f.metric == "tv" and (tis or f.statistic == "mean")  # MIS: Jensen is exact
+        )  # only where every token sits at the same TV
+        out.append(
+            combine(
+                "pg_bias_tv_capped", GA * form, r, lemma="pg_bias_tv_capped", attained=tv_valued
+            )
+        )
+    return out
+
+
+def _capped_exceedance(ctx, GA, c, tis: bool) -> list[Route]:
+    """TIS/MIS from P(drift > level) ≤ ρ: the capped form below the level, 1 above it."""
+    out = []
+    for f in ctx.premises.of("etv"):
+        if f.tail is None:
+            continue
+        rho, osc = f.tail
+        s = osc / ctx.T
+        form, lemma = (
+            (tis_drift(s, c), "pg_bias_tis_exceedance")
+            if tis
+            else (mis_drift(s, c), "pg_bias_mis_exceedance")
+        )
+        chain = (*f.chain[: f.chain.index("token_tv_tanh")], lemma)
+        expr = GA * ((1 - rho) * form + rho)
+        out.append(Route(lemma, expr, (f,), chain, expectation=True, attained=True))
+    return out
+
+
+def _constant(ctx, expr: sympy.Expr, lemma: str) -> list[Route]:
+    """A bound that no premise changes (c = 0, seq_is): one route on the first fact."""
+    facts = ctx.premises.facts[:1]
+    return [Route(lemma, expr, facts, (lemma,), attained=True)] if facts else []
+
+
+# ---- ratio bands: icepop, ppo_clip, geo_mask ---------------------------------------------------
+def _band_consts(ctx, lo_v, hi_v):
+    lo = 0 if lo_v == 0 else ctx.const("lo", lo_v)
+    return lo, ctx.const("hi", hi_v), Fraction(lo_v), Fraction(hi_v)
+
+
+def _band_exact(lo_v: Fraction, hi_v: Fraction) -> tuple[Exact, Exact]:
+    """Where the band's tilt and ratio forms are the suprema: off the η-slivers of their jumps."""
+
+    def tilt_ok(s: float) -> bool:
+        return lo_v == 0 or not in_sliver(mpmath.exp(s), hi_v / lo_v)
+
+    def ratio_ok(r: float) -> bool:
+        x = mpmath.exp(r)
+        return not in_sliver(x, hi_v) and (lo_v == 0 or not in_sliver(x, 1 / lo_v))
+
+    return tilt_ok, ratio_ok
+
+
+def _band(ctx, GA, name: str, lo_v, hi_v, L=None) -> list[Route]:
+    lo, hi, lo_f, hi_f = _band_consts(ctx, lo_v, hi_v)
+    tilt_ok, ratio_ok = _band_exact(lo_f, hi_f)
+    if L is None:  # one token decides
+        tilt: Form = lambda s: band_drift(s, lo, hi)  # noqa: E731
+        ratio: Form = lambda r: band_ratio(r, lo, hi)  # noqa: E731
+        tv: Form = lambda e: band_tv(e, lo, hi)  # noqa: E731
+    else:  # geo_mask: the sequence's other tokens move the band; a TV premise leaves them free
+        tilt = lambda s: band_drift(s, lo, hi, L)  # noqa: E731
+        ratio = lambda r: band_drift(2 * r, lo, hi, L)  # noqa: E731
+        tv = lambda e: sympy.Integer(1)  # noqa: E731
+    exact_r = ratio_ok if L is None else (lambda _: False)
+    out = _per_token(ctx, GA, name, tilt, ratio, tv, tilt_ok, exact_r)
+    if not out:
+        if L is None:
+            out = _exceedance(ctx, GA, name, tilt, tilt_ok)
+            out += _mean_tv(ctx, GA, name, tv, jensen_exact=True)
+        else:
+            out = _exceedance(ctx, GA, name, tilt, tilt_ok, geo_L=L)
+    return out
+
+
+def _icepop(ctx, GA) -> list[Route]:
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    return _band(ctx, GA, "pg_bias_icepop", lo_v, hi_v)
+
+
+def _ppo_clip(ctx, GA) -> list[Route]:
+    e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
+    # the band 1 ∓ ε as exact rationals (the float 1 − 0.2 is not 4/5)
+    return _band(ctx, GA, "pg_bias_ppo_clip", 1 - e, 1 + e)
+
+
+def _geo_mask(ctx, GA) -> list[Route]:
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    L = ctx.const("L", ctx.contract.policy.max_new_tokens)
+    if ctx.consts["L"] == 1:  # a one-token sequence: the band of that token
+        return _band(ctx, GA, "pg_bias_geo_mask", lo_v, hi_v)
+    return _band(ctx, GA, "pg_bias_geo_mask", lo_v, hi_v, L)
+
+
+# ---- position masks ----------------------------------------------------------------------
+def _mask(ctx, GA, name: str, routes: list[Route], tau) -> list[Route]:
+    tau_v = ctx.consts["tau"]
+    out = []
+    for r in routes:
+        ok = r.attained and not in_sliver(ctx.value(r), tau_v)
+        out.append(combine(f"{name}_{r.name}", GA * step_above(r.expr, tau), r, lemma=name,
+                           attained=ok))  # fmt: skip
+    return out
+
+
+def _tv_mask(ctx, GA) -> list[Route]:
+    tau = ctx.const("tau", _need(ctx, "threshold", "threshold: τ"))
+    out = _mask(ctx, GA, "pg_bias_tv_mask", ctx.tv_routes(), tau)
+    if not out:
+        tilt: Form = lambda s: step_above(sympy.tanh(s / 4), tau)  # noqa: E731
+        ok = lambda s: not in_sliver(mpmath.tanh(mpmath.mpf(s) / 4), ctx.consts["tau"])  # noqa: E731
+        out = _exceedance(ctx, GA, "pg_bias_tv_mask", tilt, ok)
+        for r in ctx.etv_routes():  # Markov: P(TV > τ) ≤ E[TV]/τ
+            (f,) = r.facts
+            exact_here = f.metric == "tv" and f.statistic == "mean"
+            out.append(combine("pg_bias_tv_mask_mean", GA * sympy.Min(1, r.expr / tau), r,
+                               lemma="pg_bias_tv_mask_mean", attained=exact_here))  # fmt: skip
+    return out
+
+
+def _kl_mask(ctx, GA) -> list[Route]:
+    from bounds.token import kl_tilt_sup
+
+    tau = ctx.const("tau", _need(ctx, "threshold", "threshold: τ"))
+    out = _mask(ctx, GA, "pg_bias_kl_mask", ctx.kl_routes(), tau)
+    if not out:
+        tilt: Form = lambda s: step_above(kl_tilt_sup(s), tau)  # noqa: E731
+
+        def ok(s: float) -> bool:  # the KL form is the supremum from s = 1/8 on
+            k = evaluate(kl_tilt_sup(sympy.Symbol("s")), {"s": s})
+            return s >= 0.125 and not in_sliver(k, ctx.consts["tau"])
+
+        out = _exceedance(ctx, GA, "pg_bias_kl_mask", tilt, ok)
+    return out
+
+
+# ---- sequence-level estimators -------------------------------------------------------------
+def _seq_is(ctx, GA) -> list[Route]:
+    return _constant(ctx, sympy.Integer(0), "pg_bias_seq_is")
+
+
+def _seq_tis(ctx, GA) -> list[Route]:
+    cap = exact(_need(ctx, "cap", "cap: c ≥ 0"))
+    if ctx.contract.policy.max_new_tokens == 1:  # one token: seq_tis is tis
+        return _tis(ctx, GA)
+    L = ctx.const("L", ctx.contract.policy.max_new_tokens)
+    LGA = L * GA
+    if cap == 0:
+        return _constant(ctx, LGA, "pg_bias_seq_tis_small_cap")
+    c, small = ctx.const("c", cap), cap <= 1
+    lemma = "pg_bias_seq_tis_small_cap" if small else "pg_bias_seq_tis"
+    out = []
+    for r in ctx.log_ratio_routes():  # |log W| ≤ L·r
+        out.append(combine("seq_tis_ratio", LGA * seq_tis_ratio(L * r.expr, c, small), r,
+                           lemma=lemma, attained=False))  # fmt: skip
+    if not small:
+        for r in ctx.kl_routes():  # KL_L ≤ L·κ (chain rule)
+            out.append(combine("seq_tis_kl", LGA * seq_tis_kl(L * r.expr, c), r, lemma=lemma,
+                               attained=False))  # fmt: skip
+    seq, _ = ctx.sequence_tv()
+    for r in seq:
+        # from a TV clause the coupling route is the supremum (leak construction)
+        ok = r.attained and r.name == "sequence_tv_coupling"
+        out.append(combine(f"seq_tis_{r.name}", LGA * seq_tis_tv(r.expr, c, small), r,
+                           lemma="pg_bias_seq_tis_tv" if ok else lemma, attained=ok))  # fmt: skip
+    return out
