@@ -13,6 +13,13 @@ _EXPORTS = {
     "ESTIMATOR_NAMES": "kernels.rl.estimators",
     "correction_weights": "kernels.rl.estimators",
     "check_params": "kernels.rl.estimators",
+    "BanditBias": "kernels.rl.bias",
+    "SequenceBias": "kernels.rl.bias",
+    "bandit_bias": "kernels.rl.bias",
+    "clip_share": "kernels.rl.bias",
+    "sequence_bias": "kernels.rl.bias",
+    "held_out_prompts": "kernels.rl.rollouts",
+    "rollout_pairs": "kernels.rl.rollouts",
 }
 
 __all__ = sorted(_EXPORTS)
