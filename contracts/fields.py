@@ -156,7 +156,7 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
         "promotion": Fields(STAGES),
         "stage": Fields(("min_tokens", "traffic")),
         "evidence": Fields(("emulate", "logprobs")),
-        "emulate": Fields(("model", "prompts", "max_new_tokens", "seed")),
+        "emulate": Fields(("model", "params", "prompts", "max_new_tokens", "seed")),
         "logprobs": Fields(("path", "format"), ("path",)),
     }
 )

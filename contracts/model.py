@@ -259,10 +259,15 @@ class PromotionStage:
 
 @dataclass(frozen=True)
 class EmulateEvidence:
+    """The model to emulate: a shipped checkpoint name, or an entry point
+    ``package.module:function`` with its ``params`` file (resolved against the contract's
+    directory; ``kernels.user_model`` defines both)."""
+
     model: str = "tiny-lm"
     prompts: int = 64
     max_new_tokens: int = 64
     seed: int = 0
+    params: str | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,10 @@ _EVIDENCE = _obj(
     "Where measurements come from.",
     {
         "emulate": {"anyOf": [_obj("Emulated kernels on the bundled model.", {
-            "model": {"type": "string", "minLength": 1, "description": "Model name."},
+            "model": {"type": "string", "minLength": 1, "description":
+                      "A shipped model name, or an entry point package.module:function."},
+            "params": {"type": ["string", "null"], "minLength": 1, "description":
+                       "An entry point's parameters (.npz), relative to the contract file."},
             "prompts": _int("Prompts.", minimum=1, maximum=2**32 - 1),
             "max_new_tokens": _int("Tokens per prompt.", minimum=1, maximum=2**32 - 1),
             "seed": _int("Random seed.", minimum=0, maximum=2**32 - 1),

@@ -324,6 +324,34 @@ def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] |
     return tuple(stages) if _ok(ck, mark) else None
 
 
+# a user model's entry point: package.module:function (kernels.user_model defines the call)
+ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+def _user_model(ck: Checker, e: Mapping, ekey: str, base_dir: str, got: dict) -> None:
+    """``params`` (a path, resolved against ``base_dir``; null is absent, as in the canonical
+    form) and the rules tying it to ``model``: an entry point needs it, a shipped name has none."""
+    if e.get("params") is not None:
+        path = ck.string(e["params"], sub(ekey, "params"))
+        if path is not None:
+            got["params"] = os.path.normpath(os.path.join(base_dir, path))
+    model = got.get("model")
+    entry = isinstance(model, str) and ":" in model
+    if entry and ENTRY_POINT.match(model) is None:
+        ck.report(
+            sub(ekey, "model"),
+            f"expected a shipped model name or an entry point package.module:function; "
+            f"got {show(model)}",
+        )
+    elif entry and "params" not in got and e.get("params") is None:
+        ck.report(sub(ekey, "model"), "an entry point model needs params: PATH (an .npz file)")
+    unreadable = "model" in e and model is None  # already reported
+    if e.get("params") is not None and not entry and not unreadable:
+        ck.report(
+            sub(ekey, "params"), "applies only to an entry point model (package.module:function)"
+        )
+
+
 def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | None:
     mark = ck.failures
     m = _fields(ck, value, key, "evidence")
@@ -343,6 +371,7 @@ def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | Non
             for field, lo in (("prompts", 1), ("max_new_tokens", 1), ("seed", 0)):
                 if field in e:
                     got[field] = ck.integer(e[field], sub(ekey, field), lo, 2**32 - 1)
+            _user_model(ck, e, ekey, base_dir, got)
             emulate = EmulateEvidence(**got)
     if "logprobs" in m:
         lkey = sub(key, "logprobs")

@@ -31,6 +31,7 @@ _EXPORTS = {
     "format_info": "kernels.formats",
     "saturating_cast": "kernels.formats",
     "emulated_dot_general": "kernels.matmul",
+    "on_kernel": "kernels.transform",
     "reduction_splits": "kernels.batching",
     "reference_attention": "kernels.attention",
     "PagedKVCache": "kernels.attention",

@@ -316,6 +316,15 @@ def _checkpoint_sha256(model: str) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
+def _file_sha256(path: str) -> str | None:
+    """sha256 of a user model's params file; ``None`` when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
 def emulate_sources(contract, stream) -> list[Source]:
     """One source per setting of the runtime sweep (``verify.evidence.envelope.settings``)."""
     try:
@@ -330,10 +339,25 @@ def emulate_sources(contract, stream) -> list[Source]:
         )
     except KeyError as err:  # an unknown model
         raise EvidenceError(f"{prefix}evidence.emulate: {err.args[0]}") from None
+    except ValueError as err:  # an unusable user model (its error names its key)
+        raise EvidenceError(_at_key(contract, err, prefix)) from None
     return [
         _emulate_source(contract, emulate_module, stream, prefix, batch, length, len(grid))
         for batch, length in grid
     ]
+
+
+def _at_key(contract, err: Exception, prefix: str) -> str:
+    """``err``'s message, at the contract key it names (``err.key``, as a user model's errors
+    give it) or at ``prefix`` (evidence.emulate's position)."""
+    message = err.args[0] if err.args else type(err).__name__
+    if not str(message).startswith("evidence.emulate"):
+        message = f"evidence.emulate: {message}"
+    key = getattr(err, "key", None)
+    where = contract.source.where(key) if isinstance(key, str) else None
+    if where is not None:
+        prefix = f"{contract.source.path}:{where[0]}:{where[1]}: "
+    return f"{prefix}{message}"
 
 
 def _emulate_source(contract, emulate_module, stream, prefix, batch, length, count) -> Source:
@@ -346,10 +370,7 @@ def _emulate_source(contract, emulate_module, stream, prefix, batch, length, cou
             contract, progress=Progress(stream, f"emulating{shown}"), **kwargs
         )
     except (KeyError, ValueError) as err:  # unknown model, a setting the model cannot run
-        message = err.args[0] if err.args else type(err).__name__
-        if not str(message).startswith("evidence.emulate"):
-            message = f"evidence.emulate: {message}"
-        raise EvidenceError(f"{prefix}{message}") from None
+        raise EvidenceError(_at_key(contract, err, prefix)) from None
     thresholds, slices = _needs(contract)
     columns = dict(table)
     columns["log_ratio"] = np.asarray(table["log_ratio"], dtype=np.float64)
@@ -367,7 +388,9 @@ def _emulate_source(contract, emulate_module, stream, prefix, batch, length, cou
         "emulate": dataclasses.asdict(ev),
         "policy": dataclasses.asdict(contract.policy),
         "kernels": dataclasses.asdict(contract.kernels),
-        "checkpoint_sha256": _checkpoint_sha256(ev.model),
+        "checkpoint_sha256": _checkpoint_sha256(ev.model)
+        if getattr(ev, "params", None) is None
+        else _file_sha256(ev.params),
         "setting": {"batch_size": batch, "sequence_length": length},
     }
     config_sha = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
