@@ -32,6 +32,9 @@ def to_plain(value: object) -> object:
             _RENAMES.get(f.name, f.name): to_plain(getattr(value, f.name))
             for f in dataclasses.fields(value)
             if f.name != "source"
+            # a field added to DSL v1 later is left out while unset, so the canonical form (and
+            # hash) of every contract that does not use it stays what it was
+            and not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)
         }
     if isinstance(value, tuple | list):
         return [to_plain(v) for v in value]

@@ -14,17 +14,21 @@ __all__ = [
     "ACTIONS",
     "ASSUMPTIONS",
     "CLAUSE_STATUSES",
+    "EPILOGUE_ORDERS",
     "ESTIMATORS",
     "ESTIMATOR_PARAMS",
     "EVIDENCE_FORMATS",
     "FORMATS",
     "GUARANTEE_STATUSES",
+    "INPUT_FORMATS",
+    "INT_ACCUMULATORS",
     "LOGPROBS",
     "NUMERICAL_METRICS",
     "OBJECTS",
     "OBSERVABLE",
     "QUANTITIES",
     "ROUNDINGS",
+    "SCALE_FORMATS",
     "SEVERITIES",
     "STAGES",
     "STATISTICAL_METRICS",
@@ -37,6 +41,11 @@ VERSION = 1
 
 FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 ACCUMULATOR_DTYPES = MappingProxyType({"float32": 23, "float16": 10, "bfloat16": 7})
+# int8: symmetric values in [-127, 127], accumulated exactly in int32 (kernels.matmul)
+INPUT_FORMATS = (*FORMATS, "int8")
+INT_ACCUMULATORS = ("int32",)
+SCALE_FORMATS = ("float32", "bfloat16", "float16")  # int8 scales, and int8 outputs
+EPILOGUE_ORDERS = ("acc_sx_sw", "acc_sw_sx", "acc_sxsw")
 ROUNDINGS = ("nearest_even", "toward_zero")
 LOGPROBS = ("full_vocab", "processed")
 NUMERICAL_METRICS = ("logit_drift", "logit_oscillation", "log_ratio", "tv")
@@ -107,7 +116,19 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
         ),
         "kernels": Fields(("train", "inference"), ("train", "inference")),
         "kernel": Fields(("preset", "matmul", "attention", "batching"), ("preset",)),
-        "matmul": Fields(("inputs", "scaling", "accumulator", "group", "promote_every", "output")),
+        "matmul": Fields(
+            (
+                "inputs",
+                "scaling",
+                "accumulator",
+                "group",
+                "promote_every",
+                "output",
+                "k_max",
+                "epilogue",
+            )
+        ),
+        "epilogue": Fields(("scales", "order", "fused", "rounding")),
         "accumulator": Fields(("dtype", "mantissa_bits", "rounding")),
         "attention": Fields(("kv_cache", "page_size", "tiles")),
         "numerical": Fields(("id", "metric", "max", "slice"), ("id", "metric", "max")),

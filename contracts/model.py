@@ -17,9 +17,11 @@ __all__ = [
     "AttentionSpec",
     "Contract",
     "EmulateEvidence",
+    "EpilogueSpec",
     "EscalationRule",
     "Evidence",
     "Guarantee",
+    "IntAccumulatorSpec",
     "KernelPair",
     "KernelSpec",
     "LogprobsEvidence",
@@ -37,6 +39,9 @@ __all__ = [
 
 Rounding = Literal["nearest_even", "toward_zero"]
 Format = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
+InputFormat = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8"]
+ScaleFormat = Literal["float32", "bfloat16", "float16"]
+EpilogueOrder = Literal["acc_sx_sw", "acc_sw_sx", "acc_sxsw"]
 NumericalMetric = Literal["logit_drift", "logit_oscillation", "log_ratio", "tv"]
 StatisticalMetric = Literal[
     "logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv", "kl", "top1_flip"
@@ -126,15 +131,46 @@ class AccumulatorSpec:
 
 
 @dataclass(frozen=True)
+class IntAccumulatorSpec:
+    """An integer accumulator: exact products and sums, two's-complement wrap past its range."""
+
+    dtype: Literal["int32"] = "int32"
+
+
+@dataclass(frozen=True)
+class EpilogueSpec:
+    """How an int8 matmul turns its int32 accumulator into the output (``kernels.matmul``).
+
+    ``scales``: the dtype the per-token and per-channel scales are stored in; ``order``: which
+    scale multiplies first (``acc_sx_sw`` = (acc·s_x)·s_w, ``acc_sw_sx`` = (acc·s_w)·s_x,
+    ``acc_sxsw`` = acc·(s_x·s_w)), ``None`` when ``fused`` (one rounding of the exact product,
+    so no order); ``rounding``: of every epilogue rounding and of the output.
+    """
+
+    scales: ScaleFormat = "float32"
+    order: EpilogueOrder | None = field(default="acc_sw_sx", metadata={"omit_if_none": True})
+    fused: bool = False
+    rounding: Rounding = "nearest_even"
+
+
+@dataclass(frozen=True)
 class MatmulSpec:
     """The arithmetic of one emulated matmul (DESIGN §7)."""
 
-    inputs: Format = "float32"
+    inputs: InputFormat = "float32"
     scaling: str = "per_tensor"  # per_tensor | per_row | block:N | mx:32
-    accumulator: AccumulatorSpec = AccumulatorSpec()
+    accumulator: AccumulatorSpec | IntAccumulatorSpec = AccumulatorSpec()
     group: int = 1
     promote_every: int | None = None  # None: never promoted
     output: Format = "float32"
+    # the longest reduction one accumulator sees (int8: what the exactness obligations cover)
+    k_max: int | None = field(default=None, metadata={"omit_if_none": True})
+    epilogue: EpilogueSpec | None = field(default=None, metadata={"omit_if_none": True})
+
+    @property
+    def is_int8(self) -> bool:
+        """True for int8 inputs with an exact int32 accumulator and an explicit epilogue."""
+        return self.inputs == "int8"
 
 
 @dataclass(frozen=True)

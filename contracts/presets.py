@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from contracts.model import AccumulatorSpec, AttentionSpec, KernelSpec, MatmulSpec
+from contracts.model import (
+    AccumulatorSpec,
+    AttentionSpec,
+    EpilogueSpec,
+    IntAccumulatorSpec,
+    KernelSpec,
+    MatmulSpec,
+)
 
 __all__ = ["PRESETS", "preset"]
 
@@ -88,6 +95,34 @@ _PRESETS = {
         provenance=(
             "OCP Microscaling spec v1.0: e4m3 elements with one power-of-two E8M0 scale per 32 "
             "elements; fp32 accumulation of each 32-element block product, as on Blackwell."
+        ),
+    ),
+    "a100-int8": KernelSpec(
+        preset="a100-int8",
+        matmul=MatmulSpec(
+            inputs="int8",
+            scaling="per_row",
+            accumulator=IntAccumulatorSpec(dtype="int32"),
+            group=1,
+            promote_every=None,
+            output="bfloat16",
+            k_max=4096,
+            epilogue=EpilogueSpec(
+                scales="float32", order="acc_sw_sx", fused=False, rounding="nearest_even"
+            ),
+        ),
+        attention=AttentionSpec(kv_cache="bfloat16", page_size=16, tiles="adaptive"),
+        batching="dynamic",
+        provenance=(
+            "W8A8 int8 serving on Ampere tensor cores (mma s8.s8.s32: exact int32 "
+            "accumulation, wrapping past 2^31 - 1 unless saturation is asked for): symmetric "
+            "per-token activation and per-channel weight scales as in LLM.int8() vector-wise "
+            "quantization (Dettmers et al., arXiv 2208.07339) and SmoothQuant (Xiao et al., "
+            "arXiv 2211.10438); the epilogue of vLLM's CUTLASS 2.x ScaledEpilogue for sm80: the "
+            "accumulator converted to float32, times the per-channel weight scale (float32, "
+            "round to nearest), times the per-token scale, converted to the bfloat16 output "
+            "(round to nearest). k_max = 4096 is a 7B-class hidden size: declare your model's "
+            "longest reduction (the MLP down-projection's width)."
         ),
     ),
 }

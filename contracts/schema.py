@@ -76,14 +76,16 @@ _SCALING = r"^(?:per_tensor|per_row|block:[1-9][0-9]*|mx:32)$"
 _MATMUL = _obj(
     "The arithmetic of the kernel's matmuls; fields given replace the preset's.",
     {
-        "inputs": _enum("Input format.", F.FORMATS),
+        "inputs": _enum("Input format; int8 is symmetric, values in [-127, 127].",
+                        F.INPUT_FORMATS),
         "scaling": {"type": "string", "pattern": _SCALING,
                     "description": "Scale granularity: per_tensor, per_row, block:N or mx:32."},
         "accumulator": _obj(
             "The accumulator: a dtype, or mantissa_bits with a rounding mode.",
             {
-                "dtype": _enum("float32 = 23 bits, float16 = 10, bfloat16 = 7, nearest even.",
-                               F.ACCUMULATOR_DTYPES),
+                "dtype": _enum("float32 = 23 bits, float16 = 10, bfloat16 = 7, nearest even; "
+                               "int32 = exact integer sums (int8 inputs).",
+                               (*F.ACCUMULATOR_DTYPES, *F.INT_ACCUMULATORS)),
                 "mantissa_bits": _int("Explicit mantissa bits.", minimum=1, maximum=23),
                 "rounding": _enum("Rounding of each accumulation.", F.ROUNDINGS),
             },
@@ -95,6 +97,22 @@ _MATMUL = _obj(
                           "K elements after which the partial sum joins an fp32 sum; "
                           "null = never."},
         "output": _enum("Output format.", F.FORMATS),
+        "k_max": _int("The longest reduction K one accumulator sees (int8: the exactness "
+                      "obligations cover it).", minimum=1, maximum=2**53 - 1),
+        "epilogue": _obj(
+            "int8 only: how the int32 accumulator becomes the output.",
+            {
+                "scales": _enum("dtype of the per-token and per-channel scales.",
+                                F.SCALE_FORMATS),
+                "order": _enum("acc_sx_sw = (acc*s_x)*s_w, acc_sw_sx = (acc*s_w)*s_x, "
+                               "acc_sxsw = acc*(s_x*s_w); not with fused.", F.EPILOGUE_ORDERS),
+                "fused": {"type": "boolean", "description":
+                          "true: the exact product rounded once; false: a rounding after each "
+                          "multiply and at the output."},
+                "rounding": _enum("Rounding of the multiplications and the output.",
+                                  F.ROUNDINGS),
+            },
+        ),
     },
 )  # fmt: skip
 _ATTENTION = _obj(
