@@ -17,6 +17,17 @@ to ``output``. Each term of y = Σ x_i w_i reaches ŷ through the chain of round
   over every term and output. Round-toward-zero errors all have the sign of −x, so they are not
   mean-zero: those steps always keep the deterministic factor.
 
+Int8 kernels (``spec.is_int8``; ``kernels.matmul``, "Int8 inputs"): products and sums are
+exact integers, so θ covers only the epilogue's roundings: the multiplications by the scales
+(two float32 roundings, or one fused rounding) and the output cast, plus the int32 → float32
+conversion when K·127² > 2^24 (below that it is exact, and the epilogue is the only source of
+divergence); θ = ∞ when K·127² > 2^31 − 1 (the accumulator can wrap). θ is relative to
+Σ|x̂_i ŵ_i|, the dequantized operands q·ŝ. Their distance from the kernel's float operands is
+the quantization error, absolute rather than relative: per element |x − q·ŝ| ≤ c·‖x‖∞ with
+c = 2u + u² + ½(1 + u)²(1 + u_s)/127 (u = 2^-24, u_s the scale dtype's unit roundoff), which
+``apriori_logit_drift`` adds as x_norm·w_norm·c·(2√K + K·c), and Σ|x̂_i ŵ_i| ≤
+x_norm·w_norm·(1 + √K·c)².
+
 References:
     Higham, "Accuracy and Stability of Numerical Algorithms" (2nd ed., 2002), §3.1 (γ_n).
     Blanchard, Higham, Lopez, Mary & Pranesh, "Mixed precision block fused multiply-add",
@@ -93,6 +104,14 @@ class MatmulError:
     steps: tuple[tuple[str, int, float, bool], ...]  # (stage, roundings, unit roundoff, RN?)
     confidence: float | None  # probabilistic only: P(the bound holds for all outputs)
     assumptions: tuple[str, ...]
+    # int8: relative is against Σ|x̂_i ŵ_i| (dequantized operands), and each operand is within
+    # quantization·‖·‖∞ of the float one, per element (0 for float kernels)
+    quantization: float = 0.0
+
+    def against_norms(self) -> float:
+        """The factor f with |ŷ − y| ≤ f·‖x‖₂·‖w‖₂ against the exact float product y."""
+        c, r = self.quantization, math.sqrt(self.k)
+        return self.relative * (1 + r * c) ** 2 + c * (2 * r + self.k * c)
 
 
 def _steps(spec: MatmulSpec, k: int, splits: int) -> tuple[tuple[str, int, float, bool], ...]:
@@ -136,6 +155,8 @@ def matmul_error(
     """
     if k < 1:
         raise ValueError("k must be ≥ 1")
+    if spec.is_int8:
+        return _int8_error(spec, k, model)
     steps = _steps(spec, k, splits)
     det = 1.0
     for _, m, u, _rn in steps:
@@ -162,6 +183,50 @@ def matmul_error(
     )
 
 
+_INT8_MAX = 127
+_INT8_ASSUMPTIONS = (
+    "int8: symmetric values in [-127, 127], scales s = amax/127 stored in the scale dtype "
+    "without saturating or leaving its normal range; the epilogue's results stay normal",
+    "int8: the reference of `relative` is Σ q_x·q_w·ŝ_x·ŝ_w (the dequantized operands); "
+    "`quantization` bounds each operand's distance from the float one",
+    "int8: the epilogue's few roundings keep the deterministic factor in either model",
+)
+
+
+def _int8_steps(spec: MatmulSpec, k: int) -> tuple[tuple[str, int, float, bool], ...]:
+    ep = spec.epilogue
+    rn = ep.rounding == "nearest_even"
+    exact_convert = k * _INT8_MAX**2 <= 2**24
+    u_mul = unit_roundoff(23, ep.rounding)
+    u_out = unit_roundoff(FORMAT_MANTISSA[spec.output], ep.rounding)
+    narrow = spec.output != "float32"
+    return (
+        ("int32 accumulation (exact)", 0, 0.0, True),
+        ("int32 → float32 conversion", 0 if exact_convert else 1, _FP32_U, True),
+        ("epilogue: one fused rounding", 1 if ep.fused else 0, u_out, rn),
+        ("epilogue: scale multiplications (float32)", 0 if ep.fused else 2, u_mul, rn),
+        ("epilogue: output cast", 1 if narrow and not ep.fused else 0, u_out, rn),
+    )
+
+
+def _int8_error(spec: MatmulSpec, k: int, model: Model) -> MatmulError:
+    """θ of an int8 matmul: the epilogue's roundings only (module docstring)."""
+    steps = _int8_steps(spec, k)
+    u_s = (
+        0.0
+        if spec.epilogue.scales == "float32"
+        else unit_roundoff(FORMAT_MANTISSA[spec.epilogue.scales])
+    )
+    c = 2 * _FP32_U + _FP32_U**2 + 0.5 * (1 + _FP32_U) ** 2 * (1 + u_s) / _INT8_MAX
+    if k * _INT8_MAX**2 > 2**31 - 1:  # some inputs wrap the accumulator: nothing is bounded
+        note = "int8: K·127² > 2^31 − 1: the int32 accumulator can wrap, so no bound holds"
+        return MatmulError(math.inf, model, k, steps, None, (*_INT8_ASSUMPTIONS, note), c)
+    det = 1.0
+    for _, m, u, _rn in steps:
+        det *= 1 + _gamma(m, u)
+    return MatmulError(det - 1, model, k, steps, None, _INT8_ASSUMPTIONS, c)
+
+
 @dataclass(frozen=True)
 class DriftBound:
     """‖z_train − z_inf‖∞ ≤ delta, from both kernels' errors against the exact product."""
@@ -186,7 +251,9 @@ def apriori_logit_drift(
     confidence: float = 0.99,
     vocab_size: int = 1,
 ) -> DriftBound:
-    """A bound on the LM head's logit drift: (θ_train + θ_inf)·‖x‖₂·max_j ‖W_{:, j}‖₂.
+    """A bound on the LM head's logit drift: (θ_train + θ_inf)·‖x‖₂·max_j ‖W_{:, j}‖₂, where
+    an int8 side contributes ``MatmulError.against_norms()`` (its epilogue and its
+    quantization) instead of θ.
 
     ``x_norm`` bounds the ℓ2 norm of the final hidden state and ``w_norm`` the ℓ2 norm of
     every LM-head column, so Σ_i |x_i W_ij| ≤ x_norm·w_norm by Cauchy–Schwarz. In the
@@ -198,7 +265,7 @@ def apriori_logit_drift(
     kw = {"model": model, "confidence": conf, "outputs": vocab_size}
     et, ei = matmul_error(train, k, **kw), matmul_error(inference, k, **kw)
     return DriftBound(
-        delta=(et.relative + ei.relative) * x_norm * w_norm,
+        delta=(et.against_norms() + ei.against_norms()) * x_norm * w_norm,
         train=et,
         inference=ei,
         x_norm=x_norm,

@@ -19,6 +19,13 @@ Behaviour at the edges (the same in the NumPy and the JAX versions; tests compar
 * **Output casts do not saturate**: they round to nearest even as an IEEE conversion does, so an
   overflow becomes ``±inf`` (bfloat16, float16, e5m2) or NaN (e4m3fn, which has no infinity).
 * NaN payloads and NaN signs are unspecified.
+
+One integer format, ``int8``, for the int8 matmul (``kernels.matmul``): **symmetric**, values
+in [-127, 127]. -128 is never produced: a scale maps the largest magnitude to 127, and the
+saturating cast clamps anything that rounds beyond ±127 (the inputs of a float16 scale that
+saturated at 65504, say) to ±127. The symmetric range makes negation exact and is what the
+exactness obligations of ``verify`` assume (|x·w| ≤ 127² = 16129). Int8 values are handed
+around as float32 arrays of integers, like the other formats.
 """
 
 from __future__ import annotations
@@ -32,15 +39,21 @@ from jaxtyping import Array, Float
 
 __all__ = [
     "FORMATS",
+    "INT_FORMATS",
     "TINY",
     "FormatInfo",
+    "IntFormatInfo",
     "cast_output",
     "cast_output_np",
     "flush",
     "flush_np",
     "format_info",
+    "int_format_info",
+    "min_normal_exponent",
     "saturating_cast",
     "saturating_cast_np",
+    "saturating_round_int",
+    "saturating_round_int_np",
 ]
 
 # The smallest positive normal binary32 number; anything smaller is flushed to +0.
@@ -81,6 +94,31 @@ FORMATS: dict[str, FormatInfo] = {
 }
 
 
+class IntFormatInfo(NamedTuple):
+    """A symmetric integer format: values in [-qmax, qmax]."""
+
+    name: str
+    qmax: int
+
+
+INT_FORMATS: dict[str, IntFormatInfo] = {"int8": IntFormatInfo("int8", 127)}
+
+
+def int_format_info(name: str) -> IntFormatInfo:
+    """The constants of integer format ``name``; a ``ValueError`` naming the choices otherwise."""
+    try:
+        return INT_FORMATS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown integer format {name!r}; expected one of {', '.join(INT_FORMATS)}"
+        ) from None
+
+
+def min_normal_exponent(name: str) -> int:
+    """e with 2**e the smallest positive normal number of float format ``name``."""
+    return int(np.log2(float(ml_dtypes.finfo(format_info(name).dtype).smallest_normal)))
+
+
 def format_info(name: str) -> FormatInfo:
     """The constants of format ``name``; a ``ValueError`` naming the choices otherwise."""
     try:
@@ -119,6 +157,13 @@ def cast_output(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
     return flush(x.astype(info.dtype).astype(jnp.float32))
 
 
+def saturating_round_int(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+    """Round float32 ``x`` to the nearest integer (ties to even) and clamp it into integer
+    format ``fmt``; NaN stays NaN. Returns float32 values."""
+    q = int_format_info(fmt).qmax
+    return jnp.clip(jnp.rint(x.astype(jnp.float32)), -q, q)
+
+
 # ---------------------------------------------------------------------------------------------
 # NumPy versions (used by the reference implementation)
 
@@ -148,3 +193,9 @@ def cast_output_np(x: np.ndarray, fmt: str) -> np.ndarray:
         return x
     with np.errstate(over="ignore", invalid="ignore"):
         return flush_np(x.astype(info.dtype).astype(np.float32))
+
+
+def saturating_round_int_np(x: np.ndarray, fmt: str) -> np.ndarray:
+    """NumPy twin of :func:`saturating_round_int`."""
+    q = np.float32(int_format_info(fmt).qmax)
+    return np.clip(np.rint(np.asarray(x, np.float32)), -q, q).astype(np.float32)

@@ -33,6 +33,15 @@ XLA rewrites a division by a constant into a multiplication by its reciprocal, s
 with ``a / s`` would not be reproducible once ``s`` is constant-folded.) For a finite run
 ``1 / s`` is finite because ``s ≥ 2**-126``, and exact for MX scales.
 
+Int8 (``quantize_rows_int8``): symmetric, with ``per_row`` (one scale per token of ``x``, per
+output channel of ``w``) or ``per_tensor`` scales, stored in a scale dtype ``D`` (float32,
+bfloat16 or float16). For a run with largest magnitude ``amax``:
+``s = flush(fl32(amax · fl32(1 / 127)))`` (1 when that is 0), then the stored scale
+``ŝ = saturating_cast(s, D)`` (1 when that is 0: a run below ``D``'s range quantizes to zeros),
+and ``q = clip(rint(fl32(a · fl32(1 / ŝ))), -127, 127)``, ties to even. The stored scale is the
+one quantized with, so ``q · ŝ`` is the value the kernel multiplies. A non-finite value spoils
+its run as above: ``ŝ`` is NaN and so is every ``q`` of the run.
+
 References:
     Open Compute Project, "OCP Microscaling Formats (MX) Specification", v1.0, 2023 (shared
     exponent ``floor(log2 amax) - emax_elem``).
@@ -45,11 +54,28 @@ from typing import Literal, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float, Int
 
-from kernels.formats import TINY, flush, flush_np, format_info, saturating_cast, saturating_cast_np
+from kernels.formats import (
+    TINY,
+    flush,
+    flush_np,
+    format_info,
+    int_format_info,
+    saturating_cast,
+    saturating_cast_np,
+    saturating_round_int,
+    saturating_round_int_np,
+)
 
-__all__ = ["Scaling", "parse_scaling", "quantize_rows", "quantize_rows_np"]
+__all__ = [
+    "Scaling",
+    "parse_scaling",
+    "quantize_rows",
+    "quantize_rows_int8",
+    "quantize_rows_int8_np",
+    "quantize_rows_np",
+]
 
 
 class Scaling(NamedTuple):
@@ -147,8 +173,73 @@ def quantize_rows(
     return saturating_cast(a * inv_full, fmt), s
 
 
+_SCALE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def quantize_rows_int8(
+    a: Float[Array, "rows k"],
+    per_tensor: bool | Bool[Array, ""],
+    scale_dtype: str | Int[Array, ""],
+) -> tuple[Float[Array, "rows k"], Float[Array, "rows 1"]]:
+    """Quantize each row of ``a`` to int8 (module docstring); returns ``(q, ŝ)``, ``q`` float32
+    integers in [-127, 127] and ``ŝ`` the stored scales (one per row, or one shared).
+
+    ``per_tensor`` and ``scale_dtype`` (a name, or its index in float32, bfloat16, float16) may
+    be traced values, so one compiled quantizer serves every int8 spec."""
+    qmax = int_format_info("int8").qmax
+    a = flush(a.astype(jnp.float32))
+    rows = a.shape[0]
+    finite = jnp.isfinite(a)
+    mag = jnp.where(finite, jnp.abs(a), 0.0)
+    amax = jnp.where(
+        per_tensor,
+        jnp.broadcast_to(jnp.max(mag, initial=0.0), (rows, 1)),
+        jnp.max(mag, axis=1, keepdims=True, initial=0.0),
+    )
+    spoilt = jnp.where(
+        per_tensor,
+        jnp.broadcast_to(~jnp.all(finite), (rows, 1)),
+        ~jnp.all(finite, axis=1, keepdims=True),
+    )
+    s = flush(amax * _recip_max(qmax))
+    s = jnp.where(s == 0, jnp.float32(1), s)
+    if isinstance(scale_dtype, str):
+        stored = saturating_cast(s, scale_dtype)
+    else:
+        stored = saturating_cast(s, _SCALE_DTYPES[0])
+        for i, name in enumerate(_SCALE_DTYPES[1:], 1):  # (jnp.select lowers to an argmax)
+            stored = jnp.where(scale_dtype == i, saturating_cast(s, name), stored)
+    stored = jnp.where(stored == 0, jnp.float32(1), stored)
+    stored = jnp.where(spoilt, jnp.float32(jnp.nan), stored)
+    inv = jnp.float32(1) / stored
+    return saturating_round_int(a * inv, "int8"), stored
+
+
 # ---------------------------------------------------------------------------------------------
 # NumPy
+
+
+def quantize_rows_int8_np(
+    a: np.ndarray, per_tensor: bool, scale_dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy twin of :func:`quantize_rows_int8`, one run at a time."""
+    qmax = int_format_info("int8").qmax
+    a = flush_np(np.asarray(a, np.float32))
+    rows = a.shape[0]
+    stored = np.ones((rows, 1), np.float32)
+    for r in range(rows):
+        run = a if per_tensor else a[r]
+        if not np.isfinite(run).all():
+            stored[r, 0] = np.float32(np.nan)
+            continue
+        amax = np.float32(np.abs(run).max()) if run.size else np.float32(0)
+        s = flush_np(np.float32(amax * _recip_max(qmax)))
+        s = np.float32(1) if s == 0 else s
+        cast = saturating_cast_np(np.asarray([s], np.float32), scale_dtype)[0]
+        stored[r, 0] = np.float32(1) if cast == 0 else cast
+    inv = (np.float32(1) / stored).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return saturating_round_int_np(a * inv, "int8"), stored
 
 
 def quantize_rows_np(a: np.ndarray, fmt: str, scaling: Scaling) -> tuple[np.ndarray, np.ndarray]:

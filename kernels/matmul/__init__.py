@@ -57,6 +57,36 @@ For e5m2, bfloat16, float16 and float32 inputs the terms can span more than 53 b
 then the binary64 sum written above, which can differ from the real sum
 (``tests/test_kernels_matmul_exact.py`` compares with exact rational arithmetic).
 
+Int8 inputs
+-----------
+A spec with ``inputs: int8`` (``spec.is_int8``) has its own arithmetic, with no groups, chunks
+or promotion (``kernels.matmul.int8``; NumPy reference ``kernels.matmul.int8_reference``; no
+Pallas kernel):
+
+1. **Quantize** (``kernels.scaling.quantize_rows_int8``): ``x`` per row (per token) and ``w``
+   per column (per output channel), or each per tensor, to symmetric int8 values ``q`` in
+   [-127, 127] with stored scales ``ŝ`` in ``epilogue.scales`` (float32, bfloat16 or float16).
+2. **Accumulate**: ``S = Σ_k q_x[k]·q_w[k]``, the exact integer sum. K must not exceed
+   ``spec.k_max``.
+3. **Wrap**: the int32 accumulator holds ``A = ((S + 2**31) mod 2**32) - 2**31``: a hardware
+   int32 accumulator wraps (two's complement), and wrapping commutes with addition, so this is
+   its value whatever its summation order or split of K. ``A ≠ S`` exactly when ``S`` leaves
+   the int32 range; ``int8_matmul`` returns that mask, and ``matmul`` refuses a K with
+   ``K·127² > 2**31 - 1`` (where some inputs wrap) instead of wrapping silently.
+4. **Epilogue** (``kernels.matmul.epilogue``), with ``R`` = ``epilogue.rounding``: the
+   conversion ``a = fl32(A)`` (to nearest, ties to even: exact when ``|A| <= 2**24``); then,
+   fused, ``y = R_out(a·ŝ_x·ŝ_w)``, the exact product rounded once to ``spec.output``; or, not
+   fused, each multiplication rounded to float32 with ``R`` in the spec's order,
+   ``acc_sx_sw``: ``R32(R32(a·ŝ_x)·ŝ_w)``, ``acc_sw_sx``: ``R32(R32(a·ŝ_w)·ŝ_x)``,
+   ``acc_sxsw``: ``R32(a·R32(ŝ_x·ŝ_w))``, and the result rounded to ``spec.output`` with ``R``.
+   Each rounding is of an exact value, to the format's precision; overflow gives ±inf to
+   nearest and ±max toward zero; float32 and bfloat16 results below ``2**-126`` become +0.
+   A NaN scale (a non-finite input in its run) makes its outputs NaN.
+
+With ``K·127² <= 2**31 - 1`` no sum wraps and with ``K·127² <= 2**24`` the conversion is exact;
+then the output differs from ``ŝ_x·ŝ_w·S`` only by the epilogue's roundings. ``verify`` proves
+both conditions for the contract's ``k_max`` (or refutes them with a witness).
+
 References:
     DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv 2412.19437, §3.3.2 (narrow FP8
     accumulation on Hopper and promotion to FP32 every N_C = 128 elements).
@@ -65,13 +95,16 @@ References:
 """
 
 from kernels.matmul.api import emulated_dot_general, matmul
+from kernels.matmul.int8 import Int8Product, int8_matmul
 from kernels.matmul.plan import Plan, make_plan
 from kernels.matmul.reference import matmul_reference
 from kernels.matmul.rounding import round_accumulator, round_accumulator_np
 
 __all__ = [
+    "Int8Product",
     "Plan",
     "emulated_dot_general",
+    "int8_matmul",
     "make_plan",
     "matmul",
     "matmul_reference",

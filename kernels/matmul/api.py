@@ -13,6 +13,7 @@ from jaxtyping import Array, Float
 from contracts import MatmulSpec
 from kernels.formats import cast_output
 from kernels.matmul.fast import reduce_quantized
+from kernels.matmul.int8 import check_int8_spec, int8_matmul, may_overflow
 from kernels.matmul.plan import make_plan
 from kernels.matmul.reference import matmul_reference
 from kernels.scaling import quantize_rows
@@ -63,6 +64,8 @@ def matmul(
         raise ValueError(f"impl must be 'jax', 'pallas' or 'numpy', got {impl!r}")
     if jnp.ndim(w) != 2 or jnp.ndim(x) < 1 or jnp.shape(x)[-1] != jnp.shape(w)[0]:
         raise ValueError(f"matmul shapes do not fit: x {jnp.shape(x)}, w {jnp.shape(w)}")
+    if spec.is_int8:
+        return _int8(x, w, spec, impl)
     make_plan(spec, int(jnp.shape(w)[0]), splits)  # validate before tracing
     if impl == "numpy":
         return matmul_reference(np.asarray(x), np.asarray(w), spec, splits=splits)
@@ -74,6 +77,27 @@ def matmul(
     with jax.enable_x64(True):
         out = _matmul_2d(x2, jnp.asarray(w, jnp.float32), spec, impl, splits, interpret)
     return out.reshape(*lead, n)
+
+
+def _int8(x, w, spec: MatmulSpec, impl: str):
+    """The int8 path of :func:`matmul`: exact int32 accumulation, so ``splits`` changes nothing.
+    A K whose sums could leave the int32 range is refused: :func:`int8_matmul` emulates the
+    wrap and says where it happened."""
+    lead, k, n = jnp.shape(x)[:-1], int(jnp.shape(x)[-1]), int(jnp.shape(w)[1])
+    check_int8_spec(spec, k)
+    if may_overflow(spec, k):
+        raise ValueError(
+            f"int8 matmul with K = {k}: K·127² = {k * 127**2} > 2**31 - 1, so the int32 "
+            "accumulator can wrap; use kernels.matmul.int8_matmul, which emulates the wrap and "
+            "returns the mask of wrapped outputs"
+        )
+    if impl == "pallas":
+        raise ValueError("int8 inputs have no Pallas kernel: use impl='jax' or 'numpy'")
+    rows = int(np.prod(lead)) if lead else 1
+    xp = np if impl == "numpy" else jnp
+    x2 = xp.reshape(xp.asarray(x, np.float32), (rows, k))
+    y = int8_matmul(x2, xp.asarray(w, np.float32), spec, impl=impl).y
+    return y.reshape(*lead, n)
 
 
 def emulated_dot_general(

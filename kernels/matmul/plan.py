@@ -72,6 +72,11 @@ def make_plan(spec: MatmulSpec, k: int, splits: int = 1) -> Plan:
 
     Raises ``ValueError`` listing every problem found.
     """
+    if spec.is_int8:
+        raise ValueError(
+            "invalid matmul spec:\n  matmul.inputs: int8 is accumulated exactly and is not laid "
+            "out in chunks (kernels.matmul.int8)"
+        )
     problems: list[str] = []
 
     def check(cond: bool, msg: str) -> None:
@@ -90,14 +95,15 @@ def make_plan(spec: MatmulSpec, k: int, splits: int = 1) -> Plan:
         except ValueError as e:
             problems.append(f"matmul.scaling: {e}")
     acc = spec.accumulator
-    m = acc.mantissa_bits
+    m = getattr(acc, "mantissa_bits", None)  # an int32 accumulator has none
     check(
         isinstance(m, int) and not isinstance(m, bool) and 1 <= m <= 23,
         f"matmul.accumulator.mantissa_bits: {m!r} is not an integer in [1, 23]",
     )
     check(
-        acc.rounding in ("nearest_even", "toward_zero"),
-        f"matmul.accumulator.rounding: {acc.rounding!r} is not nearest_even or toward_zero",
+        getattr(acc, "rounding", None) in ("nearest_even", "toward_zero"),
+        f"matmul.accumulator.rounding: {getattr(acc, 'rounding', None)!r} is not nearest_even "
+        "or toward_zero",
     )
     g = spec.group
     check(

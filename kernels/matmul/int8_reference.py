@@ -1,0 +1,97 @@
+"""The NumPy reference of the int8 matmul: the package docstring's definition, literally.
+
+Quantization by the NumPy quantizer, one run at a time; the sums in Python integers; the
+epilogue in exact rationals (``fractions.Fraction``), each rounding found by comparing the
+exact value with powers of two. Shares nothing with the JAX path but the spec. Slow; for small
+shapes and for checking :mod:`kernels.matmul.int8`.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from contracts import EpilogueSpec, MatmulSpec
+from kernels.formats import format_info, min_normal_exponent
+from kernels.matmul.int8 import Int8Product
+from kernels.scaling import quantize_rows_int8_np
+
+__all__ = ["epilogue_np", "int8_matmul_reference", "round_fraction"]
+
+
+def round_fraction(v: Fraction | float, fmt: str, toward_zero: bool) -> float:
+    """The exact value ``v`` rounded once to float format ``fmt`` (``kernels.matmul.epilogue``
+    states the rule); ``v`` may be ±inf, which passes through."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return v
+    v = Fraction(v)
+    if v == 0:
+        return 0.0
+    info = format_info(fmt)
+    mag = abs(v)
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # floor(log2 mag) or one more
+    if Fraction(2) ** e > mag:
+        e -= 1
+    if fmt == "float16":
+        e = max(e, min_normal_exponent(fmt))
+    unit = Fraction(2) ** (e - info.mantissa_bits)  # the last place
+    steps = mag / unit
+    n = math.floor(steps) if toward_zero else round(steps)  # round(): ties to even
+    out = n * unit
+    if out > Fraction(info.max):
+        result = info.max if toward_zero else math.inf
+    elif fmt != "float16" and out < Fraction(2) ** -126:
+        result = 0.0
+    else:
+        result = float(out)  # exact: at most 24 significant bits
+    return -result if v < 0 and result != 0 else result
+
+
+def _times(u: float, v: float, fmt: str, toward_zero: bool) -> float:
+    if math.isfinite(u) and math.isfinite(v):
+        return round_fraction(Fraction(u) * Fraction(v), fmt, toward_zero)
+    return u * v  # inf times a positive scale
+
+
+def epilogue_np(acc: int, sx: float, sw: float, ep: EpilogueSpec, output: str) -> float:
+    """One output of the epilogue: int32 ``acc``, stored scales ``sx`` (its row) and ``sw``
+    (its column)."""
+    if math.isnan(sx) or math.isnan(sw):
+        return math.nan
+    rz = ep.rounding == "toward_zero"
+    a = round_fraction(Fraction(acc), "float32", False)  # the conversion rounds to nearest
+    if ep.fused:
+        return round_fraction(Fraction(a) * Fraction(sx) * Fraction(sw), output, rz)
+    if ep.order == "acc_sx_sw":
+        y = _times(_times(a, sx, "float32", rz), sw, "float32", rz)
+    elif ep.order == "acc_sw_sx":
+        y = _times(_times(a, sw, "float32", rz), sx, "float32", rz)
+    else:
+        y = _times(a, _times(sx, sw, "float32", rz), "float32", rz)
+    return y if output == "float32" else round_fraction(y, output, rz)
+
+
+def int8_matmul_reference(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> Int8Product:
+    """The definition on NumPy arrays ``x`` (M, K) and ``w`` (K, N)."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    per_tensor = spec.scaling == "per_tensor"
+    xq, sx = quantize_rows_int8_np(x, per_tensor, spec.epilogue.scales)
+    wq_t, sw = quantize_rows_int8_np(w.T, per_tensor, spec.epilogue.scales)
+    m, n = x.shape[0], w.shape[1]
+    exact = np.zeros((m, n), np.int64)
+    acc = np.zeros((m, n), np.int64)
+    y = np.zeros((m, n), np.float32)
+    for i in range(m):
+        for j in range(n):
+            total = 0
+            for a, b in zip(xq[i], wq_t[j], strict=True):
+                if not (np.isnan(a) or np.isnan(b)):
+                    total += int(a) * int(b)
+            wrapped = (total + 2**31) % 2**32 - 2**31  # the int32 accumulator
+            exact[i, j], acc[i, j] = total, wrapped
+            y[i, j] = epilogue_np(
+                wrapped, float(sx[i, 0]), float(sw[j, 0]), spec.epilogue, spec.output
+            )
+    return Int8Product(y, exact, acc, exact != acc)
