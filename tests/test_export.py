@@ -9,14 +9,13 @@ messages and exit codes, nothing written.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import io
 import json
 import os
 import pathlib
-import subprocess
-import sys
 from fractions import Fraction as F
 
 import numpy as np
@@ -161,19 +160,26 @@ def test_overrides_and_json_carry_the_same_settings(tmp_path, yaml_texts):
     assert doc["contract"]["sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
 
 
-def test_out_writes_the_stdout_text_and_a_proofs_only_export_imports_no_jax(tmp_path, yaml_texts):
+def test_out_writes_the_stdout_text(tmp_path, yaml_texts):
     target = tmp_path / "verl.yaml"
     code, out, err = _run(EXAMPLE, "--to", "verl", "--out", target)
     assert (code, err) == (0, "")
     assert out == f"wrote 9 verl settings to {target}\n"
     assert target.read_text() == yaml_texts["verl"][1]
-    probe = (
-        "import io, sys; from verify.cli import main; "
-        f"code = main(['export', {str(EXAMPLE)!r}, '--to', 'skyrl'], stdout=io.StringIO()); "
-        "print(code, 'jax' in sys.modules)"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
-    assert done.stdout.split() == ["0", "False"], done.stderr
+
+
+def test_export_imports_no_jax_nor_kernels():
+    """A proofs-only export must not import JAX: the export modules import neither it nor
+    ``kernels`` (the proof path, ``bounds`` and ``verify.obligations``, is the plain run's,
+    whose import of JAX ``test_verify_cli`` checks in a fresh interpreter)."""
+    for path in sorted((ROOT / "verify" / "export").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not [n for n in names if n.split(".")[0] in ("jax", "kernels", "flax")], path
 
 
 def test_help_lists_export():
@@ -509,3 +515,77 @@ def test_a_cap_of_0_is_refused_for_every_framework(tmp_path):
             f"{path}:{line}:5: guarantees[6].cap: cap 0 makes every weight 0, so the estimator "
             f"learns nothing; no {name} setting is written for it",
         )
+
+
+# --- the estimator example: every correction guarantee, one at a time ----------------------
+
+RL = ROOT / "contracts" / "examples" / "rl-corrections.yaml"
+CORRECTIONS = {  # guarantee -> its estimator in rl-corrections.yaml
+    "G_tis": "tis", "G_tis_one": "tis", "G_mis": "mis", "G_ppo_clip": "ppo_clip",
+    "G_icepop": "icepop", "G_geo_mask": "geo_mask", "G_tv_mask": "tv_mask",
+    "G_kl_mask": "kl_mask", "G_seq_is": "seq_is", "G_seq_tis": "seq_tis",
+    "G_ppo_clip_tail": "ppo_clip", "G_tv_mask_tail": "tv_mask",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rl_contract():
+    return contracts.load(str(RL))
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORKS))
+def test_each_estimator_of_the_example_maps_or_names_its_line(rl_contract, name):
+    text = RL.read_text(encoding="utf-8")
+    for gid, estimator in CORRECTIONS.items():
+        try:
+            export = plan(rl_contract, FRAMEWORKS[name], (gid,))
+        except ExportError as err:
+            assert estimator not in COUNTERPARTS[name], (gid, str(err))
+            i = [g.id for g in rl_contract.guarantees].index(gid)
+            start = text.index(f"id: {gid} ")
+            line = text[: text.index("estimator:", start)].count("\n") + 1
+            assert str(err).startswith(
+                f"{RL}:{line}:5: guarantees[{i}].estimator: {name} has no counterpart for "
+                f"pg_bias, estimator {estimator}"
+            ), str(err)
+            continue
+        assert estimator in COUNTERPARTS[name], gid
+        assert all(s.guarantees == (gid,) for s in export.settings)
+
+
+def test_the_verl_geo_mask_band_is_written_as_reciprocal_k1_bounds(rl_contract):
+    export = plan(rl_contract, FRAMEWORKS["verl"], ("G_geo_mask",))
+    s = {x.key: x.value for x in export.settings}
+    assert s["algorithm.rollout_correction.rollout_rs"] == "seq_mean_k1"
+    lower, upper = map(float, s["algorithm.rollout_correction.rollout_rs_threshold"].split("_"))
+    assert (lower, upper) == (float(1 / F("1.11")), float(1 / F("0.9")))  # nearest doubles
+    assert lower != 1 / 1.11  # the reciprocal of the exact 1.11, not of the double nearest it
+
+
+def test_the_whole_example_needs_a_choice_of_correction(tmp_path):
+    code, out, err = _run(RL, "--to", "trl")
+    lines = err.splitlines()
+    assert (code, out) == (2, "")
+    assert all(line.startswith(f"{RL}:") for line in lines)
+    # ppo_clip twice, tv_mask twice, kl_mask, seq_is, icepop from 0.5 and geo_mask
+    assert sum("has no counterpart" in line for line in lines) == 8
+    # G_tis_one, G_mis and G_seq_tis each set a key G_tis sets otherwise
+    assert sum("export one of them with --guarantee" in line for line in lines) == 3
+    assert any(line.endswith("cap 0 makes every weight 0, so the estimator learns nothing; no trl "
+                             "setting is written for it") for line in lines)  # fmt: skip
+
+
+def test_a_proved_geo_mask_exports_and_a_cap_of_0_does_not(tmp_path):
+    code, out, err = _run(RL, "--to", "skyrl", "--guarantee", "G_geo_mask")
+    flat = _flat(yaml.safe_load(out))
+    opc = "trainer.algorithm.off_policy_correction."
+    assert (code, err) == (0, "")
+    got = {k: flat[opc + k] for k in ("sequence_mask_metric", "geo_mask_low", "geo_mask_high")}
+    assert got == {"sequence_mask_metric": "geometric", "geo_mask_low": 0.9, "geo_mask_high": 1.11}
+    assert "# guarantee G_geo_mask (pg_bias, estimator geo_mask, band [0.9, 1.11]): proved" in out
+    code, out, err = _run(RL, "--to", "skyrl", "--guarantee", "G_tis_zero")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"{RL}:{_line(RL.read_text(), 'cap: 0')}:5: guarantees[3].cap: cap 0 makes every weight "
+        "0, so the estimator learns nothing; no skyrl setting is written for it\n"
+    )
