@@ -191,16 +191,15 @@ def quantize_rows_int8(
     rows = a.shape[0]
     finite = jnp.isfinite(a)
     mag = jnp.where(finite, jnp.abs(a), 0.0)
-    amax = jnp.where(
-        per_tensor,
-        jnp.broadcast_to(jnp.max(mag, initial=0.0), (rows, 1)),
-        jnp.max(mag, axis=1, keepdims=True, initial=0.0),
-    )
-    spoilt = jnp.where(
-        per_tensor,
-        jnp.broadcast_to(~jnp.all(finite), (rows, 1)),
-        ~jnp.all(finite, axis=1, keepdims=True),
-    )
+    whole = jnp.broadcast_to(jnp.max(mag, initial=0.0), (rows, 1))
+    each = jnp.max(mag, axis=1, keepdims=True, initial=0.0)
+    whole_bad = jnp.broadcast_to(~jnp.all(finite), (rows, 1))
+    each_bad = ~jnp.all(finite, axis=1, keepdims=True)
+    if isinstance(per_tensor, bool):
+        amax, spoilt = (whole, whole_bad) if per_tensor else (each, each_bad)
+    else:
+        amax = jnp.where(per_tensor, whole, each)
+        spoilt = jnp.where(per_tensor, whole_bad, each_bad)
     s = flush(amax * _recip_max(qmax))
     s = jnp.where(s == 0, jnp.float32(1), s)
     if isinstance(scale_dtype, str):

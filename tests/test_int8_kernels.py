@@ -73,7 +73,7 @@ def operands(seed: int, spread: float, special: str):
 )
 def test_jax_and_reference_agree_bit_for_bit(spec, seed, spread, special):
     x, w = operands(seed, spread, special)
-    got = int8_matmul(x, w, spec)
+    got = int8_matmul(x, w, spec, specialize=False)  # the spec as data: one compilation
     ref = int8_matmul(x, w, spec, impl="numpy")
     assert same_bits(got.y, ref.y), (spec, np.asarray(got.y), ref.y)
     assert np.array_equal(np.asarray(got.exact), ref.exact)
@@ -82,7 +82,10 @@ def test_jax_and_reference_agree_bit_for_bit(spec, seed, spread, special):
     bad_x, bad_w = ~np.isfinite(x).all(axis=1), ~np.isfinite(w).all(axis=0)
     if spec.scaling == "per_tensor":
         bad_x, bad_w = np.full(M, bad_x.any() or bad_w.any()), np.zeros(N, bool)
-    assert np.array_equal(np.isnan(np.asarray(got.y)), bad_x[:, None] | bad_w[None, :])
+    nan, spoilt = np.isnan(np.asarray(got.y)), bad_x[:, None] | bad_w[None, :]
+    assert np.all(nan[spoilt])  # a non-finite input makes its run's outputs NaN
+    if spread <= 20:  # beyond, a scale product can overflow to inf and 0·inf is NaN (IEEE)
+        assert np.array_equal(nan, spoilt)
 
 
 @pytest.mark.parametrize("fmt", FLOATS)
@@ -98,7 +101,7 @@ def test_rounding_of_exact_values_matches_rational_rounding(fmt, rz):
     exp[40:80] = -30 - rng.integers(0, 40, 40)  # float16 subnormals, float32 flushes
     neg = rng.random(n) < 0.5
     with jax.enable_x64(True):
-        f = jax.jit(round_scaled)
+        f = jax.jit(round_scaled)  # format and mode traced: one compilation
         got = np.asarray(
             f(
                 jnp.asarray(neg),
@@ -139,6 +142,7 @@ def test_splits_and_leading_axes_change_nothing():
     one = np.asarray(matmul(x3, w, INT8))
     assert same_bits(one, np.asarray(matmul(x3, w, INT8, splits=3)))
     assert same_bits(one[0], int8_matmul(x, w, INT8, impl="numpy").y)
+    assert same_bits(one[0], int8_matmul(x, w, INT8, specialize=False).y)  # static = data
     dot = emulated_dot_general(x3, w, (((2,), (0,)), ((), ())), INT8)
     assert same_bits(dot, one)
     with pytest.raises(ValueError, match="no Pallas kernel"):

@@ -55,7 +55,7 @@ class Target(NamedTuple):
     bits: Int[Array, ""]  # explicit fraction bits p
     emin: Int[Array, ""]  # smallest normal exponent
     max: Float[Array, ""]  # largest finite value
-    subnormals: Bool[Array, ""]  # gradual underflow kept (float16), else flushed below 2**-126
+    subnormals: bool | Bool[Array, ""]  # gradual underflow kept (float16), else flushed
 
 
 def target(fmt: str | Int[Array, ""]) -> Target:
@@ -63,6 +63,14 @@ def target(fmt: str | Int[Array, ""]) -> Target:
     float16)."""
     infos = [format_info(f) for f in _FLOATS]
     index = _FLOATS.index(fmt) if isinstance(fmt, str) else fmt
+    if isinstance(index, int):  # a constant: no table lookup in the compiled program
+        f = _FLOATS[index]
+        return Target(
+            bits=jnp.int64(infos[index].mantissa_bits),
+            emin=jnp.int64(min_normal_exponent(f)),
+            max=jnp.float64(infos[index].max),
+            subnormals=f == "float16",
+        )
     pick = lambda values, dtype: jnp.asarray(values, dtype)[index]  # noqa: E731
     return Target(
         bits=pick([i.mantissa_bits for i in infos], jnp.int64),
@@ -73,24 +81,31 @@ def target(fmt: str | Int[Array, ""]) -> Target:
 
 
 class EpilogueCode(NamedTuple):
-    """An ``EpilogueSpec`` and output format as traced integers (indices and flags)."""
+    """An ``EpilogueSpec`` and output format as integers (indices and flags): Python values
+    (static: the program holds only the spec's own epilogue) or traced arrays (data: one
+    program serves every spec)."""
 
-    order: Int[Array, ""]  # index in (acc_sx_sw, acc_sw_sx, acc_sxsw); ignored when fused
-    fused: Bool[Array, ""]
-    toward_zero: Bool[Array, ""]
-    output: Int[Array, ""]  # index in (float32, bfloat16, float16)
-    scales: Int[Array, ""]  # the scales' dtype, same indices
+    order: int | Int[Array, ""]  # index in (acc_sx_sw, acc_sw_sx, acc_sxsw); unused when fused
+    fused: bool | Bool[Array, ""]
+    toward_zero: bool | Bool[Array, ""]
+    output: int | Int[Array, ""]  # index in (float32, bfloat16, float16)
+    scales: int | Int[Array, ""]  # the scales' dtype, same indices
 
 
-def epilogue_code(epilogue: EpilogueSpec, output: str) -> EpilogueCode:
-    """The traced form of ``epilogue`` with output format ``output``."""
-    return EpilogueCode(
-        order=jnp.int32(_ORDERS.index(epilogue.order) if epilogue.order else 0),
-        fused=jnp.bool_(epilogue.fused),
-        toward_zero=jnp.bool_(epilogue.rounding == "toward_zero"),
-        output=jnp.int32(_FLOATS.index(output)),
-        scales=jnp.int32(_FLOATS.index(epilogue.scales)),
+def epilogue_code(epilogue: EpilogueSpec, output: str, *, traced: bool = False) -> EpilogueCode:
+    """``epilogue`` with output format ``output`` as an ``EpilogueCode`` (Python values, or
+    arrays when ``traced``)."""
+    code = EpilogueCode(
+        order=_ORDERS.index(epilogue.order) if epilogue.order else 0,
+        fused=epilogue.fused,
+        toward_zero=epilogue.rounding == "toward_zero",
+        output=_FLOATS.index(output),
+        scales=_FLOATS.index(epilogue.scales),
     )
+    if not traced:
+        return code
+    kinds = (jnp.int32, jnp.bool_, jnp.bool_, jnp.int32, jnp.int32)
+    return EpilogueCode(*(kind(v) for kind, v in zip(kinds, code, strict=True)))
 
 
 def round_scaled(
@@ -117,7 +132,7 @@ def round_scaled(
     kept = jnp.where(shift <= 0, mag, kept)  # exact: at most p + 1 significant bits
     value = kept.astype(jnp.float64) * _pow2(jnp.where(shift <= 0, exp, last))
     value = jnp.where(value > t.max, jnp.where(toward_zero, t.max, jnp.inf), value)
-    value = jnp.where(~t.subnormals & (value < TINY), 0.0, value)
+    value = jnp.where(jnp.logical_not(t.subnormals) & (value < TINY), 0.0, value)
     value = jnp.where(neg & (value != 0), -value, value)
     return value.astype(jnp.float32)
 
@@ -170,22 +185,31 @@ def apply_epilogue(
     accumulator values ``acc`` with the stored scales ``sx`` (per row) and ``sw`` (per
     column); returns float32 values representable in the output format.
 
-    Every order is computed and the spec's is selected, so the spec is data, not a compile-time
-    constant."""
+    With a static ``code`` only the spec's own epilogue is built; with a traced one every
+    order and the fused product are computed and the spec's is selected."""
     rz, out, f32 = code.toward_zero, target(code.output), target("float32")
     acc = acc.astype(jnp.int64)
     a = round_scaled(acc < 0, jnp.abs(acc), jnp.zeros_like(acc), f32, False)  # to nearest
     sx = jnp.broadcast_to(sx, a.shape)
     sw = jnp.broadcast_to(sw, a.shape)
     orders = (
-        _times(_times(a, sx, f32, rz), sw, f32, rz),
-        _times(_times(a, sw, f32, rz), sx, f32, rz),
-        _times(a, _times(sx, sw, f32, rz), f32, rz),
+        lambda: _times(_times(a, sx, f32, rz), sw, f32, rz),
+        lambda: _times(_times(a, sw, f32, rz), sx, f32, rz),
+        lambda: _times(a, _times(sx, sw, f32, rz), f32, rz),
     )
-    separate = orders[0]
-    for i, value in enumerate(orders[1:], 1):
-        separate = jnp.where(code.order == i, value, separate)
-    n, m, e = split_f32(separate)
-    separate = jnp.where(jnp.isfinite(separate), round_scaled(n, m, e, out, rz), separate)
-    y = jnp.where(code.fused, _fused(a, sx, sw, out, rz), separate)
+
+    def separate():
+        if isinstance(code.order, int):
+            y = orders[code.order]()
+        else:
+            y = orders[0]()
+            for i, value in enumerate(orders[1:], 1):
+                y = jnp.where(code.order == i, value(), y)
+        n, m, e = split_f32(y)
+        return jnp.where(jnp.isfinite(y), round_scaled(n, m, e, out, rz), y)
+
+    if isinstance(code.fused, bool):
+        y = _fused(a, sx, sw, out, rz) if code.fused else separate()
+    else:
+        y = jnp.where(code.fused, _fused(a, sx, sw, out, rz), separate())
     return jnp.where(jnp.isnan(sx) | jnp.isnan(sw), jnp.float32(jnp.nan), y)

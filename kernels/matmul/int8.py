@@ -14,6 +14,7 @@ mask of outputs whose accumulator wrapped, so an overflow is detected, never sil
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal, NamedTuple
 
 import jax
@@ -68,9 +69,13 @@ def check_int8_spec(spec: MatmulSpec, k: int) -> None:
         raise ValueError("invalid int8 matmul:\n  " + "\n  ".join(problems))
 
 
-@jax.jit
-def _int8_2d(x, w, per_tensor, code: EpilogueCode) -> Int8Product:
-    """Compiled once per shape: the spec arrives as data (``per_tensor``, ``code``)."""
+@partial(jax.jit, static_argnames=("static",))
+def _int8_2d(x, w, per_tensor, code, static: tuple[EpilogueCode, bool] | None) -> Int8Product:
+    """One int8 matmul; the spec arrives static (``static`` = (code, per_tensor): only its own
+    epilogue is compiled) or as data (``per_tensor`` and ``code`` arrays: one program for
+    every spec)."""
+    if static is not None:
+        code, per_tensor = static
     xq, sx = quantize_rows_int8(x, per_tensor, code.scales)
     wq_t, sw = quantize_rows_int8(w.T, per_tensor, code.scales)
     xi = jnp.where(jnp.isnan(xq), 0.0, xq).astype(jnp.float64)  # a NaN run: its scale is NaN
@@ -87,9 +92,14 @@ def int8_matmul(
     spec: MatmulSpec,
     *,
     impl: Literal["jax", "numpy"] = "jax",
+    specialize: bool = True,
 ) -> Int8Product:
     """``x @ w`` with the int8 arithmetic of ``spec`` (package docstring), and the state of
     its accumulator; ``impl="numpy"`` runs the reference and returns NumPy arrays.
+
+    ``specialize``: compile the spec's own epilogue (one program per spec and shape); False
+    passes the spec as data, so one program per shape serves every spec (sweeps, tests). Both
+    give the same bits.
 
     Raises ``ValueError`` when K exceeds ``spec.k_max`` or ``spec`` is not an int8 spec.
     """
@@ -107,10 +117,13 @@ def int8_matmul(
         zeros = jnp.zeros((m, n), jnp.int64)
         return Int8Product(jnp.zeros((m, n), jnp.float32), zeros, zeros, zeros != 0)
     with jax.enable_x64(True):
-        code = epilogue_code(spec.epilogue, spec.output)
-        per_tensor = jnp.bool_(spec.scaling == "per_tensor")
+        pt = spec.scaling == "per_tensor"
         x, w = jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)
-        return _int8_2d(x, w, per_tensor, code)
+        if specialize:
+            static = (epilogue_code(spec.epilogue, spec.output), pt)
+            return _int8_2d(x, w, None, None, static=static)
+        code = epilogue_code(spec.epilogue, spec.output, traced=True)
+        return _int8_2d(x, w, jnp.bool_(pt), code, static=None)
 
 
 def may_overflow(spec: MatmulSpec, k: int) -> bool:
