@@ -25,6 +25,9 @@ contract.sha256                        recomputed from the contract file when on
 contract.path                          free (where the contract was; used only to find it)
 toolkit, python, solvers, timing       free (versions and times; a z3 version change is noted)
 obligations[] order and ids            re-derived: one per guarantee, in contract order
+<side>:int32, <side>:fp32 obligations  int8 kernels' exactness (``verify.kernel_obligations``):
+                                       every field re-derived from the contract, the query
+                                       re-run, the witness re-evaluated (times free)
 obligation id, quantity, statement,    re-derived (``bounds.derive``, ``verify.obligations
 premises, chain, symbolic.srepr,       .outline``) and required equal; a difference in the bound,
 symbolic.text, symbolic.latex,         its variables, constants or threshold stops that
@@ -84,6 +87,7 @@ from verify.checkparts import (
     check_outline,
 )
 from verify.checkquery import check_obligation
+from verify.kernel_obligations import check_kernel_obligation, kernel_outlines
 from verify.status import Status, worst
 
 __all__ = ["CheckResult", "ReportUnreadable", "check_data", "check_main", "check_report"]
@@ -246,14 +250,23 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         diff("obligations", "missing")
         obligations = []
     ids = [o.get("id") if isinstance(o, dict) else None for o in obligations]
-    if ids != [g.id for g in contract.guarantees]:
+    kernel_ids = [k.id for k in kernel_outlines(contract)]  # int8 kernels' exactness
+    if ids != [g.id for g in contract.guarantees] + kernel_ids:
         diff("obligations", f"ids {ids} but the contract's guarantees are "
-             f"{[g.id for g in contract.guarantees]}")  # fmt: skip
+             f"{[g.id for g in contract.guarantees]}"
+             + (f" and its int8 kernels' {kernel_ids}" if kernel_ids else ""))  # fmt: skip
     clause_max = {c.id: c.max for c in (*contract.numerical, *contract.statistical)}
     verdicts: list[tuple[str, Status]] = []
     queries = 0
     for i, o in enumerate(obligations):
         where = f"obligations[{ids[i] if isinstance(ids[i], str) else i}]"
+        if ids[i] in kernel_ids and isinstance(o, dict):
+            label = o.get("status")
+            if label in _LABELS:
+                verdicts.append((ids[i], Status.parse(label)))
+            queries += check_kernel_obligation(o, contract, where, diff, notes,
+                                               timeout_ms=timeout_ms)  # fmt: skip
+            continue
         d = derivations.get(ids[i]) if isinstance(ids[i], str) else None
         if not check_keys(o, OBLIGATION_KEYS, where, diff) or d is None:
             continue

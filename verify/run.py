@@ -14,6 +14,7 @@ from contracts import Contract
 from verify import smt
 from verify.clauses import ClauseResult
 from verify.escalation import decide
+from verify.kernel_obligations import kernel_obligations
 from verify.obligations import Obligation, discharge
 from verify.report import ContractInfo, Report, python_version
 from verify.static_clauses import skipped_measurements, static_clauses
@@ -69,6 +70,9 @@ def run(
     obligations: tuple[Obligation, ...] = tuple(
         discharge(d, timeout_ms=timeout_ms) for d in derivations
     )
+    # int8 kernels: the exactness preconditions of their integer accumulation, after the
+    # guarantees (ids "<side>:int32", "<side>:fp32")
+    obligations += kernel_obligations(contract, timeout_ms=timeout_ms)
     t2 = time.perf_counter()
     measured, info = _measure(contract, tuple(evidence_paths), quiet, stderr)
     t3 = time.perf_counter()
