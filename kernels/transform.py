@@ -35,18 +35,22 @@ is evaluated again, equation by equation, with the dots swapped.
 
 The transformed function takes and returns the same pytrees as ``fn``. Array leaves (JAX or
 NumPy arrays, tracers) are its inputs; every other leaf (Python numbers, strings, static
-fields) is held fixed while tracing, as ``jax.jit`` does with static arguments. It can be
-jitted, differentiated (reverse mode) and vmapped; each call outside ``jit`` traces ``fn``
-again, so wrap it in ``jax.jit`` in loops.
+fields) is held fixed while tracing, as ``jax.jit`` does with static arguments; Flax NNX and
+Equinox modules are pytrees, so they can be passed in (or closed over). ``fn`` is run as a pure
+function: state it writes (NNX variables it updates, Python side effects) is not carried out.
+The result can be jitted, differentiated (reverse mode) and vmapped; each call outside ``jit``
+traces ``fn`` again, so wrap it in ``jax.jit`` in loops.
 
 The name: ``on_kernel(fn, spec)`` reads as "``fn`` on kernel ``spec``", and does not clash with
 any submodule of ``kernels`` (``kernels.matmul``, ``kernels.emulate`` must stay modules).
 
 References:
     JAX documentation, "Writing custom Jaxpr interpreters in JAX" (evaluating a jaxpr
-    equation by equation). Quantised-training libraries for Flax (AQT, Qwix) intercept
-    ``dot_general`` through injected layers or method interception instead; a jaxpr
-    interpreter needs neither, so it works for any function.
+    equation by equation). Prior art for Flax: AQT passes its own ``dot_general`` to layers
+    that accept one (``nn.Dense(dot_general=...)``); Qwix patches the Python functions
+    (``jax.lax.dot_general``, ``jnp.einsum``) while the model runs, thread-locally, turning
+    ``jit`` off for jitted ones. Both reach only the calls they know of; the jaxpr sees every
+    dot, whatever library or alias produced it, and keeps ``jit``.
 """
 
 from __future__ import annotations
