@@ -167,6 +167,6 @@ def train_step(
         return -jnp.sum(scale * _taken(z, generated, temperature)) / count
 
     loss, grads = nnx.value_and_grad(loss_fn)(model)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     optimizer.update(model, grads)
     return StepStats(loss=loss, grad_norm=grad_norm)

@@ -10,9 +10,9 @@ Each step of ``run``:
    advantages;
 4. teacher-forces the same tokens through the training kernel K_train (float32, the kernel the
    gradient flows through: ``load_pretrained``'s plain float32 ops, the same functions as
-   the emulated ``fp32`` preset's K_train up to summation order) and measures both kernels' logits at
-   every sampled position over the full vocabulary (``kernels.measure``): log w of the sampled
-   token, token TV, KL, logit drift;
+   the emulated ``fp32`` preset's K_train up to summation order) and measures both kernels'
+   logits at every sampled position over the full vocabulary (``kernels.measure``): log w of
+   the sampled token, token TV, KL, logit drift;
 5. computes the named estimator's correction weights from those log-probs and takes one
    optimizer step of the corrected policy gradient (``kernels.rl.grpo``).
 
@@ -24,6 +24,7 @@ for ``kernels.logs.write_log`` and the contract's online monitor.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from contracts.presets import PRESETS, preset
 from kernels.decode import generate, teacher_force
 from kernels.logs.writer import LoggedSequence
 from kernels.measure import measure
-from kernels.model import TinyLM, load_pretrained, with_ops
+from kernels.model import CHECKPOINTS, TinyLM, load_pretrained, with_ops
 from kernels.ops import inference_ops
 from kernels.rl.estimators import check_params
 from kernels.rl.grpo import Batch, correct, group_advantages, train_step
@@ -90,6 +91,14 @@ class RLConfig:
             raise ValueError(f"temperature must be positive and finite, got {self.temperature}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.model not in CHECKPOINTS:
+            raise ValueError(f"unknown model {self.model!r}; known: {', '.join(CHECKPOINTS)}")
+        context = _context(self.model)
+        if self.prompt_len + self.new_tokens > context:
+            raise ValueError(
+                f"prompt_len + new_tokens = {self.prompt_len + self.new_tokens} exceeds the "
+                f"context {context} of model {self.model!r}"
+            )
 
     @property
     def batch(self) -> int:
@@ -129,10 +138,20 @@ class RunResult(NamedTuple):
     seconds: float  # wall time of the whole run, compilation included
 
 
+@functools.cache
+def _context(model: str) -> int:
+    return load_pretrained(model).config.context
+
+
+@functools.cache
+def _transform(learning_rate: float, max_grad_norm: float) -> optax.GradientTransformation:
+    # one object per setting: the optimizer's graph holds it, so runs with equal settings share
+    # the compiled update instead of each tracing its own
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate))
+
+
 def _optimizer(model, config: RLConfig) -> nnx.Optimizer:
-    tx = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate)
-    )
+    tx = _transform(float(config.learning_rate), float(config.max_grad_norm))
     return nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 
@@ -154,11 +173,6 @@ def start(config: RLConfig) -> Session:
     """A session of ``config`` from the shipped pretrained model (nothing compiled yet)."""
     config.check()
     model = load_pretrained(config.model)  # float32 ops: K_train, differentiable
-    if config.prompt_len + config.new_tokens > model.config.context:
-        raise ValueError(
-            f"prompt_len + new_tokens = {config.prompt_len + config.new_tokens} exceeds the "
-            f"context {model.config.context}"
-        )
     optimizer = _optimizer(model, config)
     k_inf = with_ops(model, inference_ops(preset(config.preset), batch_size=config.batch))
     return Session(config, model, optimizer, k_inf, jax.random.key(config.seed))
