@@ -69,7 +69,7 @@ from jax.extend import core as jcore
 from contracts.model import KernelSpec, MatmulSpec
 from contracts.presets import PRESETS
 
-__all__ = ["DotRule", "on_kernel", "resolve_spec"]
+__all__ = ["DotRule", "evaluate", "on_kernel", "resolve_spec"]
 
 Attention = Literal["matmul", "float32"]
 
