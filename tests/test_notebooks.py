@@ -34,7 +34,7 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 OURS = ("contracts", "kernels", "bounds", "verify")
 KERNEL_NAME = "kernel-contracts-test"
 # the notebooks that run emulated kernels; CI runs them, `-m "not slow"` skips them locally
-SLOW = {"01_bound_tightness.py", "02_where_divergence_concentrates.py"}
+SLOW = {"01_bound_tightness.py", "02_where_divergence_concentrates.py", "04_rl_bias.py"}
 
 
 def _code(path: pathlib.Path) -> str:
@@ -107,6 +107,7 @@ def test_three_notebooks_and_readme():
         "01_bound_tightness.py",
         "02_where_divergence_concentrates.py",
         "03_contract_end_to_end.py",
+        "04_rl_bias.py",
     ]
     readme = (NOTEBOOK_DIR / "README.md").read_text(encoding="utf-8")
     for name in names:
