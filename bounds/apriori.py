@@ -224,7 +224,13 @@ def _int8_error(spec: MatmulSpec, k: int, model: Model) -> MatmulError:
     det = 1.0
     for _, m, u, _rn in steps:
         det *= 1 + _gamma(m, u)
-    return MatmulError(det - 1, model, k, steps, None, _INT8_ASSUMPTIONS, c)
+    notes = _INT8_ASSUMPTIONS
+    if spec.scaling == "per_tensor":  # one scale for the tensor: its largest value sets it
+        notes += (
+            "int8 per_tensor: x_norm and w_norm must also bound the largest |value| of the "
+            "whole tensor, which sets the shared scale",
+        )
+    return MatmulError(det - 1, model, k, steps, None, notes, c)
 
 
 @dataclass(frozen=True)
