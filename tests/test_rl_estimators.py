@@ -179,6 +179,11 @@ def test_sequence_product_is_exact_in_log_space():
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_numpy_scalars_are_numbers():
+    got = _call("tis", params={"cap": np.float32(2.0)})
+    np.testing.assert_allclose(np.asarray(got), _expected("tis"), rtol=1e-5, atol=1e-7)
+
+
 def test_bfloat16_log_ratios_give_float32_weights():
     lr = jnp.asarray(LOG_RATIO[:1], jnp.bfloat16)
     m = jnp.ones_like(lr)

@@ -32,6 +32,7 @@ References:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -74,7 +75,7 @@ _NO_PARAMS: Mapping[str, float | tuple] = MappingProxyType({})
 
 
 def _number(name: str, key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"estimator {name!r}: {key} must be a number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
