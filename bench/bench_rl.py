@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from kernels.rl.loop import RLConfig, rl_step, start
+    from kernels.rl.loop import RLConfig, rl_step, start_session
 
     fns, rollout, compile_s = {}, {}, {}
     for name in presets:
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
             group_size=args.group_size,
             new_tokens=args.new_tokens,
         )
-        session = start(config)
+        session = start_session(config)
         first, _ = rl_step(session, 0)
         compile_s[name] = first.rollout_s + first.update_s
         rollout[name] = []

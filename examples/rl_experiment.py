@@ -2,7 +2,7 @@
 correction under each inference-kernel preset, and the online monitor over the rollouts.
 
     python examples/rl_experiment.py --quick          # fp32 and h100-fp8, 3 steps: < 60 s
-    python examples/rl_experiment.py                  # all presets, 2 seeds of 25 steps
+    python examples/rl_experiment.py                  # every preset, 2 seeds of 20 steps
     python examples/rl_experiment.py --out DIR --presets bf16 h100-fp8 --correction icepop
 
 Each run starts from the shipped tiny-lm and trains it with GRPO on a rule-based reward (the
@@ -35,7 +35,7 @@ import contracts
 from contracts.presets import PRESETS
 from kernels.logs import write_log
 from kernels.rl.curves import degraded_steps, mean_curve, step_ranges, summary_row
-from kernels.rl.loop import RLConfig, run
+from kernels.rl.loop import RLConfig, run_rl
 from kernels.rl.task import TASKS
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -54,7 +54,7 @@ CORRECTIONS = {
     "tv_mask": {"threshold": 0.05},
     "kl_mask": {"threshold": 0.01},
 }
-FULL = {"steps": 25, "seeds": 2, "presets": tuple(PRESETS)}
+FULL = {"steps": 20, "seeds": 2, "presets": tuple(PRESETS)}
 QUICK = {"steps": 3, "seeds": 1, "presets": ("fp32", "h100-fp8")}
 
 
@@ -190,7 +190,7 @@ def main(argv=None, *, stdout=None) -> int:
         for est in estimators:
             for seed in range(seeds):
                 name = f"{p}-{est}-seed{seed}"
-                res = run(configs[p, est, seed], steps, keep_sequences=True)
+                res = run_rl(configs[p, est, seed], steps, keep_sequences=True)
                 log = root / "rollouts" / f"{name}.jsonl"
                 write_log(log, res.sequences)
                 decisions = root / "monitor" / f"{name}.decisions.jsonl"

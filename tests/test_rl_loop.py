@@ -21,7 +21,7 @@ from kernels.model import load_pretrained, pretrained_extra
 from kernels.rl import grpo
 from kernels.rl.curves import degraded_steps, step_ranges, trailing_mean
 from kernels.rl.grpo import Batch, group_advantages, train_step
-from kernels.rl.loop import RLConfig, rl_step, run, start
+from kernels.rl.loop import RLConfig, rl_step, run_rl, start_session
 from kernels.rl.task import TASKS, ByteClassTask, get_task, group_prompts
 
 TINY = {"groups": 2, "group_size": 2, "prompt_len": 4, "new_tokens": 4, "learning_rate": 3e-3}
@@ -88,14 +88,16 @@ def test_config_errors_name_the_field():
         RLConfig(preset="h200").check()
     with pytest.raises(ValueError, match="estimator 'tis': missing parameter"):
         RLConfig(estimator="tis").check()
+    with pytest.raises(ValueError, match="params must be hashable"):
+        RLConfig(estimator="icepop", params=(("band", [0.5, 2.0]),)).check()
     with pytest.raises(ValueError, match="groups must be at least 1, got 0"):
         RLConfig(groups=0).check()
     with pytest.raises(ValueError, match="temperature must be positive"):
         RLConfig(temperature=math.nan).check()
     with pytest.raises(ValueError, match="exceeds the context 128"):
-        start(RLConfig(prompt_len=100, new_tokens=40))
+        start_session(RLConfig(prompt_len=100, new_tokens=40))
     with pytest.raises(ValueError, match="steps must be at least 1"):
-        run(RLConfig(), 0)
+        run_rl(RLConfig(), 0)
 
 
 def test_curve_helpers():
@@ -115,14 +117,14 @@ def _counters():
 
 def test_steps_reuse_one_compilation_and_sample_current_weights():
     config = RLConfig(preset="h100-fp8", estimator="tis", params=(("cap", 2.0),), **TINY)
-    session = start(config)
+    session = start_session(config)
     before = np.asarray(session.model.head[...]).copy()
     first, logged = rl_step(session, 0, keep_sequences=True)
     counters = _counters()
     records = [first] + [rl_step(session, s)[0] for s in (1, 2)]
     assert _counters() == counters  # no step after the first traced anything
     # a second session with another estimator reuses the update and the rollout kernels
-    other = start(
+    other = start_session(
         RLConfig(preset="h100-fp8", estimator="icepop", params=(("band", (0.5, 2)),), **TINY)
     )
     rl_step(other, 0)
@@ -158,7 +160,7 @@ def test_the_weights_scale_the_update():
     mask = jnp.ones((4, 4))
 
     def step(weights):
-        session = start(config)
+        session = start_session(config)
         stats = train_step(
             session.model, session.optimizer, Batch(tokens, weights, adv, mask), temperature=1.0
         )
@@ -184,7 +186,7 @@ def test_the_weights_scale_the_update():
 
 
 def test_the_policy_learns_the_task():
-    records = run(RLConfig(preset="fp32", **TINY), 6).records
+    records = run_rl(RLConfig(preset="fp32", **TINY), 6).records
     rewards = [r.reward_mean for r in records]
     assert np.mean(rewards[-3:]) > 0.6 > np.mean(rewards[:2]) + 0.2, rewards
     assert all(r.abs_log_ratio_max < 1e-3 for r in records)  # fp32 rollouts: ratios of 1

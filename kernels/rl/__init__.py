@@ -1,4 +1,5 @@
-"""kernels.rl: policy-gradient correction weights and the measurement of their bias.
+"""kernels.rl: policy-gradient correction weights, the measurement of their bias, and an RL
+post-training loop that samples with K_inf and trains with K_train.
 
 Public names are re-exported lazily, as in ``kernels``: importing the package loads nothing
 heavy until a name is used.
@@ -20,6 +21,25 @@ _EXPORTS = {
     "sequence_bias": "kernels.rl.bias",
     "held_out_prompts": "kernels.rl.rollouts",
     "rollout_pairs": "kernels.rl.rollouts",
+    "RLConfig": "kernels.rl.loop",
+    "RunResult": "kernels.rl.loop",
+    "Session": "kernels.rl.loop",
+    "StepRecord": "kernels.rl.loop",
+    "rl_step": "kernels.rl.loop",
+    "run_rl": "kernels.rl.loop",
+    "start_session": "kernels.rl.loop",
+    "Batch": "kernels.rl.grpo",
+    "Correction": "kernels.rl.grpo",
+    "correct": "kernels.rl.grpo",
+    "group_advantages": "kernels.rl.grpo",
+    "train_step": "kernels.rl.grpo",
+    "TASKS": "kernels.rl.task",
+    "ByteClassTask": "kernels.rl.task",
+    "get_task": "kernels.rl.task",
+    "group_prompts": "kernels.rl.task",
+    "degraded_steps": "kernels.rl.curves",
+    "mean_curve": "kernels.rl.curves",
+    "summary_row": "kernels.rl.curves",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """The RL post-training loop: rollouts through K_inf, log-probs and gradients through K_train.
 
-Each step of ``run``:
+Each step of ``run_rl`` (``start_session`` then ``rl_step`` per step):
 
 1. draws ``groups`` fresh prompts from held-out text, each repeated ``group_size`` times;
 2. samples completions with the inference kernel K_inf of a named preset (``h100-fp8``,
@@ -54,8 +54,8 @@ __all__ = [
     "Session",
     "StepRecord",
     "rl_step",
-    "run",
-    "start",
+    "run_rl",
+    "start_session",
 ]
 
 
@@ -83,6 +83,12 @@ class RLConfig:
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         check_params(self.estimator, dict(self.params))
+        try:
+            hash(self.params)
+        except TypeError:
+            raise ValueError(
+                f"params must be hashable (tuples, not lists), got {self.params!r}"
+            ) from None
         get_task(self.task)
         for name in ("groups", "group_size", "prompt_len", "new_tokens"):
             if getattr(self, name) < 1:
@@ -119,10 +125,10 @@ class StepRecord(NamedTuple):
     logit_drift_mean: float
     kl_mean: float  # mean KL(π_inf ‖ π_train)
     entropy_mean: float  # mean entropy of π_train at the sampled positions
-    masked_share: float
-    clipped_share: float
-    weight_mean: float
-    grad_norm: float
+    masked_share: float  # share of tokens the correction dropped (ω = 0)
+    clipped_share: float  # share of tokens it truncated (0 < ω < the IS weight)
+    weight_mean: float  # mean ω
+    grad_norm: float  # before clipping
     loss: float
     rollout_s: float  # wall seconds: generation on K_inf
     update_s: float  # wall seconds: scoring, measurement and the update on K_train
@@ -169,7 +175,7 @@ class Session(NamedTuple):
     key: Array
 
 
-def start(config: RLConfig) -> Session:
+def start_session(config: RLConfig) -> Session:
     """A session of ``config`` from the shipped pretrained model (nothing compiled yet)."""
     config.check()
     model = load_pretrained(config.model)  # float32 ops: K_train, differentiable
@@ -256,7 +262,7 @@ def rl_step(
     return record, logged
 
 
-def run(
+def run_rl(
     config: RLConfig,
     steps: int,
     *,
@@ -267,7 +273,7 @@ def run(
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     t0 = time.perf_counter()
-    session = start(config)
+    session = start_session(config)
     records, sequences = [], []
     for step in range(steps):
         record, logged = rl_step(session, step, keep_sequences=keep_sequences)

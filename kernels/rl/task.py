@@ -61,12 +61,8 @@ def group_prompts(
     """``groups`` prompts of ``length`` bytes from ``model``'s held-out text, each repeated
     ``group_size`` times in a row (rows ``g * group_size`` to ``(g + 1) * group_size - 1``
     share prompt ``g``), as GRPO samples a group of completions per prompt."""
-    from kernels.emulate import prompts_from
-    from kernels.model import pretrained_extra
+    from kernels.rl.rollouts import held_out_prompts
 
     if groups < 1 or group_size < 1:
         raise ValueError(f"groups and group_size must be at least 1, got {groups}, {group_size}")
-    windows = pretrained_extra(model)["heldout_windows"].astype(np.int32)
-    if not 1 <= length <= windows.shape[1]:
-        raise ValueError(f"prompt length must be in [1, {windows.shape[1]}], got {length}")
-    return np.repeat(prompts_from(windows, groups, length, seed), group_size, axis=0)
+    return np.repeat(held_out_prompts(groups, length, seed, model), group_size, axis=0)
