@@ -10,6 +10,7 @@ from bounds.derivation import Alternative, Derivation, Variable
 from bounds.derive import derive
 from bounds.evaluate import evaluate, evaluate_mp, jax_function, numpy_function
 from bounds.lemma import SYMBOLS, Lemma, Witness
+from bounds.pg_evaluate import pg_bias_bound, pg_bias_supremum
 from bounds.stats import (
     clopper_pearson_upper,
     mean_ucb,
@@ -41,6 +42,8 @@ __all__ = [
     "min_samples_quantile",
     "min_samples_rate",
     "numpy_function",
+    "pg_bias_bound",
+    "pg_bias_supremum",
     "quantile_ucb",
     "unit_roundoff",
 ]

@@ -29,12 +29,15 @@ from bounds.correction_witness import (
     iid_excess,
     low_pair,
     raised_pair,
+    ratio_band_laws,
     seq_is_bias,
+    tv_band_laws,
 )
 from bounds.corrections import (
     band_drift,
     band_ratio,
     band_tv,
+    kl_iterate,
     seq_tis_kl,
     seq_tis_ratio,
     step_above,
@@ -66,7 +69,7 @@ def _seq_forms(small: bool) -> sympy.Expr:
     )
     if small:
         return sympy.Min(seq_tis_ratio(L * s, c, small), 1 - c + c * tv_l)
-    return sympy.Min(seq_tis_ratio(L * s, c, small), tv_l, seq_tis_kl(L * k, c))
+    return sympy.Min(seq_tis_ratio(L * s, c, small), tv_l, seq_tis_kl(L * k, kl_iterate(c)))
 
 
 EXPR: dict[str, sympy.Expr] = {
@@ -95,8 +98,20 @@ EXPR: dict[str, sympy.Expr] = {
 }
 
 
+# the band forms without a lower end (lo = 0: 1/lo would be undefined in the general form)
+EXPR_NO_LOWER: dict[str, sympy.Expr] = {
+    "pg_bias_icepop": GA * band_drift(s, 0, hi),
+    "pg_bias_icepop_ratio": GA * band_ratio(r, 0, hi),
+    "pg_bias_icepop_tv": GA * band_tv(eps, 0, hi),
+    "pg_bias_geo_mask": GA * band_drift(s, 0, hi, L),
+    "pg_bias_geo_mask_ratio": GA * band_drift(2 * r, 0, hi, L),
+}
+
+
 def _bound(name: str, **values: float) -> float:
-    return evaluate(EXPR[name], {"G": 1.0, "A": 1.0, **values})
+    expr = EXPR_NO_LOWER[name] if values.get("lo") == 0 and name in EXPR_NO_LOWER else EXPR[name]
+    names = {sym.name for sym in expr.free_symbols}
+    return evaluate(expr, {k: v for k, v in {"G": 1.0, "A": 1.0, **values}.items() if k in names})
 
 
 def _probs_pair(p: list[float], q: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -155,45 +170,15 @@ def _w_ppo_clip(osc: float, T: float, clip_epsilon: float) -> Witness:
     return _w_band("pg_bias_ppo_clip", osc, T, 1 - e, 1 + e, {"clip_epsilon": e})
 
 
-def _ratio_band_laws(r: float, lo: float, hi: float) -> tuple[list[float], list[float]]:
-    x, y = math.exp(r), math.exp(-r)
-    if x > hi and lo > 0 and y < lo:  # w = e^{±r}: both atoms outside the band
-        q = (1 - y) / (x - y)
-        return [x * q, y * (1 - q)], [q, 1 - q]
-    if x > hi:  # w just above hi on B, e^{−r} elsewhere
-        wb = hi * (1 + 1e-9)
-        q = (1 - y) / (wb - y)
-        return [wb * q, y * (1 - q)], [q, 1 - q]
-    if lo > 0 and y < lo:  # w just below lo on B, e^{r} elsewhere
-        wb = lo * (1 - 1e-9)
-        q = (x - 1) / (x - wb)
-        return [wb * q, x * (1 - q)], [q, 1 - q]
-    return [0.5, 0.5], [0.5, 0.5]
-
-
 def _w_icepop_ratio(r: float, lo: float, hi: float) -> Witness:
-    z, zp = _probs_pair(*_ratio_band_laws(r, lo, hi))
+    z, zp = _probs_pair(*ratio_band_laws(r, lo, hi))
     achieved = band_dropped_mass(z, zp, 1.0, lo, hi)
     params = {"r": r, "lo": lo, "hi": hi}
     return _w("pg_bias_icepop_ratio", params, achieved, {"z": z, "z_prime": zp}, **params)
 
 
-def _tv_band_laws(eps: float, lo: float, hi: float, eta: float = 1e-9):
-    """Laws with TV ≤ ε dropping the most: w just outside the band on both sides, w ≈ 1 else."""
-    lo_w = lo * (1 - eta) if lo > 0 else 1e-12
-    k = 1 / (hi - 1) + 1 / (1 - lo)
-    t = eps / (1 + hi * eta / (hi - 1))
-    if t * k <= 1:
-        qu, qd = t / (hi - 1), t / (1 - lo)
-        pu, pd = hi * (1 + eta) * qu, lo_w * qd
-        return [pu, pd, 1 - pu - pd], [qu, qd, 1 - qu - qd]
-    wu = hi * (1 + eta)  # everything outside: two atoms with mean ratio 1
-    qu = (1 - lo_w) / (wu - lo_w)
-    return [wu * qu, lo_w * (1 - qu)], [qu, 1 - qu]
-
-
 def _w_icepop_tv(eps: float, lo: float, hi: float) -> Witness:
-    z, zp = _probs_pair(*_tv_band_laws(eps, lo, hi))
+    z, zp = _probs_pair(*tv_band_laws(eps, lo, hi))
     achieved = band_dropped_mass(z, zp, 1.0, lo, hi)
     params = {"eps": eps, "lo": lo, "hi": hi}
     return _w("pg_bias_icepop_tv", params, achieved, {"z": z, "z_prime": zp}, **params)
@@ -212,8 +197,10 @@ def _w_geo(osc: float, T: float, lo: float, hi: float, L: int) -> Witness:
     sides = []
     for sign in (-1.0, 1.0):
         others = (L - 1) * (low if sign < 0 else -low)
-        band_lo = lo**L * math.exp(-others) if lo > 0 else 0.0
-        band_hi = hi**L * math.exp(-others)
+        # the band the current token meets, in log space (clamped: only its side of 1 matters
+        # beyond e^{±1}, and hi^L overflows a float)
+        band_lo = math.exp(min(L * math.log(lo) - others, 1.0)) if lo > 0 else 0.0
+        band_hi = math.exp(max(min(L * math.log(hi) - others, 700.0), -1.0))
         if band_lo >= 1 or band_hi <= 1:  # the band misses w ≡ 1: an identical pair drops all
             z, zp = np.zeros(2), np.zeros(2)
         else:
@@ -265,8 +252,10 @@ def _w_seq_is(osc: float, T: float, L: int) -> Witness:
 
 
 def _w_geo_tv(eps: float, lo: float, hi: float, L: int) -> Witness:
-    # a prefix token with w → 0 costs TV ≈ its π'-mass; the position after it is dropped
-    zs, zsp = _probs_pair([eps * 1e-200, 1 - eps * 1e-200], [eps, 1 - eps])
+    # a prefix token with w → 0 costs TV ≈ its π'-mass (w → ∞ costs ≈ its π-mass, for a band
+    # without a lower end); the position after it is dropped
+    tiny, some = [eps * 1e-200, 1 - eps * 1e-200], [eps, 1 - eps]
+    zs, zsp = _probs_pair(tiny, some) if lo > 0 else _probs_pair(some, tiny)
     others = float(measure.log_ratio(zs, zsp, 1.0)[0])
     z = np.zeros(2)
     achieved = geo_dropped_mass(z, z, 1.0, lo, hi, others, 2) if L >= 2 else 0.0

@@ -25,7 +25,9 @@ __all__ = [
     "iid_seq_tis_excess",
     "low_pair",
     "raised_pair",
+    "ratio_band_laws",
     "seq_is_bias",
+    "tv_band_laws",
 ]
 
 Vector = Float[np.ndarray, "vocab"]
@@ -152,3 +154,34 @@ def seq_is_bias(s: float, L: int, seed: int = 0) -> float:
     weighted = np.exp(lq)[:, None] * np.exp(lp - lq)[:, None] * g  # π'(y)·W(y)·g(y)
     target = np.exp(lp)[:, None] * g
     return float(np.linalg.norm(weighted.sum(axis=0) - target.sum(axis=0)))
+
+
+def ratio_band_laws(r: float, lo: float, hi: float) -> tuple[list[float], list[float]]:
+    """(π, π') on two tokens with |log w| ≤ r dropping the most π-mass under [lo, hi]."""
+    x, y = math.exp(r), math.exp(-r)
+    if x > hi and lo > 0 and y < lo:  # w = e^{±r}: both atoms outside the band
+        q = (1 - y) / (x - y)
+        return [x * q, y * (1 - q)], [q, 1 - q]
+    if x > hi:  # w just above hi on B, e^{−r} elsewhere
+        wb = hi * (1 + 1e-9)
+        q = (1 - y) / (wb - y)
+        return [wb * q, y * (1 - q)], [q, 1 - q]
+    if lo > 0 and y < lo:  # w just below lo on B, e^{r} elsewhere
+        wb = lo * (1 - 1e-9)
+        q = (x - 1) / (x - wb)
+        return [wb * q, x * (1 - q)], [q, 1 - q]
+    return [0.5, 0.5], [0.5, 0.5]
+
+
+def tv_band_laws(eps: float, lo: float, hi: float, eta: float = 1e-9):
+    """Laws with TV ≤ ε dropping the most: w just outside the band on both sides, w ≈ 1 else."""
+    lo_w = lo * (1 - eta) if lo > 0 else 1e-12
+    k = 1 / (hi - 1) + 1 / (1 - lo)
+    t = eps / (1 + hi * eta / (hi - 1))
+    if t * k <= 1:
+        qu, qd = t / (hi - 1), t / (1 - lo)
+        pu, pd = hi * (1 + eta) * qu, lo_w * qd
+        return [pu, pd, 1 - pu - pd], [qu, qd, 1 - qu - qd]
+    wu = hi * (1 + eta)  # everything outside: two atoms with mean ratio 1
+    qu = (1 - lo_w) / (wu - lo_w)
+    return [wu * qu, lo_w * (1 - qu)], [qu, 1 - qu]

@@ -35,6 +35,8 @@ __all__ = [
     "band_tv",
     "band_tv_factor",
     "in_sliver",
+    "kl_anchor",
+    "kl_iterate",
     "seq_tis_kl",
     "seq_tis_kl_factor",
     "seq_tis_ratio",
@@ -108,7 +110,13 @@ def tis_excess_ratio_sup(r: Num, cap: Num) -> mpmath.mpf:
 
 
 # ---- masks of a ratio band [lo, hi] (icepop; ppo_clip with lo, hi = 1 ∓ ε; geo_mask) ---------
-def band_drift(s: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Expr | int = 1):
+def band_drift(
+    s: sympy.Expr,
+    lo: sympy.Expr | int,
+    hi: sympy.Expr,
+    L: sympy.Expr | int = 1,
+    upper_idle: bool = False,
+) -> sympy.Expr:
     """sup π(w ∉ [lo, hi]) over tilts of range s, for one position whose drop is decided by the
     geometric-mean ratio of a sequence of at most L tokens (L = 1: the token's own ratio).
 
@@ -117,18 +125,29 @@ def band_drift(s: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Exp
     one-sided suprema are (lo*·e^s − 1)₊/(e^s − 1) and (e^s − hi*)₊/(e^s − 1) (MIS-type
     arguments), and lo*·e^s = max(lo·e^s, (lo·e^s)^L). Both sides at once need e^s > hi/lo and
     then drop everything. ``lo = 0`` (no lower end) is passed as the integer 0.
+
+    ``upper_idle`` picks between two equal ways of writing the upper side (L > 1): the solver
+    proves it 0 at once when written through e^{min(0, L(log hi − s))}, and bounds it fastest
+    through e^{clamp(L log hi − (L − 1)s, 0, s)} where it is positive; a derivation picks by
+    its premise box (the value is the same for every s either way).
     """
     x = sympy.exp(s)
     if L == 1:
         upper = sympy.Max(x - hi, 0)
-    else:
-        upper = sympy.Max(x - sympy.exp(sympy.Min(L * sympy.log(hi) - (L - 1) * s, s)), 0)
+    elif upper_idle:
+        # e^s − min(hi*, e^s) = e^s·(1 − e^{min(0, L(log hi − s))}); hi* is clamped to ≥ 1 (the
+        # exponent to ≥ −s): below 1 the form is 1 anyway
+        upper = x * (1 - sympy.exp(sympy.Min(0, sympy.Max(-s, L * (sympy.log(hi) - s)))))
+    else:  # the same, e^s − e^{log hi*} with log hi* clamped to [0, s]
+        upper = x - sympy.exp(sympy.Max(0, sympy.Min(s, L * sympy.log(hi) - (L - 1) * s)))
     terms = [upper / sympy.Max(x - 1, hi - 1)]
     if lo != 0:
         if L == 1:
             lower = sympy.Max(lo * x - 1, 0)
         else:
-            lower = sympy.Max(sympy.exp(sympy.Min(L * (s + sympy.log(lo)), s)) - 1, 0)
+            # (lo·e^s)^L clamped to [1, e^s]: below 1 the side drops nothing, above e^s all
+            down = sympy.Max(0, sympy.Min(L * (s + sympy.log(lo)), s))
+            lower = sympy.Max(sympy.exp(down) - 1, 0)
         terms += [lower / sympy.Max(x - 1, 1 / lo - 1), step_above(x, hi / lo)]
     return sympy.Min(1, sympy.Max(*terms))
 
@@ -211,13 +230,42 @@ def seq_tis_kl_factor(cap: sympy.Expr, n: int = KL_ITERATIONS) -> sympy.Expr:
     1 < W₀ ≤ W*, the root > 1 of W − 1 = c·log W (the best k is 1/log W*). W₀ = Fⁿ(c) with
     F(W) = 1 + c·log W: F is increasing with F(W*) = W* and F(c) ≥ c, so the iterates rise to
     W* from below (six iterations: within 3% of the best k at c = 2)."""
+    return 1 / sympy.log(kl_iterate(cap, n))
+
+
+def kl_iterate(cap: sympy.Expr, n: int = KL_ITERATIONS) -> sympy.Expr:
+    """Fⁿ(c) with F(W) = 1 + c·log W: a point of (1, W*] for c > 1 (symbolic)."""
     w = cap
     for _ in range(n):
         w = 1 + cap * sympy.log(w)
-    return 1 / sympy.log(w)
+    return w
 
 
-def seq_tis_kl(kl: sympy.Expr, cap: sympy.Expr) -> sympy.Expr:
-    """E_π'(W − c)₊ ≤ min(1, k·KL(π_L‖π'_L)) for c > 1: E_π'[W log W − W + 1] is the sequence KL,
-    at most L·κ by the chain rule."""
-    return sympy.Min(1, seq_tis_kl_factor(cap) * kl)
+def kl_anchor(cap: Fraction, n: int = KL_ITERATIONS) -> Fraction:
+    """A rational W₀ ∈ (1, W*] for the cap c > 1: Fⁿ(c) rounded down to 12 digits, kept only if
+    c·log W₀ ≥ W₀ − 1 holds in outward-rounded interval arithmetic (which is W₀ ≤ W*), else c
+    itself (c·log c ≥ c − 1 always). One log of a rational keeps the solver's work small."""
+    cap = Fraction(cap)
+    with mpmath.workdps(60):
+        c = mpmath.mpf(cap.numerator) / cap.denominator
+        w = c
+        for _ in range(n):
+            w = 1 + c * mpmath.log(w)
+        digits = 12 - int(mpmath.floor(mpmath.log10(w))) - 1
+        anchor = Fraction(int(mpmath.floor(w * 10**digits)), 10**digits)
+    saved = mpmath.iv.prec
+    mpmath.iv.prec = 200
+    try:
+        num = mpmath.iv.mpf(anchor.numerator) / anchor.denominator
+        slack = mpmath.iv.mpf(cap.numerator) / cap.denominator * mpmath.iv.log(num) - (num - 1)
+        certified = anchor > 1 and slack.a > 0
+    finally:
+        mpmath.iv.prec = saved
+    return anchor if certified else cap
+
+
+def seq_tis_kl(kl: sympy.Expr, anchor: sympy.Expr) -> sympy.Expr:
+    """E_π'(W − c)₊ ≤ min(1, KL(π_L‖π'_L)/log W₀) for c > 1 and W₀ ∈ (1, W*] (``kl_anchor``, or
+    the iterate of ``seq_tis_kl_factor``): E_π'[W log W − W + 1] is the sequence KL, at most
+    L·κ by the chain rule."""
+    return sympy.Min(1, kl / sympy.log(anchor))

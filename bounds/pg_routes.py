@@ -11,6 +11,7 @@ attained where its form is the supremum at the clauses' maxima.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 
 import mpmath
@@ -21,6 +22,7 @@ from bounds.corrections import (
     band_ratio,
     band_tv,
     in_sliver,
+    kl_anchor,
     seq_tis_kl,
     seq_tis_ratio,
     seq_tis_tv,
@@ -35,7 +37,7 @@ from bounds.rl import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.route import NoLemma, Route, combine
 from contracts import exact
 
-__all__ = ["pg_bias_routes"]
+__all__ = ["canonical", "pg_bias_routes"]
 
 Form = Callable[[sympy.Expr], sympy.Expr]
 Exact = Callable[[float], bool]  # whether the form is the supremum at this premise value
@@ -65,7 +67,24 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "seq_is": _seq_is,
         "seq_tis": _seq_tis,
     }[g.estimator]
-    return builder(ctx, GA), []
+    return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
+
+
+def canonical(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` rebuilt from its arguments until that changes nothing: the form a report's
+    ``srepr`` reads back to (a Max nested in a Max is flattened only when rebuilt)."""
+    for _ in range(4):
+        again = _rebuild(expr)
+        if again == expr:
+            break
+        expr = again
+    return expr
+
+
+def _rebuild(expr: sympy.Expr) -> sympy.Expr:
+    if not expr.args or isinstance(expr, sympy.Symbol | sympy.Number):
+        return expr
+    return expr.func(*(_rebuild(a) for a in expr.args))
 
 
 def _need(ctx, field: str, what: str):
@@ -253,8 +272,12 @@ def _band(ctx, GA, name: str, lo_v, hi_v, L=None) -> list[Route]:
         ratio: Form = lambda r: band_ratio(r, lo, hi)  # noqa: E731
         tv: Form = lambda e: band_tv(e, lo, hi)  # noqa: E731
     else:  # geo_mask: the sequence's other tokens move the band; a TV premise leaves them free
-        tilt = lambda s: band_drift(s, lo, hi, L)  # noqa: E731
-        ratio = lambda r: band_drift(2 * r, lo, hi, L)  # noqa: E731
+
+        def idle(s: sympy.Expr) -> bool:  # the upper side is 0 on the whole premise box
+            return _at_max(ctx, L * (sympy.log(hi) - s), ctx.premises.facts) >= 0
+
+        tilt = lambda s: band_drift(s, lo, hi, L, idle(s))  # noqa: E731
+        ratio = lambda r: band_drift(2 * r, lo, hi, L, idle(2 * r))  # noqa: E731
         tv = lambda e: sympy.Integer(1)  # noqa: E731
     exact_r = ratio_ok if L is None else (lambda _: False)
     out = _per_token(ctx, GA, name, tilt, ratio, tv, tilt_ok, exact_r)
@@ -348,8 +371,9 @@ def _seq_tis(ctx, GA) -> list[Route]:
         out.append(combine("seq_tis_ratio", LGA * seq_tis_ratio(L * r.expr, c, small), r,
                            lemma=lemma, attained=False))  # fmt: skip
     if not small:
+        anchor = sympy.Rational(kl_anchor(cap))
         for r in ctx.kl_routes():  # KL_L ≤ L·κ (chain rule)
-            out.append(combine("seq_tis_kl", LGA * seq_tis_kl(L * r.expr, c), r, lemma=lemma,
+            out.append(combine("seq_tis_kl", LGA * seq_tis_kl(L * r.expr, anchor), r, lemma=lemma,
                                attained=False))  # fmt: skip
     seq, _ = ctx.sequence_tv()
     for r in seq:

@@ -34,6 +34,7 @@ Box = tuple[tuple[str, str, Fraction, Fraction], ...]  # (symbol, clause, lo, hi
 _SIMPLE = re.compile(r"[A-Za-z~!@$%^&*_+=<>?/-][A-Za-z0-9~!@$%^&*_+=<>.?/-]*\Z")
 _FRESH = re.compile(r"[a-z]+\.\d+\Z")
 _FUNCS = {sympy.exp: "exp", sympy.log: "log", sympy.tanh: "tanh"}
+_FUNCTIONS = {"exp": sympy.exp, "log": sympy.log, "tanh": sympy.tanh, "sqrt": sympy.sqrt}
 
 
 # the compound terms whose range over the box is stated as a lemma in tightened queries
@@ -223,10 +224,19 @@ class _Writer:
         if func == "sqrt" and lo < 0:
             raise EncodeError(f"sqrt of {arg}, which may be < 0 on {_show((lo, hi))}")
         a = self.atom(arg, a)
+        constant = lo == hi
         # the lemma's domain, rounded outward to the enclosure's precision (shorter text)
         lo, hi = intervals.round_down(lo, self.bits + 8), intervals.round_up(hi, self.bits + 8)
         y = self.fresh(func)
         enc = enclose(func, lo, hi, self.degree, self.pieces, self.bits)
+        if constant:
+            # a function of a constant (log hi of a ratio band): the enclosure of its value is
+            # all the solver needs; a polynomial tie would make it one more nonlinear unknown.
+            # The enclosure is the one the argument ranges of enclosing lemmas were computed
+            # with, so no model can leave those lemmas' domains through this value's slack.
+            value = intervals.evaluate(_FUNCTIONS[func](arg), self.env, self.ranges)
+            self.asserts.append((f"lemma_{y}", _within(y, *value), f"{y} = {source}"))
+            return y
         if func == "exp":
             fact = _exp_facts(enc.exp, a, y)
         elif func == "tanh":
