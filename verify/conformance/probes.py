@@ -1,0 +1,170 @@
+"""The operands a conformance check runs a kernel on: random, extreme and rounding-boundary.
+
+* **random**: one batch of ``ROWS`` rows, K = ``RANDOM_K`` (at most the spec's ``k_max``),
+  ``COLS`` columns: normal values, every row and column with its own magnitude 2**U(−4, 4),
+  and 1% outliers 16 times larger (activations and weights with outlier channels).
+* **extreme** (int8 kernels): K = the spec's ``k_max``, operands that make the int32
+  accumulator's sums as large as the spec allows (``extreme_operands``): row 0 and column 0
+  all ones (every product 127·127), row 1 and column 1 alternating ±1 (products ±127²), rows
+  2–31 and columns 2–7 positive values in [0.5, 1] (quantized to [64, 127]: sums near the
+  largest, with arbitrary low bits), the other rows and columns ±1 with random signs.
+* **boundary**: ``BOUNDARY_PAIRS`` pairs (a row of x, a column of w), K = ``BOUNDARY_K``, chosen
+  from 2**21 random pairs because the value the kernel's output rounding receives (the exact
+  epilogue product a·ŝx·ŝw of an int8 kernel; the float32 total of a float kernel, from the
+  spec with a float32 output) lies within ``BOUNDARY_ULPS`` ulps of the output format from a
+  rounding boundary (a midpoint between two outputs when the output rounds to nearest, an
+  output value when it rounds toward zero). Tiny changes of the arithmetic (the order of two
+  float32 roundings, one rounding instead of two, a scale one ulp off) move such values across
+  the boundary and change the output's bits; on random operands they do so about once in
+  2**15 outputs. Pairs are searched with per-row scales; a per-tensor spec evaluates each pair
+  as its own 1×K by K×1 product, where the tensor is the row.
+
+* **exactness** (int8 kernels, ``exactness_operands``): at K = a given ``k_max``, the rows and
+  columns 0 and 1 of the extreme probe, and ``EXACT_PAIRS`` pairs of positive rows and columns
+  (sums near the largest, arbitrary low bits) whose exact epilogue value lies within
+  ``EXACT_ULPS`` ulps of an output rounding boundary. An accumulator that loses a few units of
+  a sum near 2**26 changes the output by ~2**-12 of its ulp, which only such outputs show.
+
+Every probe is drawn from ``numpy.random.default_rng(seed)``; the same seed gives the same
+operands.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+
+from contracts import MatmulSpec
+from kernels.formats import format_info, min_normal_exponent
+from kernels.scaling import quantize_rows_int8_np
+
+__all__ = [
+    "BOUNDARY_K",
+    "BOUNDARY_PAIRS",
+    "BOUNDARY_ULPS",
+    "COLS",
+    "RANDOM_K",
+    "ROWS",
+    "Probes",
+    "boundary_position",
+    "exactness_operands",
+    "extreme_operands",
+    "probes",
+]
+
+ROWS, COLS, RANDOM_K = 64, 16, 64
+BOUNDARY_K, BOUNDARY_PAIRS, BOUNDARY_ULPS = 64, 128, 2.0**-15
+_SEARCH = (2048, 1024)  # rows and columns searched: 2**21 pairs
+EXACT_PAIRS, EXACT_ULPS = 60, 2.0**-14
+
+
+class Probes(NamedTuple):
+    """Operands for one spec (module docstring); ``boundary_x`` row i pairs with column i of
+    ``boundary_w``."""
+
+    random_x: np.ndarray
+    random_w: np.ndarray
+    extreme_x: np.ndarray | None
+    extreme_w: np.ndarray | None
+    boundary_x: np.ndarray | None
+    boundary_w: np.ndarray | None
+
+
+def _operand(rng, rows: int, k: int) -> np.ndarray:
+    a = rng.standard_normal((rows, k)) * np.exp2(rng.uniform(-4, 4, (rows, 1)))
+    a = np.where(rng.random((rows, k)) < 0.01, 16 * a, a)
+    return a.astype(np.float32)
+
+
+def extreme_operands(rng, rows: int, k: int, cols: int, near: tuple[int, int]):
+    """(x, w) of ``rows``×K and K×``cols``: row/column 0 all ones, 1 alternating ±1, rows
+    [2, near[0]) and columns [2, near[1]) positive in [0.5, 1], the rest random ±1."""
+    x = rng.choice(np.float32([-1, 1]), (rows, k))
+    w = rng.choice(np.float32([-1, 1]), (cols, k))
+    alt = np.where(np.arange(k) % 2 == 0, 1, -1).astype(np.float32)
+    for a, n in ((x, near[0]), (w, near[1])):
+        a[0], a[1] = 1, alt[: a.shape[1]]
+        a[2:n] = rng.uniform(0.5, 1.0, (max(n - 2, 0), k))
+    return x, w.T.copy()
+
+
+def boundary_position(v: np.ndarray, fmt: str, toward_zero: bool) -> np.ndarray:
+    """Distance of ``v`` (float64) from the nearest rounding boundary of ``fmt``, in ulps of
+    ``fmt`` (a midpoint to nearest, a representable value toward zero)."""
+    v = np.abs(np.asarray(v, np.float64))
+    p = format_info(fmt).mantissa_bits
+    _, e = np.frexp(np.where(v > 0, v, 1.0))
+    e = np.maximum(e - 1, min_normal_exponent(fmt))
+    t = np.ldexp(v, p - e)  # v in ulps of its binade
+    frac = t - np.floor(t)
+    d = np.minimum(frac, 1 - frac) if toward_zero else np.abs(frac - 0.5)
+    return np.where(v > 0, d, np.inf)
+
+
+def _int8_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
+    """The exact epilogue product a·ŝx·ŝw of every output (float64: error ≤ 2**-52 relative)."""
+    xq, sx = quantize_rows_int8_np(x, False, spec.epilogue.scales)
+    wq, sw = quantize_rows_int8_np(w.T, False, spec.epilogue.scales)
+    s = xq.astype(np.float64) @ wq.astype(np.float64).T  # exact integers below 2**53
+    a = s.astype(np.float32).astype(np.float64)  # the int32 → float32 conversion
+    return a * sx.astype(np.float64) * sw.astype(np.float64).T
+
+
+def _float_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
+    from kernels.matmul import matmul
+
+    search = spec if spec.scaling != "per_tensor" else replace(spec, scaling="per_row")
+    return np.asarray(matmul(x, w, replace(search, output="float32")), np.float64)
+
+
+def _boundary(rng, spec: MatmulSpec) -> tuple[np.ndarray, np.ndarray] | None:
+    int8 = spec.is_int8
+    if not int8 and spec.output == "float32":
+        return None  # a float32 output is the total itself: no output rounding to probe
+    k = min(BOUNDARY_K, spec.k_max or BOUNDARY_K)
+    x, w = _operand(rng, _SEARCH[0], k), _operand(rng, _SEARCH[1], k).T.copy()
+    targets = (_int8_targets if int8 else _float_targets)(x, w, spec)
+    toward_zero = int8 and spec.epilogue.rounding == "toward_zero"
+    d = boundary_position(targets, spec.output, toward_zero)
+    rows, cols = np.nonzero(d < BOUNDARY_ULPS)
+    if rows.size == 0:
+        return None
+    pick = rng.permutation(rows.size)[:BOUNDARY_PAIRS]
+    return x[rows[pick]], w[:, cols[pick]]
+
+
+def probes(spec: MatmulSpec, seed: int = 0) -> Probes:
+    """The probes of ``spec`` (module docstring)."""
+    rng = np.random.default_rng(seed)
+    k = min(RANDOM_K, spec.k_max or RANDOM_K)
+    rx, rw = _operand(rng, ROWS, k), _operand(rng, COLS, k).T.copy()
+    ex = ew = None
+    if spec.is_int8:
+        ex, ew = extreme_operands(rng, ROWS, int(spec.k_max), COLS, (32, 8))
+    found = _boundary(rng, spec)
+    bx, bw = (None, None) if found is None else found
+    return Probes(rx, rw, ex, ew, bx, bw)
+
+
+def exactness_operands(spec: MatmulSpec, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, w)`` of the exactness probe at K = ``k`` (module docstring), as pairs: output i is
+    ``x[i] @ w[:, i]``. The first four pairs are all ones and alternating ±1 against each
+    other."""
+    rng = np.random.default_rng(seed)
+    side = int(np.clip(math.isqrt(2**31 // k), 32, 1024))  # searched rows and columns
+    x, w = extreme_operands(rng, 2 + side, k, 2 + side, (2 + side, 2 + side))
+    pt = spec.scaling == "per_tensor"
+    xq, sx = quantize_rows_int8_np(x[2:], pt, spec.epilogue.scales)
+    wq, sw = quantize_rows_int8_np(w[:, 2:].T, pt, spec.epilogue.scales)
+    exact = xq.astype(np.float64) @ wq.astype(np.float64).T  # below 2**53: exact
+    a = exact.astype(np.float32).astype(np.float64)
+    v = a * sx.astype(np.float64) * sw.astype(np.float64).T
+    d = boundary_position(v, spec.output, spec.epilogue.rounding == "toward_zero")
+    near_r, near_c = np.nonzero(d < EXACT_ULPS)
+    pick = rng.permutation(near_r.size)[:EXACT_PAIRS]
+    rows = np.concatenate([[0, 0, 1, 1], 2 + near_r[pick]])
+    cols = np.concatenate([[0, 1, 0, 1], 2 + near_c[pick]])
+    return x[rows], w[:, cols]
