@@ -98,7 +98,8 @@ def iid_excess(p_plus: float, q_plus: float, L: int, cap: float) -> float:
     mass = np.exp(_log_binomial(L, q_plus) + log_w)  # π'(k)·W_k = π(k)
     if cap == 0:
         return float(np.sum(mass))
-    return float(np.sum(mass * np.maximum(-np.expm1(math.log(cap) - log_w), 0.0)))
+    gap = np.minimum(math.log(cap) - log_w, 700.0)  # (1 − c/W)₊ = 0 once c/W > e^700
+    return float(np.sum(mass * np.maximum(-np.expm1(gap), 0.0)))
 
 
 def iid_seq_tis_excess(q: float, s: float, L: int, cap: float) -> float:

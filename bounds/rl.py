@@ -1,5 +1,7 @@
-"""RL links: reward drift, policy-gradient bias (plain, TIS, MIS), PPO clip budget, and the
-statistical premise folded into expectations.
+"""RL links: reward drift, policy-gradient bias (plain, TIS with c > 1, MIS), PPO clip budget,
+and the statistical premise folded into expectations. The other estimators (TIS with c ≤ 1,
+ppo_clip, icepop, geo_mask, tv_mask, kl_mask, seq_is, seq_tis) are in ``bounds.corrections``
+(forms and exact suprema) and ``bounds.correction_lemmas`` (lemmas and witnesses).
 
 Setting: rollouts sample from π' (inference kernel); the learner wants E_π (training kernel);
 w = π/π'. With a per-token tilt range s = osc/T, w ∈ [e^{−s}, e^{s}]. The policy-gradient

@@ -237,11 +237,17 @@ def _estimator_rule(key: str) -> dict:
     others (``clip_epsilon`` is also clip_budget's own field)."""
     users = [e for e, keys in F.ESTIMATOR_PARAMS.items() if key in keys]
     pg = {"quantity": {"const": "pg_bias"}}
-    return {"if": {"properties": {**pg, "estimator": {"enum": users}},
-                   "required": ["quantity", "estimator"]},
-            "then": {"required": [key]},
-            "else": {"if": {"properties": pg, "required": ["quantity"]},
-                     "then": {"properties": {key: False}}}}
+    return {
+        "if": {
+            "properties": {**pg, "estimator": {"enum": users}},
+            "required": ["quantity", "estimator"],
+        },
+        "then": {"required": [key]},
+        "else": {
+            "if": {"properties": pg, "required": ["quantity"]},
+            "then": {"properties": {key: False}},
+        },
+    }
 
 
 _GUARANTEE = _obj(
