@@ -77,6 +77,12 @@ def _positive(text: str) -> int:
     return value
 
 
+def _traffic_share(text: str):
+    from verify.promotion.stage import traffic_share  # imported only when the option is given
+
+    return traffic_share(text)
+
+
 def _main_parser(out, err) -> _Parser:
     p = _Parser(
         prog="python -m verify",
@@ -94,12 +100,14 @@ def _main_parser(out, err) -> _Parser:
     p.add_argument("--timeout-ms", type=_positive, default=5000, metavar="N",
                    help="time budget per obligation (default 5000)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="print only the overall verdict")
+    p.add_argument("--no-cache", action="store_true",
+                   help="derive every obligation afresh; neither read nor write the derivation "
+                   "cache (KERNEL_CONTRACTS_CACHE: its directory, or off)")  # fmt: skip
     from contracts.fields import STAGES
-    from verify.promotion.stage import traffic_share
 
     p.add_argument("--stage", choices=STAGES, help="run this promotion stage")
     p.add_argument("--promotion-dir", metavar="DIR", help="where stage records are kept")
-    p.add_argument("--traffic", type=traffic_share, metavar="SHARE",
+    p.add_argument("--traffic", type=_traffic_share, metavar="SHARE",
                    help="share of production traffic the evidence comes from")  # fmt: skip
     return p
 
@@ -177,13 +185,14 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
     """Verify ``contract`` and render its report: ``(report, texts)`` with the texts keyed by
     the output options (``--json``, ``--markdown``, ``--html``), or exit code 2 for unusable
     evidence (its message written)."""
-    from verify import render, run
+    from verify import cache, run
     from verify.report import dumps
 
     try:
         report = run.run(
             contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
             quiet=args.quiet, stderr=stderr,
+            cache=None if getattr(args, "no_cache", False) else cache.locate(),
         )  # fmt: skip
     except Exception as err:
         if type(err).__name__ == "EvidenceError":
@@ -191,7 +200,14 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
             return 2
         raise
     t_render = time.perf_counter()
-    texts = {"--markdown": render.to_markdown(report), "--html": render.to_html(report)}
+    texts = {}
+    if args.markdown is not None or args.html is not None:  # rendered only when asked for
+        from verify import render
+
+        if args.markdown is not None:
+            texts["--markdown"] = render.to_markdown(report)
+        if args.html is not None:
+            texts["--html"] = render.to_html(report)
     timing = {"import": round((t_import - t_start) * 1000, 3), **report.timing}
     timing["render"] = round((time.perf_counter() - t_render) * 1000, 3)
     report = replace(report, timing=timing)
@@ -277,6 +293,9 @@ def _dispatch(argv: list[str], stdout, stderr, t_start: float) -> int:
             stderr.write("verify: monitor is not available in this build\n")
             return 2
         return monitor.main(rest, stdout=stdout, stderr=stderr)
+    from verify import smt
+
+    smt.prestart()  # the solver process imports z3 while this one reads the contract
     args = _main_parser(stdout, stderr).parse_args(argv)
     if args.stage or args.promotion_dir is not None or args.traffic is not None:
         from verify.promotion import stage_main

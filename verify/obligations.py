@@ -15,16 +15,75 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import mpmath
-import sympy
-
-from bounds.derivation import Derivation
-from verify import intervals
-from verify.solve import Counterexample, QueryRecord, prove
+from verify.solve import Counterexample, QueryRecord
 from verify.status import Status
 
-__all__ = ["Obligation", "discharge", "fraction", "obligation_json", "outline", "rational"]
+if TYPE_CHECKING:  # sympy and the bound chain load on first use: a cached run needs neither
+    import sympy
+
+    from bounds.derivation import Derivation
+
+__all__ = [
+    "ExprText",
+    "Obligation",
+    "discharge",
+    "expr_mathml",
+    "expr_srepr",
+    "expr_text",
+    "fraction",
+    "obligation_json",
+    "outline",
+    "printed",
+    "rational",
+]
+
+
+@dataclass(frozen=True)
+class ExprText:
+    """A bound's printed forms, standing in for its sympy expression in an obligation rebuilt
+    from the derivation cache (``verify.replay``): what reports show of it, and nothing else."""
+
+    srepr: str
+    text: str
+    mathml: str | None  # presentation MathML; None where sympy's printer has none
+
+
+def printed(expr: sympy.Expr) -> ExprText:
+    """The printed forms of ``expr`` (those ``obligation_json`` and the renderings use)."""
+    return ExprText(expr_srepr(expr), expr_text(expr), expr_mathml(expr))
+
+
+def expr_srepr(expr) -> str:
+    """``sympy.srepr`` of a bound (or the stored one of an ``ExprText``)."""
+    if isinstance(expr, ExprText):
+        return expr.srepr
+    import sympy
+
+    return sympy.srepr(expr)
+
+
+def expr_text(expr) -> str:
+    """``sympy.sstr`` of a bound (or the stored one of an ``ExprText``)."""
+    if isinstance(expr, ExprText):
+        return expr.text
+    import sympy
+
+    return sympy.sstr(expr)
+
+
+def expr_mathml(expr) -> str | None:
+    """Presentation MathML of a bound; ``None`` where the printer fails (a printer gap must not
+    cost the report)."""
+    if isinstance(expr, ExprText):
+        return expr.mathml
+    import sympy
+
+    try:
+        return sympy.mathml(expr, printer="presentation")
+    except Exception:
+        return None
 
 
 @dataclass(frozen=True)
@@ -37,7 +96,7 @@ class Obligation:
     statement: str
     premises: tuple[str, ...]
     chain: tuple[str, ...]
-    expr: sympy.Expr | None
+    expr: sympy.Expr | ExprText | None
     latex: str
     variables: tuple[tuple[str, str, Fraction, Fraction], ...]  # (name, clause, lo, hi)
     constants: tuple[tuple[str, Fraction], ...]
@@ -72,6 +131,8 @@ def decimal(v: Fraction, digits: int = 6) -> str:
     try:
         return f"{float(v):.{digits}g}"
     except OverflowError:
+        import mpmath
+
         return mpmath.nstr(mpmath.mpf(v.numerator) / v.denominator, digits)
 
 
@@ -90,6 +151,8 @@ def outline(d: Derivation) -> Obligation:
     """The obligation of derivation ``d`` before it is decided: everything but the verdict and
     what the solver found (``unknown``, no bound). ``discharge`` completes it; ``verify check``
     compares a report's statement, chain, bound text, premises and constants with it."""
+    import sympy
+
     variables = tuple((v.name, v.clause, Fraction(v.lo), Fraction(v.hi)) for v in d.variables)
     constants = tuple(sorted((k, Fraction(v)) for k, v in d.constants.items()))
     alternatives = tuple((a.name, sympy.sstr(a.expr), float(a.value)) for a in d.alternatives)
@@ -121,6 +184,9 @@ def outline(d: Derivation) -> Obligation:
 
 def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obligation:
     """Decide the obligation of derivation ``d`` (see ``verify.solve.prove``)."""
+    from verify import intervals
+    from verify.solve import prove
+
     start = time.perf_counter()
     base = outline(d)
     if d.expr is None:
@@ -203,8 +269,8 @@ def obligation_json(o: Obligation) -> Mapping[str, object]:
         ),
         "chain": list(o.chain),
         "symbolic": {
-            "srepr": sympy.srepr(o.expr) if o.expr is not None else None,
-            "text": sympy.sstr(o.expr) if o.expr is not None else None,
+            "srepr": expr_srepr(o.expr) if o.expr is not None else None,
+            "text": expr_text(o.expr) if o.expr is not None else None,
             "latex": o.latex,
         },
         "variables": [

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import html
 
-import sympy
-
-from verify.obligations import Obligation, decimal, rational
+from verify.obligations import Obligation, decimal, expr_mathml, expr_text, rational
 from verify.report import Report
 
 __all__ = ["to_html", "to_markdown"]
@@ -56,7 +54,7 @@ def _detail_lines(o: Obligation) -> list[tuple[str, str]]:
         ("statement", o.statement),
         ("premises", ", ".join(o.premises) or "—"),
         ("lemma chain", " → ".join(o.chain) or "—"),
-        ("bound", sympy.sstr(o.expr) if o.expr is not None else "—"),
+        ("bound", expr_text(o.expr) if o.expr is not None else "—"),
         ("LaTeX", o.latex or "—"),
         ("bound at the worst point", f"{_num(o.bound)} ∈ {_interval(o)}"),
         ("threshold", f"{_num(o.threshold)} ({rational(o.threshold)})"),
@@ -156,13 +154,8 @@ def _badge(label: str) -> str:
 
 
 def _mathml(o: Obligation) -> str:
-    if o.expr is None:
-        return ""
-    try:
-        body = sympy.mathml(o.expr, printer="presentation")
-    except Exception:  # a printer gap must not cost the report
-        return ""
-    return f'<math display="block">{body}</math>'
+    body = expr_mathml(o.expr) if o.expr is not None else None
+    return "" if body is None else f'<math display="block">{body}</math>'
 
 
 def to_html(report: Report) -> str:

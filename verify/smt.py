@@ -26,6 +26,7 @@ __all__ = [
     "cvc5_version",
     "serve",
     "z3_check",
+    "z3_check_tracked",
     "z3_version",
 ]
 
@@ -125,6 +126,28 @@ def _z3_check(text: str, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
                     values[decl.name()] = value
         return Answer("sat", model=values, time_ms=_ms(start))
     return Answer("unknown", reason=f"z3: {solver.reason_unknown()}", time_ms=_ms(start))
+
+
+def z3_check_tracked(text: str, *, timeout_ms: int) -> Answer:
+    """``z3_check`` in one run, with the core tracking ``text`` asks for: for a query whose
+    answer should be ``unsat`` (a cached derivation's, ``verify.replay``), the answer and the
+    core of ``z3_check``'s second run without its first. Anything but ``unsat`` is answered
+    ``unknown`` (a model of a tracked run is not the one ``z3_check`` would give)."""
+    return _guarded(_z3_check_tracked, text, timeout_ms)
+
+
+def _z3_check_tracked(text: str, timeout_ms: int) -> Answer:
+    import z3
+
+    start = time.perf_counter()
+    try:
+        solver, result = _z3_run(text, timeout_ms)
+    except z3.Z3Exception as err:
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    if result == z3.unsat:
+        core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
+        return Answer("unsat", core=core, time_ms=_ms(start))
+    return Answer("unknown", reason=f"z3: {result} when tracking the core", time_ms=_ms(start))
 
 
 def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answer:
@@ -227,7 +250,7 @@ class _Worker:
     fresh interpreter running ``verify._solver_main`` on two inherited pipe descriptors.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wait: bool = True) -> None:
         if "jax" not in sys.modules and "fork" in multiprocessing.get_all_start_methods():
             ctx = multiprocessing.get_context("fork")
             self.inbox, child = ctx.Pipe()
@@ -239,9 +262,18 @@ class _Worker:
         else:
             self.process = None
             self.popen, self.inbox, self.outbox = _start_interpreter()
+        self.ready = False
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until the process has imported its solvers (once)."""
+        if self.ready:
+            return
         if not self.inbox.poll(_START_S) or self.inbox.recv() != "ready":
             self.stop()
             raise RuntimeError(f"the solver process did not start within {_START_S} s")
+        self.ready = True
 
     def alive(self) -> bool:
         return self.process.is_alive() if self.process else self.popen.poll() is None
@@ -293,12 +325,21 @@ def _start_interpreter():
 _worker: _Worker | None = None
 
 
+def prestart() -> None:
+    """Start the solver process now, without waiting while it imports its solvers, so that
+    this process's own work (loading a contract) overlaps that; the first call waits for it."""
+    global _worker
+    if _worker is None or not _worker.alive():
+        _worker = _Worker(wait=False)
+
+
 def _guarded(fn: Callable, text: str, timeout_ms: int, *rest) -> Answer:
     """``fn(text, timeout_ms, *rest)`` in the solver process, ended if it overruns its limit."""
     global _worker
     start = time.perf_counter()
     if _worker is None or not _worker.alive():
         _worker = _Worker()
+    _worker.wait_ready()
     got = _worker.call(fn, (text, timeout_ms, *rest), (timeout_ms + KILL_GRACE_MS) / 1000)
     if got is None:
         _worker.stop()

@@ -20,12 +20,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import sympy
-
-from verify import intervals, smt
-from verify.encode import Box, EncodeError, encode
+from verify import smt
 from verify.status import Status
+
+if TYPE_CHECKING:  # the records load without sympy (a cached run builds them); prove needs it
+    import sympy
+
+    from verify import intervals
+    from verify.encode import Box
 
 __all__ = ["DEFAULT_STEPS", "Counterexample", "Outcome", "QueryRecord", "Step", "prove"]
 
@@ -96,6 +100,8 @@ def _split(box: Box, full: Box) -> tuple[Box, Box] | None:
 
 
 def _confirm(expr, constants, threshold, point: Mapping[str, Fraction]):
+    from verify import intervals
+
     env = {k: (Fraction(v), Fraction(v)) for k, v in constants.items()}
     env.update({k: (v, v) for k, v in point.items()})
     value = intervals.evaluate(expr, env)
@@ -121,6 +127,8 @@ def prove(
     title: str = "",
 ) -> Outcome:
     """Decide "``expr ≤ threshold`` on all of ``box``" (see the module docstring)."""
+    from verify.encode import EncodeError, encode
+
     start = time.perf_counter()
     deadline = start + timeout_ms / 1000
     pending: list[tuple[Box, int]] = [(box, 0)]
