@@ -1,0 +1,160 @@
+"""The fused pass of full-vocabulary measurement over one block of rows (the fast path).
+
+For each row, with z the K_train logits, z' the K_inf logits, T the temperature, d = z' − z
+(0 where z = z', so a token that both kernels mask with −inf drops out), i₁ the first argmax of
+z, w = d − d(i₁) (from the exact difference, see ``centred_drift``), a = z/T, π = softmax(a):
+
+- e = exp(a − max a) and S = Σ e (one exponential per logit of z);
+- c = Σ e·w / (S·T), the π-mean of the centred drift, and u = w/T − c, so E_π[u] = 0 and
+  π'/π = e^u / E_π[e^u];
+- e·ψ with ψ = expm1(u) (one exponential per logit of z'): u + φ(u) for |u| < ½ with
+  φ(u) = e^u − 1 − u summed as its Taylor series, e^u − 1 otherwise, so ψ keeps its relative
+  accuracy for every u;
+- KL(π‖π') = log E_π[e^u] = log1p(Σ e·φ(u) / S), with e·φ = e·ψ − e·u where |u| ≥ ½;
+- with r = u − KL(π‖π') = log π'/π: e^{−KL}·ψ + expm1(−KL) = expm1(r), so
+  TV = Σ π·(−expm1(r))₊ = Σ (−(eψ·e^{−KL} + e·expm1(−KL)))₊ / S;
+- KL(π'‖π) = E_π[ψ·u]·e^{−KL(π‖π')} − KL(π‖π') (Jeffreys' divergence E_π[ψ u]·e^{−KL} less
+  one direction);
+- entropy = log S − Σ e·(z − max z)/T / S.
+
+Every sum is over a difference that is exact or relatively accurate (w, z − max z), so the
+divergences keep their relative accuracy when the drift is tiny, even under a large common
+drift. Two exponentials per pair
+of logits; nothing of size [tokens, vocab] is written outside the block. Valid while
+u ≤ ``EXTREME_U`` and no token has −inf on one side only; ``block_metrics`` flags other rows
+as ``extreme`` (``kernels.measure`` recomputes them in the log domain).
+
+The argmax of each row comes from the maxima of 128-logit chunks (one reduction over the block)
+and a search inside the winning chunk; ties go to the first index, as in ``numpy.argmax``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+__all__ = ["EXTREME_U", "SERIES_BELOW", "block_metrics", "centred_drift", "phi_series"]
+
+EXTREME_U = 30.0  # rows whose centred drift u exceeds this take the log-domain path
+SERIES_BELOW = 0.5  # |u| below which φ(u) = e^u − 1 − u is summed as its Taylor series
+_CHUNK = 128  # logits per chunk in the argmax search (a divisor of the vocabulary)
+
+# 1/k! for k = 2..10: the series of φ on |u| < ½ to a relative 1e-9 (last term 2⁻¹¹/11!)
+_INV_FACT = tuple(1.0 / math.factorial(k) for k in range(2, 11))
+
+
+def phi_series(u: Float[Array, ...]) -> Float[Array, ...]:
+    """φ(u) = e^u − 1 − u = u²(1/2! + u/3! + … + u⁸/10!), for |u| < ``SERIES_BELOW``."""
+    acc = _INV_FACT[-1]
+    for coef in reversed(_INV_FACT[:-1]):
+        acc = coef + u * acc
+    return u * u * acc
+
+
+def _loop(x):
+    """``x`` unchanged (NaN stays NaN). On XLA's CPU backend the select keeps the elementwise
+    work that produces ``x`` in one compiled loop, whose result a plain reduction then sums;
+    without it the reduction library would take the products too and evaluate them one
+    operation at a time (measured slower). Other backends fuse it away."""
+    return jnp.where(x == x, x, jnp.nan)
+
+
+def centred_drift(z, zp, i1):
+    """d − d(i₁) for d = z' − z along the last axis, from the exact difference: z' − z rounds
+    (unless z and z' lie within a factor 2), so its rounding error is carried (Knuth's two-sum)
+    and the shift by d(i₁) cancels exactly what every logit shares. 0 − 0 where z = z' (both
+    −inf included); ±inf where one side alone is −inf. Also returns d(i₁)."""
+    s = zp - z
+    back = s - zp
+    err = (zp - (s - back)) - (z + back)
+    same = z == zp
+    s = jnp.where(same, 0.0, s)
+    err = jnp.where(same | ~jnp.isfinite(s), 0.0, err)
+    s_top = jnp.take_along_axis(s, i1[..., None], axis=-1)
+    err_top = jnp.take_along_axis(err, i1[..., None], axis=-1)
+    return (s - s_top) + (err - err_top), s_top + err_top
+
+
+def _first_max(x):
+    """Per row of ``x`` [rows, vocab]: the first index of the maximum, the maximum, and the
+    largest value at any other index (the runner-up, equal to the maximum under a tie)."""
+    rows, vocab = x.shape
+    width = math.gcd(vocab, _CHUNK)
+    chunks = x.reshape(rows, vocab // width, width)
+    cmax = jnp.max(chunks, axis=2)
+    top = jnp.max(cmax, axis=1, keepdims=True)
+    kidx = jnp.arange(vocab // width, dtype=jnp.float32)  # float indices: a float reduction
+    k = jnp.min(jnp.where(cmax == top, kidx, vocab), axis=1).astype(jnp.int32)
+    chunk = jnp.take_along_axis(chunks, k[:, None, None], axis=1)[:, 0, :]
+    jidx = jnp.arange(width, dtype=jnp.float32)
+    j = jnp.min(jnp.where(chunk == top, jidx, width), axis=1).astype(jnp.int32)
+    others = jnp.max(jnp.where(kidx == k[:, None], -jnp.inf, cmax), axis=1)
+    inside = jnp.max(jnp.where(jidx == j[:, None], -jnp.inf, chunk), axis=1)
+    return k * width + j, top[:, 0], jnp.maximum(others, inside)
+
+
+def block_metrics(
+    z: Float[Array, "rows vocab"],
+    zp: Float[Array, "rows vocab"],
+    y,
+    inv_t,
+) -> dict[str, Float[Array, " rows"]]:
+    """Every column of ``kernels.measure.COLUMNS`` for a block of rows, and ``extreme``: the
+    rows whose divergence columns must be recomputed in the log domain."""
+    rows = jnp.arange(z.shape[0])
+    i1, zmax, runner_up = _first_max(z)
+    j1, _, _ = _first_max(zp)
+    w, pivot = centred_drift(z, zp, i1)  # w = d − d(i₁)
+    w_hi, w_lo = jnp.max(w, axis=1), jnp.min(w, axis=1)
+    hi, lo = w_hi + pivot[:, 0], w_lo + pivot[:, 0]
+
+    e = _loop(jnp.exp(z * inv_t - (zmax * inv_t)[:, None]))
+    s = jnp.sum(e, axis=1)
+    c = (jnp.sum(_loop(e * w), axis=1) / s * inv_t)[:, None]
+    ez = jnp.sum(_loop(jnp.where(e > 0, e * (z - zmax[:, None]), 0.0)), axis=1) * inv_t
+
+    def centred(w):
+        return w * inv_t - c
+
+    # |u| < ½ as a test of w against per-row bounds: every loop below recomputes it from the
+    # same w and the same bounds, so all agree on it bit for bit
+    w_below, w_above = (c - SERIES_BELOW) / inv_t, (c + SERIES_BELOW) / inv_t
+
+    def small(w):
+        return (w > w_below) & (w < w_above)
+
+    # one loop for both: e·φ(u) by the series where |u| < ½, e·ψ(u) = e·(e^u − 1) elsewhere;
+    # its plain sum (a reduction that reads it) makes XLA store it once for the loops below
+    # rather than recompute the series in each of them
+    u = centred(w)
+    mixed = jnp.where(small(w), e * phi_series(u), e * (jnp.exp(u) - 1.0))
+
+    def epsi(w):  # e·ψ(u) = e·(φ(u) + u) where |u| < ½
+        return jnp.where(small(w), mixed + e * centred(w), mixed)
+
+    # Σ e·φ(u) = Σ mixed − Σ_{|u| ≥ ½} e·u: no cancellation, as φ(u) ≥ ψ(u)/5 there
+    big_u = jnp.sum(_loop(jnp.where(small(w), 0.0, e * centred(w))), axis=1)
+    phi_sum = jnp.sum(mixed, axis=1) - big_u
+    kl_pq = jnp.log1p(phi_sum / s)
+    k1 = jnp.exp(-kl_pq)[:, None]
+    k2 = jnp.expm1(-kl_pq)[:, None]
+    tv = jnp.sum(_loop(jnp.maximum(0.0, -(epsi(w) * k1 + e * k2))), axis=1) / s
+    jeffreys = jnp.sum(_loop(epsi(w) * centred(w)), axis=1) / s
+    kl_qp = jnp.maximum(0.0, jeffreys * k1[:, 0] - kl_pq)
+
+    max_u = w_hi * inv_t - c[:, 0]
+    return {
+        "logit_drift": jnp.maximum(hi, -lo),
+        "logit_oscillation": w_hi - w_lo,
+        "tv": jnp.minimum(1.0, tv),
+        "kl_train_inf": kl_pq,
+        "kl_inf_train": kl_qp,
+        "log_ratio": kl_pq - (w[rows, y] * inv_t - c[:, 0]),
+        "top1_flip": (i1 != j1).astype(jnp.float32),
+        "margin": zmax - runner_up,
+        "entropy": jnp.log(s) - ez / s,
+        "token_prob": e[rows, y] / s,
+        "extreme": ~(max_u <= EXTREME_U) | ~(w_lo > -jnp.inf),
+    }
