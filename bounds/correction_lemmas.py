@@ -84,7 +84,7 @@ EXPR: dict[str, sympy.Expr] = {
     "pg_bias_ppo_clip_ratio": GA * band_ratio(r, 1 - ce, 1 + ce),
     "pg_bias_ppo_clip_tv": GA * sympy.Min(1, 2 * eps / ce),
     "pg_bias_geo_mask": GA * band_drift(s, lo, hi, L),
-    "pg_bias_geo_mask_ratio": GA * band_drift(2 * r, lo, hi, L),
+    "pg_bias_geo_mask_ratio": GA * band_ratio(r, lo, hi, L),
     "pg_bias_geo_mask_tv": GA,
     "pg_bias_tv_mask": GA * step_above(eps, tau),
     "pg_bias_kl_mask": GA * step_above(kappa, tau),
@@ -104,7 +104,7 @@ EXPR_NO_LOWER: dict[str, sympy.Expr] = {
     "pg_bias_icepop_ratio": GA * band_ratio(r, 0, hi),
     "pg_bias_icepop_tv": GA * band_tv(eps, 0, hi),
     "pg_bias_geo_mask": GA * band_drift(s, 0, hi, L),
-    "pg_bias_geo_mask_ratio": GA * band_drift(2 * r, 0, hi, L),
+    "pg_bias_geo_mask_ratio": GA * band_ratio(r, 0, hi, L),
 }
 
 
@@ -209,6 +209,26 @@ def _w_geo(osc: float, T: float, lo: float, hi: float, L: int) -> Witness:
     achieved, z, zp, others = max(sides, key=lambda t: t[0])
     instance = {"z": z, "z_prime": zp, "prefix_pair": (zs, zsp), "others": others, "n": L}
     return _w("pg_bias_geo_mask", params, achieved, instance, **params)
+
+
+def _w_geo_ratio(r: float, lo: float, hi: float, L: int) -> Witness:
+    # |log w| ≤ r: the other L − 1 tokens at ∓r, the current token's two atoms of the ratio
+    # premise against the band it meets (or one token meeting [lo, hi] itself)
+    params = {"r": r, "lo": lo, "hi": hi, "L": L}
+    best = (-1.0, None)
+    for n, each in ((1, 0.0), (L, -r), (L, r)):
+        others = (n - 1) * each
+        band_lo = math.exp(min(n * math.log(lo) - others, 1.0)) if lo > 0 else 0.0
+        band_hi = math.exp(max(min(n * math.log(hi) - others, 700.0), -1.0))
+        if band_lo >= 1 or band_hi <= 1:
+            z = zp = np.zeros(2)
+        else:
+            z, zp = _probs_pair(*ratio_band_laws(r, band_lo, band_hi))
+        got = geo_dropped_mass(z, zp, 1.0, lo, hi, others, n)
+        best = max(best, (got, (z, zp, others, n)), key=lambda t: t[0])
+    achieved, (z, zp, others, n) = best
+    instance = {"z": z, "z_prime": zp, "others": others, "n": n}
+    return _w("pg_bias_geo_mask_ratio", params, achieved, instance, **params)
 
 
 def _w_tv_mask(osc: float, T: float, tau: float) -> Witness:
@@ -333,9 +353,14 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            "[lo^n e^{−σ}, hi^n e^{−σ}]; extremal at n = L, σ = ∓(L − 1)s",
            "supremum (the last position of a full sequence after L − 1 extreme tokens), except on "
            "the η-sliver below e^s = hi/lo", _w_geo),
-    _lemma("pg_bias_geo_mask_ratio", _RATIO, "per position: bias ≤ G·A·(geo form at s = 2r)",
-           (_TOK, _SUPPORT, _BAND), "|log w| ≤ r on every token makes each step a tilt of range "
-           "≤ 2r and bounds the other tokens' log ratios by r ≤ 2r", "a bound, not attained"),
+    _lemma("pg_bias_geo_mask_ratio", _RATIO,
+           "per position: bias ≤ G·A·(icepop ratio form at the band [l, h] the token meets, "
+           "l = min(1, max(lo, lo^L e^{(L−1)r})), h = max(1, min(hi, hi^L e^{−(L−1)r})))",
+           (_TOK, _SUPPORT, _BAND, "sequences of at most L = policy.max_new_tokens tokens"),
+           "the other n − 1 ≤ L − 1 log ratios lie in [−r, r]; the two-atom ratio suprema are "
+           "monotone in the band's ends, so extremal at n = L (or n = 1)",
+           "supremum (two atoms e^{±r} or a band end, the other tokens at ∓r), except on the "
+           "η-slivers of its jumps", _w_geo_ratio),
     _lemma("pg_bias_geo_mask_tv", _TV, "per position: bias ≤ G·A (L ≥ 2)", (_TOK, _SUPPORT, _BAND),
            "a TV premise leaves a sampled token's w free (w → 0 costs TV ≈ its π'-mass), so an "
            "earlier token can push the geometric mean out of any band", "attained (ε > 0)",

@@ -152,15 +152,31 @@ def band_drift(
     return sympy.Min(1, sympy.Max(*terms))
 
 
-def band_ratio(r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
-    """sup π(w ∉ [lo, hi]) when |log w| ≤ r (one token): hi(e^r − 1)/(hi·e^r − 1) once e^r > hi,
-    lo(e^r − 1)/(e^r − lo) once e^{−r} < lo, 1 once both, 0 before (jumps as ``step_above``)."""
+def band_ratio(r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Expr | int = 1):
+    """sup π(w ∉ [lo, hi]) when |log w| ≤ r on every token, for a position whose drop is decided
+    by the geometric mean of at most L tokens (L = 1: its own ratio, the icepop band).
+
+    The other n − 1 ≤ L − 1 log ratios at ∓r move the band the token meets to
+    [l, h] = [lo^n e^{∓(n−1)r}, hi^n e^{∓(n−1)r}]; the two-atom suprema are l(e^r − 1)/(e^r − l)
+    once e^{−r} < l and h(e^r − 1)/(h·e^r − 1) once e^r > h (l < 1 < h), increasing in l and
+    decreasing in h, so extremal at l = min(1, max(lo, lo^L e^{(L−1)r})) and
+    h = max(1, min(hi, hi^L e^{−(L−1)r})); each side switches on exactly when e^{−r} < lo, resp.
+    e^r > hi (a jump, as ``step_above``), and both at once drop everything. The denominators
+    are written with their values at the switch (1/lo − 1, hi − 1), below which they never go
+    where the side is on.
+    """
     x = sympy.exp(r)
     up = step_above(x, hi)
-    terms = [hi * (x - 1) / (hi * x - 1) * up]
+    h = sympy.exp(sympy.Max(0, sympy.Min(sympy.log(hi), L * sympy.log(hi) - (L - 1) * r)))
+    h = hi if L == 1 else h
+    terms = [h * (x - 1) / sympy.Max(h * x - 1, hi - 1) * up]
     if lo != 0:
         down = step_above(x, 1 / lo)
-        terms += [lo * (x - 1) / (x - lo) * down, sympy.Min(up, down)]
+        if L == 1:
+            low = lo
+        else:
+            low = sympy.exp(sympy.Min(0, sympy.Max(sympy.log(lo), L * sympy.log(lo) + (L - 1) * r)))
+        terms += [low * (x - 1) / sympy.Max(x - low, 1 / lo - 1) * down, sympy.Min(up, down)]
     return sympy.Min(1, sympy.Max(*terms))
 
 
@@ -191,16 +207,19 @@ def band_sup(s: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
     return min(mpmath.mpf(1), max(d, u))
 
 
-def band_ratio_sup(r: Num, lo: Num, hi: Num) -> mpmath.mpf:
-    """The exact sup of π(w ∉ [lo, hi]) over laws with |log w| ≤ ``r``."""
-    x, lo, hi = mpmath.exp(r), mpmath.mpf(lo), mpmath.mpf(hi)
+def band_ratio_sup(r: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
+    """The exact sup of π(dropped) for ``band_ratio`` (jumps included)."""
+    r, lo, hi = mpmath.mpf(r), mpmath.mpf(lo), mpmath.mpf(hi)
+    x = mpmath.exp(r)
     up, down = x > hi, lo > 0 and x * lo > 1
     if up and down:
         return mpmath.mpf(1)
     if up:
-        return hi * (x - 1) / (hi * x - 1)
+        h = max(1, min(hi, hi**L * mpmath.exp(-(L - 1) * r)))
+        return h * (x - 1) / (h * x - 1)
     if down:
-        return lo * (x - 1) / (x - lo)
+        low = min(1, max(lo, lo**L * mpmath.exp((L - 1) * r)))
+        return low * (x - 1) / (x - low)
     return mpmath.mpf(0)
 
 

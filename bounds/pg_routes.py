@@ -277,10 +277,9 @@ def _band(ctx, GA, name: str, lo_v, hi_v, L=None) -> list[Route]:
             return _at_max(ctx, L * (sympy.log(hi) - s), ctx.premises.facts) >= 0
 
         tilt = lambda s: band_drift(s, lo, hi, L, idle(s))  # noqa: E731
-        ratio = lambda r: band_drift(2 * r, lo, hi, L, idle(2 * r))  # noqa: E731
+        ratio = lambda r: band_ratio(r, lo, hi, L)  # noqa: E731
         tv = lambda e: sympy.Integer(1)  # noqa: E731
-    exact_r = ratio_ok if L is None else (lambda _: False)
-    out = _per_token(ctx, GA, name, tilt, ratio, tv, tilt_ok, exact_r)
+    out = _per_token(ctx, GA, name, tilt, ratio, tv, tilt_ok, ratio_ok)
     if not out:
         if L is None:
             out = _exceedance(ctx, GA, name, tilt, tilt_ok)

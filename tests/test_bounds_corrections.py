@@ -51,6 +51,8 @@ def _fn(name: str):
         "band1": ([_x, _lo, _hi], C.band_drift(_x, _lo, _hi)),
         "ratio": ([_x, _lo, _hi], C.band_ratio(_x, _lo, _hi)),
         "ratio0": ([_x, _hi], C.band_ratio(_x, 0, _hi)),
+        "ratioL": ([_x, _lo, _hi, _L], C.band_ratio(_x, _lo, _hi, _L)),
+        "ratioL0": ([_x, _hi, _L], C.band_ratio(_x, 0, _hi, _L)),
         "tv": ([_x, _lo, _hi], C.band_tv(_x, _lo, _hi)),
         "tis": ([_x, _c], C.tis_small_cap_drift(_x, _c)),
         "tis_r": ([_x, _c], C.tis_small_cap_ratio(_x, _c)),
@@ -67,7 +69,9 @@ def band(s, lo, hi, L=1) -> float:
     return float(_fn("band")(s, lo, hi, L))
 
 
-def band_ratio(r, lo, hi) -> float:
+def band_ratio(r, lo, hi, L=None) -> float:
+    if L is not None:
+        return float(_fn("ratioL0")(r, hi, L)) if lo == 0 else float(_fn("ratioL")(r, lo, hi, L))
     return float(_fn("ratio0")(r, hi)) if lo == 0 else float(_fn("ratio")(r, lo, hi))
 
 
@@ -109,6 +113,8 @@ def test_ratio_and_tv_witnesses_attain_their_bounds(r):
         _attains(LEMMAS["pg_bias_tis_small_cap_ratio"].witness(r, c))
     for lo, hi in BANDS:
         _attains(LEMMAS["pg_bias_icepop_ratio"].witness(r, lo, hi))
+        for L in (2, 8, 512):
+            _attains(LEMMAS["pg_bias_geo_mask_ratio"].witness(r, lo, hi, L))
     eps = min(r, 0.9)
     for c in (0.0, 0.3, 1.0):
         _attains(LEMMAS["pg_bias_tis_small_cap_tv"].witness(eps, c))
@@ -158,11 +164,13 @@ def test_forms_equal_the_exact_suprema_off_the_slivers():
                 float(_fn("band1")(s, lo, hi)) if lo else band(s, 0, hi, 1), abs=1e-12
             )
         x = mpmath.exp(s)
-        rsup = float(C.band_ratio_sup(s, lo, hi))
+        rsup = float(C.band_ratio_sup(s, lo, hi, L))
         slivers = C.in_sliver(x, hi) or (lo > 0 and C.in_sliver(x, 1 / mpmath.mpf(lo)))
         if not slivers:
-            assert band_ratio(s, lo, hi) == pytest.approx(rsup, abs=1e-12), (s, lo, hi)
-        assert band_ratio(s, lo, hi) >= rsup - 1e-12
+            assert band_ratio(s, lo, hi, L) == pytest.approx(rsup, abs=1e-12), (s, lo, hi, L)
+        assert band_ratio(s, lo, hi, L) >= rsup - 1e-12
+        if L == 1:
+            assert band_ratio(s, lo, hi, 1) == pytest.approx(band_ratio(s, lo, hi), abs=1e-12)
         c = float(rng.uniform(0, 1))
         tis = float(C.tis_excess_sup(s, c))
         if s > 0 and c > 0:
@@ -270,7 +278,7 @@ def test_geo_mask_is_sound(case, lohi, L, data):
     s, r, _, _ = _premises(z, zp, T)
     lo, hi = lohi
     n = data.draw(st.integers(1, L))
-    for bound_s, other in ((s, s), (2 * r, r)):  # drift premise; ratio premise (form at 2r)
+    for premise, other in (("drift", s), ("ratio", r)):
         pick = data.draw(st.sampled_from(["low", "high", "mixed", "random"]))
         rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
         each = {"low": -other, "high": other}.get(pick)
@@ -282,7 +290,8 @@ def test_geo_mask_is_sound(case, lohi, L, data):
         else:
             others = (n - 1) * each * (1 - 1e-12)
         dropped = geo_dropped_mass(z, zp, T, lo, hi, others, n)
-        assert _ok(dropped, band(bound_s, lo, hi, L)), (pick, n, others)
+        bound = band(s, lo, hi, L) if premise == "drift" else band_ratio(r, lo, hi, L)
+        assert _ok(dropped, bound), (premise, pick, n, others)
 
 
 def _autoregressive(vocab, length, T, delta, rng):
@@ -430,6 +439,7 @@ def test_every_estimator_is_read_derived_and_evaluated_alike():
         ("estimator: tis, cap: 0.5", "0.05", 2.5, 2.4),  # 5·(1 − 0.5)
         ("estimator: tv_mask, threshold: 0.05", "0.3", 5.0, 4.9),  # tanh(0.15) > 0.05
         ("estimator: kl_mask, threshold: 0.1, from: [N3]", "0.05", 5.0, 4.9),  # 0.6·tanh(0.3)
+        ("estimator: geo_mask, band: [0.6, 2.0], from: [N3]", "0.05", 5.0, 4.9),  # 0.6^8 e^4.2
     ],
 )
 def test_obligations_prove_above_and_refute_below_an_attained_bound(
