@@ -17,7 +17,7 @@ import sympy
 
 from bounds.derivation import Alternative, Derivation, Variable
 from bounds.evaluate import evaluate
-from bounds.pg_routes import pg_bias_routes
+from bounds.pg_routes import pg_bias_notes, pg_bias_routes
 from bounds.premises import Fact, Premises, gather
 from bounds.rl import clip_budget_drift
 from bounds.route import NoLemma, Route, combine
@@ -352,6 +352,8 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     if g.quantity == "pg_bias" and "support_overlap" not in assumptions:
         assumptions = (*assumptions, "support_overlap")
         notes.append("support_overlap is assumed (automatic for an untruncated softmax)")
+    if g.quantity == "pg_bias":
+        notes += pg_bias_notes(g.estimator, contract.policy.max_new_tokens)
     lemmas = tuple(f"lemma:{name}" for name in win.chain)
     confidences = [f.confidence for f in win.facts if f.confidence is not None]
     extra: dict[str, object] = {"scope": "expectation" if win.expectation else "every_token"}

@@ -37,7 +37,7 @@ from bounds.rl import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.route import NoLemma, Route, combine
 from contracts import exact
 
-__all__ = ["canonical", "pg_bias_routes"]
+__all__ = ["canonical", "pg_bias_notes", "pg_bias_routes"]
 
 Form = Callable[[sympy.Expr], sympy.Expr]
 Exact = Callable[[float], bool]  # whether the form is the supremum at this premise value
@@ -68,6 +68,22 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "seq_tis": _seq_tis,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
+
+
+def pg_bias_notes(estimator: str, L: int) -> tuple[str, ...]:
+    """What a pg_bias derivation assumes beyond the per-token G and A, for the report."""
+    if estimator in ("seq_is", "seq_tis"):
+        return (
+            f"{estimator} weights whole sequences: the bias is per sequence, with the assumed "
+            f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} "
+            "(policy.max_new_tokens)",
+        )
+    if estimator == "geo_mask":
+        return (
+            f"geo_mask: per position, for sequences of at most L = {L} tokens "
+            "(policy.max_new_tokens); the worst position is the last of a full sequence",
+        )
+    return ()
 
 
 def canonical(expr: sympy.Expr) -> sympy.Expr:
