@@ -32,7 +32,6 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,13 +74,13 @@ def locate(environ: Mapping[str, str] | None = None) -> Cache | None:
     if named.strip().lower() == "off":
         return None
     if named:
-        return Cache(pathlib.Path(named).expanduser())
+        return Cache(pathlib.Path(os.path.abspath(os.path.expanduser(named))))
     base = env.get("XDG_CACHE_HOME", "")
     if not base or not os.path.isabs(base):
-        home = pathlib.Path("~").expanduser()
-        if not home.is_absolute():
+        home = os.path.expanduser("~")  # unchanged where no home is known
+        if not os.path.isabs(home):
             return None
-        base = str(home / ".cache")
+        base = os.path.join(home, ".cache")
     return Cache(pathlib.Path(base) / "kernel-contracts")
 
 
@@ -245,6 +244,8 @@ def store(cache: Cache, k: Key, payload: Mapping[str, object], *, started=None) 
         cache.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _usable(cache.directory):
             return False
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=cache.directory, prefix=".tmp-", suffix=".json")
         os.close(fd)
         with open(tmp, "wb") as f:
