@@ -42,10 +42,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from contracts import MatmulSpec
+from contracts import FLOAT_FORMATS, INT_FORMATS, MatmulSpec
 
 __all__ = [
-    "FORMAT_MANTISSA",
     "DriftBound",
     "MatmulError",
     "apriori_logit_drift",
@@ -53,13 +52,6 @@ __all__ = [
     "unit_roundoff",
 ]
 
-FORMAT_MANTISSA = {
-    "float32": 23,
-    "bfloat16": 7,
-    "float16": 10,
-    "float8_e4m3fn": 3,
-    "float8_e5m2": 2,
-}
 _FP32_U = 2.0**-24
 
 Model = Literal["deterministic", "probabilistic"]
@@ -90,6 +82,11 @@ def unit_roundoff(mantissa_bits: int, rounding: str = "nearest_even") -> float:
     raise ValueError(f"unknown rounding {rounding!r}")
 
 
+def _format_u(fmt: str, rounding: str = "nearest_even") -> float:
+    """The unit roundoff of a cast to float format ``fmt`` (``contracts.formats``)."""
+    return unit_roundoff(FLOAT_FORMATS[fmt].mantissa_bits, rounding)
+
+
 def _gamma(m: int, u: float) -> float:
     return math.inf if m * u >= 1 else m * u / (1 - m * u)
 
@@ -116,17 +113,18 @@ class MatmulError:
 
 def _steps(spec: MatmulSpec, k: int, splits: int) -> tuple[tuple[str, int, float, bool], ...]:
     """Every rounding on the path of one product into the output, by stage (worst path)."""
-    u_in = 0.0 if spec.inputs == "float32" else unit_roundoff(FORMAT_MANTISSA[spec.inputs])
+    u_in = 0.0 if spec.inputs == "float32" else _format_u(spec.inputs)
     acc = spec.accumulator
     u_acc = unit_roundoff(acc.mantissa_bits, acc.rounding)
     chunk = k if spec.promote_every is None else min(spec.promote_every, k)
-    blocked = spec.scaling.startswith(("block:", "mx:"))
+    scaling = spec.scaling_mode
+    blocked = scaling.varies_along_k
     if blocked:  # a chunk never straddles a scale block
-        chunk = min(chunk, int(spec.scaling.split(":")[1]))
+        chunk = min(chunk, scaling.block)
     group = max(spec.group, 1)
     m_acc = math.ceil(min(chunk, k) / group)
     narrow_out = spec.output != "float32"
-    u_out = unit_roundoff(FORMAT_MANTISSA[spec.output]) if narrow_out else 0.0
+    u_out = _format_u(spec.output) if narrow_out else 0.0
     return (
         ("input cast", 2 if u_in else 0, u_in, True),
         # x/s and w/s formed in binary32 before the cast; the scale product and its application
@@ -183,7 +181,7 @@ def matmul_error(
     )
 
 
-_INT8_MAX = 127
+_INT8_MAX = INT_FORMATS["int8"].qmax
 _INT8_ASSUMPTIONS = (
     "int8: symmetric values in [-127, 127], scales s = amax/127 stored in the scale dtype "
     "without saturating or leaving its normal range; the epilogue's results stay normal",
@@ -198,7 +196,7 @@ def _int8_steps(spec: MatmulSpec, k: int) -> tuple[tuple[str, int, float, bool],
     rn = ep.rounding == "nearest_even"
     exact_convert = k * _INT8_MAX**2 <= 2**24
     u_mul = unit_roundoff(23, ep.rounding)
-    u_out = unit_roundoff(FORMAT_MANTISSA[spec.output], ep.rounding)
+    u_out = _format_u(spec.output, ep.rounding)
     narrow = spec.output != "float32"
     return (
         ("int32 accumulation (exact)", 0, 0.0, True),
@@ -212,11 +210,7 @@ def _int8_steps(spec: MatmulSpec, k: int) -> tuple[tuple[str, int, float, bool],
 def _int8_error(spec: MatmulSpec, k: int, model: Model) -> MatmulError:
     """θ of an int8 matmul: the epilogue's roundings only (module docstring)."""
     steps = _int8_steps(spec, k)
-    u_s = (
-        0.0
-        if spec.epilogue.scales == "float32"
-        else unit_roundoff(FORMAT_MANTISSA[spec.epilogue.scales])
-    )
+    u_s = 0.0 if spec.epilogue.scales == "float32" else _format_u(spec.epilogue.scales)
     c = 2 * _FP32_U + _FP32_U**2 + 0.5 * (1 + _FP32_U) ** 2 * (1 + u_s) / _INT8_MAX
     if k * _INT8_MAX**2 > 2**31 - 1:  # some inputs wrap the accumulator: nothing is bounded
         note = "int8: K·127² > 2^31 − 1: the int32 accumulator can wrap, so no bound holds"
@@ -225,7 +219,7 @@ def _int8_error(spec: MatmulSpec, k: int, model: Model) -> MatmulError:
     for _, m, u, _rn in steps:
         det *= 1 + _gamma(m, u)
     notes = _INT8_ASSUMPTIONS
-    if spec.scaling == "per_tensor":  # one scale for the tensor: its largest value sets it
+    if spec.scaling_mode.kind == "per_tensor":  # one scale: the tensor's largest value sets it
         notes += (
             "int8 per_tensor: x_norm and w_norm must also bound the largest |value| of the "
             "whole tensor, which sets the shared scale",

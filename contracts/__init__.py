@@ -1,8 +1,10 @@
 """contracts: the kernel-contract DSL (version 1), its schema, loading and validation."""
 
-from contracts.errors import ContractError, Problem
+from contracts.errors import ContractError, KernelContractsError, Problem
+from contracts.formats import FLOAT_FORMATS, INT_FORMATS, FloatFormat, IntFormat, float_format
 from contracts.load import load, loads
 from contracts.model import (
+    MX_BLOCK,
     AccumulatorSpec,
     AttentionSpec,
     Contract,
@@ -21,6 +23,7 @@ from contracts.model import (
     Policy,
     PromotionStage,
     RuntimeClause,
+    Scaling,
     Slice,
     Source,
     StatisticalClause,
@@ -30,6 +33,9 @@ from contracts.presets import PRESETS, preset
 from contracts.schema import json_schema
 
 __all__ = [
+    "FLOAT_FORMATS",
+    "INT_FORMATS",
+    "MX_BLOCK",
     "PRESETS",
     "AccumulatorSpec",
     "AttentionSpec",
@@ -39,8 +45,11 @@ __all__ = [
     "EpilogueSpec",
     "EscalationRule",
     "Evidence",
+    "FloatFormat",
     "Guarantee",
     "IntAccumulatorSpec",
+    "IntFormat",
+    "KernelContractsError",
     "KernelPair",
     "KernelSpec",
     "LogprobsEvidence",
@@ -51,10 +60,12 @@ __all__ = [
     "Problem",
     "PromotionStage",
     "RuntimeClause",
+    "Scaling",
     "Slice",
     "Source",
     "StatisticalClause",
     "exact",
+    "float_format",
     "json_schema",
     "load",
     "loads",

@@ -1,11 +1,23 @@
-"""The error a contract that cannot be used raises: every problem in the file, at once."""
+"""The toolkit's exception base, and the error a contract that cannot be used raises: every
+problem in the file, at once.
+
+Every exception class of ``contracts``, ``kernels``, ``bounds`` and ``verify`` derives from
+``KernelContractsError`` (a test checks it), so one handler catches every error class of the
+toolkit. (Plain ``ValueError`` and ``TypeError`` for wrong arguments to a function stay as they
+are.) A class that is also a ``ValueError`` or an ``OSError`` keeps that base, so handlers
+written for it still catch it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ContractError", "Problem"]
+__all__ = ["ContractError", "KernelContractsError", "Problem"]
+
+
+class KernelContractsError(Exception):
+    """The base of every exception the toolkit defines."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +48,7 @@ class Problem:
         return (self.line or 0, self.col or 0)
 
 
-class ContractError(Exception):
+class ContractError(KernelContractsError):
     """A contract that cannot be used; ``problems`` lists every problem found, by position.
 
     ``str(err)`` is one ``file:line:col: key.path: message`` line per problem, ready to print.

@@ -17,7 +17,6 @@ is told every field that must change.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from contracts.checks import Checker, show, sub
 from contracts.fields import (
@@ -31,18 +30,19 @@ from contracts.fields import (
     SCALE_FORMATS,
 )
 from contracts.model import (
+    MX_BLOCK,
     AccumulatorSpec,
     EpilogueSpec,
     IntAccumulatorSpec,
     KernelPair,
     KernelSpec,
     MatmulSpec,
+    Scaling,
 )
 from contracts.presets import PRESETS
 
 __all__ = ["read_kernels"]
 
-_SCALING = re.compile(r"^(?:per_tensor|per_row|block:[1-9][0-9]*|mx:32)$")
 _MAX_MANTISSA_BITS = 23  # an accumulator is at most as wide as an fp32 register
 _MAX_K = 2**53 - 1  # k_max: an integer every JSON reader keeps exactly
 
@@ -140,11 +140,20 @@ def _matmul(ck: Checker, value, key, base: KernelSpec | None, changed: list[str]
 
 
 def _scaling(ck: Checker, value, key) -> str | None:
+    """The DSL spelling, kept as written once ``Scaling.parse`` accepts it (so the canonical
+    form shows it); MX scaling is offered with its standard block only."""
     text = ck.string(value, key)
     if text is None:
         return None
-    if _SCALING.match(text) is None:
-        ck.report(key, f"expected per_tensor, per_row, block:N (N >= 1) or mx:32; got {show(text)}")
+    try:
+        parsed = Scaling.parse(text)
+    except ValueError:
+        parsed = None
+    if parsed is None or (parsed.kind == "mx" and parsed.block != MX_BLOCK):
+        ck.report(
+            key,
+            f"expected per_tensor, per_row, block:N (N >= 1) or mx:{MX_BLOCK}; got {show(text)}",
+        )
         return None
     return text
 
@@ -227,7 +236,7 @@ def _consistent(ck: Checker, mm: MatmulSpec, key: str) -> bool:
         return _report_sorted(ck, found)
     if not int_acc:
         report(sub(key, "accumulator"), "int8 inputs are accumulated in {dtype: int32}")
-    if mm.scaling not in ("per_row", "per_tensor"):
+    if mm.scaling_mode.kind not in ("per_row", "per_tensor"):
         report(
             sub(key, "scaling"),
             "int8 inputs take per_row (per-token activation and per-channel weight scales) "

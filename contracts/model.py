@@ -7,12 +7,15 @@ Numbers keep the text the user wrote (``Threshold``) so proofs can use the exact
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = [
+    "MX_BLOCK",
     "AccumulatorSpec",
     "AttentionSpec",
     "Contract",
@@ -31,6 +34,7 @@ __all__ = [
     "Policy",
     "PromotionStage",
     "RuntimeClause",
+    "Scaling",
     "Slice",
     "Source",
     "StatisticalClause",
@@ -38,6 +42,7 @@ __all__ = [
 ]
 
 Rounding = Literal["nearest_even", "toward_zero"]
+ScalingKind = Literal["per_tensor", "per_row", "block", "mx"]
 Format = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
 InputFormat = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8"]
 ScaleFormat = Literal["float32", "bfloat16", "float16"]
@@ -153,12 +158,59 @@ class EpilogueSpec:
     rounding: Rounding = "nearest_even"
 
 
+MX_BLOCK = 32  # the block of OCP Microscaling (MX) formats, the only MX block the DSL offers
+_SCALING = re.compile(r"(per_tensor|per_row)|(block|mx):([1-9][0-9]*)")
+
+
+class Scaling(NamedTuple):
+    """A matmul's scale granularity: ``MatmulSpec.scaling`` parsed (``Scaling.parse``).
+
+    ``kind``: ``per_tensor`` (one scale), ``per_row`` (one per row of the left operand and per
+    column of the right one), ``block`` (one per run of ``block`` elements along K) or ``mx``
+    (as ``block``, with power-of-two E8M0 scales). ``block`` is ``None`` for the first two.
+    ``str(s)`` is the DSL spelling and ``Scaling.parse(str(s)) == s``. The record and the
+    emulated kernels take any MX block; a contract may only name ``mx:32`` (``MX_BLOCK``).
+    """
+
+    kind: ScalingKind
+    block: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Scaling:
+        """``per_tensor``, ``per_row``, ``block:N`` or ``mx:N`` (N a positive integer written
+        without leading zeros) as a record; a ``ValueError`` quoting ``text`` otherwise."""
+        if not isinstance(text, str):
+            raise ValueError(f"scaling must be a string, got {text!r}")
+        return _parse_scaling(text)
+
+    @property
+    def varies_along_k(self) -> bool:
+        """True when the scale changes along the reduction axis (block and MX scaling)."""
+        return self.kind in ("block", "mx")
+
+    def __str__(self) -> str:
+        return self.kind if self.block is None else f"{self.kind}:{self.block}"
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_scaling(text: str) -> Scaling:
+    m = _SCALING.fullmatch(text)
+    if m is None:
+        raise ValueError(
+            f"scaling {text!r} is not one of per_tensor, per_row, block:N, mx:N "
+            "(N a positive integer)"
+        )
+    if m[1] is not None:
+        return Scaling(m[1])
+    return Scaling(m[2], int(m[3]))
+
+
 @dataclass(frozen=True)
 class MatmulSpec:
     """The arithmetic of one emulated matmul (DESIGN §7)."""
 
     inputs: InputFormat = "float32"
-    scaling: str = "per_tensor"  # per_tensor | per_row | block:N | mx:32
+    scaling: str = "per_tensor"  # the DSL spelling (per_tensor | per_row | block:N | mx:32)
     accumulator: AccumulatorSpec | IntAccumulatorSpec = AccumulatorSpec()
     group: int = 1
     promote_every: int | None = None  # None: never promoted
@@ -171,6 +223,11 @@ class MatmulSpec:
     def is_int8(self) -> bool:
         """True for int8 inputs with an exact int32 accumulator and an explicit epilogue."""
         return self.inputs == "int8"
+
+    @property
+    def scaling_mode(self) -> Scaling:
+        """``scaling`` as a record; a ``ValueError`` when it is malformed."""
+        return Scaling.parse(self.scaling)
 
 
 @dataclass(frozen=True)

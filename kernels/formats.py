@@ -3,7 +3,8 @@
 Five formats are supported: ``float32``, ``bfloat16``, ``float16``, ``float8_e4m3fn`` and
 ``float8_e5m2`` (the last three through ``ml_dtypes``, which JAX shares). Every value the
 emulated kernels hand around is a ``float32`` array whose entries are representable in the
-format named next to it.
+format named next to it. The formats' constants (fraction bits, largest finite value,
+exponent range) are ``contracts.formats``'s table; this module pairs each with its dtype.
 
 Behaviour at the edges (the same in the NumPy and the JAX versions; tests compare them):
 
@@ -36,6 +37,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from jaxtyping import Array, Float
+
+from contracts.formats import FLOAT_FORMATS, IntFormat
+from contracts.formats import INT_FORMATS as CONTRACT_INT_FORMATS
 
 __all__ = [
     "FORMATS",
@@ -72,36 +76,30 @@ class FormatInfo(NamedTuple):
     is_fp8: bool
 
 
-def _info(name: str, dtype, has_inf: bool) -> FormatInfo:
-    fi = ml_dtypes.finfo(dtype)
+def _info(name: str, dtype) -> FormatInfo:
+    facts = FLOAT_FORMATS[name]  # contracts.formats owns the constants; this adds the dtype
     return FormatInfo(
         name=name,
         dtype=np.dtype(dtype),
-        mantissa_bits=int(fi.nmant),
-        max=float(fi.max),
-        emax=int(np.floor(np.log2(float(fi.max)))),
-        has_inf=has_inf,
-        is_fp8=np.dtype(dtype).itemsize == 1,
+        mantissa_bits=facts.mantissa_bits,
+        max=facts.max,
+        emax=facts.emax,
+        has_inf=facts.has_inf,
+        is_fp8=facts.is_fp8,
     )
 
 
 FORMATS: dict[str, FormatInfo] = {
-    "float32": _info("float32", np.float32, True),
-    "bfloat16": _info("bfloat16", ml_dtypes.bfloat16, True),
-    "float16": _info("float16", np.float16, True),
-    "float8_e4m3fn": _info("float8_e4m3fn", ml_dtypes.float8_e4m3fn, False),
-    "float8_e5m2": _info("float8_e5m2", ml_dtypes.float8_e5m2, True),
+    "float32": _info("float32", np.float32),
+    "bfloat16": _info("bfloat16", ml_dtypes.bfloat16),
+    "float16": _info("float16", np.float16),
+    "float8_e4m3fn": _info("float8_e4m3fn", ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": _info("float8_e5m2", ml_dtypes.float8_e5m2),
 }
 
 
-class IntFormatInfo(NamedTuple):
-    """A symmetric integer format: values in [-qmax, qmax]."""
-
-    name: str
-    qmax: int
-
-
-INT_FORMATS: dict[str, IntFormatInfo] = {"int8": IntFormatInfo("int8", 127)}
+IntFormatInfo = IntFormat  # a symmetric integer format: values in [-qmax, qmax]
+INT_FORMATS: dict[str, IntFormatInfo] = dict(CONTRACT_INT_FORMATS)
 
 
 def int_format_info(name: str) -> IntFormatInfo:
@@ -116,7 +114,7 @@ def int_format_info(name: str) -> IntFormatInfo:
 
 def min_normal_exponent(name: str) -> int:
     """e with 2**e the smallest positive normal number of float format ``name``."""
-    return int(np.log2(float(ml_dtypes.finfo(format_info(name).dtype).smallest_normal)))
+    return FLOAT_FORMATS[format_info(name).name].emin
 
 
 def format_info(name: str) -> FormatInfo:

@@ -1,13 +1,14 @@
 """Scaling: how a float32 operand becomes low-precision values times float32 scales.
 
-A scaling mode is written as in the contract DSL:
+A scaling mode is a ``contracts.Scaling`` record, written as in the contract DSL:
 
 * ``per_tensor``: one scale for the whole operand;
 * ``per_row``: one scale per row of the left operand (per token) and per column of the
   right operand (per output channel), i.e. per run along the reduction axis K;
 * ``block:N``: one scale per 1×N block along K, of each row (left) or column (right);
 * ``mx:N``: as ``block:N`` but the scale is a power of two (OCP Microscaling, E8M0 scales;
-  ``mx:32`` is the standard).
+  ``mx:32`` is the standard and the only MX block a contract may name; the emulation takes
+  any block).
 
 Only the FP8 formats are scaled. Wider formats (float32, bfloat16, float16) are cast directly,
 with every scale equal to 1, whatever the mode says.
@@ -49,13 +50,12 @@ References:
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
-
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
+from contracts import Scaling
 from kernels.formats import (
     TINY,
     flush,
@@ -78,35 +78,14 @@ __all__ = [
 ]
 
 
-class Scaling(NamedTuple):
-    """A parsed scaling mode; ``block`` is the run length along K (None: the whole of K)."""
-
-    kind: Literal["per_tensor", "per_row", "block", "mx"]
-    block: int | None = None
-
-    @property
-    def varies_along_k(self) -> bool:
-        """True when the scale changes along the reduction axis (block and MX scaling)."""
-        return self.kind in ("block", "mx")
-
-
-def parse_scaling(text: str, fmt: str) -> Scaling:
-    """Parse a scaling mode; wider-than-FP8 formats are always unscaled (``per_tensor``).
+def parse_scaling(scaling: str | Scaling, fmt: str) -> Scaling:
+    """The scaling that quantizing to ``fmt`` applies: ``scaling`` (a record, or its DSL
+    spelling parsed by ``contracts.Scaling.parse``), or ``per_tensor`` for the wider-than-FP8
+    formats, which are always unscaled.
 
     Raises ``ValueError`` with the offending text for anything malformed.
     """
-    if not isinstance(text, str):
-        raise ValueError(f"scaling must be a string, got {text!r}")
-    if text in ("per_tensor", "per_row"):
-        parsed = Scaling(text)
-    else:
-        kind, sep, size = text.partition(":")
-        if not sep or kind not in ("block", "mx") or not size.isdigit() or int(size) < 1:
-            raise ValueError(
-                f"scaling {text!r} is not one of per_tensor, per_row, block:N, mx:N "
-                "(N a positive integer)"
-            )
-        parsed = Scaling(kind, int(size))
+    parsed = scaling if isinstance(scaling, Scaling) else Scaling.parse(scaling)
     if not format_info(fmt).is_fp8:
         return Scaling("per_tensor")
     return parsed

@@ -152,6 +152,8 @@ def test_unknown_key_is_refused_by_both(name, place):
         (["guarantees", 8, "threshold"], 1),
         (["kernels", "inference", "preset"], "h100-fp9"),
         (["kernels", "inference", "matmul", "scaling"], "block:0"),
+        (["kernels", "inference", "matmul", "scaling"], "block:08"),
+        (["kernels", "inference", "matmul", "scaling"], "mx:16"),
         (["runtime", 0, "batch_size"], [1, 2, 3]),
         (["contract"], 2),
     ],

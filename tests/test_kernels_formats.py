@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts import FLOAT_FORMATS
 from kernels.formats import (
     FORMATS,
     TINY,
@@ -44,6 +45,30 @@ def test_format_constants():
     assert [format_info(f).emax for f in FP8] == [8, 15]
     with pytest.raises(ValueError, match="unknown number format 'float4'"):
         format_info("float4")
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_contract_format_table_matches_ml_dtypes(fmt):
+    """contracts.formats (the one table kernels and bounds read) against ml_dtypes' facts."""
+    facts, fi = FLOAT_FORMATS[fmt], ml_dtypes.finfo(FORMATS[fmt].dtype)
+    assert facts.mantissa_bits == int(fi.nmant)
+    assert facts.exponent_bits == int(fi.nexp)
+    assert facts.bits == int(fi.bits)
+    assert facts.max == float(fi.max)
+    assert facts.emax == int(np.floor(np.log2(float(fi.max))))
+    assert 2.0**facts.emin == float(fi.smallest_normal)
+    with np.errstate(over="ignore"):
+        as_inf = np.array(np.inf, np.float32).astype(FORMATS[fmt].dtype).astype(np.float32)
+    assert facts.has_inf == bool(np.isinf(as_inf))
+
+
+def test_scaling_record_round_trips():
+    for text in ("per_tensor", "per_row", "block:1", "block:128", "mx:32", "mx:8"):
+        assert str(Scaling.parse(text)) == text
+    assert Scaling.parse("block:128") == Scaling("block", 128)
+    for bad in ("block:08", "per_row\n", " mx:32", "block:\u0663", "mx:", 32, None):
+        with pytest.raises(ValueError, match="scaling"):
+            Scaling.parse(bad)
 
 
 @pytest.mark.parametrize("fmt", FMTS)
