@@ -1,13 +1,23 @@
 """Benchmarks of full-vocabulary measurement, and the table of measured divergence by preset.
 
-    python bench/bench_measure.py throughput [--tokens 4096] [--vocab 32768]
+    python bench/bench_measure.py throughput [--tokens 4096] [--vocab 32768] [--repeat 5]
     python bench/bench_measure.py table [--prompts 64] [--new-tokens 64]
 
-``throughput`` times ``kernels.measure.measure`` (JAX) against the straightforward numpy
-implementation (``measure_numpy`` in float32, run over blocks of rows so its temporaries fit in
-memory) on random logits, and compares the bytes of logits read per second with the machine's
-memory bandwidth measured in the same run (a large array copy, read + write bytes, and a
-read-only reduction).
+``throughput`` times ``kernels.measure.measure`` (JAX) on random logits against, in the same
+run and interleaved (so load from other processes hits all alike; best of ``--repeat``):
+
+- the machine's read bandwidth: the fastest of three passes that read the same two arrays once
+  and do the least arithmetic per byte (a jitted row maximum and row sum, the runtime and
+  threads the measurement uses, and a numpy maximum). The fastest is the best evidence of what
+  the memory delivers; a slower one measures its own overhead;
+- the floor of the measurement's arithmetic: two exponentials per pair of logits, each summed
+  (the measurement needs e^{z/T} and e^u per pair, see ``kernels.measure_fused``);
+- the straightforward numpy implementation (``measure_numpy`` in float32, over blocks of rows so
+  its temporaries fit in memory), once.
+
+It prints wall and CPU seconds (all threads), the measurement's bytes of logits read per second
+as a share of the read bandwidth, the operation count per pair of logits and the rates reached,
+and the load average before and after.
 
 ``table`` runs the shipped policy through K_train = fp32 and K_inf = each preset (the
 ``emulate`` evidence path) and prints a Markdown table of drift, TV and |log ratio| quantiles.
@@ -16,6 +26,7 @@ read-only reduction).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +34,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-from timing import best
+from timing import best, interleaved
+
+# Work per pair of logits in one fused pass (kernels.measure_fused), counted from its code:
+# 2 exponentials (e^{z/T - max}, and e^u where |u| >= 1/2, computed for every element of the
+# vectorised loop), the 9-term series of phi, the two-sum of z' - z and the elementwise work of
+# ten sums and four maxima. An exponential is about 15 further operations (range reduction, a
+# degree-6 polynomial, scaling) in XLA's CPU code.
+EXP_PER_PAIR = 2
+FLOP_PER_PAIR = 75  # besides the exponentials
+FLOP_PER_EXP = 15
 
 
 def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
@@ -37,24 +57,25 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     zp = z + (rng.standard_normal((tokens, vocab), np.float32) * 0.01).astype(np.float32)
     y = rng.integers(0, vocab, tokens)
     logit_bytes = z.nbytes + zp.nbytes
-
-    # memory bandwidth, same run: numpy copy (read + write) and a jitted read-only reduction
-    big = np.ones(z.size, np.float32)
-    dst = np.empty_like(big)
-    t_copy = best(lambda: np.copyto(dst, big), repeat)
-    copy_bw = 2 * big.nbytes / t_copy
+    pairs = z.size
     zj, zpj, yj = jnp.asarray(z), jnp.asarray(zp), jnp.asarray(y)
-    reduce = jax.jit(lambda a, b: jnp.max(a) + jnp.max(b))
-    reduce(zj, zpj).block_until_ready()
-    t_read = best(lambda: reduce(zj, zpj).block_until_ready(), repeat)
-    read_bw = logit_bytes / t_read
+    load_before = os.getloadavg()
 
-    def run_jax():
-        out = measure(zj, zpj, yj, 1.0)
-        jax.block_until_ready(out)
-
-    run_jax()  # compile
-    t_jax = best(run_jax, repeat)
+    row_max = jax.jit(lambda a, b: (jnp.max(a, axis=1), jnp.max(b, axis=1)))
+    row_sum = jax.jit(lambda a, b: (jnp.sum(a, axis=1), jnp.sum(b, axis=1)))
+    two_exp = jax.jit(
+        lambda a, b: (jnp.sum(jnp.exp(a - 12.0), axis=1), jnp.sum(jnp.exp(b - a), axis=1))
+    )
+    fns = {
+        "read: jitted row max": lambda: jax.block_until_ready(row_max(zj, zpj)),
+        "read: jitted row sum": lambda: jax.block_until_ready(row_sum(zj, zpj)),
+        "read: numpy max": lambda: (z.max(), zp.max()),
+        "floor: 2 exp per pair, summed": lambda: jax.block_until_ready(two_exp(zj, zpj)),
+        "kernels.measure (jax)": lambda: jax.block_until_ready(measure(zj, zpj, yj, 1.0)),
+    }
+    for fn in fns.values():
+        fn()  # compile
+    wall, cpu, _ = interleaved(fns, repeat)
 
     def run_numpy():
         for i in range(0, tokens, numpy_rows):
@@ -62,17 +83,38 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
             measure_numpy(z[s], zp[s], y[s], 1.0, dtype=np.float32)
 
     t_np = best(run_numpy, 1)
-    jax_bw = logit_bytes / t_jax
-    print(f"full-vocabulary measurement, {tokens} tokens x {vocab} vocab (float32 logits)")
-    print(f"  jax (kernels.measure):        {t_jax:8.3f} s  {tokens / t_jax:12.0f} tokens/s")
-    print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12.0f} tokens/s")
-    print(f"  speed-up jax / numpy:         {t_np / t_jax:8.2f} x")
-    print(f"  logits read by jax:           {jax_bw / 1e9:8.2f} GB/s")
-    print(f"  memory bandwidth, numpy copy (read+write): {copy_bw / 1e9:6.2f} GB/s")
-    print(f"  memory bandwidth, jitted read-only max:    {read_bw / 1e9:6.2f} GB/s")
-    print(f"  share of copy bandwidth:      {jax_bw / copy_bw:8.1%}")
-    print(f"  share of read bandwidth:      {jax_bw / read_bw:8.1%}")
-    print(f"  devices: {jax.devices()}")
+    load_after = os.getloadavg()
+
+    read_name = min((k for k in fns if k.startswith("read")), key=wall.get)
+    read_bw = logit_bytes / wall[read_name]
+    t_jax = wall["kernels.measure (jax)"]
+    print(
+        f"full-vocabulary measurement, {tokens} tokens x {vocab} vocab "
+        f"(float32 logits, {logit_bytes / 1e9:.2f} GB), best of {repeat}, interleaved"
+    )
+    print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}")
+    print(f"  {'':32s} {'wall s':>8s} {'cpu s':>8s} {'GB/s':>8s} {'of read':>8s}")
+    for name in fns:
+        gbs = logit_bytes / wall[name]
+        print(
+            f"  {name:32s} {wall[name]:8.3f} {cpu[name]:8.3f} {gbs / 1e9:8.2f} {gbs / read_bw:8.1%}"
+        )
+    print(f"  machine read bandwidth ({read_name}): {read_bw / 1e9:.2f} GB/s")
+    print(f"  share of read bandwidth, kernels.measure: {logit_bytes / t_jax / read_bw:.1%}")
+    print(f"  kernels.measure: {tokens / t_jax:,.0f} tokens/s")
+    print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
+    print(f"  speed-up jax / numpy: {t_np / t_jax:.2f} x")
+    flop = pairs * (FLOP_PER_PAIR + EXP_PER_PAIR * FLOP_PER_EXP)
+    print(
+        f"  work per pair of logits: {EXP_PER_PAIR} exponentials + about {FLOP_PER_PAIR} "
+        f"operations (about {FLOP_PER_PAIR + EXP_PER_PAIR * FLOP_PER_EXP} with the exponentials)"
+    )
+    print(
+        f"  reached: {pairs * EXP_PER_PAIR / t_jax / 1e9:.2f} G exponentials/s, "
+        f"{flop / t_jax / 1e9:.1f} GFLOP/s wall, {flop / cpu['kernels.measure (jax)'] / 1e9:.1f} "
+        f"GFLOP per CPU-second"
+    )
+    print(f"  devices: {jax.devices()}, CPUs: {os.cpu_count()}")
 
 
 def _tightness(tab, temperature: float) -> float:
@@ -140,7 +182,7 @@ def main(argv=None) -> int:
     t = sub.add_parser("throughput")
     t.add_argument("--tokens", type=int, default=4096)
     t.add_argument("--vocab", type=int, default=32768)
-    t.add_argument("--repeat", type=int, default=3)
+    t.add_argument("--repeat", type=int, default=5)
     t.add_argument("--numpy-rows", type=int, default=256)
     b = sub.add_parser("table")
     b.add_argument("--prompts", type=int, default=64)

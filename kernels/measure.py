@@ -133,20 +133,25 @@ def _slow_rows(z, zp, y, inv_t):
     return {k: jnp.where(one_sided, direct[k], log_domain[k]) for k in _DIVERGENCES}
 
 
-def _block(z, zp, y, inv_t):
-    """Every column for a block of rows, stacked [rows, len(COLUMNS)]: the fused pass, and for a
-    block with an extreme row the log-domain values on those rows."""
-    out = block_metrics(z, zp, y, inv_t)
+def _block(z, zp, y, inv_t, start: int, block: int):
+    """Every column for rows [start, start + block), stacked [block, len(COLUMNS)]: the fused
+    pass, and for a block with an extreme row the log-domain values on those rows. The slow
+    path slices its rows itself, so the fast path reads the inputs without copying them."""
+    rows = jax.lax.dynamic_slice_in_dim(z, start, block)
+    rows_p = jax.lax.dynamic_slice_in_dim(zp, start, block)
+    ys = jax.lax.dynamic_slice_in_dim(y, start, block)
+    out = block_metrics(rows, rows_p, ys, inv_t)
     extreme = out.pop("extreme")
 
     def redo(fast):
-        slow = _slow_rows(z, zp, y, inv_t)
+        again = [jax.lax.dynamic_slice_in_dim(x, start, block) for x in (z, zp, y)]
+        slow = _slow_rows(*again, inv_t)
         return {k: jnp.where(extreme, slow[k], fast[k]) for k in _DIVERGENCES}
 
     fast = {k: out[k] for k in _DIVERGENCES}
     out.update(jax.lax.cond(jnp.any(extreme), redo, lambda fast: fast, fast))
-    rows = jnp.arange(z.shape[0])
-    masked = (z[rows, y] == -jnp.inf) & (zp[rows, y] == -jnp.inf)
+    at = jnp.arange(block)
+    masked = (rows[at, ys] == -jnp.inf) & (rows_p[at, ys] == -jnp.inf)
     out["log_ratio"] = jnp.where(masked, jnp.nan, out["log_ratio"])
     return jnp.stack([out[k] for k in COLUMNS], axis=1)
 
@@ -161,10 +166,8 @@ def _all_blocks(z, zp, y, inv_t, block: int):
 
     def body(b, table):
         start = jnp.minimum(b * block, n - block)
-        rows = jax.lax.dynamic_slice_in_dim(z, start, block)
-        rows_p = jax.lax.dynamic_slice_in_dim(zp, start, block)
-        ys = jax.lax.dynamic_slice_in_dim(y, start, block)
-        return jax.lax.dynamic_update_slice_in_dim(table, _block(rows, rows_p, ys, inv_t), start, 0)
+        rows = _block(z, zp, y, inv_t, start, block)
+        return jax.lax.dynamic_update_slice_in_dim(table, rows, start, 0)
 
     table = jnp.zeros((n, len(COLUMNS)), jnp.float32)
     table = jax.lax.fori_loop(0, starts, body, table)
