@@ -28,7 +28,9 @@ in, and must be detected by no check. Each fault names the check designed to det
 ========================  ===================================================================
 
 A fault *applies* to a spec when the spec has the thing it breaks (an epilogue for the int8
-ones, a narrow output for the rounding ones, scales for ``scale_bf16``); ``applies`` says so.
+ones, a narrow output for the rounding ones, scales for ``scale_bf16``, sums that can pass
+2**24 for ``beyond_2_24``: with k_max·127² ≤ 2**24 float32 sums are exact, and summing in
+float32 is no fault); ``applies`` says so.
 """
 
 from __future__ import annotations
@@ -107,7 +109,9 @@ def applies(name: str, spec: MatmulSpec) -> bool:
         return _narrow_output(spec) and _nearest_output(spec)
     if name == "order_swapped":
         return int8 and not spec.epilogue.fused
-    return int8  # fused_vs_separate, int32_overflow, beyond_2_24
+    if name == "beyond_2_24":  # float32 sums are exact unless some sum can pass 2**24
+        return int8 and (spec.k_max or 0) * 127**2 > 2**24
+    return int8  # fused_vs_separate, int32_overflow
 
 
 def designed_check(name: str, spec: MatmulSpec) -> str:

@@ -24,7 +24,8 @@ Each kernel's reduction splits come from its own ``batching`` and ``batch_size``
 of sequences by default), as in ``kernels.ops``.
 
 ``replay(fn, params, tokens, spec_a, spec_b)`` is the end-to-end view: teacher-forced logits of
-the whole sequences through each kernel (``on_kernel``, errors compounding), kernel A's margin
+the whole sequences through each kernel (``kernel_logits``: every matmul on that kernel, as
+``on_kernel`` computes them, errors compounding), kernel A's margin
 at each position as the predictor of a top-1 flip (``kernels.flipstats``), the logistic map
 fitted on the even-numbered sequences and scored on the odd ones.
 """
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
@@ -44,7 +44,7 @@ from kernels.flipstats import FlipPrediction, predict_flips
 from kernels.matmul import matmul
 from kernels.rescale import rescaled_matmul
 from kernels.sites import Site, as_batched, walk
-from kernels.transform import on_kernel, resolve_spec
+from kernels.transform import resolve_spec
 from kernels.ulp import coarser, identical, ulp_distance, ulp_summary
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "Localization",
     "Replay",
     "SiteDivergence",
+    "kernel_logits",
     "localize",
     "replay",
     "shipped_model",
@@ -213,8 +214,8 @@ def replay(
     (teacher-forced); the calibrated map is fitted on even sequences, scored on odd ones."""
     tokens = jnp.asarray(tokens)
     batch = int(tokens.shape[0]) if batch_size is None else batch_size
-    za = jax.jit(on_kernel(fn, spec_a, batch_size=batch, attention=attention))(params, tokens)
-    zb = jax.jit(on_kernel(fn, spec_b, batch_size=batch, attention=attention))(params, tokens)
+    za = kernel_logits(fn, params, tokens, spec_a, batch_size=batch, attention=attention)
+    zb = kernel_logits(fn, params, tokens, spec_b, batch_size=batch, attention=attention)
     za = np.asarray(za, np.float64)
     zb = np.asarray(zb, np.float64)
     if za.ndim != 3 or za.shape != zb.shape or za.shape[:2] != tuple(tokens.shape):
@@ -235,6 +236,29 @@ def replay(
         logit_drift_p99=float(np.quantile(drift, 0.99, method="inverted_cdf")),
         prediction=predict_flips(margin, flip, fit),
     )
+
+
+def kernel_logits(
+    fn,
+    params: Any,
+    tokens: Int[Array, "batch seq"],
+    spec: KernelSpec | str,
+    *,
+    batch_size: int | None = None,
+    attention: Literal["float32", "matmul"] = "float32",
+):
+    """``fn(params, tokens)`` with every matmul on ``spec``'s emulated matmul, evaluated
+    eagerly (``kernels.sites.walk``): what ``on_kernel`` computes, for every spec including
+    int8 ones."""
+    k = resolve_spec(spec)
+    batch = int(jnp.shape(tokens)[0]) if batch_size is None else batch_size
+
+    def on_dot(site: Site, lhs, rhs, dims, dtype):
+        x, w, back = as_batched(lhs, rhs, dims)
+        s = reduction_splits(batch, int(x.shape[2]), k.batching) if x.shape[2] else 1
+        return back(_stack(lambda u, v: matmul(u, v, k.matmul, splits=s), x, w))
+
+    return walk(fn, on_dot, params, jnp.asarray(tokens), attention=attention)
 
 
 def shipped_model(name: str = "tiny-lm"):

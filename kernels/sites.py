@@ -183,27 +183,31 @@ class _Walker:
         for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(v) for v in eqn.invars]
             inlabels = [label(v) for v in eqn.invars]
-            with eqn.ctx.manager:
-                outs, outlabels = self._eqn(eqn, invals, inlabels, layer, i in attention)
+            if eqn.primitive.name == "dot_general" and _float_dot(eqn) and i not in attention:
+                # outside the equation's context: on_dot's own jitted calls then share their
+                # compiled programs with calls made anywhere else
+                dims = _dims(eqn.params["dimension_numbers"])
+                dtype = eqn.outvars[0].aval.dtype
+                outs = [self._site(invals, inlabels, dims, dtype, layer)]
+                outlabels = [None]
+            else:
+                with eqn.ctx.manager:
+                    outs, outlabels = self._eqn(eqn, invals, inlabels, layer)
             for v, x, name in zip(eqn.outvars, outs, outlabels, strict=True):
                 if not isinstance(v, jcore.DropVar):
                     env[v], lab[v] = x, name
         return [read(v) for v in jaxpr.outvars], [label(v) for v in jaxpr.outvars]
 
-    def _eqn(self, eqn, invals, inlabels, layer, attention: bool):
+    def _eqn(self, eqn, invals, inlabels, layer):
         name = eqn.primitive.name
         nout = len(eqn.outvars)
-        if name == "dot_general" and _float_dot(eqn):
+        if name == "dot_general" and _float_dot(eqn):  # recognised attention (sites: in run)
             dims = _dims(eqn.params["dimension_numbers"])
-            dtype = eqn.outvars[0].aval.dtype
-            if attention:
-                lhs, rhs = (jnp.asarray(x, jnp.float32) for x in invals)
-                out = lax.dot_general(
-                    lhs, rhs, dims, precision=lax.Precision.HIGHEST,
-                    preferred_element_type=jnp.float32,
-                )  # fmt: skip
-                return [out.astype(dtype)], [None]
-            return [self._site(invals, inlabels, dims, dtype, layer)], [None]
+            lhs, rhs = (jnp.asarray(x, jnp.float32) for x in invals)
+            out = lax.dot_general(
+                lhs, rhs, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32
+            )
+            return [out.astype(eqn.outvars[0].aval.dtype)], [None]
         if not _has_dot(eqn):
             out = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
             outs = out if eqn.primitive.multiple_results else [out]

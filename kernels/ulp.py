@@ -41,7 +41,8 @@ def ulp_distance(ref, other, fmt: str) -> np.ndarray:
     finite = np.isfinite(a) & np.isfinite(b)
     mag = np.where(finite & (a != 0), np.abs(a), 1.0)
     _, e = np.frexp(mag)  # mag = f·2**e with f in [0.5, 1): floor(log2 mag) = e − 1
-    e = np.maximum(e - 1, min_normal_exponent(fmt))
+    emin = min_normal_exponent(fmt)
+    e = np.where(a == 0, emin, np.maximum(e - 1, emin))
     with np.errstate(invalid="ignore", over="ignore"):
         d = np.abs(b - a) / np.ldexp(1.0, e - p)
     d = np.where(finite, d, np.inf)

@@ -1,5 +1,5 @@
 """The command line: ``python -m verify CONTRACT.yaml | check | synth | schema | monitor``, and
-``export``.
+``export``, ``localize``, ``conformance``.
 
 ``main(argv, *, stdout, stderr) -> int`` never exits and never lets a traceback reach the
 user: usage errors exit 2 with the usage line; an unexpected exception is reported as one
@@ -9,6 +9,7 @@ inconclusive and nothing refuted or violated.
 
 The words ``check``, ``synth``, ``schema``, ``monitor`` and ``export`` are reserved as the first
 argument: a contract file with one of those names is given with a directory, e.g. ``./check``.
+So are ``localize`` and ``conformance``.
 
 Files: the contract, a ``--evidence`` file and ``check``'s report must be regular files (a
 FIFO, a device or a directory is refused with exit 2, never read from). Report paths
@@ -37,7 +38,7 @@ from dataclasses import replace
 
 __all__ = ["SUBCOMMANDS", "main"]
 
-SUBCOMMANDS = ("check", "synth", "schema", "monitor", "export")
+SUBCOMMANDS = ("check", "synth", "schema", "monitor", "export", "localize", "conformance")
 
 
 class _Stop(Exception):
@@ -287,6 +288,14 @@ def _dispatch(argv: list[str], stdout, stderr, t_start: float) -> int:
             from verify.export import export_main
 
             return export_main(rest, stdout=stdout, stderr=stderr)
+        if name == "localize":
+            from verify.localize.command import localize_main
+
+            return localize_main(rest, stdout=stdout, stderr=stderr)
+        if name == "conformance":
+            from verify.conformance.command import conformance_main
+
+            return conformance_main(rest, stdout=stdout, stderr=stderr)
         try:
             from verify import monitor
         except ImportError:

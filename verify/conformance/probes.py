@@ -20,10 +20,12 @@
   as its own 1×K by K×1 product, where the tensor is the row.
 
 * **exactness** (int8 kernels, ``exactness_operands``): at K = a given ``k_max``, the rows and
-  columns 0 and 1 of the extreme probe, and ``EXACT_PAIRS`` pairs of positive rows and columns
-  (sums near the largest, arbitrary low bits) whose exact epilogue value lies within
-  ``EXACT_ULPS`` ulps of an output rounding boundary. An accumulator that loses a few units of
-  a sum near 2**26 changes the output by ~2**-12 of its ulp, which only such outputs show.
+  columns 0 and 1 of the extreme probe against each other, and ``EXACT_PAIRS`` constructed
+  pairs (fewer when K > 2**20 / EXACT_PAIRS): mostly positive products (sums near the
+  largest, arbitrary low bits), both scales equal, and the exact integer sum S chosen so that
+  fl32(S)·ŝx·ŝw is (within a float32 step of S) a rounding boundary of the output. An
+  accumulator that loses a few units of a sum near 2**26 moves the output's input by ~2**-17
+  of an output ulp, which only such outputs show.
 
 Every probe is drawn from ``numpy.random.default_rng(seed)``; the same seed gives the same
 operands.
@@ -58,7 +60,7 @@ __all__ = [
 ROWS, COLS, RANDOM_K = 64, 16, 64
 BOUNDARY_K, BOUNDARY_PAIRS, BOUNDARY_ULPS = 64, 128, 2.0**-15
 _SEARCH = (2048, 1024)  # rows and columns searched: 2**21 pairs
-EXACT_PAIRS, EXACT_ULPS = 60, 2.0**-14
+EXACT_PAIRS = 60
 
 
 class Probes(NamedTuple):
@@ -149,22 +151,66 @@ def probes(spec: MatmulSpec, seed: int = 0) -> Probes:
     return Probes(rx, rw, ex, ew, bx, bw)
 
 
+def _unit_scale(spec: MatmulSpec) -> float:
+    """The stored scale of a run whose largest magnitude is 1."""
+    pt = spec.scaling == "per_tensor"
+    return float(
+        quantize_rows_int8_np(np.ones((1, 1), np.float32), pt, spec.epilogue.scales)[1][0, 0]
+    )
+
+
+def _on_boundary(rng, spec: MatmulSpec, k: int, c: float):
+    """One pair (x row, w column) of length ``k`` (module docstring, exactness): quantized
+    values q_x (q_x[0] = 127, the rest within ±126) and q_w (127, then 126, the last 1), so
+    both scales are ``c`` and the exact sum S = Σ q_x·q_w is an integer chosen so that
+    fl32(S)·c² lies on a rounding boundary of the output; ``(x, w, q_x, q_w)``, or ``None`` if
+    the sum cannot be reached."""
+    qw = np.full(k, 126, np.int64)
+    qw[0], qw[-1] = 127, 1
+    qx = rng.integers(64, 127, k).astype(np.int64)
+    qx[0], qx[-1] = 127, 0
+    s0 = int(qx @ qw)
+    fmt, rz = spec.output, spec.epilogue.rounding == "toward_zero"
+    p = format_info(fmt).mantissa_bits
+    v0 = float(np.float32(s0)) * c * c
+    ulp = 2.0 ** (math.floor(math.log2(v0)) - p)
+    edge = (math.floor(v0 / ulp) + int(rng.integers(-2, 3)) + (0.0 if rz else 0.5)) * ulp
+    a = np.float32(edge / (c * c))
+    near = np.array([np.float32(a), np.nextafter(a, np.float32(0)), np.nextafter(a, np.inf)])
+    d = boundary_position(near.astype(np.float64) * c * c, fmt, rz)
+    target = int(near[int(np.argmin(d))])
+    rest = target - s0
+    for j in rng.integers(1, k - 1, 4 * k):  # entries of weight 126 (repeats are harmless)
+        if abs(rest) <= 63:
+            break
+        step = int(np.clip(round(rest / 126), -(qx[j] + 126), 126 - qx[j]))
+        qx[j] += step
+        rest -= 126 * step
+    if abs(rest) > 126:
+        return None
+    qx[-1] = rest
+    x = (qx * np.float64(c)).astype(np.float32)
+    w = (qw * np.float64(c)).astype(np.float32)
+    x[0] = w[0] = 1.0
+    return x, w, qx, qw
+
+
 def exactness_operands(spec: MatmulSpec, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(x, w)`` of the exactness probe at K = ``k`` (module docstring), as pairs: output i is
     ``x[i] @ w[:, i]``. The first four pairs are all ones and alternating ±1 against each
-    other."""
+    other; the others have sums near the largest, placed on output rounding boundaries."""
     rng = np.random.default_rng(seed)
-    side = int(np.clip(math.isqrt(2**31 // k), 32, 1024))  # searched rows and columns
-    x, w = extreme_operands(rng, 2 + side, k, 2 + side, (2 + side, 2 + side))
-    pt = spec.scaling == "per_tensor"
-    xq, sx = quantize_rows_int8_np(x[2:], pt, spec.epilogue.scales)
-    wq, sw = quantize_rows_int8_np(w[:, 2:].T, pt, spec.epilogue.scales)
-    exact = xq.astype(np.float64) @ wq.astype(np.float64).T  # below 2**53: exact
-    a = exact.astype(np.float32).astype(np.float64)
-    v = a * sx.astype(np.float64) * sw.astype(np.float64).T
-    d = boundary_position(v, spec.output, spec.epilogue.rounding == "toward_zero")
-    near_r, near_c = np.nonzero(d < EXACT_ULPS)
-    pick = rng.permutation(near_r.size)[:EXACT_PAIRS]
-    rows = np.concatenate([[0, 0, 1, 1], 2 + near_r[pick]])
-    cols = np.concatenate([[0, 1, 0, 1], 2 + near_c[pick]])
-    return x[rows], w[:, cols]
+    x, w = extreme_operands(rng, 2, k, 2, (2, 2))
+    rows, cols = [x[0], x[0], x[1], x[1]], [w[:, 0], w[:, 1], w[:, 0], w[:, 1]]
+    c = _unit_scale(spec)
+    count = min(EXACT_PAIRS, 2**20 // k) if k >= 3 else 0  # at most ~2**20 values per side
+    pairs = [p for p in (_on_boundary(rng, spec, k, c) for _ in range(count)) if p is not None]
+    if pairs:  # keep the pairs the quantizer reads as built
+        pt, scales = spec.scaling == "per_tensor", spec.epilogue.scales
+        qx = quantize_rows_int8_np(np.stack([p[0] for p in pairs]), pt, scales)[0]
+        qw = quantize_rows_int8_np(np.stack([p[1] for p in pairs]), pt, scales)[0]
+        for i, (px, pw, want_x, want_w) in enumerate(pairs):
+            if np.array_equal(qx[i], want_x) and np.array_equal(qw[i], want_w):
+                rows.append(px)
+                cols.append(pw)
+    return np.stack(rows), np.stack(cols, axis=1)

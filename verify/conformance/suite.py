@@ -127,9 +127,18 @@ def _run(impl, batching: str, x, w, batch: int) -> np.ndarray:
     return np.asarray(impl(jnp.asarray(x), jnp.asarray(w), _splits(batching, batch, x.shape[1])))
 
 
+def _only(x: np.ndarray, i: int) -> np.ndarray:
+    """``x`` with every row but row ``i`` zero."""
+    z = np.zeros_like(x)
+    z[i] = x[i]
+    return z
+
+
 def _alone(impl, batching: str, x, w) -> np.ndarray:
-    """The first ``ALONE`` rows of ``x @ w``, each computed alone (a batch of one)."""
-    return np.stack([_run(impl, batching, x[i : i + 1], w, 1)[0] for i in range(ALONE)])
+    """The first ``ALONE`` rows of ``x @ w``, each computed alone: as a batch of one (its
+    split-K) with no other row's values (the other rows zero, which change no scale and no
+    other sum; the product keeps its shape, so nothing is compiled again)."""
+    return np.stack([_run(impl, batching, _only(x, i), w, 1)[i] for i in range(ALONE)])
 
 
 def _paged(x: np.ndarray, w: np.ndarray, start: int, count: int = COLS):
@@ -156,11 +165,12 @@ def _pairs(impl, spec: MatmulSpec, batching: str, x, w) -> np.ndarray:
 
 
 def _pairs_alone(impl, batching: str, x, w, count: int) -> np.ndarray:
-    """Output i of the first ``count`` pairs, each row computed alone (a batch of one)."""
+    """Output i of the first ``count`` pairs, each computed alone (as ``_alone`` does, with the
+    pair's column the only one)."""
     out = []
     for i in range(count):
-        _, pw, _ = _paged(x, w, i, 1)
-        out.append(_run(impl, batching, x[i : i + 1], pw, 1)[0, 0])
+        px, pw, _ = _paged(x, w, i, 1)
+        out.append(_run(impl, batching, px, pw, 1)[0, 0])
     return np.array(out, np.float32)
 
 

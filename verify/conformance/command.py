@@ -1,0 +1,109 @@
+"""``python -m verify conformance CONTRACT.yaml``: the suite and its positive controls.
+
+Runs ``verify.conformance.run_suite`` on one kernel of the contract (``--kernel inference``,
+the default, or ``train``): the kernel's JAX implementation with every fault of
+``kernels.faults`` injected in turn, every check run on each, the top-1 check on
+``--sequences`` held-out sequences of ``--length`` tokens of the model (``--model`` /
+``--params`` or the contract's; ``--sequences 0`` leaves it out). Prints the table of which
+check detects which fault and the flags (false alarms, faults their designed check missed,
+checks that fire on nothing, faults nothing detects); ``--json PATH`` writes it.
+
+A command rather than a script: the table belongs to a contract's kernel (its epilogue,
+scales, ``k_max``), it gates (exit code), it reuses the contract loading, the bad-input rules
+and the all-or-nothing output of the other commands, and the a-priori check needs ``bounds``,
+which only ``verify`` may import.
+
+Exit codes: 0 no check fires on the null fault and every fault is detected by the check
+designed for it; 1 otherwise; 2 unusable input (nothing written).
+"""
+
+from __future__ import annotations
+
+__all__ = ["conformance_main"]
+
+
+def _parser(out, err):
+    from verify.cli import _Parser
+    from verify.localize.command import _count
+
+    p = _Parser(
+        prog="python -m verify conformance",
+        description="Run the conformance checks on a kernel of the contract with every fault "
+        "of the fault-injection set, and print which check detects which fault.",
+        out=out,
+        err=err,
+    )
+    p.add_argument("contract", metavar="CONTRACT.yaml")
+    p.add_argument("--kernel", choices=("inference", "train"), default="inference",
+                   help="the kernel under test (default inference)")  # fmt: skip
+    p.add_argument("--model", metavar="NAME|module:function",
+                   help="model of the top-1 check (default: the contract's)")  # fmt: skip
+    p.add_argument("--params", metavar="PATH", help="the entry point's params (.npz)")
+    p.add_argument("--sequences", type=_count, default=4, metavar="N",
+                   help="sequences of the top-1 check (default 4; 0: no model)")  # fmt: skip
+    p.add_argument("--length", type=_count, default=64, metavar="N",
+                   help="tokens per sequence (default 64)")  # fmt: skip
+    p.add_argument("--seed", type=_count, default=0, metavar="N", help="probe and token seed")
+    p.add_argument("--json", metavar="PATH", help="write the table as JSON here")
+    return p
+
+
+def conformance_main(argv: list[str], *, stdout, stderr) -> int:
+    """The ``conformance`` command on ``argv`` (the words after ``conformance``)."""
+    import contracts
+    from verify import outputs
+    from verify.localize.model import ModelError, choose_model, token_rows
+
+    args = _parser(stdout, stderr).parse_args(argv)
+    if args.sequences and args.length < 1:
+        stderr.write("--length 0: the top-1 check needs at least one token per sequence\n")
+        return 2
+    try:
+        target = outputs.prepare([("--json", args.json)], [("the contract", args.contract)])
+    except outputs.OutputError as err:
+        stderr.write(f"verify: {err}\n")
+        return 2
+    with target:
+        try:
+            contract = contracts.load(args.contract)
+        except contracts.ContractError as err:
+            stderr.write(f"{err}\n")
+            return 2
+        model = None
+        if args.sequences:
+            try:
+                chosen = choose_model(contract, args.model, args.params)
+            except ModelError as err:
+                stderr.write(f"{err}\n")
+                return 2
+            if chosen.max_length is not None and args.length > chosen.max_length:
+                stderr.write(
+                    f"--length {args.length}: model {chosen.name} runs sequences of at most "
+                    f"{chosen.max_length} tokens\n"
+                )
+                return 2
+            import numpy as np
+
+            from verify.conformance.suite import Model
+
+            rng = np.random.default_rng(args.seed)
+            tokens = token_rows(chosen, args.sequences, args.length, rng)
+            model = Model(chosen.fn, chosen.params, tokens)
+        from verify.conformance.render import to_json, to_text
+        from verify.conformance.suite import run_suite
+
+        kernel = getattr(contract.kernels, args.kernel)
+        try:
+            table = run_suite(kernel, seed=args.seed, model=model)
+        except (ValueError, NotImplementedError) as err:
+            first = str(err).replace("\n", " ")
+            stderr.write(f"verify conformance: cannot run the {args.kernel} kernel: {first}\n")
+            return 2
+        if args.json is not None:
+            try:
+                target.write([to_json(table, args.kernel)])
+            except outputs.OutputError as err:
+                stderr.write(f"verify: {err}\n")
+                return 2
+    stdout.write(to_text(table, args.kernel))
+    return 0 if table.ok else 1

@@ -1,0 +1,125 @@
+"""``python -m verify localize CONTRACT.yaml``: where the contract's two kernels diverge.
+
+Kernel A is the contract's training kernel (fixed batching, as K_train always runs), kernel B
+its inference kernel at a serving batch of ``--sequences`` (``kernels.localize``). The model
+is ``--model``/``--params`` or the contract's own (``verify.localize.model``). Two runs:
+
+1. ``--sequences`` held-out sequences of ``--length`` tokens, every matmul site compared on
+   shared operands (kernel B fed kernel A's operands), with and without power-of-two scales;
+2. ``--replay`` other sequences teacher-forced through both kernels end to end, and kernel A's
+   margin scored as a predictor of top-1 flips (ROC-AUC, Brier of a logistic map fitted on
+   the even sequences, scored on the odd ones); ``--replay 0`` skips it.
+
+Prints the tables; ``--json PATH`` writes everything (checked before any work, written all or
+nothing). Exit codes: 0 done; 2 unusable input (the contract, the model, the lengths, a kernel
+that cannot run the model, the output path), nothing written.
+"""
+
+from __future__ import annotations
+
+__all__ = ["localize_main"]
+
+
+def _parser(out, err):
+    from verify.cli import _Parser, _positive
+
+    p = _Parser(
+        prog="python -m verify localize",
+        description="Compare the contract's training and inference kernels matmul by matmul on "
+        "shared operands, and score the logit margin as a predictor of top-1 flips.",
+        out=out,
+        err=err,
+    )
+    p.add_argument("contract", metavar="CONTRACT.yaml")
+    p.add_argument("--model", metavar="NAME|module:function",
+                   help="a shipped model or an entry point (default: the contract's)")  # fmt: skip
+    p.add_argument("--params", metavar="PATH", help="the entry point's params (.npz)")
+    p.add_argument("--sequences", type=_positive, default=8, metavar="N",
+                   help="sequences compared site by site (default 8)")  # fmt: skip
+    p.add_argument("--length", type=_positive, default=64, metavar="N",
+                   help="tokens per sequence (default 64)")  # fmt: skip
+    p.add_argument("--replay", type=_count, default=32, metavar="N",
+                   help="sequences replayed end to end for flip prediction (default 32; 0: "
+                   "none)")  # fmt: skip
+    p.add_argument("--seed", type=_count, default=0, metavar="N", help="token sampling seed")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    return p
+
+
+def _count(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
+def localize_main(argv: list[str], *, stdout, stderr) -> int:
+    """The ``localize`` command on ``argv`` (the words after ``localize``)."""
+    from dataclasses import replace
+
+    import contracts
+    from verify import outputs
+    from verify.localize.model import ModelError, choose_model, token_rows
+    from verify.localize.render import to_json, to_text
+
+    args = _parser(stdout, stderr).parse_args(argv)
+    if args.replay == 1:
+        stderr.write(
+            "--replay 1: flip prediction fits on even sequences and scores odd ones, so it "
+            "needs at least 2 (0 skips it)\n"
+        )
+        return 2
+    try:
+        target = outputs.prepare([("--json", args.json)], [("the contract", args.contract)])
+    except outputs.OutputError as err:
+        stderr.write(f"verify: {err}\n")
+        return 2
+    with target:
+        try:
+            contract = contracts.load(args.contract)
+        except contracts.ContractError as err:
+            stderr.write(f"{err}\n")
+            return 2
+        try:
+            chosen = choose_model(contract, args.model, args.params)
+        except ModelError as err:
+            stderr.write(f"{err}\n")
+            return 2
+        if chosen.max_length is not None and args.length > chosen.max_length:
+            stderr.write(
+                f"--length {args.length}: model {chosen.name} runs sequences of at most "
+                f"{chosen.max_length} tokens\n"
+            )
+            return 2
+        import numpy as np
+
+        from kernels.localize import localize, replay
+
+        a = replace(contract.kernels.train, batching="fixed")
+        b = contract.kernels.inference
+        rng = np.random.default_rng(args.seed)
+        rows = token_rows(chosen, args.sequences + args.replay, args.length, rng)
+        try:
+            loc = localize(chosen.fn, chosen.params, rows[: args.sequences], a, b)
+            rep = None
+            if args.replay:
+                rep = replay(chosen.fn, chosen.params, rows[args.sequences :], a, b)
+        except (ValueError, NotImplementedError) as err:
+            first = str(err).replace("\n", " ")
+            stderr.write(f"verify localize: cannot run {chosen.name} on these kernels: {first}\n")
+            return 2
+        meta = {"contract": args.contract, "model": chosen.name, "seed": args.seed,
+                "sequences": args.sequences, "length": args.length}  # fmt: skip
+        if args.json is not None:
+            try:
+                target.write([to_json(loc, rep, meta)])
+            except outputs.OutputError as err:
+                stderr.write(f"verify: {err}\n")
+                return 2
+    stdout.write(to_text(loc, rep, meta))
+    return 0
