@@ -2,7 +2,7 @@
 correction under each inference-kernel preset, and the online monitor over the rollouts.
 
     python examples/rl_experiment.py --quick          # fp32 and h100-fp8, 3 steps: < 60 s
-    python examples/rl_experiment.py                  # every preset, 2 seeds of 20 steps
+    python examples/rl_experiment.py                  # every preset, 2 seeds of 16 steps
     python examples/rl_experiment.py --out DIR --presets bf16 h100-fp8 --correction icepop
 
 Each run starts from the shipped tiny-lm and trains it with GRPO on a rule-based reward (the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import pathlib
 import sys
 import time
@@ -54,7 +55,7 @@ CORRECTIONS = {
     "tv_mask": {"threshold": 0.05},
     "kl_mask": {"threshold": 0.01},
 }
-FULL = {"steps": 20, "seeds": 2, "presets": tuple(PRESETS)}
+FULL = {"steps": 16, "seeds": 2, "presets": tuple(PRESETS)}
 QUICK = {"steps": 3, "seeds": 1, "presets": ("fp32", "h100-fp8")}
 
 
@@ -269,7 +270,9 @@ def _markdown(args, presets, estimators, steps, seeds, cells, n1, elapsed) -> st
     head = (
         f"RL experiment: task {args.task}, {args.groups} prompts x {args.group_size} samples x "
         f"{args.new_tokens} tokens per step, Adam lr {args.lr:g}, {steps} steps, {seeds} "
-        f"seed(s); correction {names[1]} {dict(estimators[names[1]])}; {elapsed:.0f} s.\n"
+        f"seed(s); correction {names[1]} {dict(estimators[names[1]])}; {elapsed:.0f} s, load "
+        f"average {os.getloadavg()[0]:.1f} at the end (steps/s is wall time under that load: "
+        "bench/bench_rl.py compares kernels interleaved).\n"
     )
     rows = []
     for (p, e), c in cells.items():
