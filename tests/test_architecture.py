@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import pathlib
+import re
 
 import pytest
 
@@ -33,8 +35,88 @@ def _modules(package: str) -> list[pathlib.Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+# calls that import the module named by their first argument
+_IMPORT_CALLS = {"import_module", "__import__", "run_module"}
+_MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_ENTRY_POINT = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _leading_text(node: ast.AST) -> str | None:
+    """The text a string expression starts with: "a.b", f"a.{x}" and "a." + x give "a."."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return _leading_text(node.values[0])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _leading_text(node.left)
+    return None
+
+
+def _module_of(text: str | None) -> str | None:
+    """The module a string names: "a.b", "a.b:function", "a." (a prefix) or "a.b ARGS"."""
+    if not text:
+        return None
+    head = text.split()[0] if text.split() else ""
+    head = head.split(":")[0].rstrip(".")
+    return head if _MODULE.fullmatch(head) else None
+
+
+def _call_name(node: ast.Call) -> str | None:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def _string_imports(tree: ast.AST) -> list[tuple[str, int]]:
+    """Modules named by strings that are imported: arguments of ``importlib.import_module``,
+    ``__import__`` and ``runpy.run_module``; the argument after ``"-m"`` in a command list;
+    ``"package.module:function"`` entry points; and, in a module that imports by a computed
+    name, lazy tables (dict literals whose values are all module names, as ``_EXPORTS``)."""
+    found: list[tuple[str, int]] = []
+    computed = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _call_name(node) in _IMPORT_CALLS and node.args:
+            name = _module_of(_leading_text(node.args[0]))
+            if name is not None:
+                found.append((name, node.lineno))
+            computed |= not isinstance(node.args[0], ast.Constant)
+        elif isinstance(node, ast.List | ast.Tuple):
+            for flag, arg in zip(node.elts, node.elts[1:], strict=False):
+                if isinstance(flag, ast.Constant) and flag.value == "-m":
+                    name = _module_of(_leading_text(arg))
+                    if name is not None:
+                        found.append((name, arg.lineno))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = _ENTRY_POINT.fullmatch(node.value)
+            if m is not None:
+                found.append((m[1], node.lineno))
+    if computed:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Dict) or not node.values:
+                continue
+            texts = [v.value if isinstance(v, ast.Constant) else None for v in node.values]
+            if all(isinstance(t, str) and _MODULE.fullmatch(t) for t in texts) and any(
+                "." in t for t in texts
+            ):
+                found += [(t, v.lineno) for t, v in zip(texts, node.values, strict=True)]
+    return found
+
+
 def _imports(path: pathlib.Path) -> list[tuple[str, int]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return list(_imports_of(_parse(path)))
+
+
+@functools.cache
+def _parse_text(text: str, filename: str) -> ast.AST:
+    return ast.parse(text, filename=filename)
+
+
+def _parse(path: pathlib.Path) -> ast.AST:
+    """``path`` parsed; every test reads every module, so each text is parsed once."""
+    return _parse_text(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _imports_of(tree: ast.AST) -> tuple[tuple[str, int], ...]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -42,7 +124,7 @@ def _imports(path: pathlib.Path) -> list[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.module, node.lineno))
             found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
-    return found
+    return tuple(found + _string_imports(tree))
 
 
 def test_every_package_has_modules():
@@ -58,6 +140,20 @@ def test_import_directions(package):
             top = name.split(".")[0]
             if top in PACKAGES and top != package and top not in ALLOWED[package]:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_string_imports_name_existing_modules(package):
+    """A lazy table or ``import_module`` string of ours must name a module that exists."""
+    bad = []
+    for path in _modules(package):
+        for name, line in _string_imports(_parse(path)):
+            if name.split(".")[0] not in PACKAGES:
+                continue
+            where = ROOT.joinpath(*name.split("."))
+            if not (where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: names {name}")
     assert bad == []
 
 
@@ -90,12 +186,45 @@ def test_package_is_ours(package):
 
 
 def test_import_checker_sees_violations(tmp_path):
-    """The checker itself must be able to fail: a module importing a forbidden package."""
+    """The checker itself must be able to fail: a module importing a forbidden package, by an
+    import statement or by a string."""
     bad = tmp_path / "m.py"
-    bad.write_text("import verify.cli\nfrom kernels import matmul\n", encoding="utf-8")
-    names = [name for name, _ in _imports(bad)]
-    assert "verify.cli" in names
-    assert "kernels" in names
+    bad.write_text(
+        "import importlib, subprocess, sys\n"
+        "import verify.cli\n"
+        "from kernels import matmul\n"
+        'importlib.import_module("bounds.apriori")\n'
+        'importlib.import_module(f"verify.{sys.argv[1]}")\n'
+        '__import__("kernels" + ".ops")\n'
+        '_EXPORTS = {"run": "verify.run", "Ops": "kernels.ops"}\n'
+        'subprocess.run([sys.executable, "-m", "verify._solver_main", "3"])\n'
+        'ENTRY = "bounds.derive:derive"\n'
+        'NOT_AN_IMPORT = {"key": "kernels.train", "note": "see kernels.matmul"}\n'
+        '"""kernels.train is only a docstring here"""\n',
+        encoding="utf-8",
+    )
+    found = [(name, line) for name, line in _imports(bad) if name.split(".")[0] in PACKAGES]
+    assert sorted(found) == sorted(
+        [
+            ("verify.cli", 2),
+            ("kernels", 3),
+            ("kernels.matmul", 3),
+            ("bounds.apriori", 4),
+            ("verify", 5),
+            ("kernels", 6),
+            ("verify.run", 7),
+            ("kernels.ops", 7),
+            ("verify._solver_main", 8),
+            ("bounds.derive", 9),
+        ]
+    )
+
+
+def test_lazy_tables_count_only_where_names_are_imported(tmp_path):
+    """A table of module-like strings is an import only in a module that imports by name."""
+    quiet = tmp_path / "q.py"
+    quiet.write_text('SECTIONS = {"train": "kernels.train", "inf": "kernels.inference"}\n')
+    assert _imports(quiet) == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)
