@@ -1,8 +1,8 @@
 """``python -m verify localize CONTRACT.yaml``: where the contract's two kernels diverge.
 
 Kernel A is the contract's training kernel (fixed batching, as K_train always runs), kernel B
-its inference kernel at a serving batch of ``--sequences`` (``kernels.localize``). The model
-is ``--model``/``--params`` or the contract's own (``verify.localize.model``). Two runs:
+its inference kernel at a serving batch of ``--sequences`` (``kernels.localization``). The
+model is ``--model``/``--params`` or the contract's own (``verify.localize.model``). Two runs:
 
 1. ``--sequences`` held-out sequences of ``--length`` tokens, every matmul site compared on
    shared operands (kernel B fed kernel A's operands), with and without power-of-two scales;
@@ -98,7 +98,7 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
             return 2
         import numpy as np
 
-        from kernels.localize import localize, replay
+        from kernels.localization import localize, replay
 
         a = replace(contract.kernels.train, batching="fixed")
         b = contract.kernels.inference

@@ -63,7 +63,7 @@ def choose_model(contract, model: str | None, params: str | None) -> Chosen:
             f"--model {model}: unknown model (shipped: {', '.join(sorted(CHECKPOINTS))}; or an "
             "entry point package.module:function with --params PATH)"
         )
-    from kernels.localize import shipped_model
+    from kernels.localization import shipped_model
     from kernels.model import load_pretrained
 
     fn, state, windows = shipped_model(model)

@@ -1,4 +1,4 @@
-"""Text and JSON renderings of a localization (``kernels.localize``)."""
+"""Text and JSON renderings of a localization (``kernels.localization``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from kernels.localize import Localization, Replay, SiteDivergence
+from kernels.localization import Localization, Replay, SiteDivergence
 
 __all__ = ["to_json", "to_text"]
 
