@@ -62,10 +62,11 @@ def _loop(x):
 
 
 def centred_drift(z, zp, i1):
-    """d − d(i₁) for d = z' − z along the last axis, from the exact difference: z' − z rounds
-    (unless z and z' lie within a factor 2), so its rounding error is carried (Knuth's two-sum)
-    and the shift by d(i₁) cancels exactly what every logit shares. 0 − 0 where z = z' (both
-    −inf included); ±inf where one side alone is −inf. Also returns d(i₁)."""
+    """d − d(i₁) for d = z' − z along the last axis, and d(i₁). z' − z rounds (unless z and z'
+    lie within a factor 2), so its rounding error is carried (Knuth's two-sum) and the shift by
+    d(i₁) cancels exactly what every logit shares. d = 0 where z = z' (both −inf included) and
+    ±inf where one side alone is −inf; when d(i₁) itself is infinite the row is not shifted
+    (d(i₁) is returned as 0)."""
     s = zp - z
     back = s - zp
     err = (zp - (s - back)) - (z + back)
@@ -74,6 +75,7 @@ def centred_drift(z, zp, i1):
     err = jnp.where(same | ~jnp.isfinite(s), 0.0, err)
     s_top = jnp.take_along_axis(s, i1[..., None], axis=-1)
     err_top = jnp.take_along_axis(err, i1[..., None], axis=-1)
+    s_top = jnp.where(jnp.isfinite(s_top), s_top, 0.0)
     return (s - s_top) + (err - err_top), s_top + err_top
 
 
@@ -134,7 +136,7 @@ def block_metrics(
     def epsi(w):  # e·ψ(u) = e·(φ(u) + u) where |u| < ½
         return jnp.where(small(w), mixed + e * centred(w), mixed)
 
-    # Σ e·φ(u) = Σ mixed − Σ_{|u| ≥ ½} e·u: no cancellation, as φ(u) ≥ ψ(u)/5 there
+    # Σ e·φ(u) = Σ mixed − Σ_{|u| ≥ ½} e·u: no cancellation, as |ψ(u)| + |u| < 10 φ(u) there
     big_u = jnp.sum(_loop(jnp.where(small(w), 0.0, e * centred(w))), axis=1)
     phi_sum = jnp.sum(mixed, axis=1) - big_u
     kl_pq = jnp.log1p(phi_sum / s)

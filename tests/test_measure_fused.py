@@ -128,20 +128,21 @@ def test_ties_pick_the_first_index_across_and_within_chunks():
 
 def test_masked_tokens():
     """−inf on both sides drops the token; on one side the KL towards that kernel is +inf, and
-    the other columns are summed directly (about 1e-6 absolute: rows 1 and 2)."""
+    the other columns are summed directly (about 1e-6 absolute: rows 1, 2 and 4)."""
     rng = np.random.default_rng(5)
     z, zp, y = _pair(rng, 6, 128, 0.1)
     z[0, 10:20] = zp[0, 10:20] = -np.inf  # masked by both
     zp[1, 7] = -np.inf  # π' lacks a token π has
     z[2, 9] = -np.inf  # π lacks a token π' has
     z[3, 4] = zp[3, 4] = -np.inf  # both mask the observed token: log_ratio is NaN
+    zp[4, np.argmax(z[4])] = -np.inf  # K_inf masks the most likely token of K_train
     y[3] = 4
     y[0] = 3
     z[5], zp[5], y[5] = z[0], zp[0], y[0]  # row 0 again, its masked tokens at −1e4 both sides
     z[5, 10:20] = zp[5, 10:20] = -1e4
     got = _table(z, zp, y, 0.8)
     want = _reference(z, zp, y, 0.8)
-    exact, direct = [0, 3, 4, 5], [1, 2]
+    exact, direct = [0, 3, 5], [1, 2, 4]
     _assert_close(
         {k: v[exact] for k, v in got.items()}, {k: v[exact] for k, v in want.items()}, 0.8
     )
@@ -154,7 +155,8 @@ def test_masked_tokens():
     )
     assert got["kl_train_inf"][1] == np.inf and np.isfinite(got["kl_inf_train"][1])
     assert got["kl_inf_train"][2] == np.inf and np.isfinite(got["kl_train_inf"][2])
-    assert got["logit_drift"][1] == got["logit_drift"][2] == np.inf
+    assert got["logit_drift"][1] == got["logit_drift"][2] == got["logit_drift"][4] == np.inf
+    assert got["kl_train_inf"][4] == np.inf and got["top1_flip"][4] == 1
     assert np.isnan(got["log_ratio"][3]) and np.isfinite(got["tv"][3])
     # a token masked by both kernels is a token of probability 0 under both
     for key in COLUMNS:
