@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import sympy
 
 from bounds.premises import Fact
+from contracts import KernelContractsError
 
 __all__ = ["NoLemma", "Route", "combine"]
 
@@ -43,5 +44,5 @@ def combine(
     return Route(name, expr, facts, chain, exp, attained and all(p.attained for p in parts))
 
 
-class NoLemma(Exception):
+class NoLemma(KernelContractsError):
     """A guarantee lacks a field its lemma needs."""

@@ -25,7 +25,7 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
-from contracts.errors import Problem
+from contracts.errors import KernelContractsError, Problem
 
 __all__ = ["INVALID", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Document", "read_document"]
 
@@ -69,7 +69,7 @@ _CoreResolver.add_implicit_resolver(_FLOAT, _INF_RE, list("-+."))
 _CoreResolver.add_implicit_resolver(_FLOAT, _NAN_RE, ["."])
 
 
-class _TooBig(Exception):
+class _TooBig(KernelContractsError):
     def __init__(self, mark, message: str):
         super().__init__(message)
         self.mark = mark
@@ -201,7 +201,7 @@ def read_document(data: bytes | str, path: str) -> Document:
     return Document(tree, MappingProxyType(builder.locations), start, tuple(builder.problems))
 
 
-class _Abort(Exception):
+class _Abort(KernelContractsError):
     def __init__(self, problem: Problem):
         super().__init__(str(problem))
         self.problem = problem

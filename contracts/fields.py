@@ -9,6 +9,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import NamedTuple
 
+from contracts.formats import FLOAT_FORMATS
+
 __all__ = [
     "ACCUMULATOR_DTYPES",
     "ACTIONS",
@@ -40,7 +42,10 @@ __all__ = [
 VERSION = 1
 
 FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
-ACCUMULATOR_DTYPES = MappingProxyType({"float32": 23, "float16": 10, "bfloat16": 7})
+# accumulator dtype -> its mantissa bits (contracts.formats)
+ACCUMULATOR_DTYPES = MappingProxyType(
+    {name: FLOAT_FORMATS[name].mantissa_bits for name in ("float32", "float16", "bfloat16")}
+)
 # int8: symmetric values in [-127, 127], accumulated exactly in int32 (kernels.matmul)
 INPUT_FORMATS = (*FORMATS, "int8")
 INT_ACCUMULATORS = ("int32",)

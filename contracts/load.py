@@ -7,14 +7,14 @@ import os
 import stat
 
 from contracts.document import MAX_BYTES, read_document
-from contracts.errors import ContractError, Problem
+from contracts.errors import ContractError, KernelContractsError, Problem
 from contracts.model import Contract
 from contracts.validate import validate
 
 __all__ = ["NotRegularFile", "file_kind", "load", "loads", "read_regular"]
 
 
-class NotRegularFile(OSError):
+class NotRegularFile(KernelContractsError, OSError):
     """The path names something other than a regular file; ``kind`` says what, in words."""
 
     def __init__(self, path: str, kind: str):

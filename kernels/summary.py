@@ -32,6 +32,7 @@ from fractions import Fraction
 import numpy as np
 from jaxtyping import Bool, Float
 
+from contracts import KernelContractsError
 from contracts.model import Slice
 
 __all__ = [
@@ -236,7 +237,7 @@ def merge_all(parts: Iterable[Mapping]) -> dict:
     return out
 
 
-class MissingColumn(Exception):
+class MissingColumn(KernelContractsError):
     """A slice selects on a column the token table does not have."""
 
 

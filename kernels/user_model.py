@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from contracts import KernelContractsError
 from contracts.sections import ENTRY_POINT
 
 __all__ = [
@@ -72,7 +73,7 @@ MODEL_KEY = "evidence.emulate.model"
 PARAMS_KEY = "evidence.emulate.params"
 
 
-class UserModelError(ValueError):
+class UserModelError(KernelContractsError, ValueError):
     """An unusable user model; ``key`` is the contract key to point at, ``str(err)`` is
     user-ready and starts with that key."""
 

@@ -75,7 +75,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from contracts import ContractError, load
+from contracts import ContractError, KernelContractsError, load
 from contracts.canonical import from_canonical
 from contracts.load import read_regular
 from verify import smt
@@ -101,7 +101,7 @@ _CONTRACT = frozenset(("path", "sha256", "canonical", "canonical_sha256", "name"
 _LABELS = ("proved", "refuted", "unknown")
 
 
-class ReportUnreadable(ValueError):
+class ReportUnreadable(KernelContractsError, ValueError):
     """The file is not a readable report (exit code 2)."""
 
 

@@ -36,12 +36,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from contracts import KernelContractsError
+
 __all__ = ["SUBCOMMANDS", "main"]
 
 SUBCOMMANDS = ("check", "synth", "schema", "monitor", "export", "localize", "conformance")
 
 
-class _Stop(Exception):
+class _Stop(KernelContractsError):
     def __init__(self, code: int):
         self.code = code
 

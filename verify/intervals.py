@@ -21,6 +21,8 @@ from fractions import Fraction
 import mpmath
 import sympy
 
+from contracts import KernelContractsError
+
 __all__ = [
     "BITS",
     "ExprError",
@@ -46,7 +48,7 @@ _WORK = BITS + 40  # mpmath working precision for transcendental endpoints
 _SLACK = BITS - 8  # transcendental results are widened by 2**-_SLACK relative
 
 
-class ExprError(ValueError):
+class ExprError(KernelContractsError, ValueError):
     """An expression outside the supported vocabulary, or outside a function's domain."""
 
 

@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contracts import KernelContractsError
 from contracts.load import file_kind
 
 __all__ = ["OutputError", "Plan", "Target", "prepare", "refuse_inputs"]
@@ -43,7 +44,7 @@ _DESCRIPTORS = {"/dev/stdout": 1, "/dev/stderr": 2}
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
 
 
-class OutputError(ValueError):
+class OutputError(KernelContractsError, ValueError):
     """An output that cannot be used or written; ``str`` is the one-line message (exit 2)."""
 
 

@@ -17,6 +17,8 @@ from fractions import Fraction
 import mpmath
 from mpmath import iv
 
+from contracts import KernelContractsError
+
 __all__ = ["Node", "SreprError", "evaluate_iv", "parse_srepr", "to_sympy"]
 
 Node = tuple  # ("num", Fraction) | ("sym", name) | (head, child, ...)
@@ -26,7 +28,7 @@ _HEADS = {"Add", "Mul", "Pow", "exp", "log", "tanh", "sqrt", "Min", "Max", "Abs"
 PREC = 200  # bits: not the producer's 160, on purpose
 
 
-class SreprError(ValueError):
+class SreprError(KernelContractsError, ValueError):
     """Text that is not a bound in the supported vocabulary."""
 
 

@@ -21,6 +21,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from contracts import KernelContractsError
 from kernels.logs.schema import FORMATS, LogFormat, detect_format
 
 __all__ = ["LOGPROB_TOLERANCE", "LogError", "LogTable", "Problem", "read_log"]
@@ -38,7 +39,7 @@ _INTEGER = frozenset({int})
 _MASK = frozenset({int, bool})
 
 
-class LogError(Exception):
+class LogError(KernelContractsError):
     """A file that cannot be read as a log; ``str(err)`` is the user-ready message."""
 
 
@@ -84,11 +85,11 @@ class LogTable:
         return int(self.columns["train_logprob"].shape[0])
 
 
-class _Bad(Exception):
+class _Bad(KernelContractsError):
     """A record-level problem; the record is skipped and the problem reported."""
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKey(KernelContractsError):
     """A JSON object with a key given twice (``args[0]``): which value counts is anyone's guess."""
 
 

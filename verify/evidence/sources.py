@@ -21,6 +21,7 @@ from importlib import resources
 
 import numpy as np
 
+from contracts import KernelContractsError
 from verify.evidence.envelope import observe, settings
 
 __all__ = [
@@ -39,7 +40,7 @@ RANGE = {"tv": (0.0, 1.0), "top1_flip": (0.0, 1.0)}
 _FULL_VOCAB = ("logit_drift", "logit_oscillation", "tv", "kl", "top1_flip")
 
 
-class EvidenceError(Exception):
+class EvidenceError(KernelContractsError):
     """Unusable evidence (missing or unreadable file, bad format); ``str(err)`` is user-ready."""
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from contracts import Contract, Guarantee, exact
+from contracts import Contract, Guarantee, KernelContractsError, exact
 
 __all__ = [
     "DRIVING",
@@ -38,7 +38,7 @@ DRIVING = (
 Value = str | bool | Fraction | None  # what a setting holds; a Fraction is written as a number
 
 
-class ExportError(ValueError):
+class ExportError(KernelContractsError, ValueError):
     """An export that cannot be made; ``str`` is the message and ``code`` the exit code."""
 
     def __init__(self, message: str, code: int = 2):
@@ -46,7 +46,7 @@ class ExportError(ValueError):
         self.code = code
 
 
-class NoCounterpart(ValueError):
+class NoCounterpart(KernelContractsError, ValueError):
     """A framework has no setting that carries out a request exactly; ``str`` says why."""
 
 

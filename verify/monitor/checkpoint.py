@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 
+from contracts import KernelContractsError
 from kernels.logs.reader import _parse
 from verify.monitor.stream import Position
 from verify.status import Status
@@ -28,7 +29,7 @@ FORMAT = "kernel-contracts/monitor-checkpoint/1"
 _KEYS = ("format", "binding", "position", "window", "worst", "out_length", "reader")
 
 
-class CheckpointError(Exception):
+class CheckpointError(KernelContractsError):
     """A checkpoint that cannot be used; ``str`` is the one-line message (exit 2)."""
 
 

@@ -25,6 +25,8 @@ import select
 import stat
 from dataclasses import dataclass
 
+from contracts import KernelContractsError
+
 __all__ = ["MAX_LINE", "Line", "Position", "StreamError", "open_stream", "stream_kind"]
 
 MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
@@ -32,7 +34,7 @@ HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
 _CHUNK = 1 << 20
 
 
-class StreamError(Exception):
+class StreamError(KernelContractsError):
     """A stream that cannot be read (or resumed); ``str`` is the one-line message (exit 2)."""
 
 

@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from contracts import KernelContractsError
 from kernels.logs.reader import (
     MAX_LISTED,
     LogTable,
@@ -50,7 +51,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-class MonitorError(Exception):
+class MonitorError(KernelContractsError):
     """Input the monitor cannot use; ``str`` is the one-line message (exit 2)."""
 
 

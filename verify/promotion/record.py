@@ -39,6 +39,8 @@ import hashlib
 import json
 import os
 
+from contracts import KernelContractsError
+
 __all__ = [
     "FORMAT",
     "HALTING",
@@ -68,7 +70,7 @@ RECORD_KEYS = frozenset(
 _MEASURED = ("numerical", "statistical")
 
 
-class PromotionError(ValueError):
+class PromotionError(KernelContractsError, ValueError):
     """A stage that cannot be run or a record that cannot be used; ``str`` is the one-line
     message (exit 2)."""
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
+from contracts import KernelContractsError
+
 if TYPE_CHECKING:
     from jaxtyping import Array
 
@@ -40,7 +42,7 @@ __all__ = [
 _LISTED = 3  # offending positions shown per problem
 
 
-class RoutingError(ValueError):
+class RoutingError(KernelContractsError, ValueError):
     """A routing input that cannot be used; ``problems`` names each offending argument, and
     ``str`` is one line with all of them."""
 
