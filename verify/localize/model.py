@@ -14,10 +14,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from contracts import KernelContractsError
+
 __all__ = ["Chosen", "ModelError", "choose_model", "token_rows"]
 
 
-class ModelError(ValueError):
+class ModelError(KernelContractsError, ValueError):
     """An unusable model choice; ``str(err)`` is the message for the user."""
 
 
