@@ -16,8 +16,9 @@ run and interleaved (so load from other processes hits all alike; best of ``--re
   its temporaries fit in memory), once.
 
 It prints wall and CPU seconds (all threads), the measurement's bytes of logits read per second
-as a share of the read bandwidth, the operation count per pair of logits and the rates reached,
-and the load average before and after.
+as a share of the read bandwidth, the operation count per pair of logits, the rates reached,
+what a 25 % share would need as a share of the cores' peak, and the load average before and
+after.
 
 ``table`` runs the shipped policy through K_train = fp32 and K_inf = each preset (the
 ``emulate`` evidence path) and prints a Markdown table of drift, TV and |log ratio| quantiles.
@@ -36,14 +37,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 from timing import best, interleaved
 
-# Work per pair of logits in one fused pass (kernels.measure_fused), counted from its code:
-# 2 exponentials (e^{z/T - max}, and e^u where |u| >= 1/2, computed for every element of the
-# vectorised loop), the 9-term series of phi, the two-sum of z' - z and the elementwise work of
-# ten sums and four maxima. An exponential is about 15 further operations (range reduction, a
-# degree-6 polynomial, scaling) in XLA's CPU code.
+# Work per pair of logits in the fused pass (kernels.measure_fused), counted from the compiled
+# program of one block: 2 exponentials (e^{z/T - max}, and e^u, which the vectorised loop computes
+# for every element), 83 further elementwise operations (the two-sum of z' - z, the 9-term
+# series of phi, products, compares and selects) and 11 reduction steps (4 maxima, 7 sums). An
+# exponential is about 15 vector operations in XLA's CPU code (range reduction, a degree-6
+# polynomial, scaling). The 2 cores execute at most 4 pipes x 8 float32 lanes per cycle each.
 EXP_PER_PAIR = 2
-FLOP_PER_PAIR = 75  # besides the exponentials
-FLOP_PER_EXP = 15
+OPS_PER_PAIR = 94  # besides the exponentials
+OPS_PER_EXP = 15
+PEAK_OPS_PER_CYCLE = 32  # per core: 4 vector pipes x 8 float32 lanes (256-bit)
+
+
+def _clock_hz() -> float:
+    """The CPU clock Linux reports (0 where it reports none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) * 1e6
+    except (OSError, ValueError):
+        pass
+    return 0.0
 
 
 def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
@@ -104,15 +118,22 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     print(f"  kernels.measure: {tokens / t_jax:,.0f} tokens/s")
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
     print(f"  speed-up jax / numpy: {t_np / t_jax:.2f} x")
-    flop = pairs * (FLOP_PER_PAIR + EXP_PER_PAIR * FLOP_PER_EXP)
+    ops = OPS_PER_PAIR + EXP_PER_PAIR * OPS_PER_EXP
     print(
-        f"  work per pair of logits: {EXP_PER_PAIR} exponentials + about {FLOP_PER_PAIR} "
-        f"operations (about {FLOP_PER_PAIR + EXP_PER_PAIR * FLOP_PER_EXP} with the exponentials)"
+        f"  work per pair of logits: {EXP_PER_PAIR} exponentials + {OPS_PER_PAIR} operations "
+        f"= about {ops} vector-lane operations"
     )
     print(
         f"  reached: {pairs * EXP_PER_PAIR / t_jax / 1e9:.2f} G exponentials/s, "
-        f"{flop / t_jax / 1e9:.1f} GFLOP/s wall, {flop / cpu['kernels.measure (jax)'] / 1e9:.1f} "
-        f"GFLOP per CPU-second"
+        f"{pairs * ops / t_jax / 1e9:.1f} G operations/s wall, "
+        f"{pairs * ops / cpu['kernels.measure (jax)'] / 1e9:.1f} G per CPU-second"
+    )
+    need = 0.25 * read_bw / (logit_bytes / pairs) * ops
+    peak = PEAK_OPS_PER_CYCLE * _clock_hz() * (os.cpu_count() or 1)
+    print(
+        f"  25 % of the read bandwidth needs {0.25 * read_bw / 8 / 1e9:.2f} G pairs/s = "
+        f"{need / 1e9:.0f} G operations/s"
+        + (f", {need / peak:.0%} of the cores' peak of {peak / 1e9:.0f} G/s" if peak else "")
     )
     print(f"  devices: {jax.devices()}, CPUs: {os.cpu_count()}")
 
