@@ -16,7 +16,15 @@ def _layer(layer: tuple[int, ...]) -> str:
 
 
 def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.2f}%"
+    """A percentage that reads 0% or 100% only when it is exactly that."""
+    if share is None:
+        return "-"
+    if share in (0.0, 1.0):
+        return f"{100 * share:.0f}%"
+    digits = 2
+    while digits < 8 and round(100 * share, digits) in (0.0, 100.0):
+        digits += 1
+    return f"{100 * share:.{digits}f}%"
 
 
 def _num(x: float | None) -> str:
