@@ -61,12 +61,16 @@ guarantees:
 """
 
 
+def _writable(directory: pathlib.Path) -> cache.Cache:
+    """A cache this test process writes: its code counts as its files' (only a ``python -m
+    verify`` process writes otherwise, and not after a source was edited)."""
+    return cache.Cache(directory, started=time.time() + 60)
+
+
 @pytest.fixture
-def where(tmp_path, monkeypatch) -> cache.Cache:
-    """An empty cache directory; the code of this test process counts as its files' (a source
-    edited since pytest started would otherwise forbid every write)."""
-    monkeypatch.setattr(cache, "process_start", lambda: time.time() + 60)
-    return cache.Cache(tmp_path / "cache")
+def where(tmp_path) -> cache.Cache:
+    """An empty cache directory this process writes."""
+    return _writable(tmp_path / "cache")
 
 
 def _contract(tmp_path, text: str) -> contracts.Contract:
@@ -110,11 +114,9 @@ class Cold(NamedTuple):
 def mixed(tmp_path_factory) -> Cold:
     """MIX run once with an empty cache (derived, decided, stored)."""
     tmp = tmp_path_factory.mktemp("mix")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cache, "process_start", lambda: time.time() + 60)
-        c = cache.Cache(tmp / "cache")
-        contract = _contract(tmp, MIX)
-        report = run_module.run(contract, cache=c)
+    c = _writable(tmp / "cache")
+    contract = _contract(tmp, MIX)
+    report = run_module.run(contract, cache=c)
     (path,) = _entries(c)
     return Cold(contract, report, path.read_bytes())
 
@@ -268,15 +270,22 @@ def test_an_unknown_verdict_is_never_stored(where, small):
     assert _entries(where) == []
 
 
-def test_code_that_may_differ_from_its_files_stores_nothing(small, tmp_path):
-    c = cache.Cache(tmp_path / "c")
+def test_code_that_may_differ_from_its_files_stores_nothing(small, tmp_path, monkeypatch):
     k = cache.key(small, timeout_ms=5000)
-    assert not cache.store(c, k, {"x": 1}, started=0.0)  # every source is newer than that
-    assert not c.directory.exists()
+    for started in (None, 0.0):  # a process that does not write; sources newer than its start
+        assert not cache.store(cache.Cache(tmp_path / "c", started), k, {"x": 1})
+    assert not (tmp_path / "c").exists()
     stale = dataclasses.replace(k, stamps=k.stamps[1:])  # a file changed since the key
-    assert not cache.store(c, stale, {"x": 1}, started=time.time() + 60)
-    assert cache.store(c, k, {"x": 1}, started=time.time() + 60)
-    assert cache.load(c, k) == {"x": 1}
+    assert not cache.store(_writable(tmp_path / "c"), stale, {"x": 1})
+    assert cache.store(_writable(tmp_path / "c"), k, {"x": 1})
+    assert cache.load(cache.Cache(tmp_path / "c"), k) == {"x": 1}
+    # only a `python -m verify` process writes: this one (pytest) does not
+    assert cache.writer_start(time.time()) is None
+    fake = type(sys)("__main__")
+    fake.__spec__ = type("Spec", (), {"name": "verify.__main__"})()
+    monkeypatch.setitem(sys.modules, "__main__", fake)
+    began = time.time()
+    assert cache.writer_start(began) <= began
 
 
 _WRITER = """
@@ -285,8 +294,8 @@ from verify import cache
 directory, material, stamps, tag = json.loads(sys.argv[1])
 k = cache.Key("0" * 64, material, tuple(tuple(s) for s in stamps))
 payload = {"writer": tag, "filler": [tag] * 5000}
-c = cache.Cache(pathlib.Path(directory))
-print(sum(cache.store(c, k, payload, started=time.time() + 60) for _ in range(10)))
+c = cache.Cache(pathlib.Path(directory), started=time.time() + 60)
+print(sum(cache.store(c, k, payload) for _ in range(10)))
 """
 
 
@@ -329,6 +338,9 @@ def test_off_and_no_cache_read_and_write_nothing(where, tmp_path, hits, monkeypa
     assert code == 0 and not where.directory.exists()
     _cli(str(path), "--quiet", env={"KERNEL_CONTRACTS_CACHE": "off"}, monkeypatch=monkeypatch)
     assert not where.directory.exists()
+    _cli(str(path), "--quiet", env=named, monkeypatch=monkeypatch)  # not `python -m verify`
+    assert not where.directory.exists()
+    monkeypatch.setattr(cache, "writer_start", lambda began: time.time() + 60)  # as if it were
     report = tmp_path / "r.json"
     code, again, _ = _cli(str(path), "--json", str(report), env=named, monkeypatch=monkeypatch)
     assert (code, again) == (0, out) and len(_entries(where)) == 1

@@ -20,8 +20,10 @@ installed code: whoever can write them can make a run prove what its code would 
 
 Reading never fails a run: a missing, partial, corrupt, foreign or unreadable entry is a miss.
 Writing is atomic (a temporary file in the directory, then a rename), so concurrent writers
-leave one whole entry, and it is skipped when the sources changed while the run used them or
-since this process started (its imported code may then differ from the files the key hashes).
+leave one whole entry. Only a ``python -m verify`` process writes (``writer_start``): another
+process (a test, a notebook, a script) may have imported the code before its files changed, or
+patched it in memory, so it reads the cache but never writes it; and a write is skipped when a
+source file changed while the run used it or since the process started.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["ENV", "FORMAT", "Cache", "Key", "key", "load", "locate", "store"]
+__all__ = ["ENV", "FORMAT", "Cache", "Key", "key", "load", "locate", "store", "writer_start"]
 
 ENV = "KERNEL_CONTRACTS_CACHE"
 FORMAT = "kernel-contracts/verify-cache/1"
@@ -52,9 +54,11 @@ _MARGIN_S = 2.0  # slack on the process's start time (its clock has 10 ms ticks)
 
 @dataclass(frozen=True)
 class Cache:
-    """A cache directory (it may not exist yet)."""
+    """A cache directory (it may not exist yet). ``started``: the time (seconds since the
+    epoch) from which this process runs the code its files hold, or ``None``: it never writes."""
 
     directory: pathlib.Path
+    started: float | None = None
 
 
 @dataclass(frozen=True)
@@ -67,21 +71,22 @@ class Key:
     stamps: tuple[tuple[str, int, int], ...]
 
 
-def locate(environ: Mapping[str, str] | None = None) -> Cache | None:
-    """The cache named by the environment (module docstring), or ``None`` when it is off."""
+def locate(environ: Mapping[str, str] | None = None, *, started: float | None = None):
+    """The cache named by the environment (module docstring), or ``None`` when it is off;
+    ``started`` as in ``Cache`` (``writer_start``'s for a command-line run)."""
     env = os.environ if environ is None else environ
     named = env.get(ENV, "")
     if named.strip().lower() == "off":
         return None
     if named:
-        return Cache(pathlib.Path(os.path.abspath(os.path.expanduser(named))))
+        return Cache(pathlib.Path(os.path.abspath(os.path.expanduser(named))), started)
     base = env.get("XDG_CACHE_HOME", "")
     if not base or not os.path.isabs(base):
         home = os.path.expanduser("~")  # unchanged where no home is known
         if not os.path.isabs(home):
             return None
         base = os.path.join(home, ".cache")
-    return Cache(pathlib.Path(base) / "kernel-contracts")
+    return Cache(pathlib.Path(base) / "kernel-contracts", started)
 
 
 def _package_files(name: str) -> list[pathlib.Path]:
@@ -200,6 +205,17 @@ def load(cache: Cache, k: Key) -> Mapping[str, object] | None:
         return None
 
 
+def writer_start(main_began: float) -> float | None:
+    """For a ``python -m verify`` process, the time it started (where the system says; else
+    ``main_began``, when its ``main`` began, less the margin): its code is its files' code if
+    none changed since. ``None`` for any other process: it never writes."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) != "verify.__main__":
+        return None
+    started = process_start()
+    return main_began if started is None else min(started, main_began)
+
+
 def process_start() -> float | None:
     """When this process started (seconds since the epoch), where the system says; else
     ``None``."""
@@ -230,11 +246,11 @@ def _code_is_current(k: Key, started: float | None) -> bool:
     return all(mtime_ns / 1e9 < started - _MARGIN_S for _, _, mtime_ns in stamps)
 
 
-def store(cache: Cache, k: Key, payload: Mapping[str, object], *, started=None) -> bool:
-    """Write ``payload`` under ``k``, atomically; ``False`` (and nothing written) when the code
-    may have changed under the run (see ``_code_is_current``) or the directory is unusable.
-    ``started`` is the process's start time, by default ``process_start()``."""
-    if not _code_is_current(k, process_start() if started is None else started):
+def store(cache: Cache, k: Key, payload: Mapping[str, object]) -> bool:
+    """Write ``payload`` under ``k``, atomically; ``False`` (and nothing written) when this
+    process does not write (``cache.started`` is ``None``), the code may have changed under the
+    run (``_code_is_current``) or the directory is unusable."""
+    if not _code_is_current(k, cache.started):
         return False
     body = json.dumps({"format": FORMAT, "key": k.material, "payload": payload}, sort_keys=True)
     data = body.encode("utf-8")

@@ -184,6 +184,13 @@ def declared_evidence_problem(contract, plan) -> str | None:
     return problem
 
 
+def _cache(cache, t_start: float):
+    """The derivation cache the environment names; written only by a ``python -m verify``
+    process (``verify.cache.writer_start``; ``t_start`` is when ``main`` began)."""
+    began = time.time() - (time.perf_counter() - t_start)
+    return cache.locate(started=cache.writer_start(began))
+
+
 def run_and_render(contract, args, stderr, t_start: float, t_import: float):
     """Verify ``contract`` and render its report: ``(report, texts)`` with the texts keyed by
     the output options (``--json``, ``--markdown``, ``--html``), or exit code 2 for unusable
@@ -195,7 +202,7 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
         report = run.run(
             contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
             quiet=args.quiet, stderr=stderr,
-            cache=None if getattr(args, "no_cache", False) else cache.locate(),
+            cache=None if getattr(args, "no_cache", False) else _cache(cache, t_start),
         )  # fmt: skip
     except Exception as err:
         if type(err).__name__ == "EvidenceError":
