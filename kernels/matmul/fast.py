@@ -1,24 +1,57 @@
-"""The pure-JAX implementation: the definition vectorised over output tiles.
+"""The pure-JAX implementation: the definition as one fused loop per output tile.
 
-K is laid out as (steps, group) slots by the plan; three nested ``fori_loop``s walk parts,
-chunks and groups, each group updating a binary64 accumulator tile with one rounding. Output
-tiles of at most ``tile_m × tile_n`` entries are processed one after another (``lax.map``) so
-that the accumulator stays in cache. Must be traced with ``jax.enable_x64``.
+The output is cut into tiles (``lax.map`` walks them one after another); for each tile nested
+``fori_loop``s walk the parts, the chunks and K, a block of 16 to 256 products per iteration.
+Each iteration's block is unrolled into one elementwise expression, which XLA compiles into a
+single vectorised loop over the tile: the accumulator tile is read and written once per block
+and every product, group sum and rounding happens in registers. The loops end where parts
+and chunks end, so no iteration tests for a boundary.
+
+Operands stay in their quantized (rows, K) layout; each iteration slices, converts and
+transposes the next iteration's block and carries it, so the fused loop reads contiguous rows
+(XLA transposes whole arrays slowly, and a slice inside the fused loop costs index arithmetic
+per element). One operand is broadcast along tile rows (read as scalars), the other streamed
+along tile columns (read as vectors, rows padded by 64 bytes so that one block's rows do not
+all map to the same L1 cache sets); which is which is chosen to move less data, as the
+definition is symmetric in ``x`` and ``w``.
+
+The arithmetic is the definition's, in the cheapest form that gives its bits (``Plan``):
+
+* ``binary32_chain`` (float32 accumulator rounded after every product, narrow inputs): plain
+  float32 ``acc + x * w``. For bfloat16 inputs this needs every product exact in float32 and no
+  partial sum subnormal; :func:`binary32_exact` checks the data and ``lax.cond`` falls back to
+  the binary64 loop otherwise (under ``vmap`` one check covers the whole batch).
+* otherwise binary64 products and sums, rounded by :func:`round_accumulator_in_range` when the
+  inputs cannot leave the range (``in_range``: FP8, float16), else by the full
+  :func:`round_accumulator`. When the group sums are exact (``exact_group_sums``: e4m3) a
+  group is summed as a balanced tree (same value, shorter dependency chain), and groups of 16
+  or more products come from a batched binary64 ``dot_general``, which XLA blocks for
+  registers and caches as a fused elementwise loop cannot.
+
+Must be traced with ``jax.enable_x64``.
 """
 
 from __future__ import annotations
 
-import jax
+from math import ceil
+from typing import NamedTuple
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float
+from jax.custom_batching import custom_vmap
+from jaxtyping import Array, Bool, Float
 
-from kernels.formats import flush
+from kernels.formats import flush, format_info
 from kernels.matmul.plan import Plan
-from kernels.matmul.rounding import round_accumulator
+from kernels.matmul.rounding import round_accumulator, round_accumulator_in_range
 
-__all__ = ["lay_out", "reduce_quantized", "scaled_term"]
+__all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term"]
+
+# products per loop iteration: enough to amortise the loop, few enough that the out-of-order
+# window overlaps consecutive vectors of the dependent rounding chain
+_BLOCK = {"binary32": 16, "binary64": 32, "dot": 128}
+_TILE = {"binary32": (512, 128), "binary64": (512, 128), "dot": (512, 128)}  # rows × columns
 
 
 def lay_out(q_t: Float[Array, "rows k"], plan: Plan) -> Float[Array, "steps group rows"]:
@@ -38,58 +71,280 @@ def scaled_term(a, sx_col, sw_row):
     return flush((a.astype(jnp.float64) * c.astype(jnp.float64)).astype(jnp.float32))
 
 
-def _reduce_tile(xs, ws, sx, sw_t, plan: Plan, runs):
-    """Steps 2-6 (without the per-tensor/per-row epilogue) on one output tile.
+# ---------------------------------------------------------------------------------------------
+# the schedule: which groups one loop iteration covers
 
-    One loop over all groups; chunk and part ends are handled by a ``lax.cond`` (nested loops
-    would make XLA copy the loop-invariant operand tiles into every inner loop).
+
+class _Schedule(NamedTuple):
+    """Loop iterations over K: each covers ``chunks_per_iter`` whole chunks, or one
+    ``1 / iters_per_chunk`` of a chunk (its groups padded with zeros to a multiple)."""
+
+    groups: int  # groups per chunk, padding included
+    chunks_per_iter: int
+    iters_per_chunk: int
+    iters: int
+
+    @property
+    def groups_per_iter(self) -> int:
+        return self.groups * self.chunks_per_iter // self.iters_per_chunk
+
+
+def _schedule(plan: Plan, block: int) -> _Schedule:
+    """About ``block`` products per iteration. Zero groups appended to a chunk change nothing:
+    ``round(a + 0) = a`` for every accumulator value ``a``."""
+    target = max(1, block // plan.group)  # groups per iteration
+    if plan.groups <= target:  # whole chunks, as many as fit and divide a part
+        fit = min(plan.chunks, target // plan.groups)
+        v = max(d for d in range(1, fit + 1) if plan.chunks % d == 0)
+        return _Schedule(plan.groups, v, 1, plan.parts * plan.chunks // v)
+    n = ceil(plan.groups / target)
+    return _Schedule(n * ceil(plan.groups / n), 1, n, plan.parts * plan.chunks * n)
+
+
+def _arranged(
+    q_t: Float[Array, "rows k"], plan: Plan, sched: _Schedule, size: int
+) -> Float[Array, "tiles size iters slots"]:
+    """Quantized rows cut into tiles of ``size`` rows, K in the schedule's slots (padding slots
+    hold +0). Only a reshape when K needs no padding and the rows fill whole tiles; the loop
+    converts and transposes one block at a time (XLA transposes large arrays slowly)."""
+    pos = plan.positions().reshape(plan.parts * plan.chunks, plan.groups, plan.group)
+    pos = np.pad(pos, ((0, 0), (0, sched.groups - plan.groups), (0, 0)), constant_values=-1)
+    pos = pos.reshape(sched.iters, sched.groups_per_iter * plan.group)
+    rows = q_t.shape[0]
+    tiles = -(-rows // size)
+    q = q_t
+    if not (pos.size == plan.k and np.array_equal(pos.ravel(), np.arange(plan.k))):
+        flat = pos.ravel()
+        q = jnp.take(q, jnp.asarray(np.maximum(flat, 0)), axis=1)
+        q = jnp.where(jnp.asarray(flat >= 0)[None, :], q, jnp.zeros((), q.dtype))
+    if tiles * size != rows:
+        q = jnp.pad(q, ((0, tiles * size - rows), (0, 0)))
+    return q.reshape(tiles, size, *pos.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# one tile
+
+
+class _Arith(NamedTuple):
+    binary32: bool  # float32 operands and accumulator (binary32_chain)
+    in_range: bool  # rounding without range checks
+    tree: bool  # group sums as balanced trees
+    dot: bool = False  # group sums as a batched binary64 dot (exact sums, long groups)
+
+
+def _group_sum(products: list, tree: bool):
+    """The binary64 group sum ``((p1 + p2) + p3) + ...``, or a balanced tree when exact."""
+    if not tree:
+        total = products[0]
+        for p in products[1:]:
+            total = total + p
+        return total
+    while len(products) > 1:
+        pairs = [products[i] + products[i + 1] for i in range(0, len(products) - 1, 2)]
+        products = pairs + products[len(products) - len(products) % 2 :]
+    return products[0]
+
+
+def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith: _Arith):
+    """Steps 2-6 (without the per-tensor/per-row epilogue) on tile ``(i, j)``.
+
+    ``xs`` (row tiles, bm, iters, slots) is broadcast along rows, ``ws`` (column tiles, bn,
+    iters, slots) streamed along columns, ``sx`` (runs, bm), ``sw`` (runs, bn); returns the
+    float32 total (bm, bn). Each iteration slices its own operand block out of the whole
+    arrays (a tile's slice of them is never copied).
     """
-    bm, bn = xs.shape[2], ws.shape[2]
-    m, rz, groups, chunks = plan.mantissa_bits, plan.toward_zero, plan.groups, plan.chunks
+    bm, bn = xs.shape[1], ws.shape[1]
 
-    def close_chunk(step, carry):
-        acc, part_sum, total = carry
-        chunk = step // groups  # global chunk index p * chunks + c
-        if plan.block_scaled:
-            r = runs[chunk]
-            sxc = lax.dynamic_index_in_dim(sx, r, 1, keepdims=False)
-            swc = lax.dynamic_index_in_dim(sw_t, r, 1, keepdims=False)
-            term = scaled_term(acc, sxc[:, None], swc[None, :])
+    def block(a, tile, it):  # (size, slots) rows of one tile and iteration
+        zero = jnp.zeros((), jnp.int32)
+        start = (jnp.asarray(tile, jnp.int32), zero, jnp.asarray(it, jnp.int32), zero)
+        return lax.dynamic_slice(a, start, (1, a.shape[1], 1, a.shape[3]))[0, :, 0]
+
+    def x_block(it):  # broadcast operand: (bm, slots), read as scalars
+        b = block(xs, i, it).astype(acc_dtype)
+        if arith.dot:  # (groups, bm, group)
+            return b.reshape(bm, -1, g).transpose(1, 0, 2)
+        return b
+
+    def w_block(it):  # streamed operand: (slots, bn + pad), rows read as vectors
+        b = block(ws, j, it).T.astype(acc_dtype)
+        if arith.dot:  # (groups, group, bn)
+            return b.reshape(-1, g, bn)
+        return jnp.pad(b, ((0, 0), (0, 64 // b.dtype.itemsize)))
+
+    m, rz, g = plan.mantissa_bits, plan.toward_zero, plan.group
+    acc_dtype = jnp.float32 if arith.binary32 else jnp.float64
+
+    def rnd(s):
+        if arith.binary32:
+            return s
+        if arith.in_range:
+            return round_accumulator_in_range(s, m, rz)
+        return round_accumulator(s, m, rz)
+
+    def group_sums(xg, wg):
+        """The iteration's group sums, in order: a batched dot when ``arith.dot`` (the sums
+        are exact, ``Plan.exact_group_sums``, so the dot's order and FMAs do not matter; XLA's
+        dot blocks for registers and caches, which a fused loop cannot), else expressions
+        that XLA fuses into the rounding chain."""
+        if arith.dot:
+            return list(lax.dot_general(xg, wg, (((2,), (1,)), ((0,), (0,)))))
+        wg = wg[:, :bn]
+        count = sched.groups_per_iter
+        return [
+            _group_sum(
+                [xg[:, q * g + r][:, None] * wg[q * g + r][None, :] for r in range(g)], arith.tree
+            )
+            for q in range(count)
+        ]
+
+    def run_groups(acc, sums):
+        for t in sums:
+            acc = rnd(acc + t)
+        return acc
+
+    def term(chunk, acc):
+        if not plan.block_scaled:
+            return acc.astype(jnp.float32)
+        r = runs[chunk]
+        sxc = lax.dynamic_index_in_dim(sx, r, 0, keepdims=False)
+        swc = lax.dynamic_index_in_dim(sw, r, 0, keepdims=False)
+        return scaled_term(acc, sxc[:, None], swc[None, :])
+
+    def fetch(it):
+        nxt = jnp.minimum(it + 1, sched.iters - 1)
+        return x_block(nxt), w_block(nxt)
+
+    def whole_chunks(it, carry):  # iteration ``it`` covers chunks_per_iter whole chunks
+        part_sum, xg, wg = carry
+        x_next, w_next = fetch(it)
+        v_n, per = sched.chunks_per_iter, sched.groups
+        sums = group_sums(xg, wg)
+        for v in range(v_n):
+            acc = run_groups(jnp.zeros((bm, bn), acc_dtype), sums[v * per : v * per + per])
+            part_sum = flush(part_sum + term(it * v_n + v, acc))
+        return part_sum, x_next, w_next
+
+    def chunk_pieces(chunk, carry):  # chunk ``chunk`` spans iters_per_chunk iterations
+        part_sum, xg, wg = carry
+        n = sched.iters_per_chunk
+
+        def piece(it, c):
+            acc, xg, wg = c
+            x_next, w_next = fetch(it)
+            return run_groups(acc, group_sums(xg, wg)), x_next, w_next
+
+        init = (jnp.zeros((bm, bn), acc_dtype), xg, wg)
+        acc, xg, wg = lax.fori_loop(chunk * n, chunk * n + n, piece, init)
+        return flush(part_sum + term(chunk, acc)), xg, wg
+
+    def part(p, carry):  # loops end where parts end: no per-iteration test
+        total, xg, wg = carry
+        init = (jnp.zeros((bm, bn), jnp.float32), xg, wg)
+        if sched.iters_per_chunk == 1:
+            per_part = plan.chunks // sched.chunks_per_iter  # iterations per part
+            ps, xg, wg = lax.fori_loop(p * per_part, p * per_part + per_part, whole_chunks, init)
         else:
-            term = acc.astype(jnp.float32)
-        part_sum = flush(part_sum + term)
-        part_end = chunk % chunks == chunks - 1
-        total = jnp.where(part_end, flush(total + part_sum), total)
-        part_sum = jnp.where(part_end, jnp.zeros_like(part_sum), part_sum)
-        return jnp.zeros_like(acc), part_sum, total
+            ps, xg, wg = lax.fori_loop(
+                p * plan.chunks, p * plan.chunks + plan.chunks, chunk_pieces, init
+            )
+        return flush(total + ps), xg, wg
 
-    def body(step, carry):
-        acc, part_sum, total = carry
-        xg = lax.dynamic_index_in_dim(xs, step, 0, keepdims=False)
-        wg = lax.dynamic_index_in_dim(ws, step, 0, keepdims=False)
-        t = xg[0][:, None] * wg[0][None, :]
-        for i in range(1, plan.group):
-            t = t + xg[i][:, None] * wg[i][None, :]
-        acc = round_accumulator(acc + t, m, rz)
-        if single:
-            return acc, part_sum, total
-        return lax.cond(
-            step % groups == groups - 1,
-            lambda c: close_chunk(step, c),
-            lambda c: c,
-            (acc, part_sum, total),
-        )
+    init = (jnp.zeros((bm, bn), jnp.float32), x_block(0), w_block(0))
+    if plan.parts == 1:
+        return part(0, init)[0]
+    return lax.fori_loop(0, plan.parts, part, init)[0]
 
-    init = (
-        jnp.zeros((bm, bn), jnp.float64),
-        jnp.zeros((bm, bn), jnp.float32),
-        jnp.zeros((bm, bn), jnp.float32),
-    )
-    single = plan.parts == 1 and chunks == 1  # one chunk: close it after the loop
-    out = lax.fori_loop(0, plan.steps, body, init)
-    if single:
-        out = close_chunk(jnp.int32(plan.steps - 1), out)
-    return out[2]
+
+def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
+    """Steps 2-6 with ``x`` broadcast along tile rows and ``w`` streamed along columns."""
+    kind = "binary32" if arith.binary32 else "dot" if arith.dot else "binary64"
+    sched = _schedule(plan, _BLOCK[kind])
+    m, n = xq.shape[0], wq_t.shape[0]
+    tm, tn = _TILE[kind]
+    tm, tn = tile_m or tm, tile_n or tn
+    bm = min(tm, m)
+    bn = min(n, max(tn, (tm * tn) // bm))  # few rows: wider tiles, as many outputs
+    mt, nt = -(-m // bm), -(-n // bn)
+    xs = _arranged(xq, plan, sched, bm)
+    ws = _arranged(wq_t, plan, sched, bn)
+    # scales as (tiles, runs, rows): a chunk's scales are one contiguous row
+    sxp = jnp.pad(sx.T, ((0, 0), (0, mt * bm - m)), constant_values=1)
+    swp = jnp.pad(sw_t.T, ((0, 0), (0, nt * bn - n)), constant_values=1)
+    sxp = jnp.moveaxis(sxp.reshape(-1, mt, bm), 1, 0)
+    swp = jnp.moveaxis(swp.reshape(-1, nt, bn), 1, 0)
+    runs = jnp.asarray(plan.chunk_runs().ravel(), jnp.int32)
+
+    def tile(ij):
+        i, j = ij // nt, ij % nt
+        return _reduce_tile(i, j, xs, ws, sxp[i], swp[j], runs, plan, sched, arith)
+
+    if mt * nt == 1:
+        out = tile(jnp.int32(0))[None]
+    else:
+        out = lax.map(tile, jnp.arange(mt * nt, dtype=jnp.int32))
+    out = out.reshape(mt, nt, bm, bn).transpose(0, 2, 1, 3).reshape(mt * bm, nt * bn)
+    total = out[:m, :n]
+    if not plan.block_scaled:
+        total = scaled_term(total, sx[:, :1], sw_t[:, 0][None, :])
+    return total
+
+
+def _oriented(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
+    """:func:`_reduce`, or the same on the transposed problem (``w`` broadcast, ``x``
+    streamed) when that moves less data: the definition is symmetric in ``x`` and ``w``
+    (products, scale products and all sums commute), so ``out.T`` has the same bits. The
+    streamed operand is transposed element by element, the broadcast one only in blocks."""
+    m, k = xq.shape
+    n = wq_t.shape[0]
+    if m >= 128 and m * (k + n) < n * k:
+        return _reduce(wq_t, sw_t, xq, sx, plan, arith, tile_m, tile_n).T
+    return _reduce(xq, sx, wq_t, sw_t, plan, arith, tile_m, tile_n)
+
+
+# ---------------------------------------------------------------------------------------------
+# the data check of the binary32 path
+
+
+def binary32_exact(
+    xq: Float[Array, "m k"], wq_t: Float[Array, "n k"], inputs: str
+) -> Bool[Array, ""]:
+    """True when every product of a quantized ``x`` value and ``w`` value is exact in binary32
+    and every sum of them is a multiple of ``2**-126`` (so never a binary32 subnormal).
+
+    A value of exponent ``e`` in a format with ``f`` fraction bits is a multiple of
+    ``2**(e - f)``; products are then multiples of ``2**(ex + ew - 2f)`` with ``ex``, ``ew`` the
+    smallest exponents present, and so is every binary32 sum and rounding of them. Products have
+    at most ``2f + 2 <= 24`` significant bits, so they are exact unless they overflow, which
+    ``max|x| · max|w| < 2**128`` excludes. NaNs are ignored (they propagate alike).
+    """
+    frac = format_info(inputs).mantissa_bits
+
+    def extremes(q):
+        bits = lax.bitcast_convert_type(jnp.abs(q), jnp.int32)  # monotone in |q|; NaN above inf
+        finite = bits < 0x7F80_0000
+        low = jnp.min(jnp.where(finite & (bits > 0), bits, 0x7F80_0000))
+        high = jnp.max(jnp.where(finite, bits, 0))
+        return (low >> 23) - 127, lax.bitcast_convert_type(high, jnp.float32)
+
+    ex, x_max = extremes(xq)
+    ew, w_max = extremes(wq_t)
+    big = x_max.astype(jnp.float64) * w_max.astype(jnp.float64)
+    return (ex + ew - 2 * frac >= -126) & (big < 2.0**128)
+
+
+@custom_vmap
+def _for_all(flag):
+    """``flag`` itself; under ``vmap`` one flag for the whole batch (their conjunction), so the
+    ``lax.cond`` it drives stays a branch instead of becoming a select of both."""
+    return flag
+
+
+@_for_all.def_vmap
+def _for_all_vmap(axis_size, in_batched, flag):
+    del axis_size, in_batched
+    return jnp.all(flag), False
 
 
 def reduce_quantized(
@@ -99,35 +354,20 @@ def reduce_quantized(
     sw_t: Float[Array, "n runs"],
     plan: Plan,
     *,
-    tile_m: int = 128,
-    tile_n: int = 512,
+    tile_m: int | None = None,
+    tile_n: int | None = None,
 ) -> Float[Array, "m n"]:
     """Steps 2-6 of the definition on quantized operands; returns the float32 total."""
-    m, n = xq.shape[0], wq_t.shape[0]
-    bm, bn = min(tile_m, m), min(tile_n, n)
-    mt, nt = -(-m // bm), -(-n // bn)
-    xs = lay_out(xq, plan).astype(jnp.float64)
-    ws = lay_out(wq_t, plan).astype(jnp.float64)
-    xs = jnp.pad(xs, ((0, 0), (0, 0), (0, mt * bm - m)))
-    ws = jnp.pad(ws, ((0, 0), (0, 0), (0, nt * bn - n)))
-    sxp = jnp.pad(sx, ((0, mt * bm - m), (0, 0)), constant_values=1)
-    swp = jnp.pad(sw_t, ((0, nt * bn - n), (0, 0)), constant_values=1)
-    runs = jnp.asarray(plan.chunk_runs().ravel(), jnp.int32)
-
-    def tile(ij):
-        i, j = ij // nt, ij % nt
-        xt = lax.dynamic_slice_in_dim(xs, i * bm, bm, axis=2)
-        wt = lax.dynamic_slice_in_dim(ws, j * bn, bn, axis=2)
-        st = lax.dynamic_slice_in_dim(sxp, i * bm, bm, axis=0)
-        swt = lax.dynamic_slice_in_dim(swp, j * bn, bn, axis=0)
-        return _reduce_tile(xt, wt, st, swt, plan, runs)
-
-    if mt * nt == 1:
-        out = tile(jnp.int32(0))[None]
-    else:
-        out = jax.lax.map(tile, jnp.arange(mt * nt, dtype=jnp.int32))
-    out = out.reshape(mt, nt, bm, bn).transpose(0, 2, 1, 3).reshape(mt * bm, nt * bn)
-    total = out[:m, :n]
-    if not plan.block_scaled:
-        total = scaled_term(total, sx[:, :1], sw_t[:, 0][None, :])
-    return total
+    wide = _Arith(
+        False, plan.in_range, plan.exact_group_sums, plan.exact_group_sums and plan.group >= 16
+    )
+    if not plan.binary32_chain:
+        return _oriented(xq, sx, wq_t, sw_t, plan, wide, tile_m, tile_n)
+    narrow = _Arith(True, True, False)
+    if plan.in_range:
+        return _oriented(xq, sx, wq_t, sw_t, plan, narrow, tile_m, tile_n)
+    return lax.cond(
+        _for_all(binary32_exact(xq, wq_t, plan.inputs)),
+        lambda: _oriented(xq, sx, wq_t, sw_t, plan, narrow, tile_m, tile_n),
+        lambda: _oriented(xq, sx, wq_t, sw_t, plan, wide, tile_m, tile_n),
+    )

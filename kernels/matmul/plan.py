@@ -45,6 +45,57 @@ class Plan(NamedTuple):
         """Total number of accumulator roundings along K, padding included."""
         return self.parts * self.chunks * self.groups
 
+    @property
+    def in_range(self) -> bool:
+        """True when no accumulator value can overflow or fall below ``2**-126``, whatever the
+        input values: the rounding then needs no range checks (``round_accumulator_in_range``).
+
+        Holds for e4m3, e5m2 and float16 inputs (K below ``2**60``). Their values are multiples
+        of ``q = 2**-9``, ``2**-16``, ``2**-24``, so every product is a multiple of ``q**2 >=
+        2**-48``, and so is every binary64 sum and every m-bit rounding of such multiples (the
+        grid spacing at the result is either a multiple of ``q**2`` or finer than it, and then
+        the value is on the grid): a non-zero accumulator is at least ``2**-48``. Above, with
+        ``T`` the largest group sum (below ``group · max**2 · 1.01 < group · 2**32``):
+        toward zero never increases a magnitude, so ``|a| <= K · 2**32``; to nearest, once
+        ``|a| >= 2**(m + 2) · T`` a step moves ``a`` by less than half its spacing, so ``|a|``
+        stops growing and stays below ``2**(m + 3) · T < 2**(26 + 32) · group``. Both are far
+        below ``2**127``. Quantized inputs are finite or NaN (the casts saturate), never inf.
+        """
+        return self.inputs in ("float8_e4m3fn", "float8_e5m2", "float16") and self.k < 2**60
+
+    @property
+    def exact_group_sums(self) -> bool:
+        """True when every binary64 partial sum of a group is the exact real sum, so a group
+        may be summed in any order with the same result.
+
+        Holds for e4m3 inputs with ``group <= 2**17``: every product is a multiple of
+        ``2**-18`` of magnitude at most ``448**2``, so every partial sum of at most ``2**17``
+        of them is a multiple of ``2**-18`` below ``2**17 · 448**2 < 2**35``: 53 bits suffice.
+        (For e5m2, float16 and wider inputs the products span more than 53 bits.)
+        """
+        return self.inputs == "float8_e4m3fn" and self.group <= 2**17
+
+    @property
+    def binary32_chain(self) -> bool:
+        """True when the definition is a plain binary32 sum of binary32 products, whenever
+        every product is exact in binary32 and no partial sum is a binary32 subnormal.
+
+        That is a float32 accumulator (23 fraction bits, to nearest) rounded after every
+        product (``group = 1``) with inputs whose products have at most 24 significant bits
+        (bfloat16, float16, FP8). Then ``round(a + p)``, computed in binary64 and rounded to
+        24 bits, equals the binary32 sum ``a + p``: the binary64 sum of two 24-bit numbers
+        rounded again to 24 bits is their correctly rounded sum (53 >= 2 · 24 + 2), binary32
+        overflows to ±inf as the definition does, and a subnormal result (flushed by the
+        definition) cannot occur when all values are multiples of ``2**-126``. For FP8 and
+        float16 that holds always (``in_range``); for bfloat16 the caller checks the data.
+        """
+        return (
+            self.group == 1
+            and self.mantissa_bits == 23
+            and not self.toward_zero
+            and self.inputs in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+        )
+
     def positions(self) -> np.ndarray:
         """K index of every slot of the padded layout, shape (steps, group); -1 is padding."""
         p = np.arange(self.parts)[:, None, None, None]
