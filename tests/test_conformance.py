@@ -97,7 +97,7 @@ def test_a_verdict_is_what_its_fault_does_to_the_probes(table):
 
 
 def _obs(random, **kw) -> Observed:
-    base = dict(extreme=None, boundary=None, exactness=None, k_max_in_range=None,
+    base = dict(extreme=None, boundary=None, ties=None, exactness=None, k_max_in_range=None,
                 logits=None, batch=())  # fmt: skip
     return Observed(random=np.float32(random), **{**base, **kw})
 
@@ -105,7 +105,7 @@ def _obs(random, **kw) -> Observed:
 def _base(random) -> Baseline:
     r = np.float32(random)
     star = r.astype(np.float64)
-    return Baseline("bfloat16", r, None, None, np.ones_like(r, bool), None,
+    return Baseline("bfloat16", r, None, None, None, np.ones_like(r, bool), None,
                     (star, np.full_like(star, 0.01), np.zeros_like(star)), None, None)  # fmt: skip
 
 
@@ -140,26 +140,22 @@ def test_sign_test_hand_values():
 
 
 def test_fault_applicability_and_refusal():
-    fp32, fp8 = PRESETS["fp32"].matmul, PRESETS["h100-fp8"].matmul
-    small = replace(INT8.matmul, k_max=1024)  # 1024·127² ≤ 2**24: float32 sums are exact
-    table = {
-        name: (applies(name, fp32), applies(name, fp8), applies(name, INT8.matmul),
-               applies(name, small))
-        for name in (f.name for f in FAULTS)
-    }  # fmt: skip
-    assert table == {
-        "null": (True, True, True, True),
-        "scale_bf16": (False, True, True, True),
-        "double_rounding": (False, True, True, True),
-        "order_swapped": (False, False, True, True),
-        "truncation": (False, True, True, True),
-        "fused_vs_separate": (False, False, True, True),
-        "int32_overflow": (False, False, True, True),
-        "beyond_2_24": (False, False, True, False),
-        "operand_mismatch": (True, True, True, True),
+    specs = [PRESETS[p].matmul for p in ("fp32", "h100-fp8", "mxfp8", "a100-int8")]
+    specs.append(replace(INT8.matmul, k_max=1024))  # 1024·127² ≤ 2**24: float32 sums exact
+    table = {f.name: tuple(applies(f.name, s) for s in specs) for f in FAULTS}
+    assert table == {  #   fp32  h100-fp8 mxfp8 a100-int8 (k_max 1024)
+        "null": (True, True, True, True, True),
+        "scale_bf16": (False, True, False, True, True),  # MX scales: powers of two, exact
+        "double_rounding": (False, True, True, True, True),
+        "order_swapped": (False, False, False, True, True),
+        "truncation": (False, True, True, True, True),
+        "fused_vs_separate": (False, False, False, True, True),
+        "int32_overflow": (False, False, False, True, True),
+        "beyond_2_24": (False, False, False, True, False),
+        "operand_mismatch": (True, True, True, True, True),
     }
     with pytest.raises(ValueError, match="does not apply"):
-        inject("order_swapped", fp8)
+        inject("order_swapped", specs[1])
 
 
 def test_output_faults_on_hand_values():

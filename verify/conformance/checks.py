@@ -11,7 +11,9 @@ accumulator, no model) is not applicable (``fired is None``).
                             (the NumPy reference of ``kernels.matmul``, the written definition)
 ``max_ulp``                 random and extreme probes: at most ``MAX_ULP`` ulp of the output
                             format from the reference (``kernels.ulp``, at the reference)
-``rounding_boundaries``     boundary probes (``probes``): every output has the reference's bits
+``rounding_boundaries``     boundary and ties probes (``probes``: operands on rounding
+                            boundaries of the output, and weights on ties of the input cast):
+                            every output has the reference's bits
 ``rounding_bias``           among all differing outputs, as many move toward zero as away: a
                             two-sided sign test fires at p < ``BIAS_P`` (at least
                             ``BIAS_MIN`` differing outputs)
@@ -66,6 +68,7 @@ class Observed(NamedTuple):
     random: np.ndarray
     extreme: np.ndarray | None
     boundary: np.ndarray | None  # one output per boundary pair
+    ties: np.ndarray | None  # on the random probe's x and the tie weights
     # (output, the epilogue of the exact sums) on largest-sum operands at the candidate's k_max
     exactness: tuple[np.ndarray, np.ndarray] | None
     k_max_in_range: bool | None  # the candidate's k_max keeps int32 sums exact
@@ -82,6 +85,7 @@ class Baseline(NamedTuple):
     random: np.ndarray  # NumPy reference
     extreme: np.ndarray | None
     boundary: np.ndarray | None
+    ties: np.ndarray | None
     random_invariant: np.ndarray  # where the JAX reference's rows alone equal them batched
     extreme_invariant: np.ndarray | None
     bound_random: tuple[np.ndarray, np.ndarray, np.ndarray]  # (y*, θ·Σ|terms|, slack)
@@ -117,12 +121,19 @@ def _max_ulp(o: Observed, b: Baseline) -> Verdict:
     return Verdict(worst > MAX_ULP, worst, f"max {worst:.4g} ulp of {b.fmt} (limit {MAX_ULP:g})")
 
 
+def _edges(o: Observed, b: Baseline):
+    for got, ref in ((o.boundary, b.boundary), (o.ties, b.ties)):
+        if got is not None and ref is not None:
+            yield got, ref
+
+
 def _boundaries(o: Observed, b: Baseline) -> Verdict:
-    if b.boundary is None or o.boundary is None:
-        return Verdict(None, None, "no boundary probes (no output rounding to probe)")
-    same = identical(b.boundary, o.boundary)
+    pairs = list(_edges(o, b))
+    if not pairs:
+        return Verdict(None, None, "no boundary or ties probes (nothing to place exactly)")
+    same = np.concatenate([identical(r, y).ravel() for y, r in pairs])
     n = int((~same).sum())
-    return Verdict(n > 0, float(same.mean()), f"{n} of {same.size} boundary outputs differ")
+    return Verdict(n > 0, float(same.mean()), f"{n} of {same.size} boundary and tie outputs differ")
 
 
 def sign_test(k: int, n: int) -> float:
@@ -135,9 +146,7 @@ def sign_test(k: int, n: int) -> float:
 
 
 def _bias(o: Observed, b: Baseline) -> Verdict:
-    pairs = list(_pairs(o, b))
-    if b.boundary is not None and o.boundary is not None:
-        pairs.append((o.boundary, b.boundary))
+    pairs = list(_pairs(o, b)) + list(_edges(o, b))
     toward = away = 0
     for y, r in pairs:
         y, r = np.asarray(y, np.float64).ravel(), np.asarray(r, np.float64).ravel()

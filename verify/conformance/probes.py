@@ -19,6 +19,11 @@
   2**15 outputs. Pairs are searched with per-row scales; a per-tensor spec evaluates each pair
   as its own 1×K by K×1 product, where the tensor is the row.
 
+* **ties** (kernels whose input cast can be hit exactly: unscaled bfloat16/float16 inputs, or
+  FP8 with power-of-two MX scales): the random probe's x with every weight on a rounding tie of
+  the input cast (a midpoint of two input values, after the scale; each MX block's largest
+  value is 1.5·2**emax of the format, so its scale stays put). A weight one float32 ulp off
+  leaves the tie and rounds the other way half of the time; elsewhere the cast absorbs it.
 * **exactness** (int8 kernels, ``exactness_operands``): at K = a given ``k_max``, the rows and
   columns 0 and 1 of the extreme probe against each other, and ``EXACT_PAIRS`` constructed
   pairs (fewer when K > 2**20 / EXACT_PAIRS): mostly positive products (sums near the
@@ -55,6 +60,7 @@ __all__ = [
     "exactness_operands",
     "extreme_operands",
     "probes",
+    "tie_weights",
 ]
 
 ROWS, COLS, RANDOM_K = 64, 16, 64
@@ -73,6 +79,7 @@ class Probes(NamedTuple):
     extreme_w: np.ndarray | None
     boundary_x: np.ndarray | None
     boundary_w: np.ndarray | None
+    ties_w: np.ndarray | None  # pairs with random_x
 
 
 def _operand(rng, rows: int, k: int) -> np.ndarray:
@@ -138,6 +145,38 @@ def _boundary(rng, spec: MatmulSpec) -> tuple[np.ndarray, np.ndarray] | None:
     return x[rows[pick]], w[:, cols[pick]]
 
 
+def _values(fmt: str) -> np.ndarray:
+    """Every positive finite value of an 8-bit format, ascending."""
+    v = np.arange(256, dtype=np.uint8).view(format_info(fmt).dtype).astype(np.float64)
+    return np.unique(v[np.isfinite(v) & (v > 0)])
+
+
+def tie_weights(rng, spec: MatmulSpec, k: int, cols: int) -> np.ndarray | None:
+    """A K×``cols`` weight operand whose every value is a rounding tie of the spec's input cast
+    (module docstring), or ``None`` when the cast's ties cannot be placed exactly."""
+    if spec.is_int8:
+        return None
+    info = format_info(spec.inputs)
+    if spec.inputs == "float32" or (info.is_fp8 and not spec.scaling.startswith("mx:")):
+        return None
+    sign = rng.choice([-1.0, 1.0], (cols, k))
+    if not info.is_fp8:  # midpoints of two neighbours in the format's normal range
+        lo, hi = min_normal_exponent(spec.inputs) + 1, min(info.emax, 8)
+        e = rng.integers(lo, hi, (cols, k)).astype(np.float64)
+        frac = rng.integers(0, 2**info.mantissa_bits, (cols, k))
+        mid = (1 + (frac + 0.5) / 2**info.mantissa_bits) * np.exp2(e)
+        return (sign * mid).T.astype(np.float32)
+    block = int(spec.scaling.split(":")[1])
+    top = 1.5 * 2.0**info.emax  # each block's largest value, exact in the format
+    values = _values(spec.inputs)
+    below = values[values < top]
+    mids = (below[:-1] + below[1:]) / 2
+    scaled = sign * rng.choice(mids, (cols, k))
+    scaled[:, ::block] = top  # the first value of every block sets its (power-of-two) scale
+    scale = np.exp2(rng.integers(-8, 8, (cols, -(-k // block)))).repeat(block, axis=1)[:, :k]
+    return (scaled * scale / 2.0**info.emax).T.astype(np.float32)
+
+
 def probes(spec: MatmulSpec, seed: int = 0) -> Probes:
     """The probes of ``spec`` (module docstring)."""
     rng = np.random.default_rng(seed)
@@ -148,7 +187,7 @@ def probes(spec: MatmulSpec, seed: int = 0) -> Probes:
         ex, ew = extreme_operands(rng, ROWS, int(spec.k_max), COLS, (32, 8))
     found = _boundary(rng, spec)
     bx, bw = (None, None) if found is None else found
-    return Probes(rx, rw, ex, ew, bx, bw)
+    return Probes(rx, rw, ex, ew, bx, bw, tie_weights(rng, spec, k, COLS))
 
 
 def _unit_scale(spec: MatmulSpec) -> float:

@@ -236,13 +236,16 @@ def _observe(cand: Candidate, base: Baseline, batching: str, pr: Probes, model,
         n = invariant.size
         batch.append((got[:n], _pairs_alone(impl, batching, x, w, n), invariant))
         in_range = k <= largest_k(QMAX, QMAX, INT32_MAX)
-    boundary = None
+    boundary = ties = None
     if pr.boundary_x is not None:
         boundary = _pairs(impl, spec, batching, pr.boundary_x, pr.boundary_w)
+    if pr.ties_w is not None:
+        ties = _run(impl, batching, pr.random_x, pr.ties_w, ROWS)
     return Observed(
         random=random,
         extreme=extreme,
         boundary=boundary,
+        ties=ties,
         exactness=exact,
         k_max_in_range=in_range,
         logits=_logits(impl, batching, model),
@@ -269,7 +272,10 @@ def _bound(spec: MatmulSpec, x: np.ndarray, w: np.ndarray, splits: int):
 
 
 def _invariant(impl, batching: str, x, w) -> np.ndarray:
-    return identical(_run(impl, batching, x, w, ROWS)[:ALONE], _alone(impl, batching, x, w))
+    """The rows the reference computes with the same bits alone and in the batch (a whole row:
+    a single output can coincide by chance where the row's scale or split-K differs)."""
+    same = identical(_run(impl, batching, x, w, ROWS)[:ALONE], _alone(impl, batching, x, w))
+    return np.broadcast_to(same.all(axis=1, keepdims=True), same.shape)
 
 
 def _baseline(spec: MatmulSpec, batching: str, pr: Probes, model: Model | None) -> Baseline:
@@ -284,6 +290,7 @@ def _baseline(spec: MatmulSpec, batching: str, pr: Probes, model: Model | None) 
         bx, bw = pr.boundary_x, pr.boundary_w
         boundary = np.array([numpy_ref(bx[i : i + 1], bw[:, i : i + 1], 1)[0, 0]
                              for i in range(bx.shape[0])], np.float32)  # fmt: skip
+    ties = None if pr.ties_w is None else numpy_ref(pr.random_x, pr.ties_w, ROWS)
     ext = pr.extreme_x is not None
     rows_splits = _splits(batching, ROWS, pr.random_x.shape[1])
     return Baseline(
@@ -291,6 +298,7 @@ def _baseline(spec: MatmulSpec, batching: str, pr: Probes, model: Model | None) 
         random=numpy_ref(pr.random_x, pr.random_w, ROWS),
         extreme=numpy_ref(pr.extreme_x, pr.extreme_w, ROWS) if ext else None,
         boundary=boundary,
+        ties=ties,
         random_invariant=_invariant(ref, batching, pr.random_x, pr.random_w),
         extreme_invariant=_invariant(ref, batching, pr.extreme_x, pr.extreme_w) if ext else None,
         bound_random=_bound(spec, pr.random_x, pr.random_w, rows_splits),
