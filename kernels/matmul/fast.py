@@ -46,7 +46,7 @@ from kernels.formats import flush, format_info
 from kernels.matmul.plan import Plan
 from kernels.matmul.rounding import round_accumulator, round_accumulator_in_range
 
-__all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term"]
+__all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term", "transposed"]
 
 # products per loop iteration: enough to amortise the loop, few enough that the out-of-order
 # window overlaps consecutive vectors of the dependent rounding chain
@@ -291,14 +291,18 @@ def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
     return total
 
 
+def transposed(m: int, k: int, n: int) -> bool:
+    """Whether an (m, k) × (k, n) product is computed as its transpose (``w`` broadcast along
+    tile rows, ``x`` streamed): when that transposes fewer elements (x's ``m k`` and the
+    result's ``m n`` instead of w's ``n k``) and ``x`` has enough rows to fill vectors."""
+    return m >= 128 and m * (k + n) < n * k
+
+
 def _oriented(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
-    """:func:`_reduce`, or the same on the transposed problem (``w`` broadcast, ``x``
-    streamed) when that moves less data: the definition is symmetric in ``x`` and ``w``
-    (products, scale products and all sums commute), so ``out.T`` has the same bits. The
-    streamed operand is transposed element by element, the broadcast one only in blocks."""
-    m, k = xq.shape
-    n = wq_t.shape[0]
-    if m >= 128 and m * (k + n) < n * k:
+    """:func:`_reduce`, or the same on the transposed problem (see :func:`transposed`): the
+    definition is symmetric in ``x`` and ``w`` (products, scale products and all sums
+    commute), so ``out.T`` has the same bits."""
+    if transposed(xq.shape[0], xq.shape[1], wq_t.shape[0]):
         return _reduce(wq_t, sw_t, xq, sx, plan, arith, tile_m, tile_n).T
     return _reduce(xq, sx, wq_t, sw_t, plan, arith, tile_m, tile_n)
 
@@ -317,21 +321,21 @@ def binary32_exact(
     ``2**(e - f)``; products are then multiples of ``2**(ex + ew - 2f)`` with ``ex``, ``ew`` the
     smallest exponents present, and so is every binary32 sum and rounding of them. Products have
     at most ``2f + 2 <= 24`` significant bits, so they are exact unless they overflow, which
-    ``max|x| · max|w| < 2**128`` excludes. NaNs are ignored (they propagate alike).
+    ``hx + hw + 2 <= 128`` excludes (``2**h`` the largest powers of two present, so every
+    product is below ``2**(hx + hw + 2)``). NaNs are ignored (they propagate alike).
     """
     frac = format_info(inputs).mantissa_bits
 
-    def extremes(q):
+    def exponents(q):  # of the smallest non-zero and of the largest finite magnitude
         bits = lax.bitcast_convert_type(jnp.abs(q), jnp.int32)  # monotone in |q|; NaN above inf
         finite = bits < 0x7F80_0000
         low = jnp.min(jnp.where(finite & (bits > 0), bits, 0x7F80_0000))
         high = jnp.max(jnp.where(finite, bits, 0))
-        return (low >> 23) - 127, lax.bitcast_convert_type(high, jnp.float32)
+        return (low >> 23) - 127, (high >> 23) - 127
 
-    ex, x_max = extremes(xq)
-    ew, w_max = extremes(wq_t)
-    big = x_max.astype(jnp.float64) * w_max.astype(jnp.float64)
-    return (ex + ew - 2 * frac >= -126) & (big < 2.0**128)
+    lx, hx = exponents(xq)
+    lw, hw = exponents(wq_t)
+    return (lx + lw - 2 * frac >= -126) & (hx + hw + 2 <= 128)
 
 
 @custom_vmap

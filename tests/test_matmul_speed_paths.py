@@ -1,0 +1,178 @@
+"""The fast paths of the pure-JAX matmul against the NumPy reference, bit for bit.
+
+Each path the fused loop can take (binary32 chain with its data check and binary64 fallback,
+binary64 with range-free rounding, exact group sums as trees or batched dots, the transposed
+orientation, tile padding, a vmapped batch) on operands built to hit its edges: subnormal and
+tiny values, ties, overflow to inf, NaN, zero rows, K not a multiple of the group, the
+promotion interval or the loop's block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from contracts import AccumulatorSpec, MatmulSpec, preset
+from kernels.formats import cast_output
+from kernels.matmul import emulated_dot_general, make_plan, matmul
+from kernels.matmul.fast import binary32_exact, reduce_quantized, transposed
+from kernels.matmul.rounding import round_accumulator, round_accumulator_in_range
+from kernels.scaling import quantize_rows
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and bool(
+        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
+    )
+
+
+def spec_of(inputs, scaling, m, rounding, group, promote, output="float32"):
+    return MatmulSpec(
+        inputs=inputs,
+        scaling=scaling,
+        accumulator=AccumulatorSpec(mantissa_bits=m, rounding=rounding),
+        group=group,
+        promote_every=promote,
+        output=output,
+    )
+
+
+def operand_sets(shape, seed=0):
+    """Operand pairs of one shape: spread exponents, NaN, a zero row, ties, huge and tiny."""
+    m, k, n = shape
+    rng = np.random.default_rng(seed)
+
+    def spread(size, e):
+        return (rng.standard_normal(size) * 2.0 ** rng.integers(-e, e + 1, size)).astype(np.float32)
+
+    sets = [(spread((m, k), 3), spread((k, n), 3)), (spread((m, k), 20), spread((k, n), 20))]
+    x, w = spread((m, k), 6), spread((k, n), 6)
+    x[0, 1] = np.nan
+    x[1] = 0.0
+    sets.append((x, w))
+    # ties: 1 + 2**-24 (and its like) rounds to even in a float32 accumulator
+    x = np.ones((m, k), np.float32)
+    x[:, 1::2] = 2.0**-24
+    w = np.ones((k, n), np.float32)
+    w[::3] = -1.0
+    sets.append((x, w))
+    # products of 2**126: their sums overflow the accumulator; tiny products far below 2**-126
+    sets.append((np.full((m, k), 2.0**100, np.float32), np.full((k, n), 2.0**26, np.float32)))
+    sets.append((spread((m, k), 2) * 2.0**-100, spread((k, n), 2) * 2.0**-30))
+    return sets
+
+
+def check(spec, shape, splits=1, sets=None):
+    f = jax.jit(lambda a, b: matmul(a, b, spec, splits=splits))
+    for x, w in sets or operand_sets(shape):
+        want = matmul(x, w, spec, impl="numpy", splits=splits)
+        got = f(x, w)
+        assert same_bits(got, want), (spec, np.argwhere(np.asarray(got) != want)[:4])
+
+
+# ---------------------------------------------------------------------------------------------
+# rounding without range checks
+
+
+@pytest.mark.parametrize("rz", [True, False])
+def test_in_range_rounding_equals_the_full_rounding(rz):
+    rng = np.random.default_rng(1)
+    s = rng.standard_normal(4096) * 2.0 ** rng.integers(-126, 126, 4096)
+    grid = np.ldexp(np.rint(np.ldexp(s, 20)), -20)  # many exact ties for small m
+    s = np.concatenate([s, grid, [0.0, np.nan, 2.0**127, -(2.0**-126), 1 + 2.0**-24]])
+    s = np.where(np.abs(s) < 2.0**-126, 2.0**-126, s)  # the documented range
+    with jax.enable_x64(True):
+        sj = jnp.asarray(s, jnp.float64)
+        for m in (1, 4, 13, 22, 23):
+            want = np.asarray(round_accumulator(sj, m, rz))
+            got = np.asarray(round_accumulator_in_range(sj, m, rz))
+            assert np.array_equal(got.view(np.uint64), want.view(np.uint64)) or (
+                np.array_equal(np.isnan(got), np.isnan(want))
+                and np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+            ), m
+
+
+def test_plan_properties_of_the_presets():
+    def props(name):
+        p = make_plan(preset(name).matmul, 4096)
+        return p.in_range, p.exact_group_sums, p.binary32_chain
+
+    assert props("h100-fp8") == (True, True, False)
+    assert props("mxfp8") == (True, True, False)
+    assert props("bf16") == (False, False, True)
+    assert props("fp32") == (False, False, False)
+    e5m2 = make_plan(spec_of("float8_e5m2", "per_row", 23, "nearest_even", 1, None), 64)
+    assert (e5m2.in_range, e5m2.exact_group_sums, e5m2.binary32_chain) == (True, False, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# each path against the reference
+
+
+def test_binary32_chain_with_its_check_and_fallback():
+    spec = dataclasses.replace(preset("bf16").matmul, output="float32")
+    sets = operand_sets((4, 37, 6))
+    check(spec, None, sets=sets)
+    check(spec, None, splits=3, sets=sets[:2])
+    # the data check: which sets the float32 loop may take
+    flags = []
+    for x, w in sets:
+        xq, _ = quantize_rows(jnp.asarray(x), "bfloat16", make_plan(spec, 37).scaling)
+        wq, _ = quantize_rows(jnp.asarray(w).T, "bfloat16", make_plan(spec, 37).scaling)
+        flags.append(bool(binary32_exact(xq, wq, "bfloat16")))
+    assert flags == [True, True, True, True, True, False]  # the tiny set falls back
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        preset("h100-fp8").matmul,  # toward zero as a mask, tree group sums
+        spec_of("float8_e5m2", "block:8", 10, "nearest_even", 3, 16),  # rounding by addition
+        spec_of("float16", "per_tensor", 23, "nearest_even", 1, None),  # binary32, no check
+        preset("mxfp8").matmul,  # group sums as batched binary64 dots
+        spec_of("float8_e4m3fn", "per_row", 7, "toward_zero", 16, 48),  # dots and a chain
+    ],
+    ids=["h100-fp8", "e5m2-rn10", "float16-chain", "mxfp8-dot", "e4m3-dot-chain"],
+)
+def test_binary64_paths(spec):
+    check(spec, (3, 70, 5))
+
+
+def test_transposed_orientation_and_tile_padding():
+    spec = dataclasses.replace(preset("h100-fp8").matmul, output="float32")
+    # w broadcast and x streamed, the result transposed
+    assert transposed(128, 256, 512) and not transposed(127, 256, 512)
+    assert not transposed(128, 256, 256)
+    x, w = operand_sets((128, 256, 512), seed=2)[2]
+    check(spec, None, splits=2, sets=[(x, w)])
+    # tiles that do not divide the output
+    plan = make_plan(spec, 37)
+    x, w = operand_sets((7, 37, 11), seed=3)[1]
+    want = matmul(x, w, spec, impl="numpy")
+    with jax.enable_x64(True):
+        xq, sx = quantize_rows(jnp.asarray(x), plan.inputs, plan.scaling)
+        wq, sw = quantize_rows(jnp.asarray(w).T, plan.inputs, plan.scaling)
+        got = cast_output(reduce_quantized(xq, sx, wq, sw, plan, tile_m=3, tile_n=4), "float32")
+    assert same_bits(got, want)
+
+
+def test_vmapped_batch_keeps_one_branch():
+    spec = dataclasses.replace(preset("bf16").matmul, output="float32")
+    sets = operand_sets((3, 20, 4), seed=4)
+    lhs = np.stack([sets[0][0], sets[5][0]])  # the second element fails the data check
+    rhs = np.stack([sets[0][1], sets[5][1]])
+    dn = (((2,), (1,)), ((0,), (0,)))
+
+    def f(a, b):
+        return emulated_dot_general(a, b, dn, spec)
+
+    want = np.stack([matmul(lhs[i], rhs[i], spec, impl="numpy") for i in range(2)])
+    assert same_bits(jax.jit(f)(lhs, rhs), want)
+    with jax.enable_x64(True):
+        text = str(jax.make_jaxpr(f)(lhs, rhs))
+    assert "cond[" in text  # the batch shares one predicate: no select of both branches
