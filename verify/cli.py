@@ -91,7 +91,8 @@ def _main_parser(out, err) -> _Parser:
         prog="python -m verify",
         description="Prove a kernel contract's guarantees and check its clauses. "
         "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ... | "
-        "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl",
+        "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl | localize CONTRACT.yaml | "
+        "conformance CONTRACT.yaml",
         out=out,
         err=err,
     )
