@@ -1,7 +1,18 @@
-"""Benchmark: emulated matmul vs plain float32 ``jnp.dot``, and Pallas interpret vs pure JAX.
+"""Benchmark: emulated matmul vs plain float32 ``jnp.dot``, with the floor this CPU allows.
 
-All ratios are measured in one run on the same machine (median of ``--repeats`` timed calls
-after one warm-up/compile call).
+All ratios come from one run on one machine: the best of ``--repeats`` calls of every function,
+interleaved (so load from other processes hits all alike), wall and CPU seconds. Besides the
+emulation the run times its quantization alone (``kernels.scaling``, part of every call) and a
+binary64 ``jnp.dot`` (what exact binary64 multiply-adds cost here). Each preset is also checked
+bit for bit against the NumPy reference on a ``--check-shape`` slice of the same operands.
+
+The floor table counts the vector operations per multiply-add that the definition leaves:
+``K / group`` roundings per output form one dependent chain (no GEMM can batch them), each
+costing the group's multiply-adds at the width the sums need (binary32 only for the float32
+chain; binary64 otherwise: e4m3 products span up to 49 bits), one add and the rounding's
+integer operations, plus each chunk's promotion. A fp32 GEMM does one fused multiply-add per
+product at full SIMD width. The ratio of the two counts, plus the quantization, bounds the
+ratio any implementation with the dot's sustained vector-operation rate could reach.
 
     python bench/bench_matmul.py                      # (1024, 4096, 4096), all presets
     python bench/bench_matmul.py --shape 256 4096 1024 --presets h100-fp8
@@ -15,12 +26,44 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import median_ready as timed
+from timing import interleaved, median_ready
 
 from contracts import preset
-from kernels.matmul import matmul
+from kernels.matmul import make_plan, matmul
+from kernels.scaling import quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
+LANES = {"binary32": 8, "binary64": 4}  # per 256-bit vector, as XLA emits on x86
+
+
+def arithmetic(plan) -> str:
+    """The loop the pure-JAX path runs for ``plan`` (see ``kernels.matmul.fast``)."""
+    if plan.binary32_chain:
+        return "binary32" + (" (data-checked)" if not plan.in_range else "")
+    sums = "dot" if plan.exact_group_sums and plan.group >= 16 else "fused"
+    rounding = "range-free" if plan.in_range else "full"
+    return f"binary64, {sums} sums, {rounding} rounding"
+
+
+def vector_ops_per_mac(plan) -> tuple[float, int]:
+    """(vector operations per multiply-add, roundings per output) of the definition."""
+    width = "binary32" if plan.binary32_chain else "binary64"
+    g = plan.group
+    if plan.binary32_chain:
+        per_group = 1  # one fused multiply-add, which rounds to binary32 itself
+    else:
+        if not plan.in_range:
+            rounding = 15  # flush, overflow, NaN and sign handling around the bit operations
+        elif plan.toward_zero:
+            rounding = 1  # AND
+        elif plan.mantissa_bits == 23:
+            rounding = 2  # binary64 -> binary32 -> binary64
+        else:
+            rounding = 6  # shift, AND, two adds, AND, NaN select
+        per_group = g + 1 + rounding  # g multiply-adds, the accumulator add, the rounding
+    per_chunk = 13 if plan.block_scaled else 5  # promotion: scale, convert, flush, add
+    ops = plan.steps * per_group + plan.parts * plan.chunks * per_chunk
+    return ops / plan.k / LANES[width], plan.steps
 
 
 def main(argv=None, *, stdout=sys.stdout) -> int:
@@ -31,9 +74,14 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--check-shape", type=int, nargs=3, default=(128, 1024, 512), metavar=("M", "K", "N")
+    )
+    parser.add_argument(
         "--pallas-shape", type=int, nargs=3, default=(128, 512, 128), metavar=("M", "K", "N")
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
 
     def out(line=""):
         print(line, file=stdout, flush=True)
@@ -43,17 +91,91 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
     x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
     w = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
     dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
-    t_dot = timed(dot, x, w, repeats=args.repeats)
-    out(f"backend: {jax.default_backend()}, devices: {jax.devices()}")
-    out(f"shape (M, K, N) = {tuple(args.shape)}; plain float32 jnp.dot: {t_dot * 1e3:.1f} ms")
-    out()
-    out("| preset | pure-JAX emulated (s) | ratio vs fp32 jnp.dot |")
-    out("|---|---:|---:|")
+    with jax.enable_x64(True):
+        x64, w64 = x.astype(jnp.float64), w.astype(jnp.float64)
+        dot64 = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+        jax.block_until_ready(dot64(x64, w64))
+    calls = {"fp32 dot": lambda: jax.block_until_ready(dot(x, w))}
+
+    def on_x64(f, *a):
+        def call():
+            with jax.enable_x64(True):
+                return jax.block_until_ready(f(*a))
+
+        return call
+
+    calls["fp64 dot"] = on_x64(dot64, x64, w64)
+    plans = {}
     for name in args.presets:
         spec = preset(name).matmul
-        f = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec))
-        t = timed(f, x, w, repeats=max(1, args.repeats // 3))
-        out(f"| {name} | {t:.2f} | {t / t_dot:.1f}x |")
+        plan = plans[name] = make_plan(spec, k)
+        emulate = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec))
+        quantize = jax.jit(
+            lambda a, b, plan=plan: (
+                quantize_rows(a, plan.inputs, plan.scaling),
+                quantize_rows(b.T, plan.inputs, plan.scaling),
+            )
+        )
+        calls[name] = lambda f=emulate: jax.block_until_ready(f(x, w))
+        calls[f"{name} quantize"] = on_x64(quantize, x, w)
+    for call in calls.values():  # compile
+        call()
+    wall, cpu, _ = interleaved(calls, args.repeats)
+
+    cm, ck, cn = args.check_shape
+    same = {}
+    for name in args.presets:
+        spec = preset(name).matmul
+        xs, ws = np.asarray(x[:cm, :ck]), np.asarray(w[:ck, :cn])
+        got = np.asarray(jax.jit(lambda a, b, spec=spec: matmul(a, b, spec))(xs, ws))
+        want = matmul(xs, ws, spec, impl="numpy")
+        same[name] = bool(
+            np.all((got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want)))
+        )
+
+    base_w, base_c = wall["fp32 dot"], cpu["fp32 dot"]
+    out(f"backend: {jax.default_backend()}, devices: {jax.devices()}")
+    out(
+        f"shape (M, K, N) = {tuple(args.shape)}; best of {args.repeats}, interleaved; "
+        f"float32 jnp.dot {base_w * 1e3:.0f} ms wall, {base_c * 1e3:.0f} ms CPU; "
+        f"float64 jnp.dot {wall['fp64 dot'] / base_w:.2f}x wall, "
+        f"{cpu['fp64 dot'] / base_c:.2f}x CPU"
+    )
+    out()
+    out(
+        "| preset | emulated (s) | ratio vs fp32 dot, wall | CPU (s) | ratio, CPU "
+        f"| quantization alone, CPU | bit-identical to reference {tuple(args.check_shape)} |"
+    )
+    out("|---|---:|---:|---:|---:|---:|---|")
+    for name in args.presets:
+        q = cpu[f"{name} quantize"]
+        out(
+            f"| {name} | {wall[name]:.3f} | {wall[name] / base_w:.1f}x | {cpu[name]:.3f} "
+            f"| {cpu[name] / base_c:.1f}x | {q / base_c:.1f}x | {'yes' if same[name] else 'NO'} |"
+        )
+    out()
+    macs = m * k * n
+    dot_rate = macs / LANES["binary32"] / base_c  # one FMA per product, 8 binary32 lanes
+    out(
+        "Floor: vector operations per multiply-add (256-bit vectors; fp32 dot = 1 FMA / 8 "
+        f"lanes = 0.125); the dot sustains {dot_rate / 1e9:.1f} G vector ops per CPU second."
+    )
+    out(
+        "| preset | loop arithmetic | roundings per output (one chain) | vector ops per MAC "
+        "| floor ratio (ops + quantization) | achieved ratio, CPU | emulation G vector ops/CPU s |"
+    )
+    out("|---|---|---:|---:|---:|---:|---:|")
+    for name in args.presets:
+        plan = plans[name]
+        per_mac, roundings = vector_ops_per_mac(plan)
+        quant = cpu[f"{name} quantize"] / base_c
+        floor = per_mac / 0.125 + quant
+        loop_cpu = max(cpu[name] - cpu[f"{name} quantize"], 1e-9)
+        out(
+            f"| {name} | {arithmetic(plan)} | {roundings} "
+            f"| {per_mac:.3f} | {floor:.1f}x | {cpu[name] / base_c:.1f}x "
+            f"| {macs * per_mac / loop_cpu / 1e9:.1f} |"
+        )
 
     pm, pk, pn = args.pallas_shape
     xs = jnp.asarray(rng.standard_normal((pm, pk)), jnp.float32)
@@ -61,7 +183,7 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
     out()
     out(
         f"Pallas (interpret={jax.default_backend() != 'gpu'}) vs pure JAX at "
-        f"{tuple(args.pallas_shape)}:"
+        f"{tuple(args.pallas_shape)} (median of {args.repeats}):"
     )
     out("| preset | pure JAX (ms) | Pallas (ms) | ratio |")
     out("|---|---:|---:|---:|")
@@ -69,12 +191,12 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
         spec = preset(name).matmul
         fj = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec))
         fp = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec, impl="pallas"))
-        tj = timed(fj, xs, ws, repeats=args.repeats)
-        tp = timed(fp, xs, ws, repeats=args.repeats)
-        same = bool(jnp.array_equal(fj(xs, ws), fp(xs, ws)))
+        tj = median_ready(fj, xs, ws, repeats=args.repeats)
+        tp = median_ready(fp, xs, ws, repeats=args.repeats)
+        agree = bool(jnp.array_equal(fj(xs, ws), fp(xs, ws)))
         out(
             f"| {name} | {tj * 1e3:.1f} | {tp * 1e3:.1f} | {tp / tj:.1f}x"
-            f"{'' if same else ' (RESULTS DIFFER)'} |"
+            f"{'' if agree else ' (RESULTS DIFFER)'} |"
         )
     return 0
 

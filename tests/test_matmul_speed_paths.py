@@ -125,7 +125,23 @@ def test_binary32_chain_with_its_check_and_fallback():
         xq, _ = quantize_rows(jnp.asarray(x), "bfloat16", make_plan(spec, 37).scaling)
         wq, _ = quantize_rows(jnp.asarray(w).T, "bfloat16", make_plan(spec, 37).scaling)
         flags.append(bool(binary32_exact(xq, wq, "bfloat16")))
-    assert flags == [True, True, True, True, True, False]  # the tiny set falls back
+    assert flags == [True, True, False, True, True, False]  # NaN and tiny values fall back
+
+
+def test_binary32_check_at_its_edges():
+    one = jnp.ones((2, 3), jnp.float32)
+
+    def ok(x, w):
+        return bool(binary32_exact(x, w, "bfloat16"))
+
+    assert ok(one, one) and ok(one * 0, one * 0) and ok(one.at[0, 0].set(0), one)
+    # products are multiples of 2**(lx + lw - 14): 2**-126 is the last that never flushes
+    assert ok(one * 2.0**-56, one * 2.0**-56) and not ok(one * 2.0**-57, one * 2.0**-56)
+    # every product below 2**(hx + hw + 2)
+    assert ok(-one * 2.0**63, one * 1.5 * 2.0**63) and not ok(one * 2.0**64, one * 2.0**63)
+    for nan in (jnp.nan, -jnp.nan):  # a NaN of either sign fails, even with tiny partners
+        assert not ok(one.at[0, 1].set(nan), one * 2.0**-10)
+        assert not ok(one * 2.0**-10, one.at[1, 2].set(nan))
 
 
 @pytest.mark.parametrize(
