@@ -1,7 +1,7 @@
 """The fast paths of the pure-JAX matmul against the NumPy reference, bit for bit.
 
 Each path the fused loop can take (binary32 chain with its data check and binary64 fallback,
-binary64 with range-free rounding, exact group sums as trees or batched dots, the transposed
+binary64 with range-free rounding, exact group sums as batched dots, the transposed
 orientation, tile padding, a vmapped batch) on operands built to hit its edges: subnormal and
 tiny values, ties, overflow to inf, NaN, zero rows, K not a multiple of the group, the
 promotion interval or the loop's block.
@@ -147,7 +147,7 @@ def test_binary32_check_at_its_edges():
 @pytest.mark.parametrize(
     "spec",
     [
-        preset("h100-fp8").matmul,  # toward zero as a mask, tree group sums
+        preset("h100-fp8").matmul,  # toward zero as a mask
         spec_of("float8_e5m2", "block:8", 10, "nearest_even", 3, 16),  # rounding by addition
         spec_of("float16", "per_tensor", 23, "nearest_even", 1, None),  # binary32, no check
         preset("mxfp8").matmul,  # group sums as batched binary64 dots

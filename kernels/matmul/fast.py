@@ -23,10 +23,11 @@ The arithmetic is the definition's, in the cheapest form that gives its bits (``
   the binary64 loop otherwise (under ``vmap`` one check covers the whole batch).
 * otherwise binary64 products and sums, rounded by :func:`round_accumulator_in_range` when the
   inputs cannot leave the range (``in_range``: FP8, float16), else by the full
-  :func:`round_accumulator`. When the group sums are exact (``exact_group_sums``: e4m3) a
-  group is summed as a balanced tree (same value, shorter dependency chain), and groups of 16
-  or more products come from a batched binary64 ``dot_general``, which XLA blocks for
-  registers and caches as a fused elementwise loop cannot.
+  :func:`round_accumulator`. A group is summed in the definition's order (LLVM contracts
+  each product into the running sum as an FMA, exact since binary64 products are). When the
+  group sums are exact (``exact_group_sums``: e4m3), groups of 16 or more products come from
+  a batched binary64 ``dot_general`` instead, which XLA blocks for registers and caches as a
+  fused elementwise loop cannot.
 
 Must be traced with ``jax.enable_x64``.
 """
@@ -50,8 +51,8 @@ __all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term", "tran
 
 # products per loop iteration: enough to amortise the loop, few enough that the out-of-order
 # window overlaps consecutive vectors of the dependent rounding chain
-_BLOCK = {"binary32": 16, "binary64": 32, "dot": 128}
-_TILE = {"binary32": (512, 128), "binary64": (512, 128), "dot": (512, 128)}  # rows × columns
+_BLOCK = {"binary32": 16, "binary64": 16, "dot": 256}
+_TILE = {"binary32": (512, 256), "binary64": (512, 256), "dot": (512, 256)}  # rows × columns
 
 
 def lay_out(q_t: Float[Array, "rows k"], plan: Plan) -> Float[Array, "steps group rows"]:
@@ -129,21 +130,7 @@ def _arranged(
 class _Arith(NamedTuple):
     binary32: bool  # float32 operands and accumulator (binary32_chain)
     in_range: bool  # rounding without range checks
-    tree: bool  # group sums as balanced trees
-    dot: bool = False  # group sums as a batched binary64 dot (exact sums, long groups)
-
-
-def _group_sum(products: list, tree: bool):
-    """The binary64 group sum ``((p1 + p2) + p3) + ...``, or a balanced tree when exact."""
-    if not tree:
-        total = products[0]
-        for p in products[1:]:
-            total = total + p
-        return total
-    while len(products) > 1:
-        pairs = [products[i] + products[i + 1] for i in range(0, len(products) - 1, 2)]
-        products = pairs + products[len(products) - len(products) % 2 :]
-    return products[0]
+    dot: bool  # group sums as a batched binary64 dot (exact sums, long groups)
 
 
 def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith: _Arith):
@@ -191,13 +178,13 @@ def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith
         if arith.dot:
             return list(lax.dot_general(xg, wg, (((2,), (1,)), ((0,), (0,)))))
         wg = wg[:, :bn]
-        count = sched.groups_per_iter
-        return [
-            _group_sum(
-                [xg[:, q * g + r][:, None] * wg[q * g + r][None, :] for r in range(g)], arith.tree
-            )
-            for q in range(count)
-        ]
+        sums = []
+        for q in range(sched.groups_per_iter):  # ((p1 + p2) + p3) + ..., as defined
+            t = xg[:, q * g][:, None] * wg[q * g][None, :]
+            for r in range(1, g):
+                t = t + xg[:, q * g + r][:, None] * wg[q * g + r][None, :]
+            sums.append(t)
+        return sums
 
     def run_groups(acc, sums):
         for t in sums:
@@ -369,9 +356,7 @@ def reduce_quantized(
     tile_n: int | None = None,
 ) -> Float[Array, "m n"]:
     """Steps 2-6 of the definition on quantized operands; returns the float32 total."""
-    wide = _Arith(
-        False, plan.in_range, plan.exact_group_sums, plan.exact_group_sums and plan.group >= 16
-    )
+    wide = _Arith(False, plan.in_range, plan.exact_group_sums and plan.group >= 16)
     if not plan.binary32_chain:
         return _oriented(xq, sx, wq_t, sw_t, plan, wide, tile_m, tile_n)
     narrow = _Arith(True, True, False)
