@@ -435,6 +435,9 @@ args = {
     "c": 1.01,
     "clip_epsilon": 0.2,
     "rho": 0.01,
+    "lo": 0.9,
+    "hi": 1.1,
+    "tau": 0.001,
 }
 import inspect  # noqa: E402
 
