@@ -267,7 +267,7 @@ def _w_seq_tis_tv(eps: float, c: float, L: int, eta: float = 1e-12) -> Witness:
 
 
 def _w_seq_is(osc: float, T: float, L: int) -> Witness:
-    bias = seq_is_bias(osc / T, L)  # zero up to float64 rounding
+    bias = seq_is_bias(osc / T, L)  # exact rational sums: 0 exactly
     return Witness("pg_bias_seq_is", {"osc": osc, "T": T, "L": L}, bias, 0.0, {"L": L})
 
 

@@ -9,6 +9,7 @@ inference logits, π = softmax(z/T), π' = softmax(z'/T), w = π/π'.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 from jaxtyping import Float
@@ -137,24 +138,37 @@ def best_iid_seq_tis(s: float, L: int, cap: float) -> tuple[float, float]:
     return 1.0 / (1.0 + math.exp(t)), best
 
 
+SEQ_IS_DEPTH = 8  # sequences enumerated by ``seq_is_bias``: 2**depth of them
+
+
 def seq_is_bias(s: float, L: int, seed: int = 0) -> float:
-    """‖E_π'[W·g] − E_π[g]‖ for random autoregressive laws (vocabulary 2, length L, a tilt of
-    range s at every prefix) and random per-sequence vectors g, by enumerating all sequences."""
+    """‖E_π'[W·g] − E_π[g]‖ for random autoregressive laws (vocabulary 2, a tilt of range s at
+    every prefix) and random per-sequence vectors g, by enumerating all sequences.
+
+    The laws have length min(L, ``SEQ_IS_DEPTH``) (a law of shorter sequences is one of length
+    at most L, which is what the lemma quantifies over) and are exact rationals: every
+    conditional probability is the float64 value of the tilted softmax read exactly, and the
+    sums are taken in rational arithmetic, so a nonzero result would be a true bias, not
+    rounding.
+    """
     rng = np.random.default_rng(seed)
-    seqs: list[tuple[tuple, float, float]] = [((), 0.0, 0.0)]
-    for _ in range(L):
+    # (π(y), π'(y), W(y)) with W the estimator's product of per-token ratios π(y_t)/π'(y_t)
+    seqs = [(Fraction(1), Fraction(1), Fraction(1))]
+    for _ in range(min(L, SEQ_IS_DEPTH)):
         grown = []
-        for prefix, lp, lq in seqs:
+        for p, q, w in seqs:
             z, zp = tilt_pair(float(rng.uniform(0.05, 0.95)), s * rng.uniform(0, 1), 1.0)
-            a, b = measure.log_softmax(z, 1.0), measure.log_softmax(zp, 1.0)
-            grown += [((*prefix, y), lp + a[y], lq + b[y]) for y in range(2)]
+            a = Fraction(float(np.exp(measure.log_softmax(z, 1.0)[0])))
+            b = Fraction(float(np.exp(measure.log_softmax(zp, 1.0)[0])))
+            grown += [(p * a, q * b, w * a / b), (p * (1 - a), q * (1 - b), w * (1 - a) / (1 - b))]
         seqs = grown
-    g = rng.normal(size=(len(seqs), 3))
-    lp = np.array([p for _, p, _ in seqs])
-    lq = np.array([q for _, _, q in seqs])
-    weighted = np.exp(lq)[:, None] * np.exp(lp - lq)[:, None] * g  # π'(y)·W(y)·g(y)
-    target = np.exp(lp)[:, None] * g
-    return float(np.linalg.norm(weighted.sum(axis=0) - target.sum(axis=0)))
+    g = [[Fraction(float(v)) for v in row] for row in rng.normal(size=(len(seqs), 3))]
+    pairs = list(zip(seqs, g, strict=True))
+    diff = [  # E_π'[W·g] − E_π[g], coordinate k
+        sum((q * w * row[k] - p * row[k] for (p, q, w), row in pairs), Fraction(0))
+        for k in range(3)
+    ]
+    return math.sqrt(float(sum(d * d for d in diff)))
 
 
 def ratio_band_laws(r: float, lo: float, hi: float) -> tuple[list[float], list[float]]:
