@@ -20,7 +20,11 @@ from contracts import AccumulatorSpec, MatmulSpec, preset
 from kernels.formats import cast_output
 from kernels.matmul import emulated_dot_general, make_plan, matmul
 from kernels.matmul.fast import binary32_exact, reduce_quantized, transposed
-from kernels.matmul.rounding import round_accumulator, round_accumulator_in_range
+from kernels.matmul.rounding import (
+    round_accumulator,
+    round_accumulator_in_range,
+    round_accumulator_np,
+)
 from kernels.scaling import quantize_rows
 
 
@@ -95,6 +99,25 @@ def test_in_range_rounding_equals_the_full_rounding(rz):
                 np.array_equal(np.isnan(got), np.isnan(want))
                 and np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
             ), m
+
+
+def test_float32_accumulator_rounding_at_its_edges():
+    # round_accumulator with 23 bits to nearest goes through the binary32 conversion; the
+    # subnormal range and the overflow threshold are where that could differ
+    tiny, top = 2.0**-126, 2.0**127
+    edges = [
+        tiny, tiny - 2.0**-151, tiny - 2.0**-151 - 2.0**-170, tiny - 2.0**-150, 2.0**-127,
+        2.0**-149, 2.0**-1074, 0.0, -0.0, (2 - 2.0**-24) * top, (2 - 2.0**-24) * top - 2.0**80,
+        (2 - 2.0**-23) * top, 2.0**128, 1 + 2.0**-24, 1 + 3 * 2.0**-24, np.inf, np.nan,
+    ]  # fmt: skip
+    s = np.array(edges + [-e for e in edges], np.float64)
+    want = round_accumulator_np(s, 23, False)
+    with jax.enable_x64(True):
+        got = np.asarray(round_accumulator(jnp.asarray(s), 23, False))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    keep = ~np.isnan(want)
+    assert np.array_equal(got[keep].view(np.uint64), want[keep].view(np.uint64))
+    assert got[1] == tiny and got[2] == 0.0 and got[9] == np.inf and got[10] < np.inf
 
 
 def test_plan_properties_of_the_presets():

@@ -213,17 +213,24 @@ def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith
             part_sum = flush(part_sum + term(it * v_n + v, acc))
         return part_sum, x_next, w_next
 
+    def loop(count, first, body, carry):
+        """``body(first + i, carry)`` for i < count: static bounds let XLA know the trip
+        count, and a single pass is no loop at all."""
+        if count == 1:
+            return body(first, carry)
+        return lax.fori_loop(0, count, lambda i, c: body(first + i, c), carry)
+
     def chunk_pieces(chunk, carry):  # chunk ``chunk`` spans iters_per_chunk iterations
         part_sum, xg, wg = carry
-        n = sched.iters_per_chunk
 
         def piece(it, c):
             acc, xg, wg = c
             x_next, w_next = fetch(it)
             return run_groups(acc, group_sums(xg, wg)), x_next, w_next
 
+        n = sched.iters_per_chunk
         init = (jnp.zeros((bm, bn), acc_dtype), xg, wg)
-        acc, xg, wg = lax.fori_loop(chunk * n, chunk * n + n, piece, init)
+        acc, xg, wg = loop(n, chunk * n, piece, init)
         return flush(part_sum + term(chunk, acc)), xg, wg
 
     def part(p, carry):  # loops end where parts end: no per-iteration test
@@ -231,17 +238,13 @@ def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith
         init = (jnp.zeros((bm, bn), jnp.float32), xg, wg)
         if sched.iters_per_chunk == 1:
             per_part = plan.chunks // sched.chunks_per_iter  # iterations per part
-            ps, xg, wg = lax.fori_loop(p * per_part, p * per_part + per_part, whole_chunks, init)
+            ps, xg, wg = loop(per_part, p * per_part, whole_chunks, init)
         else:
-            ps, xg, wg = lax.fori_loop(
-                p * plan.chunks, p * plan.chunks + plan.chunks, chunk_pieces, init
-            )
+            ps, xg, wg = loop(plan.chunks, p * plan.chunks, chunk_pieces, init)
         return flush(total + ps), xg, wg
 
     init = (jnp.zeros((bm, bn), jnp.float32), x_block(0), w_block(0))
-    if plan.parts == 1:
-        return part(0, init)[0]
-    return lax.fori_loop(0, plan.parts, part, init)[0]
+    return loop(plan.parts, 0, part, init)[0]
 
 
 def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
@@ -251,9 +254,13 @@ def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
     m, n = xq.shape[0], wq_t.shape[0]
     tm, tn = _TILE[kind]
     tm, tn = tile_m or tm, tile_n or tn
-    bm = min(tm, m)
-    bn = min(n, max(tn, (tm * tn) // bm))  # few rows: wider tiles, as many outputs
-    mt, nt = -(-m // bm), -(-n // bn)
+    # as few tiles as the limits allow, sized evenly so that padding wastes little; few rows
+    # make wider tiles (as many outputs); tile columns a multiple of 8 (one vector)
+    mt = -(-m // tm)
+    bm = -(-m // mt)
+    nt = -(-n // max(tn, (tm * tn) // bm))
+    bn = n if nt == 1 else 8 * -(-n // (8 * nt))
+    nt = -(-n // bn)
     xs = _arranged(xq, plan, sched, bm)
     ws = _arranged(wq_t, plan, sched, bn)
     # scales as (tiles, runs, rows): a chunk's scales are one contiguous row

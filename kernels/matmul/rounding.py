@@ -39,6 +39,7 @@ _MAG = 0x7FFF_FFFF_FFFF_FFFF
 _INF = 0x7FF << _FRAC
 _OVERFLOW = (1023 + 128) << _FRAC  # 2**128
 _TINY = (1023 - 126) << _FRAC  # 2**-126
+_TINY_VALUE = 2.0**-126
 
 
 def _max_bits(m: int) -> int:
@@ -54,6 +55,8 @@ def round_accumulator(
     Must be traced with 64-bit types enabled (``jax.enable_x64``). See the package docstring
     for the exact semantics (flush below ``2**-126``, IEEE overflow, zeros are +0).
     """
+    if mantissa_bits == 23 and not toward_zero:
+        return _round_binary32(s)
     drop = _FRAC - mantissa_bits
     bits = lax.bitcast_convert_type(s, jnp.int64)
     mag = bits & jnp.int64(_MAG)
@@ -71,6 +74,24 @@ def round_accumulator(
     rounded = jnp.where(mag >= _INF, mag, rounded)  # inf and NaN pass through
     value = lax.bitcast_convert_type(rounded, jnp.float64)
     return jnp.where((bits < 0) & (rounded != 0), -value, value)
+
+
+def _round_binary32(s):
+    """:func:`round_accumulator` with 23 fraction bits, to nearest, in seven operations.
+
+    The binary64 to binary32 conversion rounds to 24 significant bits, ties to even, passes inf
+    and NaN, and overflows to ±inf exactly when the definition does (both round the largest
+    finite value's odd successor midpoint up to ``2**128``). Below ``2**-126`` it would round
+    to binary32's subnormal grid (or flush, depending on the hardware's mode), so that range is
+    settled explicitly: the definition rounds to 24 bits with an unbounded exponent, which
+    makes ``2**-126`` of every magnitude from ``2**-126 - 2**-151`` (the tie, to even) up, and
+    flushes everything smaller, zeros included, to +0.
+    """
+    mag = jnp.abs(s)
+    rounded = s.astype(jnp.float32).astype(jnp.float64)
+    smallest = jnp.where(s < 0, -_TINY_VALUE, _TINY_VALUE)
+    below = jnp.where(mag >= _TINY_VALUE - 2.0**-151, smallest, 0.0)
+    return jnp.where(mag < _TINY_VALUE, below, rounded)
 
 
 def round_accumulator_in_range(
