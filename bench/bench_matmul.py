@@ -9,10 +9,15 @@ bit for bit against the NumPy reference on a ``--check-shape`` slice of the same
 The floor table counts the vector operations per multiply-add that the definition leaves:
 ``K / group`` roundings per output form one dependent chain (no GEMM can batch them), each
 costing the group's multiply-adds at the width the sums need (binary32 only for the float32
-chain; binary64 otherwise: e4m3 products span up to 49 bits), one add and the rounding's
-integer operations, plus each chunk's promotion. A fp32 GEMM does one fused multiply-add per
-product at full SIMD width. The ratio of the two counts, plus the quantization, bounds the
-ratio any implementation with the dot's sustained vector-operation rate could reach.
+chain; binary64 otherwise: an e4m3 product is a multiple of ``2**-18`` below ``2**18``, so a
+group sum and its addition to the accumulator need more than binary32's 24 bits), one add and
+the rounding's integer operations, plus each chunk's promotion. A fp32 GEMM does one fused
+multiply-add per product at full SIMD width (8 binary32 lanes, 4 binary64 lanes per 256-bit
+vector). The ratio of the two counts, plus the quantization, is the ratio an implementation of
+this arithmetic would reach at the dot's sustained vector-operation rate; a target below it
+would need fewer operations than exact binary64 multiply-adds allow (the float64 ``jnp.dot``
+line shows what those cost here). Wall-clock ratios are further limited by how well each
+implementation spreads over the cores.
 
     python bench/bench_matmul.py                      # (1024, 4096, 4096), all presets
     python bench/bench_matmul.py --shape 256 4096 1024 --presets h100-fp8
@@ -21,6 +26,7 @@ ratio any implementation with the dot's sustained vector-operation rate could re
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import jax
@@ -33,6 +39,8 @@ from kernels.matmul import make_plan, matmul
 from kernels.scaling import quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
+# the targets, wall-clock ratios to float32 jnp.dot at (1024, 4096, 4096)
+TARGETS = {"h100-fp8": 6.0, "bf16": 4.0, "mxfp8": 4.0}
 LANES = {"binary32": 8, "binary64": 4}  # per 256-bit vector, as XLA emits on x86
 
 
@@ -45,25 +53,33 @@ def arithmetic(plan) -> str:
     return f"binary64, {sums} sums, {rounding} rounding"
 
 
-def vector_ops_per_mac(plan) -> tuple[float, int]:
-    """(vector operations per multiply-add, roundings per output) of the definition."""
+def rounding_ops(plan) -> tuple[int, str]:
+    """Vector operations of one accumulator rounding in the loop, and what they are."""
+    if plan.binary32_chain:
+        return 0, "none (the FMA rounds)"
+    if not plan.in_range:
+        return 15, "bit operations with flush, overflow, NaN and sign checks"
+    if plan.toward_zero:
+        return 1, "AND"
+    if plan.mantissa_bits == 23:
+        return 2, "to binary32 and back"
+    return 6, "shift, AND, two adds, AND, NaN select"
+
+
+def vector_ops_per_mac(plan) -> tuple[float, int, str]:
+    """(vector operations per multiply-add, roundings per output, one rounding step's
+    operations) of the definition on ``plan``."""
     width = "binary32" if plan.binary32_chain else "binary64"
     g = plan.group
+    rounding, what = rounding_ops(plan)
     if plan.binary32_chain:
-        per_group = 1  # one fused multiply-add, which rounds to binary32 itself
-    else:
-        if not plan.in_range:
-            rounding = 15  # flush, overflow, NaN and sign handling around the bit operations
-        elif plan.toward_zero:
-            rounding = 1  # AND
-        elif plan.mantissa_bits == 23:
-            rounding = 2  # binary64 -> binary32 -> binary64
-        else:
-            rounding = 6  # shift, AND, two adds, AND, NaN select
-        per_group = g + 1 + rounding  # g multiply-adds, the accumulator add, the rounding
+        per_group, step = 1, "1 FMA"  # one fused multiply-add, which rounds to binary32 itself
+    else:  # g multiply-adds, the accumulator add, the rounding
+        per_group = g + 1 + rounding
+        step = f"{g} FMA + 1 add + {rounding} ({what})"
     per_chunk = 13 if plan.block_scaled else 5  # promotion: scale, convert, flush, add
     ops = plan.steps * per_group + plan.parts * plan.chunks * per_chunk
-    return ops / plan.k / LANES[width], plan.steps
+    return ops / plan.k / LANES[width], plan.steps, f"{step}, {LANES[width]} lanes"
 
 
 def main(argv=None, *, stdout=sys.stdout) -> int:
@@ -120,7 +136,9 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
         calls[f"{name} quantize"] = on_x64(quantize, x, w)
     for call in calls.values():  # compile
         call()
+    load_before = os.getloadavg()[0]
     wall, cpu, _ = interleaved(calls, args.repeats)
+    load_after = os.getloadavg()[0]
 
     cm, ck, cn = args.check_shape
     same = {}
@@ -140,6 +158,11 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
         f"float32 jnp.dot {base_w * 1e3:.0f} ms wall, {base_c * 1e3:.0f} ms CPU; "
         f"float64 jnp.dot {wall['fp64 dot'] / base_w:.2f}x wall, "
         f"{cpu['fp64 dot'] / base_c:.2f}x CPU"
+    )
+    out(
+        f"{os.cpu_count()} CPUs; 1-minute load average {load_before:.2f} before the timed runs, "
+        f"{load_after:.2f} after (other processes take cores from every function, not "
+        "evenly: compare rows of one run only)"
     )
     out()
     out(
@@ -161,19 +184,36 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
         f"lanes = 0.125); the dot sustains {dot_rate / 1e9:.1f} G vector ops per CPU second."
     )
     out(
-        "| preset | loop arithmetic | roundings per output (one chain) | vector ops per MAC "
-        "| floor ratio (ops + quantization) | achieved ratio, CPU | emulation G vector ops/CPU s |"
+        "Floor ratio = (vector ops per MAC) / 0.125 + quantization: what an emulation running "
+        "its loop at the dot's sustained rate would reach, in CPU time, and in wall time if it "
+        "spread over the cores as well as the dot. A target below it is not physical on this "
+        "CPU. The wall ratio can be worse than the CPU ratio: the loops over tiles and K are "
+        "sequential, and only each iteration's work is spread over the cores."
     )
-    out("|---|---|---:|---:|---:|---:|---:|")
+    out(
+        "| preset | loop arithmetic | one rounding step | roundings per output (one chain) "
+        "| vector ops per MAC | floor ratio, CPU | achieved, CPU | achieved, wall "
+        "| target, wall | emulation G vector ops/CPU s |"
+    )
+    out("|---|---|---|---:|---:|---:|---:|---:|---|---:|")
     for name in args.presets:
         plan = plans[name]
-        per_mac, roundings = vector_ops_per_mac(plan)
+        per_mac, roundings, step = vector_ops_per_mac(plan)
         quant = cpu[f"{name} quantize"] / base_c
         floor = per_mac / 0.125 + quant
         loop_cpu = max(cpu[name] - cpu[f"{name} quantize"], 1e-9)
+        achieved = wall[name] / base_w
+        target = TARGETS.get(name) if tuple(args.shape) == (1024, 4096, 4096) else None
+        if target is None:
+            verdict = "none set"
+        elif floor > target:
+            verdict = f"<= {target:g}x: not physical (floor {floor:.1f}x)"
+        else:
+            verdict = f"<= {target:g}x: {'met' if achieved <= target else 'missed'}"
         out(
-            f"| {name} | {arithmetic(plan)} | {roundings} "
-            f"| {per_mac:.3f} | {floor:.1f}x | {cpu[name] / base_c:.1f}x "
+            f"| {name} | {arithmetic(plan)} | {step} | {roundings} "
+            f"| {per_mac:.3f} | {per_mac / 0.125:.1f}x + {quant:.1f}x = {floor:.1f}x "
+            f"| {cpu[name] / base_c:.1f}x | {achieved:.1f}x | {verdict} "
             f"| {macs * per_mac / loop_cpu / 1e9:.1f} |"
         )
 

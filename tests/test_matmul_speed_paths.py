@@ -19,7 +19,7 @@ import pytest
 from contracts import AccumulatorSpec, MatmulSpec, preset
 from kernels.formats import cast_output
 from kernels.matmul import emulated_dot_general, make_plan, matmul
-from kernels.matmul.fast import binary32_exact, reduce_quantized, transposed
+from kernels.matmul.fast import _BLOCK, _schedule, binary32_exact, reduce_quantized, transposed
 from kernels.matmul.rounding import (
     round_accumulator,
     round_accumulator_in_range,
@@ -180,6 +180,14 @@ def test_binary32_check_at_its_edges():
 )
 def test_binary64_paths(spec):
     check(spec, (3, 70, 5))
+
+
+def test_dot_path_with_whole_chunks_per_dot():
+    """16-product chunks, two per batched dot (group sums of two chunks from one dot)."""
+    spec = spec_of("float8_e4m3fn", "mx:32", 23, "nearest_even", 16, 16)
+    sched = _schedule(make_plan(spec, 64), _BLOCK["dot"])
+    assert (sched.chunks_per_iter, sched.iters) == (2, 2)
+    check(spec, (3, 64, 5))
 
 
 def test_transposed_orientation_and_tile_padding():
