@@ -236,3 +236,13 @@ def test_reports_get_the_permissions_of_a_plain_write(tmp_path):
         os.umask(old)
     assert code == 0
     assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_summary_columns_line_up_for_long_ids():
+    """``inference:int32`` is longer than the old fixed 14-character id column."""
+    code, out, _ = _run(str(EXAMPLES / "int8-serving.yaml"))
+    assert code == 0
+    rows = [line for line in out.splitlines() if not line.startswith("verdict:")]
+    assert any(line.startswith("inference:int32 ") for line in rows)
+    statuses = {line.index(word) for line in rows for word in ("proved", "skipped") if word in line}
+    assert len(rows) >= 4 and len(statuses) == 1, out

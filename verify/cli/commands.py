@@ -119,7 +119,7 @@ def _main_parser(out, err) -> _Parser:
 def _summary(report, quiet: bool) -> str:
     from verify.obligations import decimal
 
-    lines = []
+    rows = []
     if not quiet:
         for o in report.obligations:
             has_bound = o.bound_interval is not None
@@ -130,13 +130,16 @@ def _summary(report, quiet: bool) -> str:
             )
             if o.status.label == "unknown" and has_bound:
                 detail += f" ({o.reason})"
-            lines.append(f"{o.id:<14} {o.quantity:<16} {o.status.label:<12} {detail}")
+            rows.append((o.id, o.quantity, o.status.label, detail))
         for c in report.clauses:
             what = f"{c.id}[{c.slice}]"
             if "@" in c.source:  # one setting of an emulation sweep
                 what += "@" + c.source.split("@", 1)[1]
             detail = c.reason or (f"{c.statistic} bound {c.bound:.6g}" if c.bound else "")
-            lines.append(f"{what:<14} {c.family:<16} {c.status.label:<12} {detail}")
+            rows.append((what, c.family, c.status.label, detail))
+    # the first column as wide as its longest entry (at least 14), so every row lines up
+    width = max([14, *(len(r[0]) for r in rows)])
+    lines = [f"{a:<{width}} {b:<16} {s:<12} {d}" for a, b, s, d in rows]
     s = report.status
     lines.append(
         f"verdict: {s.label} (exit {s.exit_code}): {len(report.obligations)} obligations, "
