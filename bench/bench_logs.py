@@ -8,7 +8,7 @@ generic format (``--format`` for verl/trl), then times, best of ``--repeat`` run
 - ``read_log``: parse, validate every field, build the token table, hash the file;
 - ``evaluate`` path: ``read_log`` plus the per-token metrics, framework metrics and summaries
   of one statistical clause on two slices;
-- ``evaluate``: ``verify.evidence.evaluate`` of the shipped ``rollout-log.yaml`` contract (three
+- ``evaluate``: ``verify.decide.evaluate`` of the shipped ``rollout-log.yaml`` contract (three
   clauses on three slices, confidence bounds included) on the generated log.
 
 Run: ``python bench/bench_logs.py [--tokens 1000000] [--seq-len 256] [--repeat 3]``
@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from timing import interleaved
 
-from kernels.logs import LoggedSequence, framework_metrics, read_log, token_metrics, write_log
-from kernels.summary import select, summarize
+from evidence.logs import LoggedSequence, framework_metrics, read_log, token_metrics, write_log
+from evidence.summary import select, summarize
 
 
 def _generate(path: str, tokens: int, seq_len: int, fmt: str, seed: int = 0) -> int:
@@ -75,11 +75,11 @@ def _evaluate_path(path: str, fmt: str):
 
 
 def _evaluate_contract(path: str):
-    """``verify.evidence.evaluate`` of the shipped rollout-log contract on this log."""
+    """``verify.decide.evaluate`` of the shipped rollout-log contract on this log."""
     import dataclasses
 
     import contracts
-    from verify.evidence import evaluate
+    from verify.decide import evaluate
 
     here = os.path.dirname(os.path.abspath(__file__))
     c = contracts.load(os.path.join(here, "..", "contracts", "examples", "rollout-log.yaml"))

@@ -3,7 +3,7 @@
     python bench/bench_measure.py throughput [--tokens 4096] [--vocab 32768] [--repeat 5]
     python bench/bench_measure.py table [--prompts 64] [--new-tokens 64]
 
-``throughput`` times ``kernels.measure.measure`` (JAX) on random logits against, in the same
+``throughput`` times ``kernels._measure.measure`` (JAX) on random logits against, in the same
 run and interleaved (so load from other processes hits all alike; best of ``--repeat``):
 
 - the machine's read bandwidth: the fastest of three passes that read the same two arrays once
@@ -64,7 +64,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     import jax
     import jax.numpy as jnp
 
-    from kernels.measure import measure, measure_numpy
+    from kernels import measure, measure_numpy
 
     rng = np.random.default_rng(0)
     z = (rng.standard_normal((tokens, vocab), np.float32) * 3).astype(np.float32)
@@ -85,7 +85,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
         "read: jitted row sum": lambda: jax.block_until_ready(row_sum(zj, zpj)),
         "read: numpy max": lambda: (z.max(), zp.max()),
         "floor: 2 exp per pair, summed": lambda: jax.block_until_ready(two_exp(zj, zpj)),
-        "kernels.measure (jax)": lambda: jax.block_until_ready(measure(zj, zpj, yj, 1.0)),
+        "kernels._measure (jax)": lambda: jax.block_until_ready(measure(zj, zpj, yj, 1.0)),
     }
     for fn in fns.values():
         fn()  # compile
@@ -101,7 +101,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
 
     read_name = min((k for k in fns if k.startswith("read")), key=wall.get)
     read_bw = logit_bytes / wall[read_name]
-    t_jax = wall["kernels.measure (jax)"]
+    t_jax = wall["kernels._measure (jax)"]
     print(
         f"full-vocabulary measurement, {tokens} tokens x {vocab} vocab "
         f"(float32 logits, {logit_bytes / 1e9:.2f} GB), best of {repeat}, interleaved"
@@ -114,8 +114,8 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
             f"  {name:32s} {wall[name]:8.3f} {cpu[name]:8.3f} {gbs / 1e9:8.2f} {gbs / read_bw:8.1%}"
         )
     print(f"  machine read bandwidth ({read_name}): {read_bw / 1e9:.2f} GB/s")
-    print(f"  share of read bandwidth, kernels.measure: {logit_bytes / t_jax / read_bw:.1%}")
-    print(f"  kernels.measure: {tokens / t_jax:,.0f} tokens/s")
+    print(f"  share of read bandwidth, kernels._measure: {logit_bytes / t_jax / read_bw:.1%}")
+    print(f"  kernels._measure: {tokens / t_jax:,.0f} tokens/s")
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
     print(f"  speed-up jax / numpy: {t_np / t_jax:.2f} x")
     ops = OPS_PER_PAIR + EXP_PER_PAIR * OPS_PER_EXP
@@ -126,7 +126,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     print(
         f"  reached: {pairs * EXP_PER_PAIR / t_jax / 1e9:.2f} G exponentials/s, "
         f"{pairs * ops / t_jax / 1e9:.1f} G operations/s wall, "
-        f"{pairs * ops / cpu['kernels.measure (jax)'] / 1e9:.1f} G per CPU-second"
+        f"{pairs * ops / cpu['kernels._measure (jax)'] / 1e9:.1f} G per CPU-second"
     )
     need = 0.25 * read_bw / (logit_bytes / pairs) * ops
     peak = PEAK_OPS_PER_CYCLE * _clock_hz() * (os.cpu_count() or 1)
@@ -155,7 +155,7 @@ def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
         Policy,
         Source,
     )
-    from kernels.emulate import emulate
+    from kernels import emulate
 
     rows = []
     for name, spec in PRESETS.items():

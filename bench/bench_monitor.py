@@ -5,7 +5,7 @@ Replays the shipped sample log (``contracts/examples/rollout-sample.jsonl``, 64 
 tokens) ``--replay`` times (default 100) into one temporary file and times, best of ``--repeat``
 runs interleaved (so machine load hits both alike), wall and CPU seconds:
 
-- offline: ``verify.evidence.evaluate`` of ``contracts/examples/rollout-log.yaml`` on the file
+- offline: ``verify.decide.evaluate`` of ``contracts/examples/rollout-log.yaml`` on the file
   (read the whole log, summarise, decide every clause and slice once);
 - monitor: ``verify monitor`` of the same contract on the same file, ``--no-follow``, windows of
   ``--window`` tokens (default: the contract's, 100000 without an observability clause), each
@@ -36,7 +36,7 @@ EXAMPLES = os.path.join(HERE, "..", "contracts", "examples")
 
 def _offline(contract_path: str, log: str):
     import contracts
-    from verify.evidence import evaluate
+    from verify.decide import evaluate
 
     _, info = evaluate(contracts.load(contract_path), paths=(log,))
     return info["sources"][0]["tokens"]

@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import contracts
-from kernels.emulate import emulate
-from kernels.logs import LoggedSequence, read_log, write_log
+from evidence.logs import LoggedSequence, read_log, write_log
+from kernels import emulate
 
 CONTRACT = """contract: 1
 name: sample-log-generator

@@ -4,11 +4,11 @@ Importing this package does not import JAX: JAX is loaded only by :func:`jax_fun
 ``Lemma.jax``) when a JAX evaluator is built.
 """
 
+from bounds._derive import derive
+from bounds._evaluate import evaluate, evaluate_mp, jax_function, numpy_function
 from bounds.apriori import DriftBound, MatmulError, apriori_logit_drift, matmul_error, unit_roundoff
 from bounds.catalog import LEMMAS
 from bounds.derivation import Alternative, Derivation, Variable
-from bounds.derive import derive
-from bounds.evaluate import evaluate, evaluate_mp, jax_function, numpy_function
 from bounds.lemma import SYMBOLS, Lemma, Witness
 from bounds.pg_evaluate import pg_bias_bound, pg_bias_supremum
 from bounds.stats import (

@@ -21,6 +21,7 @@ import numpy as np
 import sympy
 
 from bounds import measure
+from bounds._evaluate import evaluate
 from bounds.correction_witness import (
     band_dropped_mass,
     band_pair,
@@ -45,7 +46,6 @@ from bounds.corrections import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
-from bounds.evaluate import evaluate
 from bounds.lemma import SYMBOLS, Lemma, Witness
 from bounds.token import kl_tilt_sup, tilt_pair
 

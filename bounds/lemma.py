@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import sympy
 
-from bounds.evaluate import evaluate, jax_function, numpy_function, symbol_names
+from bounds._evaluate import evaluate, jax_function, numpy_function, symbol_names
 
 __all__ = ["SYMBOLS", "Lemma", "Witness"]
 

@@ -16,7 +16,7 @@ import mpmath
 import sympy
 
 from bounds import corrections as C
-from bounds.evaluate import evaluate
+from bounds._evaluate import evaluate
 from bounds.rl import mis_drift, tis_drift
 from bounds.token import kl_tilt_sup
 

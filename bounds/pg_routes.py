@@ -17,6 +17,7 @@ from fractions import Fraction
 import mpmath
 import sympy
 
+from bounds._evaluate import evaluate
 from bounds.corrections import (
     band_drift,
     band_ratio,
@@ -31,7 +32,6 @@ from bounds.corrections import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
-from bounds.evaluate import evaluate
 from bounds.premises import Fact
 from bounds.rl import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.route import NoLemma, Route, combine

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import mpmath
 
+from bounds._evaluate import evaluate_mp
 from bounds.derivation import Derivation
-from bounds.evaluate import evaluate_mp
 
 __all__ = ["loosest", "round_down"]
 

@@ -1,8 +1,8 @@
 """contracts: the kernel-contract DSL (version 1), its schema, loading and validation."""
 
+from contracts._load import file_kind, load, loads, read_regular
 from contracts.errors import ContractError, KernelContractsError, Problem
 from contracts.formats import FLOAT_FORMATS, INT_FORMATS, FloatFormat, IntFormat, float_format
-from contracts.load import load, loads
 from contracts.model import (
     MX_BLOCK,
     AccumulatorSpec,
@@ -65,9 +65,11 @@ __all__ = [
     "Source",
     "StatisticalClause",
     "exact",
+    "file_kind",
     "float_format",
     "json_schema",
     "load",
     "loads",
     "preset",
+    "read_regular",
 ]

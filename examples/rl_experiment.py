@@ -34,7 +34,7 @@ import time
 
 import contracts
 from contracts.presets import PRESETS
-from kernels.logs import write_log
+from evidence.logs import write_log
 from kernels.rl.curves import degraded_steps, mean_curve, step_ranges, summary_row
 from kernels.rl.loop import RLConfig, run_rl
 from kernels.rl.task import TASKS

@@ -32,7 +32,7 @@ LOG = HERE.parent / "contracts" / "examples" / "rollout-sample.jsonl"
 
 def recorded_batches(contract, batch: int, steps: int):
     """[batch, tokens] arrays of the recorded log, ``batch`` sequences per step."""
-    from kernels.logs import read_log
+    from evidence.logs import read_log
 
     table = read_log(str(LOG), "generic", vocab_size=contract.policy.vocab_size)
     c = table.columns
@@ -50,7 +50,7 @@ def recorded_batches(contract, batch: int, steps: int):
 def model_batches(contract, batch: int, steps: int, tokens: int = 32):
     """Fresh rollouts of the shipped policy each step: K_inf generates, K_train re-scores."""
     from contracts.model import EmulateEvidence, Evidence
-    from kernels.emulate import emulate
+    from kernels import emulate
 
     for step in range(steps):
         ev = EmulateEvidence(prompts=batch, max_new_tokens=tokens, seed=step)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-# public name -> submodule that defines it. A function named like its submodule (``measure``,
-# ``emulate``, ``matmul``) is not listed: ``kernels.measure`` must stay the module.
+# public name -> submodule that defines it. Modules whose main function shares their name are
+# private (``kernels._measure``, ``kernels._emulate``), so the function is the public name.
 _EXPORTS = {
     "Ops": "kernels.ops",
     "plain_ops": "kernels.ops",
@@ -24,9 +24,11 @@ _EXPORTS = {
     "PairLogits": "kernels.decode",
     "load_checkpoint": "kernels.model",
     "save_checkpoint": "kernels.model",
-    "TABLE_COLUMNS": "kernels.emulate",
-    "COLUMNS": "kernels.measure",
-    "measure_numpy": "kernels.measure",
+    "TABLE_COLUMNS": "kernels.columns",
+    "MEASURED_COLUMNS": "kernels.columns",
+    "measure": "kernels._measure",
+    "measure_numpy": "kernels._measure",
+    "emulate": "kernels._emulate",
     "FormatInfo": "kernels.formats",
     "format_info": "kernels.formats",
     "saturating_cast": "kernels.formats",
@@ -36,10 +38,6 @@ _EXPORTS = {
     "reference_attention": "kernels.attention",
     "PagedKVCache": "kernels.attention",
     "decode_attention": "kernels.attention",
-    "Summary": "kernels.summary",
-    "summarize": "kernels.summary",
-    "merge": "kernels.summary",
-    "read_log": "kernels.logs",
     "localize": "kernels.localization",
     "replay": "kernels.localization",
     "kernel_logits": "kernels.localization",

@@ -1,6 +1,6 @@
 """The columns of a token table: what is measured per token, and what locates the token.
 
-Kept apart from ``kernels.measure`` (which imports JAX) so that readers of token tables, such as
+Kept apart from ``kernels._measure`` (which imports JAX) so that readers of token tables, such as
 the evidence evaluation of a proofs-and-logs run, can name the columns without importing JAX.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["MEASURED_COLUMNS", "TABLE_COLUMNS"]
 
-# full-vocabulary metrics of one token, computed by ``kernels.measure.measure``
+# full-vocabulary metrics of one token, computed by ``kernels._measure.measure``
 MEASURED_COLUMNS = (
     "logit_drift",
     "logit_oscillation",
@@ -22,5 +22,5 @@ MEASURED_COLUMNS = (
     "token_prob",
 )
 
-# a token table, as ``kernels.emulate.emulate`` returns it: the metrics and where the token is
+# a token table, as ``kernels._emulate.emulate`` returns it: the metrics and where the token is
 TABLE_COLUMNS = (*MEASURED_COLUMNS, "position", "prompt", "token")

@@ -22,7 +22,7 @@ divergences keep their relative accuracy when the drift is tiny, even under a la
 drift. Two exponentials per pair
 of logits; nothing of size [tokens, vocab] is written outside the block. Valid while
 u ≤ ``EXTREME_U`` and no token has −inf on one side only; ``block_metrics`` flags other rows
-as ``extreme`` (``kernels.measure`` recomputes them in the log domain).
+as ``extreme`` (``kernels._measure`` recomputes them in the log domain).
 
 The argmax of each row comes from the maxima of 128-logit chunks (one reduction over the block)
 and a search inside the winning chunk; ties go to the first index, as in ``numpy.argmax``.
@@ -103,7 +103,7 @@ def block_metrics(
     y,
     inv_t,
 ) -> dict[str, Float[Array, " rows"]]:
-    """Every column of ``kernels.measure.COLUMNS`` for a block of rows, and ``extreme``: the
+    """Every column of ``kernels._measure.COLUMNS`` for a block of rows, and ``extreme``: the
     rows whose divergence columns must be recomputed in the log domain."""
     rows = jnp.arange(z.shape[0])
     i1, zmax, runner_up = _first_max(z)

@@ -42,7 +42,7 @@ The result can be jitted, differentiated (reverse mode) and vmapped; each call o
 traces ``fn`` again, so wrap it in ``jax.jit`` in loops.
 
 The name: ``on_kernel(fn, spec)`` reads as "``fn`` on kernel ``spec``", and does not clash with
-any submodule of ``kernels`` (``kernels.matmul``, ``kernels.emulate`` must stay modules).
+any submodule of ``kernels`` (``kernels.matmul``, ``kernels._emulate`` must stay modules).
 
 References:
     JAX documentation, "Writing custom Jaxpr interpreters in JAX" (evaluating a jaxpr

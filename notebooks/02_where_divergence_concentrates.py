@@ -40,7 +40,7 @@ import numpy as np
 
 import bounds
 import contracts
-from kernels.emulate import emulate
+from kernels import emulate
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 

@@ -21,10 +21,10 @@ import sympy
 import bounds
 from bounds import measure
 from contracts import load, loads
-from verify.check import check_data
+from verify._run import run
+from verify.check.recheck import check_data
 from verify.obligations import discharge
-from verify.report import dumps, report_json
-from verify.run import run
+from verify.render.report import dumps, report_json
 from verify.status import Status
 
 mpmath.mp.dps = 50

@@ -7,18 +7,21 @@ import functools
 import importlib
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("contracts", "kernels", "bounds", "verify")
+PACKAGES = ("contracts", "kernels", "evidence", "bounds", "verify")
 
 # package -> the packages of ours it may import
 ALLOWED = {
     "contracts": set(),
     "kernels": {"contracts"},
+    "evidence": {"contracts", "kernels"},
     "bounds": {"contracts"},
-    "verify": {"contracts", "kernels", "bounds"},
+    "verify": {"contracts", "kernels", "evidence", "bounds"},
 }
 
 # third-party module -> the only package of ours allowed to import it
@@ -173,7 +176,7 @@ def test_heavy_dependency_has_one_importer(module):
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_is_ours(package):
-    """The four names are also unrelated distributions: the imported one must be this one."""
+    """The package names are also unrelated distributions: the imported one must be this one."""
     module = importlib.import_module(package)
     where = pathlib.Path(module.__file__).resolve()
     assert where.parent.name == package
@@ -191,13 +194,13 @@ def test_import_checker_sees_violations(tmp_path):
     bad = tmp_path / "m.py"
     bad.write_text(
         "import importlib, subprocess, sys\n"
-        "import verify.cli\n"
+        "import verify.cli.commands\n"
         "from kernels import matmul\n"
         'importlib.import_module("bounds.apriori")\n'
         'importlib.import_module(f"verify.{sys.argv[1]}")\n'
         '__import__("kernels" + ".ops")\n'
-        '_EXPORTS = {"run": "verify.run", "Ops": "kernels.ops"}\n'
-        'subprocess.run([sys.executable, "-m", "verify._solver_main", "3"])\n'
+        '_EXPORTS = {"run": "verify._run", "Ops": "kernels.ops"}\n'
+        'subprocess.run([sys.executable, "-m", "verify.solve._worker", "3"])\n'
         'ENTRY = "bounds.derive:derive"\n'
         'NOT_AN_IMPORT = {"key": "kernels.train", "note": "see kernels.matmul"}\n'
         '"""kernels.train is only a docstring here"""\n',
@@ -206,15 +209,15 @@ def test_import_checker_sees_violations(tmp_path):
     found = [(name, line) for name, line in _imports(bad) if name.split(".")[0] in PACKAGES]
     assert sorted(found) == sorted(
         [
-            ("verify.cli", 2),
+            ("verify.cli.commands", 2),
             ("kernels", 3),
             ("kernels.matmul", 3),
             ("bounds.apriori", 4),
             ("verify", 5),
             ("kernels", 6),
-            ("verify.run", 7),
+            ("verify._run", 7),
             ("kernels.ops", 7),
-            ("verify._solver_main", 8),
+            ("verify.solve._worker", 8),
             ("bounds.derive", 9),
         ]
     )
@@ -233,3 +236,35 @@ def test_every_public_name_resolves(package):
     assert module.__all__, package
     missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_public_name_is_shadowed_by_a_module(package):
+    """A public name that is also a submodule's name would turn into the module once anything
+    imports that submodule: such modules are private (``kernels._measure``)."""
+    module = importlib.import_module(package)
+    clashes = [
+        name
+        for name in module.__all__
+        if (ROOT / package / f"{name}.py").is_file() or (ROOT / package / name).is_dir()
+    ]
+    assert clashes == []
+
+
+def test_the_evidence_package_imports_no_jax():
+    """Reading logs, summarising and deciding on them never loads JAX: only the emulate source
+    does, on first use (the folder boundary of the proofs-and-logs path)."""
+    modules = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in _modules("evidence")
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "import verify.decide, verify.check, verify.monitor, verify.routing\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert len(modules) > 8 and out.stdout.strip() == "[]", out.stdout + out.stderr

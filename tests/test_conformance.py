@@ -17,7 +17,7 @@ from contracts.presets import PRESETS
 from kernels.faults import FAULTS, applies, designed_check, inject
 from kernels.matmul import matmul
 from kernels.ulp import identical
-from verify.cli import main
+from verify.cli.commands import main
 from verify.conformance import CHECKS, Model, Observed, run_suite
 from verify.conformance.checks import Baseline, sign_test
 from verify.conformance.probes import boundary_position, probes

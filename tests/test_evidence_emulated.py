@@ -1,6 +1,6 @@
 """Verdicts on an emulated token table: full-vocabulary metrics, bounded means, worst cases.
 
-The emulator is replaced by a constructed token table (same columns as ``kernels.emulate``)
+The emulator is replaced by a constructed token table (same columns as ``kernels._emulate``)
 so each verdict is known in advance; the real emulator runs in the end-to-end tests.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 import contracts
 from kernels.columns import TABLE_COLUMNS as COLUMNS
-from verify.evidence import evaluate
+from verify.decide import evaluate
 from verify.status import Status
 
 
@@ -42,7 +42,7 @@ def _table(n=4000, seed=0, tv_scale=0.004, flips=0):
 
 @pytest.fixture
 def fake_emulate(monkeypatch):
-    import kernels.emulate
+    import kernels._emulate
 
     holder = {}
 
@@ -51,7 +51,7 @@ def fake_emulate(monkeypatch):
             progress(1, 1)
         return holder["table"]
 
-    monkeypatch.setattr(kernels.emulate, "emulate", emulate)
+    monkeypatch.setattr(kernels._emulate, "emulate", emulate)
     return holder
 
 
@@ -174,7 +174,7 @@ def test_mean_bound_matches_hoeffding_or_better(tmp_path, fake_emulate):
 
 def test_emulation_problems_are_evidence_errors(tmp_path):
     """The real emulator's refusals come back as one-line evidence errors (exit 2)."""
-    from verify.evidence import EvidenceError
+    from verify.decide import EvidenceError
 
     text = (
         "contract: 1\nname: bad\n"

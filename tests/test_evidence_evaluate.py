@@ -1,4 +1,4 @@
-"""``verify.evidence.evaluate``: verdicts on constructed logs and tables, and bad evidence."""
+"""``verify.decide.evaluate``: verdicts on constructed logs and tables, and bad evidence."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import contracts
-from kernels.logs import LoggedSequence, write_log
-from verify.evidence import EvidenceError, evaluate
+from evidence.logs import LoggedSequence, write_log
+from verify.decide import EvidenceError, evaluate
 from verify.status import Status
 
 HEAD = """contract: 1
@@ -337,8 +337,8 @@ def test_no_evidence_means_no_results(tmp_path):
 
 def test_quantile_lower_bound_covers(tmp_path):
     """The lower confidence bound behind 'violated' holds at its confidence (uniform law)."""
-    from kernels.summary import summarize
-    from verify.evidence.verdicts import quantile_lower_bound
+    from evidence.summary import summarize
+    from verify.decide.verdicts import quantile_lower_bound
 
     rng = np.random.default_rng(11)
     misses = 0
@@ -354,8 +354,8 @@ def test_quantile_lower_bound_covers(tmp_path):
 def test_quantile_lower_bound_index_against_the_binomial_tail():
     """The rank it returns is the largest k with P(Binom(n, q) ≥ k) ≥ confidence (strictly)."""
     from bounds.stats import binomial_cdf
-    from kernels.summary import summarize
-    from verify.evidence.verdicts import quantile_lower_bound
+    from evidence.summary import summarize
+    from verify.decide.verdicts import quantile_lower_bound
 
     for n in (1, 2, 5, 20, 100, 333):
         ranks = summarize(np.arange(1, n + 1, dtype=float))

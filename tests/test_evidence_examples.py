@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import contracts
-from kernels.logs import read_log
-from verify.cli import main
-from verify.evidence import evaluate
+from evidence.logs import read_log
+from verify.cli.commands import main
+from verify.decide import evaluate
 from verify.status import Status
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_missing_evidence_file_exits_2(tmp_path):
 
 def test_logs_only_evaluation_imports_no_jax():
     code = (
-        "import sys, contracts; from verify.evidence import evaluate; "
+        "import sys, contracts; from verify.decide import evaluate; "
         f"evaluate(contracts.load({str(EXAMPLES / 'rollout-log.yaml')!r})); "
         "print('jax' in sys.modules)"
     )

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from contracts.model import StatisticalClause
-from kernels.summary import summarize
-from verify.evidence.sources import Source
-from verify.evidence.verdicts import statistical_result
+from evidence.sources import Source
+from evidence.summary import summarize
+from verify.decide.verdicts import statistical_result
 from verify.status import Status
 
 TRIALS = 300

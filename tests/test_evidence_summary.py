@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts.model import Slice
-from kernels.summary import EDGES, MissingColumn, merge, merge_all, select, summarize
+from evidence.summary import EDGES, MissingColumn, merge, merge_all, select, summarize
 
 THRESHOLDS = (-1.0, 0.0, 0.01, 2.5)
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 import contracts
-from verify.cli import main
+from verify.cli.commands import main
 from verify.export import FRAMEWORKS, ExportError, NoCounterpart, Request, plan
 from verify.export.render import scalar
 from verify.export.request import DRIVING
@@ -489,10 +489,12 @@ def _bad_input_cases(tmp_path):
 def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, monkeypatch):
     ro, cases = _bad_input_cases(tmp_path)
     if os.geteuid() == 0:  # root writes anywhere: deny the read-only directory as a user is
-        import verify.outputs
+        import verify.cli.outputs
 
         real, denied = os.access, os.path.realpath(ro)
-        monkeypatch.setattr(verify.outputs.os, "access", lambda p, m: p != denied and real(p, m))
+        monkeypatch.setattr(
+            verify.cli.outputs.os, "access", lambda p, m: p != denied and real(p, m)
+        )
     before = EXAMPLE.read_bytes()
     for argv, message in cases:
         code, out, err = _run(*argv)

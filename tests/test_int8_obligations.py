@@ -11,9 +11,9 @@ import pytest
 
 import contracts
 from bounds import intexact
-from verify.check import check_data
-from verify.report import report_json
-from verify.run import run
+from verify._run import run
+from verify.check.recheck import check_data
+from verify.render.report import report_json
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "contracts" / "examples" / "int8-serving.yaml"

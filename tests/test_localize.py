@@ -21,7 +21,7 @@ from kernels.matmul import matmul
 from kernels.rescale import pow2_ceil, rescaled_matmul
 from kernels.sites import walk
 from kernels.ulp import coarser, ulp_distance, ulp_summary
-from verify.cli import main
+from verify.cli.commands import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MALFORMED = ROOT / "tests" / "data" / "malformed"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.logs import framework_metrics, support_shift, token_metrics
+from evidence.logs import framework_metrics, support_shift, token_metrics
 
 
 def _log(seed, n_seq=6, max_len=40, noise=0.05):

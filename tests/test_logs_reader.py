@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from kernels.logs import FORMATS, LogError, LoggedSequence, read_log, record, write_log
+from evidence.logs import FORMATS, LogError, LoggedSequence, read_log, record, write_log
 
 
 def _sequences(n_seq=5, length=7, seed=0):

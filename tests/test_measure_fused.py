@@ -10,7 +10,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from kernels.measure import COLUMNS, measure
+from kernels._measure import COLUMNS, measure
 from kernels.measure_fused import EXTREME_U, SERIES_BELOW, block_metrics, phi_series
 
 

@@ -13,7 +13,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from kernels.measure import COLUMNS, TRACES, measure, measure_numpy
+from kernels._measure import COLUMNS, TRACES, measure, measure_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +163,7 @@ _SHARDED = textwrap.dedent(
     """
     import json, sys
     import jax, numpy as np
-    from kernels.measure import measure
+    from kernels._measure import measure
     rng = np.random.default_rng(0)
     z = rng.normal(size=(37, 300)).astype(np.float32) * 3   # 37: not a multiple of 4
     zp = (z + rng.normal(size=z.shape) * 0.05).astype(np.float32)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import contracts
-from verify.cli import main
-from verify.evidence import evaluate
+from verify.cli.commands import main
+from verify.decide import evaluate
 from verify.monitor import sample_mask
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "contracts" / "examples"
@@ -351,8 +351,8 @@ def test_a_file_replaced_under_its_name_is_finished_then_the_new_one_read(tmp_pa
 
 @pytest.mark.parametrize("fmt", ["verl", "trl"])
 def test_every_log_format_the_reader_knows(tmp_path, fmt):
-    from kernels.logs import record
-    from kernels.logs.writer import LoggedSequence
+    from evidence.logs import record
+    from evidence.logs.writer import LoggedSequence
 
     stream = tmp_path / f"{fmt}.jsonl"
     rows = []

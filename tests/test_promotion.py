@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from verify.cli import main
+from verify.cli.commands import main
 
 SAMPLE = pathlib.Path(__file__).parent.parent / "contracts" / "examples" / "rollout-sample.jsonl"
 CONTRACT = """\

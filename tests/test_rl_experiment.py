@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import contracts
-from kernels.logs import read_log
+from evidence.logs import read_log
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = [

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from kernels import _measure as measure_module
 from kernels import decode
-from kernels import measure as measure_module
 from kernels.model import load_pretrained, pretrained_extra
 from kernels.rl import grpo
 from kernels.rl.curves import degraded_steps, step_ranges, trailing_mean

@@ -265,9 +265,9 @@ def test_a_report_of_another_contract_is_refused(tmp_path, contract):
     assert str(err.value) == (
         f"report: {tmp_path / 'report.json'} is not a report of this contract ('routing-test')"
     )
-    # the function, not the module of the same name (``verify.run`` is the module once any
-    # code has imported ``verify.run``)
-    from verify.run import run
+    # the function, not the module of the same name (``verify._run`` is the module once any
+    # code has imported ``verify._run``)
+    from verify._run import run
 
     report = run(contract)
     assert routing.prepare(contract, report=report).cap == Fraction(2)
@@ -292,8 +292,8 @@ def test_weights_never_exceed_the_cap_in_their_dtype():
 
 
 def test_a_batch_of_a_whole_log_gets_the_offline_verdicts():
-    from kernels.logs import read_log
-    from verify.evidence import evaluate
+    from evidence.logs import read_log
+    from verify.decide import evaluate
 
     contract = contracts.load(ROOT / "contracts/examples/rollout-log.yaml")
     offline, _ = evaluate(contract)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import contracts
+from evidence.envelope import observe, points, settings
 from kernels.columns import TABLE_COLUMNS
-from verify.cli import main
-from verify.evidence.envelope import observe, points, settings
+from verify.cli.commands import main
 from verify.static_clauses import static_clauses
 from verify.status import Status
 
@@ -233,7 +233,7 @@ def test_a_log_without_batch_sizes_or_offsets_is_unchecked(tmp_path):
 
 @pytest.mark.parametrize("value", ['"8"', "0", "-1", "true", "2.0", "1e400"])
 def test_a_bad_batch_size_is_a_counted_bad_line(tmp_path, value):
-    from kernels.logs import read_log
+    from evidence.logs import read_log
 
     log = tmp_path / "log.jsonl"
     good = '"response_ids": [1], "train_logprobs": [-0.5], "rollout_logprobs": [-0.5]'
@@ -250,7 +250,7 @@ def test_a_bad_batch_size_is_a_counted_bad_line(tmp_path, value):
 @pytest.fixture
 def fake_emulate(monkeypatch):
     """The emulator replaced by a table whose positions follow the requested length."""
-    import kernels.emulate
+    import kernels._emulate
 
     calls = []
 
@@ -268,8 +268,8 @@ def fake_emulate(monkeypatch):
         table["token"] = np.ones(n, np.int64)
         return table
 
-    monkeypatch.setattr(kernels.emulate, "emulate", emulate)
-    monkeypatch.setattr(kernels.emulate, "length_range", lambda c: (9, 128))
+    monkeypatch.setattr(kernels._emulate, "emulate", emulate)
+    monkeypatch.setattr(kernels._emulate, "length_range", lambda c: (9, 128))
     return calls
 
 

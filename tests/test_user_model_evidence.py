@@ -19,7 +19,7 @@ import pytest
 
 from contracts import ContractError, loads
 from contracts.canonical import canonical_json, from_canonical
-from verify.cli import main
+from verify.cli.commands import main
 
 EXAMPLE = pathlib.Path(__file__).parent.parent / "examples" / "user_model"
 
@@ -179,7 +179,7 @@ def test_the_same_kernel_on_both_sides_gives_zero_drift(folder):
     """K_inf decodes by rerunning the model on a padded buffer, K_train teacher-forces the
     finished sequences: with one kernel on both sides every logit must agree exactly, so the
     decoding loop reads the right position at every step."""
-    from kernels.emulate import emulate
+    from kernels._emulate import emulate
 
     path = folder / "c.yaml"
     text = contract_text("user_models_for_tests:bigram", "params.npz", inference="fp32")

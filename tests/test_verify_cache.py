@@ -18,10 +18,12 @@ from typing import NamedTuple
 import pytest
 
 import contracts
-from verify import cache, render, replay, smt
-from verify import run as run_module
-from verify.cli import main
-from verify.report import dumps
+from verify import _run as run_module
+from verify import cache, replay
+from verify.cli.commands import main
+from verify.render import documents as render
+from verify.render.report import dumps
+from verify.solve import smt
 from verify.status import Status
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -360,7 +362,7 @@ def test_off_and_no_cache_read_and_write_nothing(where, tmp_path, hits, monkeypa
 def test_a_warm_run_imports_neither_sympy_nor_the_bound_chain(where, mixed, tmp_path):
     _filled(where, mixed)
     code = (
-        "import sys; from verify.cli import main; "
+        "import sys; from verify.cli.commands import main; "
         f"rc = main([{mixed.contract.source.path!r}, '--quiet', "
         f"'--html', {str(tmp_path / 'r.html')!r}]); "
         "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in "

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from verify.check import ReportUnreadable, check_data, check_report
-from verify.cli import main
+from verify.check.recheck import ReportUnreadable, check_data, check_report
+from verify.cli.commands import main
 
 CONTRACT = """\
 contract: 1

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from verify import outputs as outputs_module
-from verify.cli import main
+from verify.cli import outputs as outputs_module
+from verify.cli.commands import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -137,7 +137,7 @@ def test_unwritable_report_path_exits_2_before_work(tmp_path):
 
 
 def test_internal_error_is_one_line(tmp_path, monkeypatch):
-    from verify import run
+    from verify import _run as run
 
     def boom(*a, **k):
         raise RuntimeError("simulated failure")
@@ -207,12 +207,13 @@ def test_shipped_examples_report_and_recheck(tmp_path):
     assert json.loads((tmp_path / "refuted-on-purpose.json").read_text())["exit_code"] == 1
 
 
-def test_proofs_only_run_does_not_import_jax(tmp_path):
+def test_proofs_only_run_does_not_import_jax_or_evidence(tmp_path):
     contract = _write(tmp_path, PROVED)
+    heavy = "('jax', 'evidence', 'kernels')"
     code = (
-        "import sys; from verify.cli import main; "
+        "import sys; from verify.cli.commands import main; "
         f"rc = main([{contract!r}, '--quiet', '--json', {str(tmp_path / 'r.json')!r}]); "
-        "print(rc, sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
+        f"print(rc, sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)  # fmt: skip
@@ -235,3 +236,13 @@ def test_reports_get_the_permissions_of_a_plain_write(tmp_path):
         os.umask(old)
     assert code == 0
     assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_summary_columns_line_up_for_long_ids():
+    """``inference:int32`` is longer than the old fixed 14-character id column."""
+    code, out, _ = _run(str(EXAMPLES / "int8-serving.yaml"))
+    assert code == 0
+    rows = [line for line in out.splitlines() if not line.startswith("verdict:")]
+    assert any(line.startswith("inference:int32 ") for line in rows)
+    statuses = {line.index(word) for line in rows for word in ("proved", "skipped") if word in line}
+    assert len(rows) >= 4 and len(statuses) == 1, out

@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from verify.cli import main
+from verify.cli.commands import main
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from verify.cli import main
+from verify.cli.commands import main
 
 DATA = pathlib.Path(__file__).parent / "data" / "malformed"
 CASES = sorted(p.stem for p in DATA.glob("*.yaml"))

@@ -18,9 +18,9 @@ import time
 import pytest
 
 import contracts
-from verify import outputs
-from verify import run as run_module
-from verify.cli import main
+from verify import _run as run_module
+from verify.cli import outputs
+from verify.cli.commands import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ import sympy
 
 import bounds
 from contracts import loads
-from verify import intervals, ranges
 from verify.obligations import discharge
+from verify.solve import intervals, ranges
 from verify.status import Status
 
 _HEAD = """contract: 1
@@ -123,9 +123,9 @@ def test_a_tightened_query_re_checks(tmp_path):
     # the re-checker regenerates the query text, range lemmas included, from the report alone
     import json
 
-    from verify.check import check_data
-    from verify.report import dumps
-    from verify.run import run
+    from verify._run import run
+    from verify.check.recheck import check_data
+    from verify.render.report import dumps
 
     text = _HEAD.format(T="1.0", L="512", delta="0.1", quantity="sequence_tv", max="0.99")
     data = json.loads(dumps(run(loads(text, str(tmp_path / "gone.yaml")), timeout_ms=10000)))

@@ -12,8 +12,8 @@ from bounds.derivation import Derivation, Variable
 from verify.clauses import ClauseResult
 from verify.escalation import decide
 from verify.obligations import discharge
-from verify.render import to_html, to_markdown
-from verify.report import ContractInfo, Report, report_json
+from verify.render.documents import to_html, to_markdown
+from verify.render.report import ContractInfo, Report, report_json
 from verify.static_clauses import NO_EVIDENCE, skipped_measurements, static_clauses
 from verify.status import Status
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bounds.derivation import Derivation, Variable
-from verify.encode import encode
 from verify.obligations import discharge
-from verify.solve import Step, prove
+from verify.solve.encoding import encode
+from verify.solve.solver import Step, prove
 from verify.status import Status
 
 delta, T = sympy.symbols("delta_N1 T", nonnegative=True)

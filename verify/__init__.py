@@ -1,6 +1,9 @@
 """verify: z3 obligations, proof-carrying reports, the re-checker and the command line.
 
 Importing ``verify`` is light: the solver, sympy and the measuring code load on first use.
+Concerns have their packages (``solve``, ``check``, ``render``, ``cli``, ``decide`` for the
+evidence clauses, and the running pipeline's ``monitor``, ``routing``, ``promotion``); a module
+whose main function shares its name is private (``verify._run`` defines ``run``).
 """
 
 from __future__ import annotations
@@ -35,20 +38,20 @@ __all__ = [
 _LAZY = {
     "Obligation": "verify.obligations",
     "discharge": "verify.obligations",
-    "Report": "verify.report",
-    "report_json": "verify.report",
-    "enclose": "verify.enclosures",
-    "encode": "verify.encode",
+    "Report": "verify.render.report",
+    "report_json": "verify.render.report",
+    "enclose": "verify.solve.enclosures",
+    "encode": "verify.solve.encoding",
     "export_main": "verify.export",
     "localize_main": "verify.localize.command",
     "conformance_main": "verify.conformance.command",
-    "prove": "verify.solve",
-    "run": "verify.run",
-    "to_html": "verify.render",
-    "to_markdown": "verify.render",
-    "check_report": "verify.check",
+    "prove": "verify.solve.solver",
+    "run": "verify._run",
+    "to_html": "verify.render.documents",
+    "to_markdown": "verify.render.documents",
+    "check_report": "verify.check.recheck",
     "synthesize": "verify.synth",
-    "main": "verify.cli",
+    "main": "verify.cli.commands",
 }
 
 

@@ -32,9 +32,9 @@ import sympy
 from bounds import intexact
 from bounds.apriori import matmul_error
 from contracts import Contract
-from verify import smt
 from verify.obligations import Obligation, decimal, obligation_json
-from verify.solve import Counterexample, QueryRecord
+from verify.solve import smt
+from verify.solve.solver import Counterexample, QueryRecord
 from verify.status import Status
 
 __all__ = ["check_kernel_obligation", "kernel_obligations", "kernel_outlines"]

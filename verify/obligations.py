@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from verify.solve import Counterexample, QueryRecord
+from verify.solve.solver import Counterexample, QueryRecord
 from verify.status import Status
 
 if TYPE_CHECKING:  # sympy and the bound chain load on first use: a cached run needs neither
@@ -183,9 +183,9 @@ def outline(d: Derivation) -> Obligation:
 
 
 def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obligation:
-    """Decide the obligation of derivation ``d`` (see ``verify.solve.prove``)."""
-    from verify import intervals
-    from verify.solve import prove
+    """Decide the obligation of derivation ``d`` (see ``verify.solve.solver.prove``)."""
+    from verify.solve import intervals
+    from verify.solve.solver import prove
 
     start = time.perf_counter()
     base = outline(d)

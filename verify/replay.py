@@ -15,7 +15,7 @@ piece of the box, degree, bits). The verdict is z3's answer in this run:
   claim holds on all of it); the unsat cores are this run's;
 - refuted: the one query answers ``sat`` now and the point it gives is the confirmed
   counterexample the payload holds (for a guarantee: the model's point clamped into the piece,
-  or the piece's upper corner where the model lacks a variable, as ``verify.solve`` picks it;
+  or the piece's upper corner where the model lacks a variable, as ``verify.solve.solver`` picks it;
   for an int8 exactness obligation the witness, which does not depend on the model), with
   that point's value interval, an exact evaluation of the bound;
 - an obligation with no bound derived is undecided as its derivation says, with no query.
@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import NamedTuple
 
-from verify import smt
 from verify.obligations import ExprText, Obligation, fraction, printed, rational
-from verify.solve import Counterexample, QueryRecord
+from verify.solve import smt
+from verify.solve.solver import Counterexample, QueryRecord
 from verify.status import Status
 
 __all__ = ["Versions", "entry", "replay", "versions"]
@@ -177,8 +177,8 @@ def _plan(item: Mapping):
 
 
 def _first_candidate(box, model: Mapping[str, Fraction]):
-    """The point ``verify.solve`` tries first on ``sat``: the model's, clamped into the piece,
-    else the piece's upper corner."""
+    """The point ``verify.solve.solver`` tries first on ``sat``: the model's, clamped into the
+    piece, else the piece's upper corner."""
     if all(sym in model for sym, *_ in box):
         return tuple((s, min(max(model[s], lo), hi)) for s, _, lo, hi in box), "z3 model"
     return tuple((s, hi) for s, _, _, hi in box), "upper corner of the piece"

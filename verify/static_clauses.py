@@ -5,7 +5,7 @@ with the reason. Runtime clauses are compared with the inference kernel's specif
 the contract itself decides the question (the KV-cache format; batch invariance against
 dynamic batching). Their batch size and sequence length conditions are decided on the
 evidence's runtime envelope (``evidence.sources[].runtime``, written by
-``verify.evidence.envelope.observe``), summed over the sources: any sequence certainly outside
+``evidence.envelope.observe``), summed over the sources: any sequence certainly outside
 the declared range → the clause is ``violated`` (the evidence was gathered where the contract
 claims nothing); every sequence certainly inside → that condition holds; otherwise (a log
 without ``batch_size``, lengths without ``position_offset``, or no evidence) it is unchecked.

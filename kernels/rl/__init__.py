@@ -23,6 +23,7 @@ _EXPORTS = {
     "rollout_pairs": "kernels.rl.rollouts",
     "RLConfig": "kernels.rl.loop",
     "RunResult": "kernels.rl.loop",
+    "Rollout": "kernels.rl.loop",
     "Session": "kernels.rl.loop",
     "StepRecord": "kernels.rl.loop",
     "rl_step": "kernels.rl.loop",

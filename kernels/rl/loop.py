@@ -11,15 +11,16 @@ Each step of ``run_rl`` (``start_session`` then ``rl_step`` per step):
 4. teacher-forces the same tokens through the training kernel K_train (float32, the kernel the
    gradient flows through: ``load_pretrained``'s plain float32 ops, the same functions as
    the emulated ``fp32`` preset's K_train up to summation order) and measures both kernels'
-   logits at every sampled position over the full vocabulary (``kernels.measure``): log w of
+   logits at every sampled position over the full vocabulary (``kernels._measure``): log w of
    the sampled token, token TV, KL, logit drift;
 5. computes the named estimator's correction weights from those log-probs and takes one
    optimizer step of the corrected policy gradient (``kernels.rl.grpo``).
 
 Every jitted piece is traced once per run (the model's weights are arguments, not constants),
 and a ``StepRecord`` per step keeps the reward, the measured mismatch and what the correction
-did. With ``keep_sequences`` the run also returns every rollout as a ``LoggedSequence``, ready
-for ``kernels.logs.write_log`` and the contract's online monitor.
+did. With ``keep_sequences`` the run also returns every rollout as a ``Rollout`` (the fields of
+``evidence.logs.Rollout``), ready for ``evidence.logs.write_log`` and the contract's
+online monitor.
 """
 
 from __future__ import annotations
@@ -38,9 +39,8 @@ from flax import nnx
 from jaxtyping import Array
 
 from contracts.presets import PRESETS, preset
+from kernels._measure import measure
 from kernels.decode import generate, teacher_force
-from kernels.logs.writer import LoggedSequence
-from kernels.measure import measure
 from kernels.model import CHECKPOINTS, TinyLM, load_pretrained, with_ops
 from kernels.ops import inference_ops
 from kernels.rl.estimators import check_params
@@ -50,6 +50,7 @@ from kernels.rl.task import get_task, group_prompts
 __all__ = [
     "RECORD_FIELDS",
     "RLConfig",
+    "Rollout",
     "RunResult",
     "Session",
     "StepRecord",
@@ -137,10 +138,23 @@ class StepRecord(NamedTuple):
 RECORD_FIELDS = StepRecord._fields
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled sequence and both kernels' log-probs of its tokens, as a log records it."""
+
+    prompt_id: str
+    sample_id: int
+    ids: list[int]
+    train: list[float]
+    rollout: list[float]
+    position_offset: int = 0
+    log_kept_mass: list[float] | None = None
+
+
 class RunResult(NamedTuple):
     config: RLConfig
     records: tuple[StepRecord, ...]
-    sequences: tuple[LoggedSequence, ...]  # empty unless keep_sequences
+    sequences: tuple[Rollout, ...]  # empty unless keep_sequences
     seconds: float  # wall time of the whole run, compilation included
 
 
@@ -186,7 +200,7 @@ def start_session(config: RLConfig) -> Session:
 
 def rl_step(
     session: Session, step: int, *, keep_sequences: bool = False
-) -> tuple[StepRecord, list[LoggedSequence]]:
+) -> tuple[StepRecord, list[Rollout]]:
     """Step ``step`` of ``session``: rollouts, measurement, one update (module docstring).
 
     Prompts and the sampling key depend on ``(seed, step)`` only, so two sessions that differ
@@ -284,14 +298,14 @@ def run_rl(
     return RunResult(config, tuple(records), tuple(sequences), time.perf_counter() - t0)
 
 
-def _logged(step: int, config: RLConfig, generated, corr) -> list[LoggedSequence]:
+def _logged(step: int, config: RLConfig, generated, corr) -> list[Rollout]:
     train = np.minimum(np.asarray(corr.train_logprobs, np.float64), 0.0)
     rollout = np.minimum(np.asarray(corr.rollout_logprobs, np.float64), 0.0)
     out = []
     for row in range(config.batch):
         group, sample = divmod(row, config.group_size)
         out.append(
-            LoggedSequence(
+            Rollout(
                 prompt_id=f"step{step:05d}-prompt{group:03d}",
                 sample_id=sample,
                 ids=generated[row].tolist(),

@@ -23,7 +23,7 @@ __all__ = ["conformance_main"]
 
 
 def _parser(out, err):
-    from verify.cli import _Parser
+    from verify.cli.commands import _Parser
     from verify.localize.command import _count
 
     p = _Parser(
@@ -51,7 +51,7 @@ def _parser(out, err):
 def conformance_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``conformance`` command on ``argv`` (the words after ``conformance``)."""
     import contracts
-    from verify import outputs
+    from verify.cli import outputs
     from verify.localize.model import ModelError, choose_model, token_rows
 
     args = _parser(stdout, stderr).parse_args(argv)

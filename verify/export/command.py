@@ -2,7 +2,7 @@
 
 Loads and validates the contract, maps its driving guarantees to the framework's keys
 (``verify.export.plan``), proves every guarantee a setting rests on, and only then writes the
-settings to standard output or ``--out PATH`` (all or nothing, through ``verify.outputs``: the
+settings to standard output or ``--out PATH`` (all or nothing, through ``verify.cli.outputs``: the
 path is checked before any work, may not name the contract, and is replaced atomically).
 
 Exit codes: 0 written; 1 a guarantee a setting rests on is refuted or unknown (nothing
@@ -25,7 +25,7 @@ FRAMEWORKS: dict[str, Framework] = {
 
 
 def _parser(out, err):
-    from verify.cli import _Parser, _positive
+    from verify.cli.commands import _Parser, _positive
 
     p = _Parser(
         prog="python -m verify export",
@@ -50,7 +50,7 @@ def _parser(out, err):
 def export_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``export`` command on ``argv`` (the words after ``export``); returns the exit code."""
     import contracts
-    from verify import outputs
+    from verify.cli import outputs
     from verify.export.plan import plan, prove
     from verify.export.render import render
 

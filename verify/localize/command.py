@@ -21,7 +21,7 @@ __all__ = ["localize_main"]
 
 
 def _parser(out, err):
-    from verify.cli import _Parser, _positive
+    from verify.cli.commands import _Parser, _positive
 
     p = _Parser(
         prog="python -m verify localize",
@@ -63,7 +63,7 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
     from dataclasses import replace
 
     import contracts
-    from verify import outputs
+    from verify.cli import outputs
     from verify.localize.model import ModelError, choose_model, token_rows
     from verify.localize.render import to_json, to_text
 

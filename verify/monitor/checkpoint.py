@@ -19,7 +19,7 @@ import json
 import os
 
 from contracts import KernelContractsError
-from kernels.logs.reader import _parse
+from evidence.logs.reader import parse_line
 from verify.monitor.stream import Position
 from verify.status import Status
 
@@ -79,7 +79,7 @@ def load(path: str, binding: dict) -> dict | None:
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read: {err.strerror}") from None
     try:
-        data = _parse(raw.decode("utf-8"))
+        data = parse_line(raw.decode("utf-8"))
     except Exception:  # undecodable, not JSON, a duplicate key: all one answer
         raise _bad(path, "it is not one JSON object") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

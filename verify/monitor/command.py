@@ -48,7 +48,7 @@ def _seconds(text: str) -> float:
 
 
 def _parser(out, err):
-    from verify.cli import _Parser
+    from verify.cli.commands import _Parser
 
     p = _Parser(
         prog="python -m verify monitor",
@@ -280,7 +280,7 @@ def monitor(run: _Run, *, follow: bool, idle_timeout: float | None, poll: float)
 def _outputs(args, stream_kind: str):
     """The checked ``--out`` target (``None``: stdout); refuses outputs that are inputs or
     that lie inside a monitored directory."""
-    from verify import outputs
+    from verify.cli import outputs
 
     named = [("--out", args.out), ("--checkpoint", args.checkpoint)]
     inputs = [("the contract", args.contract)]
@@ -310,7 +310,7 @@ def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
     """Run ``monitor`` with ``argv`` (after the word ``monitor``); returns the exit code."""
     args = _parser(stdout, stderr).parse_args(argv)
     import contracts
-    from verify import outputs
+    from verify.cli import outputs
     from verify.monitor import checkpoint as ck
     from verify.monitor.stream import open_stream, stream_kind
 

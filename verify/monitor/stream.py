@@ -408,7 +408,7 @@ def stream_kind(path: str) -> str:
         return "file"
     if stat.S_ISDIR(mode):
         return "directory"
-    from contracts.load import file_kind
+    from contracts import file_kind
 
     raise StreamError(
         f"{path}: is {file_kind(mode)}, not a log file or a directory of log files "

@@ -1,11 +1,11 @@
 """Windows of a rollout stream: lines read with the log reader's own checks, tokens sampled,
 and every numerical and statistical clause decided with the offline evaluation's functions.
 
-A line goes through the same steps as in ``kernels.logs.read_log`` (UTF-8, JSON, the format's
+A line goes through the same steps as in ``evidence.logs.read_log`` (UTF-8, JSON, the format's
 fields, token ids in the vocabulary, train and rollout records joined), so a line the offline
 reader counts as malformed is counted here too, with its file, line and byte offset; a line
 that is not UTF-8 is one more counted bad line (a stream keeps going). Each window becomes a
-token table and then a ``Source`` through ``verify.evidence.sources.tables_source``, and each
+token table and then a ``Source`` through ``evidence.sources.tables_source``, and each
 clause is decided by ``numerical_result`` / ``statistical_result``: a window covering a whole
 log gives the verdicts, values and bounds of ``python -m verify`` on that log.
 
@@ -26,19 +26,19 @@ from types import MappingProxyType
 import numpy as np
 
 from contracts import KernelContractsError
-from kernels.logs.reader import (
+from evidence.logs.reader import (
     MAX_LISTED,
+    BadRecord,
     LogTable,
     Problem,
-    _Bad,
-    _Builder,
-    _joined,
-    _parse,
-    _prompt,
-    _split,
-    _unknown_fields,
+    TableBuilder,
+    add_joined,
+    add_split,
+    parse_line,
+    prompt_key,
+    unknown_fields,
 )
-from kernels.logs.schema import FORMATS, detect_format
+from evidence.logs.schema import FORMATS, detect_format
 from verify.escalation import decide
 from verify.status import Status, worst
 
@@ -99,7 +99,7 @@ class Window:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.builder = _Builder()
+        self.builder = TableBuilder()
         self.keep: list[np.ndarray] = []
         self.sampled = 0
         self.lines = self.blank = 0
@@ -147,12 +147,12 @@ class Reader:
             window.blank += 1
             return
         try:
-            record = _parse(text)
+            record = parse_line(text)
         except json.JSONDecodeError as err:
             why = "truncated record at end of input" if line.cut else "invalid JSON"
             window.malformed.note(here, f"{why}: {err.msg} (column {err.colno})")
             return
-        except _Bad as bad:
+        except BadRecord as bad:
             window.malformed.note(here, str(bad))
             return
         if not isinstance(record, dict):
@@ -161,7 +161,7 @@ class Reader:
         if self.fmt is None:
             name = detect_format(record)
             if name is None:
-                raise MonitorError(f"{self._shown(line)}: {_unknown_fields(record)}")
+                raise MonitorError(f"{self._shown(line)}: {unknown_fields(record)}")
             self.fmt = FORMATS[name]
         builder = window.builder
         before = builder.sequences
@@ -172,9 +172,9 @@ class Reader:
             else:
                 missing = [k for k in self.fmt.required if k not in record]
                 if missing:
-                    raise _Bad(f"missing key '{missing[0]}' ({self.fmt.name} format)")
-                _joined(record, self.fmt, builder, line.number, window.mismatches, self.vocab)
-        except _Bad as bad:
+                    raise BadRecord(f"missing key '{missing[0]}' ({self.fmt.name} format)")
+                add_joined(record, self.fmt, builder, line.number, window.mismatches, self.vocab)
+        except BadRecord as bad:
             window.malformed.note(here, str(bad))
             return
         if builder.sequences > before:
@@ -189,12 +189,12 @@ class Reader:
         key = None
         if fmt.prompt[0] in record and fmt.sample in record:
             try:
-                key = (_prompt(record, fmt), str(record[fmt.sample]))
-            except _Bad:
+                key = (prompt_key(record, fmt), str(record[fmt.sample]))
+            except BadRecord:
                 key = None
         before = self.pending.get(key)
         b, problems = window.builder, window.mismatches
-        _split(record, fmt, self.pending, b, line.number, problems, self.vocab)
+        add_split(record, fmt, self.pending, b, line.number, problems, self.vocab)
         after = self.pending.get(key)
         if after is None:
             self.pending_where.pop(key, None)
@@ -321,8 +321,8 @@ def _first_fired(rules, clause_id: str, status: Status):
 def decide_window(contract, reader: Reader, window: Window, end: dict, closed: str):
     """The JSON lines of a closed window (its summary line, then one line per clause and
     slice, in contract order) and the worst verdict among them."""
-    from verify.evidence.sources import tables_source
-    from verify.evidence.verdicts import numerical_result, statistical_result
+    from evidence.sources import tables_source
+    from verify.decide.verdicts import numerical_result, statistical_result
 
     table = reader.table(window)
     source = tables_source(contract, [table])

@@ -19,9 +19,8 @@ import hashlib
 import json
 import os
 
-from contracts import ContractError
+from contracts import ContractError, read_regular
 from contracts.canonical import from_canonical
-from contracts.load import read_regular
 from verify.promotion.record import (
     FORMAT,
     RECORD_KEYS,
@@ -40,7 +39,7 @@ _LIMIT = 64 * 1024 * 1024
 
 
 def _strict_json(raw: bytes):
-    from verify.check import _Constant, _Pairs, _strict
+    from verify.check.recheck import _Constant, _Pairs, _strict
 
     data = json.loads(raw.decode("utf-8"), object_pairs_hook=_Pairs, parse_constant=_Constant)
     return _strict(data, "")
@@ -200,7 +199,7 @@ def record_differences(record: dict, directory: str, *, deep: bool, depth: int =
     _compare(record, "held", kept, diff)
     _compare(record, "passed", all(c["met"] for c in found_checks), diff)
     if deep:
-        from verify.check import check_data
+        from verify.check.recheck import check_data
 
         result = check_data(report, report_dir=directory)
         out.extend(f"report {path}: {d}" for d in result.differences)

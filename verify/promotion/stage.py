@@ -5,7 +5,7 @@ Running a stage: the contract must declare it; the record of the declared stage 
 be in ``DIR``, re-check (``verify.promotion.chain.link``), be made for this very contract file
 and have passed. Then the contract is verified as ``python -m verify`` does (``--evidence``,
 ``--json``, ``--markdown``, ``--html`` and ``--timeout-ms`` as there), and two files are
-written together, all or nothing (``verify.outputs``): the report ``DIR/STAGE.report.json``
+written together, all or nothing (``verify.cli.outputs``): the report ``DIR/STAGE.report.json``
 and the record ``DIR/STAGE.json`` bound to it.
 
 Exit codes: 0 the stage passed; 1 the stage ran and its requirements are not met (a record
@@ -97,8 +97,14 @@ def _lines(record: dict, path: str) -> str:
 def stage_main(args, stdout, stderr, t_start: float) -> int:
     """Run one promotion stage (see the module docstring); returns the exit code."""
     import contracts
-    from verify import outputs, run
-    from verify.cli import _evidence_problem, _summary, declared_evidence_problem, run_and_render
+    from verify import _run as run
+    from verify.cli import outputs
+    from verify.cli.commands import (
+        _evidence_problem,
+        _summary,
+        declared_evidence_problem,
+        run_and_render,
+    )
 
     problem = _usage(args)
     for path in args.evidence:

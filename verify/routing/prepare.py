@@ -4,8 +4,8 @@ the verdicts of the guarantees its escalation policy names.
 The cap of ``tis_correct`` must come from a guarantee the contract proves: a ``pg_bias``
 guarantee with ``estimator: tis`` and ``cap: c`` whose obligation is ``proved``. Its status
 comes from ``bounds.derive`` and ``verify.obligations.discharge`` run here, or from a report:
-a ``verify.Report`` of this contract (as ``verify.run.run`` returns it), or a report file, which
-is re-checked in full (``verify.check``) before any of its verdicts is used, so an edited
+a ``verify.Report`` of this contract (as ``verify._run.run`` returns it), or a report file, which
+is re-checked in full (``verify.check.recheck``) before any of its verdicts is used, so an edited
 report can never lend a cap. A policy that can fire ``tis_correct`` without a proved cap is
 refused here, before the loop starts, with the reason.
 """
@@ -53,8 +53,8 @@ def tis_guarantees(contract: Contract) -> tuple[Guarantee, ...]:
 
 def _derived(contract: Contract, ids: set[str], timeout_ms: int) -> dict[str, tuple]:
     import bounds
-    from verify import smt
     from verify.obligations import discharge
+    from verify.solve import smt
 
     out = {}
     if ids:
@@ -79,7 +79,7 @@ def _from_report_object(contract: Contract, report) -> dict[str, tuple]:
 
 
 def _from_report_file(contract: Contract, path: str, timeout_ms: int) -> dict[str, tuple]:
-    from verify.check import ReportUnreadable, _load, check_data
+    from verify.check.recheck import ReportUnreadable, _load, check_data
 
     try:
         data = _load(path)
@@ -138,7 +138,7 @@ def prepare(
     in contract order. Raises ``RoutingError`` when Π can fire ``tis_correct`` (or a guarantee
     is named) and no proved cap exists, or when the report is unusable.
     """
-    from verify.report import Report
+    from verify.render.report import Report
 
     if not isinstance(contract, Contract):
         raise RoutingError([f"contract: expected a loaded Contract, got {type(contract).__name__}"])

@@ -35,7 +35,7 @@ import numpy as np
 
 from verify.clauses import ClauseResult
 from verify.escalation import Decision, decide, decision_json
-from verify.report import clause_json
+from verify.render.report import clause_json
 from verify.routing.arrays import (
     Batch,
     RoutingError,
@@ -114,14 +114,11 @@ class RoutingDecision:
 
 def _columns(batch: Batch, log_w: np.ndarray) -> dict[str, np.ndarray]:
     """The grid columns the slices and clauses read, flattened (padding included)."""
+    from evidence.table import from_logprobs
+
     b, t = batch.shape
-    return {
-        "log_ratio": log_w.ravel(),
-        "abs_log_ratio": np.abs(log_w).ravel(),
-        "token_prob": np.exp(batch.train).ravel(),
-        "position": batch.positions.ravel(),
-        "prompt": np.repeat(np.arange(b, dtype=np.int32), t),
-    }
+    prompt = np.repeat(np.arange(b, dtype=np.int32), t)
+    return from_logprobs(log_w.ravel(), batch.train.ravel(), batch.positions.ravel(), prompt)
 
 
 def _names(batch: Batch) -> tuple[str, ...]:
@@ -129,7 +126,7 @@ def _names(batch: Batch) -> tuple[str, ...]:
 
 
 def _table(batch: Batch, columns: dict[str, np.ndarray]):
-    from kernels.logs import LogTable
+    from evidence.logs import LogTable
 
     keep = batch.mask.ravel()
     b, t = batch.shape
@@ -169,8 +166,8 @@ def _table(batch: Batch, columns: dict[str, np.ndarray]):
 
 def _flagged(router, rule, source, batch, columns, clauses) -> np.ndarray:
     """The response tokens rule ``rule``'s clause flags on this batch (see the module doc)."""
-    from kernels.summary import select
-    from verify.evidence.sources import clause_column
+    from evidence.summary import select
+    from evidence.table import clause_column
 
     contract, mask = router.contract, batch.mask
     fired_on = {c.slice for c in clauses if c.id == rule.clause and c.status.label in rule.status}
@@ -221,8 +218,8 @@ def route(
     response tokens. ``positions``, ``prompts``: see ``check_batch``. ``promotion``: the state
     to carry on (default a fresh one). Raises ``RoutingError`` naming every bad argument.
     """
-    from verify.evidence.sources import tables_source
-    from verify.evidence.verdicts import numerical_result, statistical_result
+    from evidence.sources import tables_source
+    from verify.decide.verdicts import numerical_result, statistical_result
 
     if not isinstance(router, Router):
         raise RoutingError([f"router: expected verify.routing.prepare(contract), got "

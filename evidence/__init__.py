@@ -1,0 +1,58 @@
+"""evidence: what the kernels did, read from rollout logs or measured by emulation, summarised.
+
+The flow is contracts → kernels → evidence → verify. This package reads users' JSONL logs
+(``evidence.logs``), owns the token table every source is turned into (``evidence.table``),
+summarises it per slice and metric in mergeable summaries (``evidence.summary``) and assembles
+one ``Source`` per log or emulation setting (``evidence.sources``), with the runtime envelope its
+sequences were gathered in (``evidence.envelope``). Deciding clauses on a source is
+``verify.decide``'s job.
+
+Importing this package imports no JAX: only ``emulate_sources`` loads the kernels' emulator.
+"""
+
+from evidence.envelope import CONDITIONS, observe, settings
+from evidence.logs import (
+    FORMATS,
+    LogError,
+    LogFormat,
+    LoggedSequence,
+    LogTable,
+    detect_format,
+    framework_metrics,
+    read_log,
+    token_metrics,
+    write_log,
+)
+from evidence.sources import EvidenceError, Source, emulate_sources, log_source, tables_source
+from evidence.summary import Summary, merge, merge_all, select, summarize
+from evidence.table import RANGE, clause_column, from_logprobs, from_measured
+
+__all__ = [
+    "CONDITIONS",
+    "FORMATS",
+    "RANGE",
+    "EvidenceError",
+    "LogError",
+    "LogFormat",
+    "LogTable",
+    "LoggedSequence",
+    "Source",
+    "Summary",
+    "clause_column",
+    "detect_format",
+    "emulate_sources",
+    "framework_metrics",
+    "from_logprobs",
+    "from_measured",
+    "log_source",
+    "merge",
+    "merge_all",
+    "observe",
+    "read_log",
+    "select",
+    "settings",
+    "summarize",
+    "tables_source",
+    "token_metrics",
+    "write_log",
+]

@@ -1,0 +1,26 @@
+"""Evidence from users' RL stacks: JSONL log readers and sampled-token metrics (numpy only)."""
+
+from evidence.logs.metrics import IS_RATIO_QUANTILES, framework_metrics, token_metrics
+from evidence.logs.reader import LOGPROB_TOLERANCE, LogError, LogTable, Problem, read_log
+from evidence.logs.schema import FORMATS, LogFormat, detect_format
+from evidence.logs.shift import SupportShift, support_shift
+from evidence.logs.writer import LoggedSequence, record, write_log
+
+__all__ = [
+    "FORMATS",
+    "IS_RATIO_QUANTILES",
+    "LOGPROB_TOLERANCE",
+    "LogError",
+    "LogFormat",
+    "LogTable",
+    "LoggedSequence",
+    "Problem",
+    "SupportShift",
+    "detect_format",
+    "framework_metrics",
+    "read_log",
+    "record",
+    "support_shift",
+    "token_metrics",
+    "write_log",
+]

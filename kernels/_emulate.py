@@ -1,0 +1,259 @@
+"""Evidence by emulation: the shipped policy through a contract's two kernels, measured per token.
+
+``emulate(contract)`` loads the trained model named by ``contract.evidence.emulate``, draws
+prompts from its held-out text (seeded), generates continuations with K_inf (the contract's
+inference kernel: emulated matmuls, paged low-precision KV cache, dynamic batching) at the
+contract's sampling policy, teacher-forces the same sequences through K_train, and measures
+every generated token over the full vocabulary. The result is a token table: one row per
+generated token, one 1-D numpy array per column.
+
+Prompts are served in batches of a fixed size (the upper end of the contract's first runtime
+``batch_size`` range, at most 32, and at most the number of prompts); a short last batch is
+filled with further prompts whose rows are dropped, so every row was computed in a batch of
+that size. ``batch_size`` and ``sequence_length`` override both choices for one setting of a
+runtime sweep: every batch then holds exactly ``batch_size`` sequences, and each prompt is
+``sequence_length - max_new_tokens`` bytes long, so every sequence ends at that length
+(``length_range`` gives the lengths the model can run). The model's vocabulary (256 bytes) is
+what is measured, whatever ``policy.vocab_size`` says; the divergence bounds do not depend on
+the vocabulary size.
+Sampling applies the policy's top-k / top-p; the metrics are always those of the full-vocabulary
+distributions softmax(z/T) (``logprobs: full_vocab`` semantics).
+
+A user model (``model: "package.module:function"`` with ``params: PATH``, see
+:mod:`kernels.user_model`) runs the same loop: both kernels are the user's function through
+:func:`kernels.transform.on_kernel` (K_inf at the serving batch, K_train with fixed batching;
+recognised attention in float32 in both), K_inf generates by rerunning the function on the
+whole sequence buffer (no KV cache), and prompts come from the params file's ``extra/prompts``
+windows or, without them, uniformly from the vocabulary. Its vocabulary is what it returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from contracts.model import Contract, EmulateEvidence
+from kernels.columns import TABLE_COLUMNS
+
+__all__ = [
+    "MAX_BATCH",
+    "PROMPT_BYTES",
+    "TABLE_COLUMNS",
+    "emulate",
+    "length_range",
+    "prompts_from",
+    "serving_batch",
+]
+
+PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
+MAX_BATCH = 32  # the largest serving batch emulated
+
+
+def serving_batch(contract: Contract, prompts: int) -> int:
+    """How many sequences K_inf serves at once for this contract."""
+    batch = MAX_BATCH
+    for clause in contract.runtime:
+        if clause.batch_size is not None:
+            batch = min(batch, max(1, int(clause.batch_size[1])))
+            break
+    return max(1, min(batch, prompts))
+
+
+def prompts_from(windows: np.ndarray, count: int, length: int, seed: int) -> np.ndarray:
+    """``count`` prompts of ``length`` bytes cut at seeded offsets from held-out windows."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, windows.shape[0], count)
+    starts = rng.integers(0, windows.shape[1] - length + 1, count)
+    return np.stack([windows[r, s : s + length] for r, s in zip(rows, starts, strict=True)])
+
+
+class _Pair(NamedTuple):
+    """One model on a contract's two kernels: what the shared measurement loop needs."""
+
+    name: str
+    vocab: int
+    windows: np.ndarray | None  # prompt windows; None: uniform random prompts
+    prompt_len: int  # the default prompt length
+    lengths: tuple[int, int]  # the sequence lengths it can run
+    # (prompts, key, temperature) -> (tokens, z_inf, z_train) for one served batch
+    run: Callable
+
+
+def _user(model: str) -> bool:
+    from kernels.user_model import is_entry_point
+
+    return is_entry_point(model)
+
+
+def _directory(contract: Contract) -> str:
+    """The directory a user model's module is imported from: the contract file's."""
+    path = contract.source.path
+    return os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else os.getcwd()
+
+
+def length_range(contract: Contract) -> tuple[int, int]:
+    """The shortest and longest sequences (prompt + generated tokens) the emulation of
+    ``contract`` can run: a prompt of at least one token, within the model's context and its
+    prompt windows (a user model without windows: prompts of at most ``PROMPT_TOKENS``)."""
+    ev = contract.evidence.emulate or EmulateEvidence()
+    if _user(ev.model):
+        from kernels.user_model import MODEL_KEY, PROMPT_TOKENS, UserModelError, load_params
+
+        if ev.params is None:
+            raise UserModelError(MODEL_KEY, f"the entry point {ev.model!r} needs params: PATH")
+        windows = load_params(ev.params)[1]
+        width = PROMPT_TOKENS if windows is None else windows.shape[1]
+        return ev.max_new_tokens + 1, ev.max_new_tokens + width
+    from kernels.model import load_pretrained, pretrained_extra
+
+    context = load_pretrained(ev.model).config.context
+    width = pretrained_extra(ev.model)["heldout_windows"].shape[1]
+    return ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width)
+
+
+def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
+    from kernels.decode import generate, teacher_force
+    from kernels.model import load_pretrained, pretrained_extra, with_ops
+    from kernels.ops import inference_ops, train_ops
+
+    model = load_pretrained(ev.model)
+    context = model.config.context
+    if not 1 <= ev.max_new_tokens < context:
+        raise ValueError(
+            f"evidence.emulate.max_new_tokens must be in [1, {context - 1}] for model "
+            f"{ev.model!r} (context {context}), got {ev.max_new_tokens}"
+        )
+    windows = pretrained_extra(ev.model)["heldout_windows"].astype(np.int32)
+    k_train = with_ops(model, train_ops(contract.kernels.train))
+    k_inf = with_ops(model, inference_ops(contract.kernels.inference, batch_size=batch))
+    policy = contract.policy
+
+    def run(chunk, key, temperature):
+        tokens, z_inf = generate(
+            k_inf, chunk, key, temperature, new_tokens=ev.max_new_tokens,
+            top_k=policy.top_k, top_p=policy.top_p,
+        )  # fmt: skip
+        prompt_len = chunk.shape[1]
+        return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=prompt_len)
+
+    lengths = (ev.max_new_tokens + 1, min(context, ev.max_new_tokens + windows.shape[1]))
+    prompt_len = min(PROMPT_BYTES, context - ev.max_new_tokens)
+    return _Pair(ev.model, model.config.vocab, windows, prompt_len, lengths, run)
+
+
+def _user_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
+    from kernels.transform import on_kernel
+    from kernels.user_model import (
+        MODEL_KEY,
+        PROMPT_TOKENS,
+        UserModelError,
+        decoder,
+        load_user_model,
+        output_shape,
+        teacher_forcer,
+    )
+
+    um = load_user_model(ev.model, ev.params, _directory(contract))
+    f_inf = on_kernel(um.fn, contract.kernels.inference, batch_size=batch, attention="float32")
+    f_train = on_kernel(um.fn, contract.kernels.train, batching="fixed", attention="float32")
+    generate, teacher_force = decoder(f_inf), teacher_forcer(f_train)
+    policy, new = contract.policy, ev.max_new_tokens
+
+    def run(chunk, key, temperature):
+        # the one shape both kernels run, checked before anything is compiled
+        shape = output_shape(um.fn, um.params, ev.model, chunk.shape[0], chunk.shape[1] + new - 1)
+        if shape[2] != um.vocab:
+            raise UserModelError(MODEL_KEY, f"{ev.model} changes its vocabulary with the shape")
+        try:
+            tokens, z_inf = generate(
+                um.params, chunk, key, temperature, new_tokens=new,
+                top_k=policy.top_k, top_p=policy.top_p,
+            )  # fmt: skip
+            z_train = teacher_force(um.params, tokens, prompt_len=chunk.shape[1])
+        except NotImplementedError as err:  # a primitive the transform cannot emulate through
+            raise UserModelError(MODEL_KEY, str(err)) from None
+        return tokens, z_inf, z_train
+
+    width = PROMPT_TOKENS if um.windows is None else um.windows.shape[1]
+    lengths = (ev.max_new_tokens + 1, ev.max_new_tokens + width)
+    return _Pair(ev.model, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths, run)
+
+
+def _prompts(pair: _Pair, count: int, length: int, seed: int) -> np.ndarray:
+    if pair.windows is not None:
+        return prompts_from(pair.windows, count, length, seed)
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, pair.vocab, (count, length)).astype(np.int32)
+
+
+def emulate(
+    contract: Contract,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
+    sequence_length: int | None = None,
+) -> dict[str, np.ndarray]:
+    """The token table of ``contract``'s kernel pair on the shipped policy or a user model.
+
+    ``progress(done, total)`` is called after each served batch with prompts done so far.
+    ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep (module
+    docstring).
+    """
+    import jax  # here, not at the top: importing this module must not import JAX
+    import jax.numpy as jnp
+
+    from kernels._measure import measure
+
+    ev = contract.evidence.emulate or EmulateEvidence()
+    policy = contract.policy
+    if ev.prompts < 1:
+        raise ValueError(f"evidence.emulate.prompts must be at least 1, got {ev.prompts}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"evidence.emulate: batch size must be at least 1, got {batch_size}")
+    batch = serving_batch(contract, ev.prompts) if batch_size is None else batch_size
+    pair = (_user_pair if _user(ev.model) else _shipped_pair)(contract, ev, batch)
+    prompt_len = pair.prompt_len
+    if sequence_length is not None:
+        lo, hi = pair.lengths
+        if not lo <= sequence_length <= hi:
+            raise ValueError(
+                f"evidence.emulate: sequence length {sequence_length} is outside the lengths "
+                f"model {ev.model!r} can run with max_new_tokens {ev.max_new_tokens}: [{lo}, {hi}]"
+            )
+        prompt_len = sequence_length - ev.max_new_tokens
+    prompts = _prompts(pair, ev.prompts, prompt_len, ev.seed)
+    temperature = jnp.float32(policy.temperature)
+    key = jax.random.key(ev.seed)
+    vocab = pair.vocab
+    parts: list[dict[str, np.ndarray]] = []
+    for start in range(0, ev.prompts, batch):
+        ids = np.arange(start, start + batch)
+        real = ids < ev.prompts
+        chunk = prompts[np.minimum(ids, ev.prompts - 1)]
+        if not real.all():  # fill the batch with other prompts; their rows are dropped
+            fill = _prompts(pair, int((~real).sum()), prompt_len, ev.seed + 1 + start)
+            chunk = np.concatenate([chunk[real], fill])
+        tokens, z_inf, z_train = pair.run(
+            jnp.asarray(chunk), jax.random.fold_in(key, start), temperature
+        )
+        observed = tokens[:, prompt_len:]
+        metrics = measure(
+            z_train.reshape(-1, vocab),
+            z_inf.reshape(-1, vocab),
+            observed.reshape(-1),
+            policy.temperature,
+        )
+        n_new = ev.max_new_tokens
+        keep = np.repeat(real, n_new)
+        part = {k: np.asarray(v)[keep] for k, v in metrics.items()}
+        part["top1_flip"] = part["top1_flip"].astype(np.int64)
+        part["position"] = np.tile(np.arange(prompt_len, prompt_len + n_new), batch)[keep]
+        part["prompt"] = np.repeat(ids, n_new)[keep]
+        part["token"] = np.asarray(observed).reshape(-1).astype(np.int64)[keep]
+        parts.append(part)
+        if progress is not None:
+            progress(min(start + batch, ev.prompts), ev.prompts)
+    return {c: np.concatenate([p[c] for p in parts]) for c in TABLE_COLUMNS}

@@ -1,0 +1,245 @@
+"""Re-checking a report's clause verdicts, escalation decisions and obligations' re-derivable
+fields against the contract rebuilt from the report's canonical form (part of ``verify check``).
+
+Every helper reports differences through ``diff(where, message)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from evidence.table import SAMPLED_ONLY, clause_column
+from verify.decide.verdicts import numerical_verdict, statistical_verdict
+from verify.escalation import decide, decision_json
+from verify.render.report import clause_json
+from verify.static_clauses import NO_EVIDENCE, skipped_measurements, static_clauses
+from verify.status import Status
+
+__all__ = [
+    "CLAUSE_KEYS",
+    "OBLIGATION_KEYS",
+    "STATIC_KEYS",
+    "check_clauses",
+    "check_escalation",
+    "check_keys",
+    "check_outline",
+    "clause_keys",
+]
+
+# the fields of an obligation that its guarantee alone decides (``verify.obligations.outline``)
+STATIC_KEYS = (
+    "id", "quantity", "statement", "premises", "chain", "symbolic", "variables", "constants",
+    "threshold", "alternatives", "route", "notes",
+)  # fmt: skip
+OBLIGATION_KEYS = frozenset(STATIC_KEYS) | {
+    "status", "premises_used", "bound", "bound_interval", "smtlib", "unsat_core",
+    "counterexample", "time_ms", "reason",
+}  # fmt: skip
+CLAUSE_KEYS = frozenset(
+    ("id", "family", "slice", "status", "metric", "statistic", "threshold", "samples", "value",
+     "bound", "confidence", "fingerprint", "source", "reason")
+)  # fmt: skip
+_NO_MODULE = "evidence measurement not available"  # verify._run.NO_EVIDENCE_MODULE
+
+
+def check_keys(value, allowed, where: str, diff) -> bool:
+    """``value`` must be an object with exactly the fields ``allowed``."""
+    if not isinstance(value, dict):
+        diff(where, "not an object")
+        return False
+    extra, missing = sorted(set(value) - set(allowed)), sorted(set(allowed) - set(value))
+    if extra:
+        diff(where, f"fields no report has: {extra}")
+    if missing:
+        diff(where, f"missing fields: {missing}")
+    return not extra and not missing
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_outline(o: dict, expected: dict, where: str, diff) -> bool:
+    """Compare the fields the guarantee decides with ``expected`` (``obligation_json`` of the
+    contract's ``outline``); True when all agree."""
+    ok = True
+    for key in STATIC_KEYS:
+        got, want = o.get(key), expected[key]
+        if key == "symbolic" and isinstance(got, dict):
+            for part in ("srepr", "text", "latex"):
+                if got.get(part) != want[part]:
+                    diff(f"{where}.symbolic.{part}", f"{_short(got.get(part))} but the contract's "
+                         f"premises give {_short(want[part])}")  # fmt: skip
+                    ok = False
+            if set(got) != set(want):
+                diff(f"{where}.symbolic", f"fields {sorted(got)}, not {sorted(want)}")
+                ok = False
+        elif key == "constants" and isinstance(got, dict) and got != want:
+            for name in sorted(set(got) | set(want)):
+                if name not in want:
+                    diff(f"{where}.constants.{name}", "is no constant the contract defines")
+                elif got.get(name) != want[name]:
+                    diff(f"{where}.constants.{name}", f"{_short(got.get(name))} but the contract "
+                         f"gives {want[name]}")  # fmt: skip
+            ok = False
+        elif got != want:
+            diff(f"{where}.{key}", f"{_short(got)} but the contract gives {_short(want)}")
+            ok = False
+    return ok
+
+
+def clause_keys(contract) -> list[tuple[str, str, str]]:
+    """``(id, family, slice)`` of every clause verdict, in report order."""
+    keys = [(c.id, "numerical", c.slice) for c in contract.numerical]
+    keys += [(c.id, "statistical", s) for c in contract.statistical for s in c.slices]
+    keys += [(c.id, "runtime", "all") for c in contract.runtime]
+    keys += [(c.id, "observability", "all") for c in contract.observability]
+    return keys
+
+
+def _caveat(info) -> bool:
+    """Whether a log source's truncated-support shift keeps its log-ratio verdicts open."""
+    shift = info.get("truncated_support_shift") if isinstance(info, dict) else None
+    if not isinstance(shift, dict):
+        return False
+    declared = shift.get("declared") is True
+    corrected = shift.get("corrected_with_log_kept_mass") is True
+    return (declared and not corrected) or (not declared and shift.get("detected") is True)
+
+
+def _number(value, where, diff, *, integer=False) -> bool:
+    kinds = int if integer else int | float
+    if value is None or (
+        isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    ):
+        return True
+    diff(where, f"not a finite number: {_short(value)}")
+    return False
+
+
+def _measured(c: dict, clause, family: str, sources: dict, where: str, diff) -> None:
+    """Check one measured verdict: its labels against the contract, its source against the
+    report's evidence, and its status against the verdict its numbers give."""
+    label = c.get("status")
+    status = Status.parse(label)
+    skipped = status is Status.SKIPPED
+    statistic = "max" if family == "numerical" else clause.statistic
+    confidence = None if family == "numerical" or skipped else float(clause.confidence)
+    for key, want in (("metric", clause.metric), ("statistic", statistic),
+                      ("threshold", float(clause.max)), ("confidence", confidence)):  # fmt: skip
+        if c.get(key) != want:
+            diff(f"{where}.{key}", f"{_short(c.get(key))} but the contract gives {_short(want)}")
+    info = sources.get((c.get("source"), c.get("fingerprint")))
+    if info is None:
+        diff(f"{where}.source", "names no evidence source of the report (label and fingerprint)")
+    samples, value, bound = c.get("samples"), c.get("value"), c.get("bound")
+    numbers = [
+        _number(samples, f"{where}.samples", diff, integer=True),
+        _number(value, f"{where}.value", diff),
+        _number(bound, f"{where}.bound", diff),
+    ]
+    if not all(numbers):
+        return
+    if not isinstance(samples, int) or samples < 0:
+        diff(f"{where}.samples", f"not a count: {_short(samples)}")
+        return
+    if not isinstance(c.get("reason"), str) or (status is not Status.HELD and not c["reason"]):
+        diff(f"{where}.reason", f"{label} without a reason")
+    if skipped:
+        if samples or value is not None or bound is not None:
+            diff(where, "skipped, but it carries measurements")
+        return
+    column = clause_column(family, clause.metric)
+    top = math.inf if bound is None else bound
+    if samples == 0:
+        allowed = {Status.INCONCLUSIVE}
+    elif family == "numerical":
+        allowed = {numerical_verdict(samples, top, clause.max, column)}
+    elif clause.statistic == "max":
+        allowed = {statistical_verdict(samples, clause.min_samples, top, clause.max)}
+    else:  # the lower confidence bound is not in the report: either side of it may be right
+        allowed = {
+            statistical_verdict(samples, clause.min_samples, top, clause.max, lambda x=x: x)
+            for x in (-math.inf, math.inf)
+        }
+    if column in SAMPLED_ONLY and _caveat(info):
+        allowed.add(Status.INCONCLUSIVE)
+    if status not in allowed:
+        shown = " or ".join(sorted(s.label for s in allowed))
+        diff(f"{where}.status", f"{label}, but its numbers ({samples} samples, bound "
+             f"{bound!r}, max {float(clause.max)!r}) give {shown}")  # fmt: skip
+
+
+def check_clauses(clauses, contract, evidence, diff) -> list[tuple[str, Status]]:
+    """Check every clause verdict against the contract; returns ``(id, status)`` pairs.
+
+    Runtime and observability verdicts, and the skipped measurements of a report without
+    evidence, are decided by the contract alone and must be identical. Measured verdicts are
+    recomputed from their numbers (``verify.decide.verdicts``)."""
+    if not isinstance(clauses, list):
+        diff("clauses", "missing")
+        return []
+    static = {(c.id, c.slice): clause_json(c) for c in static_clauses(contract, evidence)}
+    if evidence is None:
+        wanted = contract.evidence.emulate or contract.evidence.logprobs
+        reason = _NO_MODULE if wanted else NO_EVIDENCE
+        static |= {(c.id, c.slice): clause_json(c) for c in skipped_measurements(contract, reason)}
+    listed = evidence.get("sources") if isinstance(evidence, dict) else None
+    sources = {
+        (s.get("label"), s.get("fingerprint")): s
+        for s in (listed if isinstance(listed, list) else [])
+        if isinstance(s, dict)
+    }
+    out, keys = [], []
+    for i, c in enumerate(clauses):
+        if not check_keys(c, CLAUSE_KEYS, f"clauses[{i}]", diff):
+            continue
+        where = f"clauses[{c.get('id')}/{c.get('slice')}]"
+        key = (c.get("id"), c.get("family"), c.get("slice"))
+        keys.append(key)
+        label = c.get("status")
+        if label not in ("held", "violated", "inconclusive", "skipped"):
+            diff(f"{where}.status", f"not a clause verdict: {_short(label)}")
+            continue
+        out.append((c.get("id"), Status.parse(label)))
+        want = static.get((key[0], key[2]))
+        if want is not None and want["family"] == key[1]:
+            for k in sorted(CLAUSE_KEYS):
+                if c.get(k) != want[k]:
+                    diff(f"{where}.{k}", f"{_short(c.get(k))} but the contract gives "
+                         f"{_short(want[k])}")  # fmt: skip
+        elif key[1] in ("numerical", "statistical") and evidence is not None:
+            try:
+                clause = contract.clause(key[0])
+            except KeyError:
+                continue  # reported with the list of keys below
+            _measured(c, clause, key[1], sources, where, diff)
+    # several evidence sources give several adjacent verdicts of one (clause, slice)
+    keys = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+    expected = clause_keys(contract)
+    if keys != expected:
+        diff("clauses", f"{_show(keys)} but the contract gives {_show(expected)}")
+    return out
+
+
+def _show(keys) -> str:
+    return "[" + ", ".join(f"{i}/{f}/{s}" for i, f, s in keys) + "]"
+
+
+def check_escalation(decisions, rules, verdicts, diff) -> None:
+    """Recompute the escalation decisions from the contract's rules and the verdicts."""
+    if not isinstance(decisions, list):
+        diff("escalation", "missing")
+        return
+    expected = [decision_json(d) for d in decide(rules, verdicts)]
+    if len(decisions) != len(expected):
+        diff("escalation", f"{len(decisions)} decisions for {len(expected)} rules")
+        return
+    for i, (got, want) in enumerate(zip(decisions, expected, strict=True)):
+        if not check_keys(got, want, f"escalation[{i}]", diff):
+            continue
+        for key, value in want.items():
+            if got.get(key) != value:
+                diff(f"escalation[{i}].{key}", f"{_short(got.get(key))} but recomputed "
+                     f"{_short(value)}")  # fmt: skip

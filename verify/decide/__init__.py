@@ -1,0 +1,92 @@
+"""Evidence clauses: measure the contract's numerical and statistical clauses and decide them.
+
+Sources of evidence (DESIGN §4 ``evidence``): ``emulate`` runs the shipped model through both
+kernels (``kernels._emulate``), ``logprobs`` reads users' JSONL logs (``evidence.logs``). Each
+source becomes per-slice, per-metric mergeable summaries (``evidence.summary``), and every
+(clause, slice, source) gets one ``ClauseResult``:
+
+- numerical: the maximum over every token of the slice ≤ ``max`` → held, else violated;
+- statistical: the upper confidence bound (at ``confidence``) of the statistic ≤ ``max`` →
+  held; its lower confidence bound > ``max`` → violated; fewer than ``min_samples`` tokens or
+  an infinite bound → inconclusive, never held; otherwise inconclusive. ``max`` as a statistic
+  is the sample maximum, decided empirically and said so;
+- a metric the source cannot give (full-vocabulary metrics from sampled-token logs) → skipped
+  with the reason.
+
+Metric names: a numerical ``log_ratio`` limit bounds |log w|; ``kl`` is the larger of
+KL(π‖π') and KL(π'‖π) per token, so a verdict holds for either direction.
+
+Soundness rules: a non-finite measured value counts as the worst value of its metric; the mean
+has a confidence bound only for metrics with a known range (``tv`` in [0, 1], ``top1_flip``
+in {0, 1}); log-ratio clauses on processed log-probs under truncated sampling are inconclusive
+unless the log carries log S per token (DESIGN §5). Tokens are treated as independent draws
+(stated in the report); no correction is made for testing several clauses and slices.
+
+JAX is imported only by the emulate source; logs-only and proofs-only runs never import it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from evidence.sources import EvidenceError, emulate_sources, log_source
+from verify.clauses import ClauseResult
+from verify.decide.verdicts import numerical_result, statistical_result
+
+__all__ = ["ASSUMPTIONS", "EvidenceError", "evaluate"]
+
+ASSUMPTIONS = (
+    "tokens are treated as independent draws from the measured distribution",
+    "each clause and slice is bounded at its own confidence (no multiple-testing correction)",
+)
+
+
+def _log_paths(contract, paths) -> tuple[tuple[str, str | None, str], ...]:
+    declared = contract.evidence.logprobs
+    if paths:
+        fmt = declared.format if declared is not None else None
+        return tuple((os.fspath(p), fmt, "--evidence ") for p in paths)
+    if declared is None:
+        return ()
+    where = contract.source.where("evidence.logprobs.path")
+    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
+    return ((declared.path, declared.format, f"{prefix}evidence.logprobs.path: "),)
+
+
+def evaluate(
+    contract, *, paths: tuple[str, ...] = (), quiet: bool = True, stderr=None
+) -> tuple[tuple[ClauseResult, ...], dict]:
+    """Measure the contract's evidence and decide every numerical and statistical clause.
+
+    ``paths`` (``--evidence``) replace the contract's ``evidence.logprobs`` path and are read
+    as shards of one log (their format: the contract's, else detected). Returns one
+    ``ClauseResult`` per (clause, slice, source) and the JSON-ready ``report["evidence"]``.
+    Raises ``EvidenceError`` for unusable evidence.
+    """
+    stream = None if quiet else (stderr if stderr is not None else sys.stderr)
+    sources = []
+    log_paths = _log_paths(contract, tuple(paths))
+    if log_paths:
+        sources.append(log_source(contract, log_paths, stream))
+    if contract.evidence.emulate is not None:
+        sources.extend(emulate_sources(contract, stream))
+    results = []
+    for source in sources:
+        for clause in contract.numerical:
+            results.append(numerical_result(clause, source))
+        for clause in contract.statistical:
+            for slice_name in clause.slices:
+                results.append(statistical_result(clause, slice_name, source))
+    report = {
+        "sources": [s.info | {"label": s.label} for s in sources],
+        "assumptions": list(ASSUMPTIONS) if sources else [],
+    }
+    swept = [s for s in sources if s.kind == "emulate" and s.info["sweep"]["swept"]]
+    if swept:  # the settings of the runtime sweep, one source each
+        report["sweep"] = [
+            {"source": s.label}
+            | {k: s.info[k] for k in ("batch_size", "sequence_length", "tokens")}
+            for s in swept
+        ]
+    return tuple(results), report
