@@ -1,11 +1,14 @@
-"""The registry of every lemma, by name."""
+"""The registry of every lemma, by name.
+
+The correction lemmas' bounds take about a second to build in sympy and no derivation needs
+them (routes build their own expressions), so they are built on the registry's first use.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from bounds.correction_lemmas import CORRECTION_LEMMAS
 from bounds.lemma import Lemma
 from bounds.rl import RL_LEMMAS
 from bounds.sequence import SEQUENCE_LEMMAS
@@ -13,9 +16,32 @@ from bounds.token import TOKEN_LEMMAS
 
 __all__ = ["LEMMAS"]
 
-LEMMAS: Mapping[str, Lemma] = MappingProxyType(
-    {
-        lemma.name: lemma
-        for lemma in (*TOKEN_LEMMAS, *SEQUENCE_LEMMAS, *RL_LEMMAS, *CORRECTION_LEMMAS)
-    }
-)
+
+class _Registry(Mapping[str, Lemma]):
+    """A read-only mapping of lemma name → ``Lemma``, complete on first use."""
+
+    def __init__(self) -> None:
+        self._lemmas: Mapping[str, Lemma] | None = None
+
+    def _all(self) -> Mapping[str, Lemma]:
+        if self._lemmas is None:
+            from bounds.correction_lemmas import CORRECTION_LEMMAS
+
+            every = (*TOKEN_LEMMAS, *SEQUENCE_LEMMAS, *RL_LEMMAS, *CORRECTION_LEMMAS)
+            self._lemmas = MappingProxyType({lemma.name: lemma for lemma in every})
+        return self._lemmas
+
+    def __getitem__(self, name: str) -> Lemma:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"LEMMAS({list(self)})"
+
+
+LEMMAS: Mapping[str, Lemma] = _Registry()
