@@ -139,9 +139,7 @@ def on_kernel(
     batching = kernel.batching if batching is None else batching
     if batching not in ("dynamic", "fixed"):
         raise ValueError(f"batching must be 'dynamic' or 'fixed', got {batching!r}")
-    from kernels.matmul import make_plan
-
-    make_plan(kernel.matmul, 1)  # a spec the emulated matmul cannot run fails here, not later
+    _check_runnable(kernel.matmul, impl)  # a spec the emulated matmul cannot run fails here
     rule = DotRule(kernel.matmul, batch_size, batching, impl, attention)
 
     @functools.wraps(fn)
@@ -162,6 +160,21 @@ def on_kernel(
         return jax.tree.unflatten(jax.tree.structure(shapes), outs)
 
     return wrapped
+
+
+def _check_runnable(matmul: MatmulSpec, impl: str) -> None:
+    """Raise ``ValueError`` for a matmul spec the emulation cannot run. An int8 spec has no
+    chunk layout (its accumulation is exact, so reduction splits change nothing) and no Pallas
+    kernel; a dot whose K could wrap its int32 accumulator is refused when it is reached."""
+    from kernels.matmul import make_plan
+    from kernels.matmul.int8 import check_int8_spec
+
+    if not matmul.is_int8:
+        make_plan(matmul, 1)
+        return
+    if impl == "pallas":
+        raise ValueError("int8 inputs have no Pallas kernel: use impl='jax'")
+    check_int8_spec(matmul, 1)
 
 
 def _is_array(leaf: Any) -> bool:

@@ -193,6 +193,20 @@ def test_fp8_equinox_model_equals_emulated_matmuls_by_hand():
     same(got, (emu(h, m.b.weight.T) + m.b.bias) * 0.5)
 
 
+def test_int8_linen_mlp_equals_int8_matmuls_by_hand(linen_mlp):
+    """An int8 spec (exact int32 accumulation, no reduction splits) is emulated too."""
+    model, v = linen_mlp
+    int8 = PRESETS["a100-int8"]
+    p = v["params"]
+    h = jax.nn.relu(emu(X, p["Dense_0"]["kernel"], int8) + p["Dense_0"]["bias"])
+    want = emu(h, p["Dense_1"]["kernel"], int8) + p["Dense_1"]["bias"]
+    got = on_kernel(model.apply, int8, batch_size=3)(v, X)
+    same(got, want)
+    assert not np.array_equal(np.asarray(got), np.asarray(model.apply(v, X)))
+    with pytest.raises(ValueError, match="no Pallas kernel"):
+        on_kernel(model.apply, int8, impl="pallas")
+
+
 def test_fp8_scan_and_einsum_equal_emulated_matmuls_by_hand():
     got = on_kernel(plain, FP8)(P_PLAIN, XS)
     want = plain_by_hand(P_PLAIN, XS)
