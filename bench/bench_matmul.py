@@ -11,7 +11,8 @@ The floor table counts the vector operations per multiply-add that the definitio
 costing the group's multiply-adds at the width the sums need (binary32 only for the float32
 chain; binary64 otherwise: an e4m3 product is a multiple of ``2**-18`` below ``2**18``, so a
 group sum and its addition to the accumulator need more than binary32's 24 bits), one add and
-the rounding's integer operations, plus each chunk's promotion. A fp32 GEMM does one fused
+the rounding's integer operations, plus each chunk's promotion (mostly binary32 operations;
+see ``vector_ops_per_mac``). A fp32 GEMM does one fused
 multiply-add per product at full SIMD width (8 binary32 lanes, 4 binary64 lanes per 256-bit
 vector). The ratio of the two counts, plus the quantization, is the ratio an implementation of
 this arithmetic would reach at the dot's sustained vector-operation rate; a target below it
@@ -68,18 +69,33 @@ def rounding_ops(plan) -> tuple[int, str]:
 
 def vector_ops_per_mac(plan) -> tuple[float, int, str]:
     """(vector operations per multiply-add, roundings per output, one rounding step's
-    operations) of the definition on ``plan``."""
+    operations) of the definition on ``plan``, each operation at the narrowest width that
+    keeps it exact, and none that could be left out.
+
+    Per chunk: every group's multiply-adds, its addition to the accumulator (none for the
+    first group, added to zero) and its rounding, at the accumulator's width; the promotion's
+    conversion to binary32 (none when the last rounding is that conversion already); the
+    promotion in binary32: the scale product, the scaled term and the addition to the part's
+    sum, each flushed (abs, compare, select), or for unscaled chunks the addition alone.
+    """
     width = "binary32" if plan.binary32_chain else "binary64"
     g = plan.group
     rounding, what = rounding_ops(plan)
     if plan.binary32_chain:
         per_group, step = 1, "1 FMA"  # one fused multiply-add, which rounds to binary32 itself
+        wide = plan.groups * per_group
     else:  # g multiply-adds, the accumulator add, the rounding
         per_group = g + 1 + rounding
         step = f"{g} FMA + 1 add + {rounding} ({what})"
-    per_chunk = 13 if plan.block_scaled else 5  # promotion: scale, convert, flush, add
-    ops = plan.steps * per_group + plan.parts * plan.chunks * per_chunk
-    return ops / plan.k / LANES[width], plan.steps, f"{step}, {LANES[width]} lanes"
+        # the promotion converts the accumulator to binary32, unless the last rounding did
+        # (then that rounding's way back to binary64 is not needed either)
+        to_binary32 = plan.in_range and plan.mantissa_bits == 23 and not plan.toward_zero
+        conversion = -1 if to_binary32 else 1
+        wide = plan.groups * per_group - 1 + conversion  # - 1: the first group is added to 0
+    narrow = 12 if plan.block_scaled else 4  # binary32: (multiply, flush) x2, add, flush
+    per_chunk = wide / LANES[width] + narrow / LANES["binary32"]
+    ops = plan.parts * plan.chunks * per_chunk
+    return ops / plan.k, plan.steps, f"{step}, {LANES[width]} lanes"
 
 
 def main(argv=None, *, stdout=sys.stdout) -> int:
