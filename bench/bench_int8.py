@@ -22,7 +22,7 @@ from timing import interleaved
 
 from bounds import matmul_error
 from contracts import preset
-from kernels.matmul import int8_matmul, matmul
+from kernels._matmul import int8_matmul, matmul
 from kernels.scaling import quantize_rows_int8_np
 
 

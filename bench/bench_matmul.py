@@ -36,7 +36,7 @@ import numpy as np
 from timing import interleaved, median_ready
 
 from contracts import preset
-from kernels.matmul import make_plan, matmul
+from kernels._matmul import make_plan, matmul
 from kernels.scaling import quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
@@ -46,7 +46,7 @@ LANES = {"binary32": 8, "binary64": 4}  # per 256-bit vector, as XLA emits on x8
 
 
 def arithmetic(plan) -> str:
-    """The loop the pure-JAX path runs for ``plan`` (see ``kernels.matmul.fast``)."""
+    """The loop the pure-JAX path runs for ``plan`` (see ``kernels._matmul.fast``)."""
     if plan.binary32_chain:
         return "binary32" + (" (data-checked)" if not plan.in_range else "")
     sums = "dot" if plan.exact_group_sums and plan.group >= 16 else "fused"

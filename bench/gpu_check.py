@@ -23,7 +23,7 @@ import numpy as np
 from timing import median_ready as timed
 
 from contracts import preset
-from kernels.matmul import matmul
+from kernels._matmul import matmul
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 SHAPES = ((256, 1024, 256), (200, 300, 130))

@@ -17,7 +17,7 @@ to ``output``. Each term of y = Σ x_i w_i reaches ŷ through the chain of round
   over every term and output. Round-toward-zero errors all have the sign of −x, so they are not
   mean-zero: those steps always keep the deterministic factor.
 
-Int8 kernels (``spec.is_int8``; ``kernels.matmul``, "Int8 inputs"): products and sums are
+Int8 kernels (``spec.is_int8``; ``kernels._matmul``, "Int8 inputs"): products and sums are
 exact integers, so θ covers only the epilogue's roundings: the multiplications by the scales
 (two float32 roundings, or one fused rounding) and the output cast, plus the int32 → float32
 conversion when K·127² > 2^24 (below that it is exact, and the epilogue is the only source of

@@ -46,7 +46,7 @@ FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 ACCUMULATOR_DTYPES = MappingProxyType(
     {name: FLOAT_FORMATS[name].mantissa_bits for name in ("float32", "float16", "bfloat16")}
 )
-# int8: symmetric values in [-127, 127], accumulated exactly in int32 (kernels.matmul)
+# int8: symmetric values in [-127, 127], accumulated exactly in int32 (kernels._matmul)
 INPUT_FORMATS = (*FORMATS, "int8")
 INT_ACCUMULATORS = ("int32",)
 SCALE_FORMATS = ("float32", "bfloat16", "float16")  # int8 scales, and int8 outputs

@@ -144,7 +144,7 @@ class IntAccumulatorSpec:
 
 @dataclass(frozen=True)
 class EpilogueSpec:
-    """How an int8 matmul turns its int32 accumulator into the output (``kernels.matmul``).
+    """How an int8 matmul turns its int32 accumulator into the output (``kernels._matmul``).
 
     ``scales``: the dtype the per-token and per-channel scales are stored in; ``order``: which
     scale multiplies first (``acc_sx_sw`` = (acc·s_x)·s_w, ``acc_sw_sx`` = (acc·s_w)·s_x,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 # public name -> submodule that defines it. Modules whose main function shares their name are
-# private (``kernels._measure``, ``kernels._emulate``), so the function is the public name.
+# private (``kernels._measure``, ``kernels._emulate``, the package ``kernels._matmul``), so the
+# function is the public name.
 _EXPORTS = {
     "Ops": "kernels.ops",
     "plain_ops": "kernels.ops",
@@ -32,7 +33,10 @@ _EXPORTS = {
     "FormatInfo": "kernels.formats",
     "format_info": "kernels.formats",
     "saturating_cast": "kernels.formats",
-    "emulated_dot_general": "kernels.matmul",
+    "matmul": "kernels._matmul",
+    "emulated_dot_general": "kernels._matmul",
+    "int8_matmul": "kernels._matmul",
+    "matmul_reference": "kernels._matmul",
     "on_kernel": "kernels.transform",
     "reduction_splits": "kernels.batching",
     "reference_attention": "kernels.attention",

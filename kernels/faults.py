@@ -3,7 +3,7 @@
 A :class:`Candidate` is an implementation under test: the ``MatmulSpec`` it declares and a
 function ``matmul(x, w, splits) -> y`` (2-D operands, float32 result, ``splits`` the split-K
 parts its batch asks for). ``inject(fault, spec)`` returns the implementation of ``spec``
-(the JAX path of ``kernels.matmul``) with the fault put in; the fault ``"null"`` puts nothing
+(the JAX path of ``kernels._matmul``) with the fault put in; the fault ``"null"`` puts nothing
 in, and must be detected by no check. Each fault names the check designed to detect it
 (``verify.conformance`` holds the checks).
 
@@ -48,9 +48,9 @@ from jax import lax
 from jaxtyping import Array, Float
 
 from contracts import MatmulSpec
+from kernels._matmul import int8_matmul, matmul
+from kernels._matmul.epilogue import apply_epilogue, epilogue_code
 from kernels.formats import cast_output_np, format_info
-from kernels.matmul import int8_matmul, matmul
-from kernels.matmul.epilogue import apply_epilogue, epilogue_code
 from kernels.rescale import rescaled_matmul
 from kernels.scaling import quantize_rows_int8
 

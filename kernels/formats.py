@@ -21,7 +21,7 @@ Behaviour at the edges (the same in the NumPy and the JAX versions; tests compar
   overflow becomes ``±inf`` (bfloat16, float16, e5m2) or NaN (e4m3fn, which has no infinity).
 * NaN payloads and NaN signs are unspecified.
 
-One integer format, ``int8``, for the int8 matmul (``kernels.matmul``): **symmetric**, values
+One integer format, ``int8``, for the int8 matmul (``kernels._matmul``): **symmetric**, values
 in [-127, 127]. -128 is never produced: a scale maps the largest magnitude to 127, and the
 saturating cast clamps anything that rounds beyond ±127 (the inputs of a float16 scale that
 saturated at 65504, say) to ±127. The symmetric range makes negation exact and is what the

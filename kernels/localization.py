@@ -39,9 +39,9 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from contracts.model import KernelSpec
+from kernels._matmul import matmul
 from kernels.batching import reduction_splits
 from kernels.flipstats import FlipPrediction, predict_flips
-from kernels.matmul import matmul
 from kernels.rescale import rescaled_matmul
 from kernels.sites import Site, as_batched, walk
 from kernels.transform import resolve_spec

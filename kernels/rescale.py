@@ -1,7 +1,7 @@
 """The emulated matmul with its scales changed: rounded up to powers of two, or stored in bf16.
 
 ``rescaled_matmul(x, w, spec, transform)`` computes ``x @ w`` with the arithmetic of ``spec``
-(``kernels.matmul``) except for one step: each scale the spec's quantizer computes is replaced
+(``kernels._matmul``) except for one step: each scale the spec's quantizer computes is replaced
 by ``transform(s)`` before the operand is quantized with it, and the replaced scale is the one
 the kernel multiplies by afterwards.
 
@@ -32,12 +32,12 @@ from jax import lax
 from jaxtyping import Array, Float
 
 from contracts import MatmulSpec
+from kernels._matmul import matmul
+from kernels._matmul.epilogue import apply_epilogue, epilogue_code
+from kernels._matmul.fast import reduce_quantized
+from kernels._matmul.int8 import check_int8_spec
+from kernels._matmul.plan import Plan, make_plan
 from kernels.formats import cast_output, flush, format_info, saturating_cast, saturating_round_int
-from kernels.matmul import matmul
-from kernels.matmul.epilogue import apply_epilogue, epilogue_code
-from kernels.matmul.fast import reduce_quantized
-from kernels.matmul.int8 import check_int8_spec
-from kernels.matmul.plan import Plan, make_plan
 from kernels.scaling import quantize_rows, quantize_rows_int8
 
 __all__ = ["TRANSFORMS", "pow2_ceil", "rescaled_matmul"]

@@ -2,7 +2,7 @@
 
 ``on_kernel(fn, spec)`` returns a function that computes ``fn`` with every floating-point
 ``lax.dot_general`` (so ``jnp.dot``, ``@``, ``jnp.matmul``, ``jnp.einsum``, Flax and Equinox
-linear layers) replaced by :func:`kernels.matmul.emulated_dot_general` under the spec's matmul
+linear layers) replaced by :func:`kernels._matmul.emulated_dot_general` under the spec's matmul
 arithmetic. Everything else (norms, activations, softmax, adds) runs as written. It works on
 functions written with no knowledge of this package: ``fn`` is traced to a jaxpr and the jaxpr
 is evaluated again, equation by equation, with the dots swapped.
@@ -42,7 +42,7 @@ The result can be jitted, differentiated (reverse mode) and vmapped; each call o
 traces ``fn`` again, so wrap it in ``jax.jit`` in loops.
 
 The name: ``on_kernel(fn, spec)`` reads as "``fn`` on kernel ``spec``", and does not clash with
-any submodule of ``kernels`` (``kernels.matmul``, ``kernels._emulate`` must stay modules).
+any submodule of ``kernels`` (``kernels._matmul``, ``kernels._emulate`` must stay modules).
 
 References:
     JAX documentation, "Writing custom Jaxpr interpreters in JAX" (evaluating a jaxpr
@@ -166,8 +166,8 @@ def _check_runnable(matmul: MatmulSpec, impl: str) -> None:
     """Raise ``ValueError`` for a matmul spec the emulation cannot run. An int8 spec has no
     chunk layout (its accumulation is exact, so reduction splits change nothing) and no Pallas
     kernel; a dot whose K could wrap its int32 accumulator is refused when it is reached."""
-    from kernels.matmul import make_plan
-    from kernels.matmul.int8 import check_int8_spec
+    from kernels._matmul import make_plan
+    from kernels._matmul.int8 import check_int8_spec
 
     if not matmul.is_int8:
         make_plan(matmul, 1)
@@ -288,7 +288,7 @@ def _emulated_dot(lhs, rhs, dims: tuple, rule: DotRule, out_dtype):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _ste_dot(lhs, rhs, dims, rule: DotRule, out_dtype):
-    from kernels.matmul import emulated_dot_general
+    from kernels._matmul import emulated_dot_general
 
     k = int(np.prod([np.shape(lhs)[d] for d in dims[0][0]], dtype=np.int64))
     out = emulated_dot_general(lhs, rhs, dims, rule.matmul, impl=rule.impl, splits=rule.splits(k))

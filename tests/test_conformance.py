@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from contracts.presets import PRESETS
+from kernels._matmul import matmul
 from kernels.faults import FAULTS, applies, designed_check, inject
-from kernels.matmul import matmul
 from kernels.ulp import identical
 from verify.cli.commands import main
 from verify.conformance import CHECKS, Model, Observed, run_suite

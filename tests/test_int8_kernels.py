@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from bounds import matmul_error
 from bounds.intexact import Claim, witness
 from contracts import EpilogueSpec, preset
-from kernels.matmul import emulated_dot_general, int8_matmul, matmul
-from kernels.matmul.epilogue import round_scaled, target
-from kernels.matmul.int8_reference import round_fraction
+from kernels._matmul import emulated_dot_general, int8_matmul, matmul
+from kernels._matmul.epilogue import round_scaled, target
+from kernels._matmul.int8_reference import round_fraction
 from kernels.scaling import quantize_rows_int8_np
 
 INT8 = preset("a100-int8").matmul
@@ -163,7 +163,7 @@ def test_int32_overflow_is_detected_not_wrapped_silently():
     x = np.concatenate([np.full(n, v, np.float32) for v, n in wit.x])[None, :]
     w = np.concatenate([np.full(n, v, np.float32) for v, n in wit.w])[:, None]
     spec = dataclasses.replace(INT8, k_max=claim.k_max, output="float32")
-    with pytest.raises(ValueError, match=r"can wrap; use kernels.matmul.int8_matmul"):
+    with pytest.raises(ValueError, match=r"can wrap; use kernels._matmul.int8_matmul"):
         matmul(x, w, spec)
     for impl in ("jax", "numpy"):
         out = int8_matmul(x, w, spec, impl=impl)

@@ -102,7 +102,7 @@ def test_refutations_are_confirmed_by_the_emulated_kernel(reports):
     accumulator value that float32 cannot hold is not converted exactly."""
     np = pytest.importorskip("numpy")
     from contracts import preset
-    from kernels.matmul import int8_matmul
+    from kernels._matmul import int8_matmul
 
     for k, oid in ((133145, "inference:int32"), (1041, "inference:fp32")):
         claim = next(c for c in intexact.claims(_contract(k)) if c.id == oid)

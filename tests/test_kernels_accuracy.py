@@ -19,7 +19,7 @@ from math import log
 import numpy as np
 
 from contracts import preset
-from kernels.matmul import matmul
+from kernels._matmul import matmul
 from kernels.scaling import parse_scaling, quantize_rows_np
 
 K = 4096

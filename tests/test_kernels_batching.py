@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from contracts import AttentionSpec, preset
+from kernels._matmul import matmul
 from kernels.attention import PagedKVCache, decode_attention
 from kernels.batching import reduction_splits
-from kernels.matmul import matmul
 
 
 def test_reduction_splits():

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contracts import AccumulatorSpec, MatmulSpec, preset
-from kernels.matmul import (
+from kernels._matmul import (
     emulated_dot_general,
     make_plan,
     matmul,

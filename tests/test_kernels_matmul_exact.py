@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from contracts import AccumulatorSpec, MatmulSpec, preset
+from kernels._matmul import make_plan, matmul
 from kernels.formats import cast_output_np, flush_np
-from kernels.matmul import make_plan, matmul
 from kernels.scaling import quantize_rows_np
 
 

@@ -24,7 +24,7 @@ from jax import lax
 
 from contracts import PRESETS
 from kernels import on_kernel
-from kernels.matmul import emulated_dot_general
+from kernels._matmul import emulated_dot_general
 from kernels.model import load_pretrained, with_ops
 from kernels.ops import PlainAttention, inference_ops
 

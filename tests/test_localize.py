@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from contracts.presets import PRESETS
+from kernels._matmul import matmul
 from kernels.flipstats import brier, fit_logistic, predict_flips, roc_auc
 from kernels.localization import kernel_logits, localize, replay
-from kernels.matmul import matmul
 from kernels.rescale import pow2_ceil, rescaled_matmul
 from kernels.sites import walk
 from kernels.ulp import coarser, ulp_distance, ulp_summary

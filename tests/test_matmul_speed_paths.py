@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from contracts import AccumulatorSpec, MatmulSpec, preset
-from kernels.formats import cast_output
-from kernels.matmul import emulated_dot_general, make_plan, matmul
-from kernels.matmul.fast import _BLOCK, _schedule, binary32_exact, reduce_quantized, transposed
-from kernels.matmul.rounding import (
+from kernels._matmul import emulated_dot_general, make_plan, matmul
+from kernels._matmul.fast import _BLOCK, _schedule, binary32_exact, reduce_quantized, transposed
+from kernels._matmul.rounding import (
     round_accumulator,
     round_accumulator_in_range,
     round_accumulator_np,
 )
+from kernels.formats import cast_output
 from kernels.scaling import quantize_rows
 
 

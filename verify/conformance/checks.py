@@ -8,7 +8,7 @@ accumulator, no model) is not applicable (``fired is None``).
 
 ==========================  ================================================================
 ``bit_identity``            random and extreme probes: every output has the reference's bits
-                            (the NumPy reference of ``kernels.matmul``, the written definition)
+                            (the NumPy reference of ``kernels._matmul``, the written definition)
 ``max_ulp``                 random and extreme probes: at most ``MAX_ULP`` ulp of the output
                             format from the reference (``kernels.ulp``, at the reference)
 ``rounding_boundaries``     boundary and ties probes (``probes``: operands on rounding

@@ -123,7 +123,7 @@ def _int8_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
 
 
 def _float_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
-    from kernels.matmul import matmul
+    from kernels._matmul import matmul
 
     search = spec if spec.scaling != "per_tensor" else replace(spec, scaling="per_row")
     return np.asarray(matmul(x, w, replace(search, output="float32")), np.float64)

@@ -1,7 +1,7 @@
 """The conformance suite with its positive controls: every fault against every check.
 
 ``run_suite(kernel)`` builds the probes of the kernel's matmul spec (``probes``), the
-reference's outputs on them (``Baseline``: the NumPy reference of ``kernels.matmul`` for the
+reference's outputs on them (``Baseline``: the NumPy reference of ``kernels._matmul`` for the
 outputs, the JAX implementation for batch invariance and the model's logits), then, for every
 fault of ``kernels.faults`` that applies to the spec, injects it into the JAX implementation,
 runs the implementation on the same probes (``Observed``) and every check on the pair. The
@@ -30,10 +30,10 @@ import numpy as np
 from bounds.apriori import matmul_error
 from bounds.intexact import INT32_MAX, QMAX, largest_k
 from contracts import KernelSpec, MatmulSpec
+from kernels._matmul import matmul
+from kernels._matmul.int8_reference import epilogue_np
 from kernels.batching import reduction_splits
 from kernels.faults import FAULTS, Candidate, applies, designed_check, inject, reference
-from kernels.matmul import matmul
-from kernels.matmul.int8_reference import epilogue_np
 from kernels.scaling import quantize_rows_int8_np
 from kernels.sites import as_batched, walk
 from kernels.ulp import identical

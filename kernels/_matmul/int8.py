@@ -9,7 +9,7 @@ accumulator holds whatever its summation order, since wrapping commutes with add
 
 :func:`int8_matmul` returns the output together with the exact sums, the int32 values and the
 mask of outputs whose accumulator wrapped, so an overflow is detected, never silent.
-:func:`kernels.matmul.matmul` refuses an int8 matmul whose K could overflow.
+:func:`kernels._matmul.matmul` refuses an int8 matmul whose K could overflow.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from contracts import MatmulSpec
+from kernels._matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
 from kernels.formats import int_format_info
-from kernels.matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
 from kernels.scaling import quantize_rows_int8
 
 __all__ = ["INT32_MAX", "MAX_K", "Int8Product", "check_int8_spec", "int8_matmul"]
@@ -110,7 +110,7 @@ def int8_matmul(
     (m, k), n = jnp.shape(x), jnp.shape(w)[1]
     check_int8_spec(spec, int(k))
     if impl == "numpy":
-        from kernels.matmul.int8_reference import int8_matmul_reference
+        from kernels._matmul.int8_reference import int8_matmul_reference
 
         return int8_matmul_reference(np.asarray(x), np.asarray(w), spec)
     if m == 0 or n == 0 or k == 0:  # an empty sum is +0

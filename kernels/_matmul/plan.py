@@ -126,7 +126,7 @@ def make_plan(spec: MatmulSpec, k: int, splits: int = 1) -> Plan:
     if spec.is_int8:
         raise ValueError(
             "invalid matmul spec:\n  matmul.inputs: int8 is accumulated exactly and is not laid "
-            "out in chunks (kernels.matmul.int8)"
+            "out in chunks (kernels._matmul.int8)"
         )
     problems: list[str] = []
 

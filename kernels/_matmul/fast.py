@@ -43,9 +43,9 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Float
 
+from kernels._matmul.plan import Plan
+from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
 from kernels.formats import flush, format_info
-from kernels.matmul.plan import Plan
-from kernels.matmul.rounding import round_accumulator, round_accumulator_in_range
 
 __all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term", "transposed"]
 

@@ -6,7 +6,7 @@ definition orders them. Compiled through Triton on NVIDIA GPUs (which support bi
 64-bit integer bit operations); ``interpret=True`` runs the same kernel body on the CPU.
 
 The kernel body, its wrapper and the reference it is tested against
-(:func:`kernels.matmul.reference.reduce_quantized_np`) follow the Pallas ops convention.
+(:func:`kernels._matmul.reference.reduce_quantized_np`) follow the Pallas ops convention.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Float
 
+from kernels._matmul.fast import lay_out, scaled_term
+from kernels._matmul.plan import Plan
+from kernels._matmul.rounding import round_accumulator
 from kernels.formats import flush
-from kernels.matmul.fast import lay_out, scaled_term
-from kernels.matmul.plan import Plan
-from kernels.matmul.rounding import round_accumulator
 
 __all__ = ["reduce_quantized_pallas"]
 

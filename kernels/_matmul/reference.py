@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from contracts import MatmulSpec
+from kernels._matmul.plan import Plan, make_plan
+from kernels._matmul.rounding import round_accumulator_np
 from kernels.formats import cast_output_np, flush_np
-from kernels.matmul.plan import Plan, make_plan
-from kernels.matmul.rounding import round_accumulator_np
 from kernels.scaling import quantize_rows_np
 
 __all__ = ["matmul_reference", "reduce_quantized_np"]

@@ -3,7 +3,7 @@
 Quantization by the NumPy quantizer, one run at a time; the sums in int64 integers; the
 epilogue in exact rationals (``fractions.Fraction``), each rounding found by comparing the
 exact value with powers of two. Shares nothing with the JAX path but the spec. Slow; for small
-shapes and for checking :mod:`kernels.matmul.int8`.
+shapes and for checking :mod:`kernels._matmul.int8`.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from fractions import Fraction
 import numpy as np
 
 from contracts import EpilogueSpec, MatmulSpec
+from kernels._matmul.int8 import Int8Product
 from kernels.formats import format_info, min_normal_exponent
-from kernels.matmul.int8 import Int8Product
 from kernels.scaling import quantize_rows_int8_np
 
 __all__ = ["epilogue_np", "int8_matmul_reference", "round_fraction"]
 
 
 def round_fraction(v: Fraction | float, fmt: str, toward_zero: bool) -> float:
-    """The exact value ``v`` rounded once to float format ``fmt`` (``kernels.matmul.epilogue``
+    """The exact value ``v`` rounded once to float format ``fmt`` (``kernels._matmul.epilogue``
     states the rule); ``v`` may be ±inf, which passes through."""
     if isinstance(v, float) and not math.isfinite(v):
         return v

@@ -181,7 +181,7 @@ def apply_epilogue(
     sw: Float[Array, "1 n"],
     code: EpilogueCode,
 ) -> Float[Array, "m n"]:
-    """The epilogue of ``kernels.matmul`` (package docstring, int8 step 4) on the int32
+    """The epilogue of ``kernels._matmul`` (package docstring, int8 step 4) on the int32
     accumulator values ``acc`` with the stored scales ``sx`` (per row) and ``sw`` (per
     column); returns float32 values representable in the output format.
 

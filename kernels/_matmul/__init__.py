@@ -60,7 +60,7 @@ then the binary64 sum written above, which can differ from the real sum
 Int8 inputs
 -----------
 A spec with ``inputs: int8`` (``spec.is_int8``) has its own arithmetic, with no groups, chunks
-or promotion (``kernels.matmul.int8``; NumPy reference ``kernels.matmul.int8_reference``; no
+or promotion (``kernels._matmul.int8``; NumPy reference ``kernels._matmul.int8_reference``; no
 Pallas kernel):
 
 1. **Quantize** (``kernels.scaling.quantize_rows_int8``): ``x`` per row (per token) and ``w``
@@ -73,7 +73,7 @@ Pallas kernel):
    its value whatever its summation order or split of K. ``A ≠ S`` exactly when ``S`` leaves
    the int32 range; ``int8_matmul`` returns that mask, and ``matmul`` refuses a K with
    ``K·127² > 2**31 - 1`` (where some inputs wrap) instead of wrapping silently.
-4. **Epilogue** (``kernels.matmul.epilogue``), with ``R`` = ``epilogue.rounding``: the
+4. **Epilogue** (``kernels._matmul.epilogue``), with ``R`` = ``epilogue.rounding``: the
    conversion ``a = fl32(A)`` (to nearest, ties to even: exact when ``|A| <= 2**24``); then,
    fused, ``y = R_out(a·ŝ_x·ŝ_w)``, the exact product rounded once to ``spec.output``; or, not
    fused, each multiplication rounded to float32 with ``R`` in the spec's order,
@@ -94,11 +94,11 @@ References:
     summation error bounds).
 """
 
-from kernels.matmul.api import emulated_dot_general, matmul
-from kernels.matmul.int8 import Int8Product, int8_matmul
-from kernels.matmul.plan import Plan, make_plan
-from kernels.matmul.reference import matmul_reference
-from kernels.matmul.rounding import round_accumulator, round_accumulator_np
+from kernels._matmul.api import emulated_dot_general, matmul
+from kernels._matmul.int8 import Int8Product, int8_matmul
+from kernels._matmul.plan import Plan, make_plan
+from kernels._matmul.reference import matmul_reference
+from kernels._matmul.rounding import round_accumulator, round_accumulator_np
 
 __all__ = [
     "Int8Product",

@@ -11,11 +11,11 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from contracts import MatmulSpec
+from kernels._matmul.fast import reduce_quantized
+from kernels._matmul.int8 import check_int8_spec, int8_matmul, may_overflow
+from kernels._matmul.plan import make_plan
+from kernels._matmul.reference import matmul_reference
 from kernels.formats import cast_output
-from kernels.matmul.fast import reduce_quantized
-from kernels.matmul.int8 import check_int8_spec, int8_matmul, may_overflow
-from kernels.matmul.plan import make_plan
-from kernels.matmul.reference import matmul_reference
 from kernels.scaling import quantize_rows
 
 __all__ = ["emulated_dot_general", "matmul"]
@@ -29,7 +29,7 @@ def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool |
     xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
     wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
     if impl == "pallas":
-        from kernels.matmul.pallas import reduce_quantized_pallas
+        from kernels._matmul.pallas import reduce_quantized_pallas
 
         total = reduce_quantized_pallas(xq, sx, wq_t, sw_t, plan, interpret=interpret)
     else:
@@ -46,7 +46,7 @@ def matmul(
     splits: int = 1,
     interpret: bool | None = None,
 ) -> Float[Array, "... n"]:
-    """``x @ w`` with the arithmetic of ``spec`` (see :mod:`kernels.matmul` for the definition).
+    """``x @ w`` with the arithmetic of ``spec`` (see :mod:`kernels._matmul` for the definition).
 
     Args:
       x: float array (..., K); leading axes are flattened into rows.
@@ -88,7 +88,7 @@ def _int8(x, w, spec: MatmulSpec, impl: str):
     if may_overflow(spec, k):
         raise ValueError(
             f"int8 matmul with K = {k}: K·127² = {k * 127**2} > 2**31 - 1, so the int32 "
-            "accumulator can wrap; use kernels.matmul.int8_matmul, which emulates the wrap and "
+            "accumulator can wrap; use kernels._matmul.int8_matmul, which emulates the wrap and "
             "returns the mask of wrapped outputs"
         )
     if impl == "pallas":
