@@ -47,7 +47,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float, Int
 
 from kernels.columns import MEASURED_COLUMNS
-from kernels.measure_fused import block_metrics, centred_drift
+from kernels.measure_fused import block_metrics, centred_drift, row_maxima
 
 __all__ = ["COLUMNS", "TRACES", "measure", "measure_numpy"]
 
@@ -133,14 +133,16 @@ def _slow_rows(z, zp, y, inv_t):
     return {k: jnp.where(one_sided, direct[k], log_domain[k]) for k in _DIVERGENCES}
 
 
-def _block(z, zp, y, inv_t, start: int, block: int):
+def _block(z, zp, y, inv_t, start: int, block: int, maxima=None):
     """Every column for rows [start, start + block), stacked [block, len(COLUMNS)]: the fused
     pass, and for a block with an extreme row the log-domain values on those rows. The slow
     path slices its rows itself, so the fast path reads the inputs without copying them."""
     rows = jax.lax.dynamic_slice_in_dim(z, start, block)
     rows_p = jax.lax.dynamic_slice_in_dim(zp, start, block)
     ys = jax.lax.dynamic_slice_in_dim(y, start, block)
-    out = block_metrics(rows, rows_p, ys, inv_t)
+    if maxima is not None:
+        maxima = [jax.lax.dynamic_slice_in_dim(m, start, block) for m in maxima]
+    out = block_metrics(rows, rows_p, ys, inv_t, maxima)
     extreme = out.pop("extreme")
 
     def redo(fast):
@@ -164,9 +166,11 @@ def _all_blocks(z, zp, y, inv_t, block: int):
     block = min(block, n)
     starts = -(-n // block)
 
+    maxima = row_maxima(z, zp)  # one pass over all rows (its per-row steps then run once)
+
     def body(b, table):
         start = jnp.minimum(b * block, n - block)
-        rows = _block(z, zp, y, inv_t, start, block)
+        rows = _block(z, zp, y, inv_t, start, block, maxima)
         return jax.lax.dynamic_update_slice_in_dim(table, rows, start, 0)
 
     table = jnp.zeros((n, len(COLUMNS)), jnp.float32)

@@ -35,7 +35,14 @@ import math
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["EXTREME_U", "SERIES_BELOW", "block_metrics", "centred_drift", "phi_series"]
+__all__ = [
+    "EXTREME_U",
+    "SERIES_BELOW",
+    "block_metrics",
+    "centred_drift",
+    "phi_series",
+    "row_maxima",
+]
 
 EXTREME_U = 30.0  # rows whose centred drift u exceeds this take the log-domain path
 SERIES_BELOW = 0.5  # |u| below which φ(u) = e^u − 1 − u is summed as its Taylor series
@@ -97,17 +104,27 @@ def _first_max(x):
     return k * width + j, top[:, 0], jnp.maximum(others, inside)
 
 
+def row_maxima(z: Float[Array, "rows vocab"], zp: Float[Array, "rows vocab"]):
+    """Per row: the first argmax i₁ of ``z``, its maximum, its runner-up, and the first argmax
+    of ``zp``: what ``block_metrics`` needs before its pass. Computed for all rows at once
+    (one read of each array), the per-row steps run once rather than once per block."""
+    i1, zmax, runner_up = _first_max(z)
+    j1, _, _ = _first_max(zp)
+    return i1, zmax, runner_up, j1
+
+
 def block_metrics(
     z: Float[Array, "rows vocab"],
     zp: Float[Array, "rows vocab"],
     y,
     inv_t,
+    maxima=None,
 ) -> dict[str, Float[Array, " rows"]]:
     """Every column of ``kernels._measure.COLUMNS`` for a block of rows, and ``extreme``: the
-    rows whose divergence columns must be recomputed in the log domain."""
+    rows whose divergence columns must be recomputed in the log domain. ``maxima``: the block's
+    rows of ``row_maxima`` (computed here when not given)."""
     rows = jnp.arange(z.shape[0])
-    i1, zmax, runner_up = _first_max(z)
-    j1, _, _ = _first_max(zp)
+    i1, zmax, runner_up, j1 = row_maxima(z, zp) if maxima is None else maxima
     w, pivot = centred_drift(z, zp, i1)  # w = d − d(i₁)
     w_hi, w_lo = jnp.max(w, axis=1), jnp.min(w, axis=1)
     hi, lo = w_hi + pivot[:, 0], w_lo + pivot[:, 0]
