@@ -16,9 +16,12 @@ run and interleaved (so load from other processes hits all alike; best of ``--re
   its temporaries fit in memory), once.
 
 It prints wall and CPU seconds (all threads), the measurement's bytes of logits read per second
-as a share of the read bandwidth, the operation count per pair of logits, the rates reached,
-what a 25 % share would need as a share of the cores' peak, and the load average before and
-after.
+as a share of the read bandwidth, and a floor argument: the operations per pair of logits counted
+from the compiled program (``count_ops``: exponentials, elementwise operations and reduction
+steps), the operation rate the measurement and the floor loop reached, what a 25 % share would
+need as a share of the cores' peak, and the share of the read bandwidth that the counted
+operations allow at the floor loop's rate and at the cores' peak; and the load average before
+and after.
 
 ``table`` runs the shipped policy through K_train = fp32 and K_inf = each preset (the
 ``emulate`` evidence path) and prints a Markdown table of drift, TV and |log ratio| quantiles.
@@ -27,7 +30,9 @@ after.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -37,16 +42,65 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 from timing import best, interleaved
 
-# Work per pair of logits in the fused pass (kernels.measure_fused), counted from the compiled
-# program of one block: 2 exponentials (e^{z/T - max}, and e^u, which the vectorised loop computes
-# for every element), 83 further elementwise operations (the two-sum of z' - z, the 9-term
-# series of phi, products, compares and selects) and 11 reduction steps (4 maxima, 7 sums). An
-# exponential is about 15 vector operations in XLA's CPU code (range reduction, a degree-6
-# polynomial, scaling). The 2 cores execute at most 4 pipes x 8 float32 lanes per cycle each.
-EXP_PER_PAIR = 2
-OPS_PER_PAIR = 94  # besides the exponentials
+# An exponential is about 15 vector operations in XLA's CPU code (range reduction, a degree-6
+# polynomial, scaling). The cores execute at most 4 pipes x 8 float32 lanes per cycle each.
 OPS_PER_EXP = 15
 PEAK_OPS_PER_CYCLE = 32  # per core: 4 vector pipes x 8 float32 lanes (256-bit)
+_TRANSCENDENTAL = ("exponential", "exponential-minus-one", "log", "log-plus-one")
+_NOT_WORK = ("parameter", "bitcast", "broadcast", "constant", "dynamic-slice", "slice", "iota")
+
+
+def count_ops(hlo: str, tokens: int, vocab: int, block: int) -> dict[str, int]:
+    """Work per pair of logits in a compiled measurement (``Compiled.as_text()``), counted from
+    the HLO after XLA's optimisations: the elementwise operations of every fused loop whose
+    output has one value per logit of a block (``arrays``: how many such arrays each block writes;
+    their operations by kind), the transcendentals among them, and the reductions that read
+    one value per logit (of a block, or of the whole input before the block loop). Loops whose
+    output is smaller (gathers of one logit per row) do no work per logit and are left out."""
+    comps: dict[str, list[str]] = {}
+    cur = None
+    for line in hlo.splitlines():
+        m = re.match(r"^(?:ENTRY )?%(\S+) \(.*\{$", line)
+        if m:
+            cur = m.group(1)
+            comps[cur] = []
+        elif line.startswith("}"):
+            cur = None
+        elif cur:
+            comps[cur].append(line)
+    inst = re.compile(r"^\s*(?:ROOT )?%(\S+) = \w+\[([\d,]*)\]\S* ([\w-]+)\(")
+
+    def size(shape: str) -> int:
+        return math.prod(int(d) for d in shape.split(",") if d)
+
+    body = re.search(r"body=%([^,\s]+)", hlo).group(1)
+    entry = next(name for name in comps if name.startswith("main"))
+    out = {"exponentials": 0, "elementwise": 0, "reductions": 0, "arrays": 0}
+    for comp, per_pair in ((body, block * vocab), (entry, tokens * vocab)):
+        shapes = {}
+        for line in comps[comp]:
+            m = inst.match(line)
+            if not m:
+                continue
+            name, shape, op = m.groups()
+            shapes[name] = size(shape)
+            if op != "fusion":
+                continue
+            callee = re.search(r"calls=%([^,\s]+)", line).group(1)
+            if "kind=kCustom" in line:  # a library reduction: one step per value it reads
+                operands = re.findall(r"%([\w.-]+)", line.split("fusion(", 1)[1].split(")")[0])
+                params = [size(m2.group(2)) for x in comps[callee] if (m2 := inst.match(x))]
+                if per_pair in [shapes.get(o) for o in operands] + params:
+                    out["reductions"] += 1
+            elif shapes[name] == per_pair:
+                out["arrays"] += 1
+                for x in comps[callee]:
+                    m2 = inst.match(x)
+                    if m2 and size(m2.group(2)) == per_pair and m2.group(3) not in _NOT_WORK:
+                        kind = "exponentials" if m2.group(3) in _TRANSCENDENTAL else "elementwise"
+                        out[kind] += 1
+    out["total"] = out["exponentials"] * OPS_PER_EXP + out["elementwise"] + out["reductions"]
+    return out
 
 
 def _clock_hz() -> float:
@@ -118,22 +172,37 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     print(f"  kernels._measure: {tokens / t_jax:,.0f} tokens/s")
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
     print(f"  speed-up jax / numpy: {t_np / t_jax:.2f} x")
-    ops = OPS_PER_PAIR + EXP_PER_PAIR * OPS_PER_EXP
+    from kernels._measure import _compiled
+
+    block = 8  # measure()'s default
+    hlo = _compiled(tuple(jax.local_devices()), block).lower(zj, zpj, yj, jnp.float32(1.0))
+    work = count_ops(hlo.compile().as_text(), tokens, vocab, block)
+    ops = work["total"]
     print(
-        f"  work per pair of logits: {EXP_PER_PAIR} exponentials + {OPS_PER_PAIR} operations "
-        f"= about {ops} vector-lane operations"
+        f"  work per pair of logits (counted from the compiled program): "
+        f"{work['exponentials']} exponentials x {OPS_PER_EXP} + {work['elementwise']} "
+        f"elementwise + {work['reductions']} reduction steps = {ops} vector-lane operations; "
+        f"{work['arrays']} arrays of {block} x {vocab} written per block of {block} rows"
     )
+    t_floor = wall["floor: 2 exp per pair, summed"]
+    floor_ops = 2 * OPS_PER_EXP + 4  # two exponentials, two subtractions, two sums
+    rate = pairs * floor_ops / t_floor  # vector-lane operations/s the floor loop reached
+    peak = PEAK_OPS_PER_CYCLE * _clock_hz() * (os.cpu_count() or 1)
     print(
-        f"  reached: {pairs * EXP_PER_PAIR / t_jax / 1e9:.2f} G exponentials/s, "
-        f"{pairs * ops / t_jax / 1e9:.1f} G operations/s wall, "
-        f"{pairs * ops / cpu['kernels._measure (jax)'] / 1e9:.1f} G per CPU-second"
+        f"  reached: {pairs * ops / t_jax / 1e9:.1f} G operations/s wall, "
+        f"{pairs * ops / cpu['kernels._measure (jax)'] / 1e9:.1f} G per CPU-second; the floor "
+        f"loop ({floor_ops} operations per pair) {rate / 1e9:.1f} G operations/s wall"
     )
     need = 0.25 * read_bw / (logit_bytes / pairs) * ops
-    peak = PEAK_OPS_PER_CYCLE * _clock_hz() * (os.cpu_count() or 1)
     print(
         f"  25 % of the read bandwidth needs {0.25 * read_bw / 8 / 1e9:.2f} G pairs/s = "
         f"{need / 1e9:.0f} G operations/s"
         + (f", {need / peak:.0%} of the cores' peak of {peak / 1e9:.0f} G/s" if peak else "")
+    )
+    print(
+        f"  floor from the operation count: at the floor loop's {rate / 1e9:.1f} G operations/s, "
+        f"{ops} operations per pair allow {rate / ops * 8 / read_bw:.1%} of the read bandwidth"
+        + (f"; at the cores' peak, {peak / ops * 8 / read_bw:.1%}" if peak else "")
     )
     print(f"  devices: {jax.devices()}, CPUs: {os.cpu_count()}")
 
