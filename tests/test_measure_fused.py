@@ -220,3 +220,26 @@ def test_without_jit_every_path_agrees_with_jit():
         np.testing.assert_allclose(eager[key], jitted[key], rtol=1e-5, atol=2e-7, err_msg=key)
     _assert_close(jitted, _reference(z, zp, y, 0.7), 0.7, rtol=1e-4, atol=2e-6)
     assert jitted["top1_flip"][0] == 0 and jitted["margin"][0] == 0
+
+
+def test_compiled_pass_computes_two_exponentials_per_logit_pair(monkeypatch):
+    """The benchmark's count of the compiled program's work per pair of logits finds exactly the
+    two exponentials of the design (e^{z/T − max} and e^u) among the per-logit loops."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the count reads XLA's CPU program (a loop over row blocks)")
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    from bench_measure import count_ops
+
+    from kernels._measure import _compiled
+
+    tokens, vocab, block = 16, 1024, 8
+    z = jnp.zeros((tokens, vocab), jnp.float32)
+    lowered = _compiled(tuple(jax.local_devices()), block).lower(
+        z, z, jnp.zeros(tokens, jnp.int32), jnp.float32(1.0)
+    )
+    work = count_ops(lowered.compile().as_text(), tokens, vocab, block)
+    assert work["exponentials"] == 2, work
+    assert work["elementwise"] > 0 and work["reductions"] >= 4 and work["arrays"] >= 1, work
