@@ -71,6 +71,7 @@ from kernels.formats import (
 __all__ = [
     "Scaling",
     "parse_scaling",
+    "quantize_cols",
     "quantize_rows",
     "quantize_rows_int8",
     "quantize_rows_int8_np",
@@ -122,22 +123,45 @@ def quantize_rows(
     scales, ``s[:, j]`` applying to columns ``[j * run, (j + 1) * run)``; ``a ≈ q * s``.
     For ``per_tensor`` one scale is shared by all rows.
     """
+    return _quantize_runs(a, fmt, scaling, 1)
+
+
+def quantize_cols(
+    a: Float[Array, "k cols"], fmt: str, scaling: Scaling
+) -> tuple[Float[Array, "k cols"], Float[Array, "runs cols"]]:
+    """Quantize each column of ``a`` (runs along the first axis) to ``fmt``: the transpose of
+    ``quantize_rows(a.T, fmt, scaling)``, bit for bit, without transposing ``a``.
+
+    Returns ``(q, s)``, ``q`` shaped as ``a`` and ``s[j, :]`` the scales of rows
+    ``[j * run, (j + 1) * run)``. The right operand ``w`` (K, N) is quantized this way.
+    """
+    return _quantize_runs(a, fmt, scaling, 0)
+
+
+def _quantize_runs(a, fmt: str, scaling: Scaling, axis: int):
+    """:func:`quantize_rows` (``axis = 1``) or :func:`quantize_cols` (``axis = 0``): the same
+    elementwise operations and exact maxima, with the runs along ``axis``."""
     info = format_info(fmt)
     a = flush(a.astype(jnp.float32))
-    rows, k = a.shape
+    k, other = a.shape[axis], a.shape[1 - axis]
+
+    def scale_shape(runs):
+        return (other, runs) if axis == 1 else (runs, other)
+
     if not info.is_fp8:
-        return saturating_cast(a, fmt), jnp.ones((rows, 1), jnp.float32)
+        return saturating_cast(a, fmt), jnp.ones(scale_shape(1), jnp.float32)
     nb, run = _runs_shape(k, scaling)
+    pad = ((0, 0), (0, nb * run - k)) if axis == 1 else ((0, nb * run - k), (0, 0))
+    split = (other, nb, run) if axis == 1 else (nb, run, other)
+    within = 2 if axis == 1 else 1  # the axis of a run's elements in ``split``
     finite = jnp.isfinite(a)
     mag = jnp.where(finite, jnp.abs(a), 0.0)
     if scaling.kind == "per_tensor":
-        amax = jnp.broadcast_to(jnp.max(mag, initial=0.0), (rows, 1))
-        spoilt = jnp.broadcast_to(~jnp.all(finite), (rows, 1))
+        amax = jnp.broadcast_to(jnp.max(mag, initial=0.0), scale_shape(1))
+        spoilt = jnp.broadcast_to(~jnp.all(finite), scale_shape(1))
     else:
-        padded = jnp.pad(mag, ((0, 0), (0, nb * run - k)))
-        amax = jnp.max(padded.reshape(rows, nb, run), axis=2, initial=0.0)
-        bad = jnp.pad(~finite, ((0, 0), (0, nb * run - k)))
-        spoilt = jnp.any(bad.reshape(rows, nb, run), axis=2)
+        amax = jnp.max(jnp.pad(mag, pad).reshape(split), axis=within, initial=0.0)
+        spoilt = jnp.any(jnp.pad(~finite, pad).reshape(split), axis=within)
     if scaling.kind == "mx":
         bits = lax.bitcast_convert_type(amax, jnp.int32)
         e = ((bits >> 23) & 0xFF) - 127
@@ -148,8 +172,11 @@ def quantize_rows(
         s = jnp.where(s == 0, jnp.float32(1), s)
     s = jnp.where(spoilt, jnp.float32(jnp.nan), s)
     inv = jnp.float32(1) / s
-    inv_full = jnp.repeat(inv, run, axis=1, total_repeat_length=nb * run)[:, :k]
-    return saturating_cast(a * inv_full, fmt), s
+    if nb == 1:  # one run per row (column): a plain broadcast
+        return saturating_cast(a * inv, fmt), s
+    scaled = jnp.pad(a, pad).reshape(split) * jnp.expand_dims(inv, within)
+    scaled = scaled.reshape(other, nb * run)[:, :k] if axis == 1 else scaled.reshape(-1, other)[:k]
+    return saturating_cast(scaled, fmt), s
 
 
 _SCALE_DTYPES = ("float32", "bfloat16", "float16")

@@ -25,7 +25,7 @@ from kernels._matmul.rounding import (
     round_accumulator_np,
 )
 from kernels.formats import cast_output
-from kernels.scaling import quantize_rows
+from kernels.scaling import quantize_cols, quantize_rows
 
 
 def same_bits(a, b) -> bool:
@@ -192,20 +192,60 @@ def test_dot_path_with_whole_chunks_per_dot():
 
 def test_transposed_orientation_and_tile_padding():
     spec = dataclasses.replace(preset("h100-fp8").matmul, output="float32")
-    # w broadcast and x streamed, the result transposed
+    # with w transposed (N × K): w broadcast and x streamed, the result transposed; with w as
+    # given (K × N, what matmul passes) never
     assert transposed(128, 256, 512) and not transposed(127, 256, 512)
-    assert not transposed(128, 256, 256)
+    assert not transposed(128, 256, 256) and not transposed(128, 256, 512, True)
     x, w = operand_sets((128, 256, 512), seed=2)[2]
-    check(spec, None, splits=2, sets=[(x, w)])
-    # tiles that do not divide the output
-    plan = make_plan(spec, 37)
-    x, w = operand_sets((7, 37, 11), seed=3)[1]
-    want = matmul(x, w, spec, impl="numpy")
+    plan = make_plan(spec, 256, 2)
+    want = matmul(x, w, spec, impl="numpy", splits=2)
+    assert same_bits(jax.jit(lambda a, b: matmul(a, b, spec, splits=2))(x, w), want)
     with jax.enable_x64(True):
         xq, sx = quantize_rows(jnp.asarray(x), plan.inputs, plan.scaling)
         wq, sw = quantize_rows(jnp.asarray(w).T, plan.inputs, plan.scaling)
-        got = cast_output(reduce_quantized(xq, sx, wq, sw, plan, tile_m=3, tile_n=4), "float32")
+        got = cast_output(
+            jax.jit(reduce_quantized, static_argnums=4)(xq, sx, wq, sw, plan), "float32"
+        )
     assert same_bits(got, want)
+    # tiles that do not divide the output, w in either layout
+    plan = make_plan(spec, 37)
+    x, w = operand_sets((7, 37, 11), seed=3)[1]
+    want = matmul(x, w, spec, impl="numpy")
+
+    @jax.jit
+    def both(a, b):  # w transposed, and w as given
+        xq, sx = quantize_rows(a, plan.inputs, plan.scaling)
+        wq, sw = quantize_rows(b.T, plan.inputs, plan.scaling)
+        nk = reduce_quantized(xq, sx, wq, sw, plan, tile_m=3, tile_n=4)
+        wq, sw = quantize_cols(b, plan.inputs, plan.scaling)
+        kn = reduce_quantized(xq, sx, wq, sw, plan, w_k_leading=True, tile_m=3, tile_n=4)
+        return cast_output(nk, "float32"), cast_output(kn, "float32")
+
+    with jax.enable_x64(True):
+        got_nk, got_kn = both(x, w)
+    assert same_bits(got_nk, want)
+    assert same_bits(got_kn, want)
+
+
+def test_quantize_cols_is_quantize_rows_transposed():
+    """w is quantized in its own layout; the bits are those of quantizing w.T by rows."""
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((70, 45)) * 2.0 ** rng.integers(-40, 40, (70, 45))).astype(np.float32)
+    a[3, 4], a[40, 7], a[5, 10], a[:, 9] = np.nan, np.inf, 1e-40, 0.0
+    cases = [("float8_e4m3fn", t) for t in ("per_tensor", "per_row", "block:16", "block:128")]
+    cases += [("float8_e5m2", "mx:32"), ("bfloat16", "per_tensor")]
+    scalings = [make_plan(spec_of(f, t, 23, "nearest_even", 1, None), 70).scaling for f, t in cases]
+
+    @jax.jit
+    def both(a):  # one compilation for all cases
+        return [
+            (quantize_rows(a.T, f, sc), quantize_cols(a, f, sc))
+            for (f, _), sc in zip(cases, scalings, strict=True)
+        ]
+
+    for case, (rows, cols) in zip(cases, both(jnp.asarray(a)), strict=True):
+        assert same_bits(np.asarray(rows[0]).T, cols[0]), case
+        assert same_bits(np.asarray(rows[1]).T, cols[1]), case
 
 
 def test_vmapped_batch_keeps_one_branch():

@@ -16,7 +16,7 @@ from kernels._matmul.int8 import check_int8_spec, int8_matmul, may_overflow
 from kernels._matmul.plan import make_plan
 from kernels._matmul.reference import matmul_reference
 from kernels.formats import cast_output
-from kernels.scaling import quantize_rows
+from kernels.scaling import quantize_cols, quantize_rows
 
 __all__ = ["emulated_dot_general", "matmul"]
 
@@ -27,13 +27,14 @@ Impl = Literal["jax", "pallas", "numpy"]
 def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool | None):
     plan = make_plan(spec, x.shape[1], splits)
     xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
-    wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
     if impl == "pallas":
         from kernels._matmul.pallas import reduce_quantized_pallas
 
+        wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
         total = reduce_quantized_pallas(xq, sx, wq_t, sw_t, plan, interpret=interpret)
-    else:
-        total = reduce_quantized(xq, sx, wq_t, sw_t, plan)
+    else:  # w quantized in its own layout, the scales per column: no transposed copy
+        wq, sw = quantize_cols(w, plan.inputs, plan.scaling)
+        total = reduce_quantized(xq, sx, wq, sw, plan, w_k_leading=True)
     return cast_output(total, plan.output)
 
 

@@ -104,25 +104,41 @@ def _schedule(plan: Plan, block: int) -> _Schedule:
     return _Schedule(n * ceil(plan.groups / n), 1, n, plan.parts * plan.chunks * n)
 
 
-def _arranged(
-    q_t: Float[Array, "rows k"], plan: Plan, sched: _Schedule, size: int
-) -> Float[Array, "tiles size iters slots"]:
-    """Quantized rows cut into tiles of ``size`` rows, K in the schedule's slots (padding slots
-    hold +0). Only a reshape when K needs no padding and the rows fill whole tiles; the loop
-    converts and transposes one block at a time (XLA transposes large arrays slowly)."""
+class _Operand(NamedTuple):
+    """One quantized operand as the loop reads it."""
+
+    q: Array  # (tiles, size, iters, slots), or (iters, slots, tiles, size) when k_leading
+    scales: Array  # (tiles, runs, size): a chunk's scales are one contiguous row
+    k_leading: bool  # K along the first axis (``w`` as given) instead of the last (``x``)
+
+
+def _arranged(q: Array, s: Array, plan: Plan, sched: _Schedule, size: int, k_leading: bool):
+    """An :class:`_Operand`: quantized values (``rows × K``, or ``K × rows`` when
+    ``k_leading``) cut into tiles of ``size`` rows, K in the schedule's slots (padding slots
+    hold +0), and the scales (``rows × runs``, or ``runs × rows``) cut alike. The values are
+    only reshaped when K needs no padding and the rows fill whole tiles: no operand is ever
+    transposed whole (XLA transposes large arrays slowly); the loop converts, and where its
+    layout needs it transposes, one block at a time."""
     pos = plan.positions().reshape(plan.parts * plan.chunks, plan.groups, plan.group)
     pos = np.pad(pos, ((0, 0), (0, sched.groups - plan.groups), (0, 0)), constant_values=-1)
     pos = pos.reshape(sched.iters, sched.groups_per_iter * plan.group)
-    rows = q_t.shape[0]
+    kx = 0 if k_leading else 1
+    rows = q.shape[1 - kx]
     tiles = -(-rows // size)
-    q = q_t
     if not (pos.size == plan.k and np.array_equal(pos.ravel(), np.arange(plan.k))):
         flat = pos.ravel()
-        q = jnp.take(q, jnp.asarray(np.maximum(flat, 0)), axis=1)
-        q = jnp.where(jnp.asarray(flat >= 0)[None, :], q, jnp.zeros((), q.dtype))
-    if tiles * size != rows:
-        q = jnp.pad(q, ((0, tiles * size - rows), (0, 0)))
-    return q.reshape(tiles, size, *pos.shape)
+        valid = jnp.asarray(flat >= 0)
+        q = jnp.take(q, jnp.asarray(np.maximum(flat, 0)), axis=kx)
+        q = jnp.where(valid[:, None] if k_leading else valid[None, :], q, jnp.zeros((), q.dtype))
+    s = s if k_leading else s.T  # (runs, rows)
+    fill = tiles * size - rows
+    s = jnp.pad(s, ((0, 0), (0, fill)), constant_values=1)
+    s = jnp.moveaxis(s.reshape(-1, tiles, size), 1, 0)
+    if k_leading:
+        q = jnp.pad(q, ((0, 0), (0, fill))) if fill else q
+        return _Operand(q.reshape(*pos.shape, tiles, size), s, True)
+    q = jnp.pad(q, ((0, fill), (0, 0))) if fill else q
+    return _Operand(q.reshape(tiles, size, *pos.shape), s, False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,29 +151,37 @@ class _Arith(NamedTuple):
     dot: bool  # group sums as a batched binary64 dot (exact sums, long groups)
 
 
-def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith: _Arith):
+def _reduce_tile(i, j, xo, wo, runs, plan: Plan, sched: _Schedule, arith: _Arith):
     """Steps 2-6 (without the per-tensor/per-row epilogue) on tile ``(i, j)``.
 
-    ``xs`` (row tiles, bm, iters, slots) is broadcast along rows, ``ws`` (column tiles, bn,
-    iters, slots) streamed along columns, ``sx`` (runs, bm), ``sw`` (runs, bn); returns the
-    float32 total (bm, bn). Each iteration slices its own operand block out of the whole
+    ``xo`` is broadcast along rows, ``wo`` streamed along columns (:class:`_Operand`); returns
+    the float32 total (bm, bn). Each iteration slices its own operand block out of the whole
     arrays (a tile's slice of them is never copied).
     """
-    bm, bn = xs.shape[1], ws.shape[1]
+    bm, bn = xo.scales.shape[2], wo.scales.shape[2]
+    sx, sw = xo.scales[i], wo.scales[j]
 
-    def block(a, tile, it):  # (size, slots) rows of one tile and iteration
-        zero = jnp.zeros((), jnp.int32)
-        start = (jnp.asarray(tile, jnp.int32), zero, jnp.asarray(it, jnp.int32), zero)
-        return lax.dynamic_slice(a, start, (1, a.shape[1], 1, a.shape[3]))[0, :, 0]
+    def block(op, tile, it):  # one tile and iteration: (size, slots), or (slots, size)
+        a, zero = op.q, jnp.zeros((), jnp.int32)
+        tile, it = jnp.asarray(tile, jnp.int32), jnp.asarray(it, jnp.int32)
+        if op.k_leading:
+            start, size = (it, zero, tile, zero), (1, a.shape[1], 1, a.shape[3])
+        else:
+            start, size = (tile, zero, it, zero), (1, a.shape[1], 1, a.shape[3])
+        return lax.dynamic_slice(a, start, size)[0, :, 0]
 
-    def x_block(it):  # broadcast operand: (bm, slots), read as scalars
-        b = block(xs, i, it).astype(acc_dtype)
-        if arith.dot:  # (groups, bm, group)
-            return b.reshape(bm, -1, g).transpose(1, 0, 2)
+    def x_block(it):  # broadcast operand, read as scalars: (bm, slots) or (slots, bm)
+        b = block(xo, i, it).astype(acc_dtype)
+        if arith.dot:  # (groups, group, bm) or (groups, bm, group)
+            return b.reshape(-1, g, bm) if xo.k_leading else b.reshape(bm, -1, g).swapaxes(0, 1)
         return b
 
+    def x_col(xg, c):  # the broadcast operand's values of slot c, one per tile row
+        return xg[c] if xo.k_leading else xg[:, c]
+
     def w_block(it):  # streamed operand: (slots, bn + pad), rows read as vectors
-        b = block(ws, j, it).T.astype(acc_dtype)
+        b = block(wo, j, it)
+        b = (b if wo.k_leading else b.T).astype(acc_dtype)
         if arith.dot:  # (groups, group, bn)
             return b.reshape(-1, g, bn)
         return jnp.pad(b, ((0, 0), (0, 64 // b.dtype.itemsize)))
@@ -178,13 +202,14 @@ def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith
         dot blocks for registers and caches, which a fused loop cannot), else expressions
         that XLA fuses into the rounding chain."""
         if arith.dot:
-            return list(lax.dot_general(xg, wg, (((2,), (1,)), ((0,), (0,)))))
+            contract = 1 if xo.k_leading else 2
+            return list(lax.dot_general(xg, wg, (((contract,), (1,)), ((0,), (0,)))))
         wg = wg[:, :bn]
         sums = []
         for q in range(sched.groups_per_iter):  # ((p1 + p2) + p3) + ..., as defined
-            t = xg[:, q * g][:, None] * wg[q * g][None, :]
+            t = x_col(xg, q * g)[:, None] * wg[q * g][None, :]
             for r in range(1, g):
-                t = t + xg[:, q * g + r][:, None] * wg[q * g + r][None, :]
+                t = t + x_col(xg, q * g + r)[:, None] * wg[q * g + r][None, :]
             sums.append(t)
         return sums
 
@@ -249,11 +274,14 @@ def _reduce_tile(i, j, xs, ws, sx, sw, runs, plan: Plan, sched: _Schedule, arith
     return loop(plan.parts, 0, part, init)[0]
 
 
-def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
-    """Steps 2-6 with ``x`` broadcast along tile rows and ``w`` streamed along columns."""
+def _reduce(x, sx, x_lead, w, sw, w_lead, plan: Plan, arith: _Arith, tile_m, tile_n):
+    """Steps 2-6 with ``x`` broadcast along tile rows and ``w`` streamed along columns.
+
+    Each operand is given with its scales as ``rows × K`` and ``rows × runs``, or, when
+    ``*_lead``, as ``K × rows`` and ``runs × rows``; the result is ``x rows × w rows``."""
     kind = "binary32" if arith.binary32 else "dot" if arith.dot else "binary64"
     sched = _schedule(plan, _BLOCK[kind])
-    m, n = xq.shape[0], wq_t.shape[0]
+    m, n = x.shape[1 if x_lead else 0], w.shape[1 if w_lead else 0]
     tm, tn = _TILE[kind]
     tm, tn = tile_m or tm, tile_n or tn
     # as few tiles as the limits allow, sized evenly so that padding wastes little; few rows
@@ -263,18 +291,12 @@ def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
     nt = -(-n // max(tn, (tm * tn) // bm))
     bn = n if nt == 1 else 8 * -(-n // (8 * nt))
     nt = -(-n // bn)
-    xs = _arranged(xq, plan, sched, bm)
-    ws = _arranged(wq_t, plan, sched, bn)
-    # scales as (tiles, runs, rows): a chunk's scales are one contiguous row
-    sxp = jnp.pad(sx.T, ((0, 0), (0, mt * bm - m)), constant_values=1)
-    swp = jnp.pad(sw_t.T, ((0, 0), (0, nt * bn - n)), constant_values=1)
-    sxp = jnp.moveaxis(sxp.reshape(-1, mt, bm), 1, 0)
-    swp = jnp.moveaxis(swp.reshape(-1, nt, bn), 1, 0)
+    xo = _arranged(x, sx, plan, sched, bm, x_lead)
+    wo = _arranged(w, sw, plan, sched, bn, w_lead)
     runs = jnp.asarray(plan.chunk_runs().ravel(), jnp.int32)
 
     def tile(ij):
-        i, j = ij // nt, ij % nt
-        return _reduce_tile(i, j, xs, ws, sxp[i], swp[j], runs, plan, sched, arith)
+        return _reduce_tile(ij // nt, ij % nt, xo, wo, runs, plan, sched, arith)
 
     if mt * nt == 1:
         out = tile(jnp.int32(0))[None]
@@ -283,24 +305,31 @@ def _reduce(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
     out = out.reshape(mt, nt, bm, bn).transpose(0, 2, 1, 3).reshape(mt * bm, nt * bn)
     total = out[:m, :n]
     if not plan.block_scaled:
-        total = scaled_term(total, sx[:, :1], sw_t[:, 0][None, :])
+        sx0 = sx[0] if x_lead else sx[:, 0]
+        sw0 = sw[0] if w_lead else sw[:, 0]
+        total = scaled_term(total, sx0[:, None], sw0[None, :])
     return total
 
 
-def transposed(m: int, k: int, n: int) -> bool:
+def transposed(m: int, k: int, n: int, w_k_leading: bool = False) -> bool:
     """Whether an (m, k) × (k, n) product is computed as its transpose (``w`` broadcast along
-    tile rows, ``x`` streamed): when that transposes fewer elements (x's ``m k`` and the
-    result's ``m n`` instead of w's ``n k``) and ``x`` has enough rows to fill vectors."""
+    tile rows, ``x`` streamed). With ``w`` given as ``w.T`` (N × K), when that transposes fewer
+    elements (x's ``m k`` and the result's ``m n`` instead of w's ``n k``) and ``x`` has enough
+    rows to fill vectors. With ``w`` as given (K × N) never: then the direct orientation
+    transposes nothing whole (``x`` is broadcast from its rows, ``w`` streamed from its rows)."""
+    if w_k_leading:
+        return False
     return m >= 128 and m * (k + n) < n * k
 
 
-def _oriented(xq, sx, wq_t, sw_t, plan: Plan, arith: _Arith, tile_m, tile_n):
+def _oriented(xq, sx, wq, sw, w_lead: bool, plan: Plan, arith: _Arith, tile_m, tile_n):
     """:func:`_reduce`, or the same on the transposed problem (see :func:`transposed`): the
     definition is symmetric in ``x`` and ``w`` (products, scale products and all sums
     commute), so ``out.T`` has the same bits."""
-    if transposed(xq.shape[0], xq.shape[1], wq_t.shape[0]):
-        return _reduce(wq_t, sw_t, xq, sx, plan, arith, tile_m, tile_n).T
-    return _reduce(xq, sx, wq_t, sw_t, plan, arith, tile_m, tile_n)
+    n = wq.shape[1 if w_lead else 0]
+    if transposed(xq.shape[0], xq.shape[1], n, w_lead):
+        return _reduce(wq, sw, w_lead, xq, sx, False, plan, arith, tile_m, tile_n).T
+    return _reduce(xq, sx, False, wq, sw, w_lead, plan, arith, tile_m, tile_n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,18 +390,25 @@ def reduce_quantized(
     sw_t: Float[Array, "n runs"],
     plan: Plan,
     *,
+    w_k_leading: bool = False,
     tile_m: int | None = None,
     tile_n: int | None = None,
 ) -> Float[Array, "m n"]:
-    """Steps 2-6 of the definition on quantized operands; returns the float32 total."""
+    """Steps 2-6 of the definition on quantized operands; returns the float32 total.
+
+    ``w`` is given transposed (``wq_t`` N × K, ``sw_t`` N × runs, as ``quantize_rows(w.T)``
+    returns them), or, when ``w_k_leading``, as is (K × N and runs × N, as
+    ``quantize_cols(w)`` returns them; no transposed copy is made then)."""
     wide = _Arith(False, plan.in_range, plan.exact_group_sums and plan.group >= 16)
+
+    def run(arith):
+        return _oriented(xq, sx, wq_t, sw_t, w_k_leading, plan, arith, tile_m, tile_n)
+
     if not plan.binary32_chain:
-        return _oriented(xq, sx, wq_t, sw_t, plan, wide, tile_m, tile_n)
+        return run(wide)
     narrow = _Arith(True, True, False)
     if plan.in_range:
-        return _oriented(xq, sx, wq_t, sw_t, plan, narrow, tile_m, tile_n)
+        return run(narrow)
     return lax.cond(
-        _for_all(binary32_exact(xq, wq_t, plan.inputs)),
-        lambda: _oriented(xq, sx, wq_t, sw_t, plan, narrow, tile_m, tile_n),
-        lambda: _oriented(xq, sx, wq_t, sw_t, plan, wide, tile_m, tile_n),
+        _for_all(binary32_exact(xq, wq_t, plan.inputs)), lambda: run(narrow), lambda: run(wide)
     )
