@@ -50,13 +50,15 @@ _TRANSCENDENTAL = ("exponential", "exponential-minus-one", "log", "log-plus-one"
 _NOT_WORK = ("parameter", "bitcast", "broadcast", "constant", "dynamic-slice", "slice", "iota")
 
 
-def count_ops(hlo: str, tokens: int, vocab: int, block: int) -> dict[str, int]:
+def count_ops(hlo: str, tokens: int, vocab: int, block: int, dearest: bool = False) -> dict:
     """Work per pair of logits in a compiled measurement (``Compiled.as_text()``), counted from
     the HLO after XLA's optimisations: the elementwise operations of every fused loop whose
-    output has one value per logit of a block (``arrays``: how many such arrays each block writes;
-    their operations by kind), the transcendentals among them, and the reductions that read
-    one value per logit (of a block, or of the whole input before the block loop). Loops whose
-    output is smaller (gathers of one logit per row) do no work per logit and are left out."""
+    output has one value per logit of a block (``arrays``: how many such arrays each block
+    writes), the transcendentals among them, and the reductions that read one value per logit
+    (of a block, or of the whole input before the block loop). Loops whose output is smaller
+    (gathers of one logit per row) do no work per logit and are left out. Of each conditional
+    the cheapest branch is counted (the path of logits whose drift is small), or with
+    ``dearest`` the dearest (large drift, and rows recomputed in the log domain)."""
     comps: dict[str, list[str]] = {}
     cur = None
     for line in hlo.splitlines():
@@ -69,16 +71,29 @@ def count_ops(hlo: str, tokens: int, vocab: int, block: int) -> dict[str, int]:
         elif cur:
             comps[cur].append(line)
     inst = re.compile(r"^\s*(?:ROOT )?%(\S+) = \w+\[([\d,]*)\]\S* ([\w-]+)\(")
+    keys = ("exponentials", "elementwise", "reductions", "arrays")
 
     def size(shape: str) -> int:
         return math.prod(int(d) for d in shape.split(",") if d)
 
-    body = re.search(r"body=%([^,\s]+)", hlo).group(1)
-    entry = next(name for name in comps if name.startswith("main"))
-    out = {"exponentials": 0, "elementwise": 0, "reductions": 0, "arrays": 0}
-    for comp, per_pair in ((body, block * vocab), (entry, tokens * vocab)):
+    def total(c: dict) -> int:
+        return c["exponentials"] * OPS_PER_EXP + c["elementwise"] + c["reductions"]
+
+    def count(comp: str, per_pair: int) -> dict:
+        out = dict.fromkeys(keys, 0)
         shapes = {}
         for line in comps[comp]:
+            if " conditional(" in line:
+                names = re.search(r"branch_computations=\{([^}]*)\}", line)
+                if names:
+                    branches = re.findall(r"%([\w.-]+)", names.group(1))
+                else:
+                    branches = re.findall(r"(?:true|false)_computation=%([\w.-]+)", line)
+                pick = max if dearest else min
+                counts = [count(b, per_pair) for b in branches]
+                for k, v in pick(counts, key=total).items():
+                    out[k] += v
+                continue
             m = inst.match(line)
             if not m:
                 continue
@@ -99,7 +114,13 @@ def count_ops(hlo: str, tokens: int, vocab: int, block: int) -> dict[str, int]:
                     if m2 and size(m2.group(2)) == per_pair and m2.group(3) not in _NOT_WORK:
                         kind = "exponentials" if m2.group(3) in _TRANSCENDENTAL else "elementwise"
                         out[kind] += 1
-    out["total"] = out["exponentials"] * OPS_PER_EXP + out["elementwise"] + out["reductions"]
+        return out
+
+    body = re.search(r"body=%([^,\s]+)", hlo).group(1)
+    entry = next(name for name in comps if name.startswith("main"))
+    inner, outer = count(body, block * vocab), count(entry, tokens * vocab)
+    out = {k: inner[k] + outer[k] for k in keys}
+    out["total"] = total(out)
     return out
 
 
@@ -176,13 +197,17 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
 
     block = 8  # measure()'s default
     hlo = _compiled(tuple(jax.local_devices()), block).lower(zj, zpj, yj, jnp.float32(1.0))
-    work = count_ops(hlo.compile().as_text(), tokens, vocab, block)
+    hlo = hlo.compile().as_text()
+    work = count_ops(hlo, tokens, vocab, block)
+    dearest = count_ops(hlo, tokens, vocab, block, dearest=True)
     ops = work["total"]
     print(
-        f"  work per pair of logits (counted from the compiled program): "
-        f"{work['exponentials']} exponentials x {OPS_PER_EXP} + {work['elementwise']} "
-        f"elementwise + {work['reductions']} reduction steps = {ops} vector-lane operations; "
-        f"{work['arrays']} arrays of {block} x {vocab} written per block of {block} rows"
+        f"  work per pair of logits (counted from the compiled program, on the path of these "
+        f"logits, every |u| < 1/2): {work['exponentials']} exponential(s) x {OPS_PER_EXP} + "
+        f"{work['elementwise']} elementwise + {work['reductions']} reduction steps = {ops} "
+        f"vector-lane operations; {work['arrays']} arrays of {block} x {vocab} written per "
+        f"block of {block} rows (dearest branches, large drift and log-domain rows: "
+        f"{dearest['total']})"
     )
     t_floor = wall["floor: 2 exp per pair, summed"]
     floor_ops = 2 * OPS_PER_EXP + 4  # two exponentials, two subtractions, two sums

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -144,22 +145,33 @@ def block_metrics(
     def small(w):
         return (w > w_below) & (w < w_above)
 
-    # e·φ(u) for every logit, in one loop: the series where |u| < ½, e·(e^u − 1 − u) elsewhere
-    # (no cancellation there: |e^u − 1| + |u| < 10 φ(u)); its plain sum (a reduction that reads
-    # it) makes XLA store it once for the loops below rather than recompute it in each of them
-    u = centred(w)
-    ephi = jnp.where(small(w), e * phi_series(u), e * (jnp.exp(u) - 1.0 - u))
+    def divergences(series_only: bool):
+        # e·φ(u) for every logit, in one loop: the series where |u| < ½, e·(e^u − 1 − u)
+        # elsewhere (no cancellation there: |e^u − 1| + |u| < 10 φ(u)); its plain sum (a
+        # reduction that reads it) makes XLA store it once for the loops below rather than
+        # recompute it in each of them. ``series_only``: every |u| < ½, no e^u at all.
+        u = centred(w)
+        ephi = e * phi_series(u)
+        if not series_only:
+            ephi = jnp.where(small(w), ephi, e * (jnp.exp(u) - 1.0 - u))
 
-    def epsi(w):  # e·ψ(u) = e·(φ(u) + u): at most a few roundings, as |ψ| ≥ φ/10 where |u| ≥ ½
-        return ephi + e * centred(w)
+        def epsi(w):  # e·ψ(u) = e·(φ(u) + u): a few roundings, as |ψ| ≥ φ/10 where |u| ≥ ½
+            return ephi + e * centred(w)
 
-    phi_sum = jnp.sum(ephi, axis=1)
-    kl_pq = jnp.log1p(phi_sum / s)
-    k1 = jnp.exp(-kl_pq)[:, None]
-    k2 = jnp.expm1(-kl_pq)[:, None]
-    tv = jnp.sum(_loop(jnp.maximum(0.0, -(epsi(w) * k1 + e * k2))), axis=1) / s
-    jeffreys = jnp.sum(_loop(epsi(w) * centred(w)), axis=1) / s
-    kl_qp = jnp.maximum(0.0, jeffreys * k1[:, 0] - kl_pq)
+        kl_pq = jnp.log1p(jnp.sum(ephi, axis=1) / s)
+        k1 = jnp.exp(-kl_pq)[:, None]
+        k2 = jnp.expm1(-kl_pq)[:, None]
+        tv = jnp.sum(_loop(jnp.maximum(0.0, -(epsi(w) * k1 + e * k2))), axis=1) / s
+        jeffreys = jnp.sum(_loop(epsi(w) * centred(w)), axis=1) / s
+        return kl_pq, k1[:, 0], tv, jeffreys
+
+    # when every |u| of the block is below ½ (the usual case: kernels that differ slightly),
+    # the loops take the series alone: one exponential per pair of logits instead of two
+    all_small = jnp.all((w_lo > w_below[:, 0]) & (w_hi < w_above[:, 0]))
+    kl_pq, k1, tv, jeffreys = jax.lax.cond(
+        all_small, lambda: divergences(True), lambda: divergences(False)
+    )
+    kl_qp = jnp.maximum(0.0, jeffreys * k1 - kl_pq)
 
     max_u = w_hi * inv_t - c[:, 0]
     return {
