@@ -10,8 +10,10 @@ run and interleaved (so load from other processes hits all alike; best of ``--re
   and do the least arithmetic per byte (a jitted row maximum and row sum, the runtime and
   threads the measurement uses, and a numpy maximum). The fastest is the best evidence of what
   the memory delivers; a slower one measures its own overhead;
-- the floor of the measurement's arithmetic: two exponentials per pair of logits, each summed
-  (the measurement needs e^{z/T} and e^u per pair, see ``kernels.measure_fused``);
+- a floor loop: two exponentials per pair of logits, each summed (the transcendentals of the
+  measurement's general path, e^{z/T} and e^u per pair; a block whose |u| are all below 1/2
+  needs e^{z/T} alone, see ``kernels.measure_fused``), whose rate of vector operations the
+  floor argument uses;
 - the straightforward numpy implementation (``measure_numpy`` in float32, over blocks of rows so
   its temporaries fit in memory), once.
 

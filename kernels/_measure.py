@@ -22,9 +22,10 @@ probability vectors, so they keep their relative accuracy when the drift is tiny
 ``Σ|π − π'|`` is all rounding noise once ‖Δ‖∞ < 1e-6). With c = E_π[d] and u = d − c:
 KL(π‖π') = log E_π[e^u] = log1p(E_π[φ(u)]) with φ(u) = e^u − 1 − u (a series near 0);
 r = log π'/π = u − KL(π‖π'); TV = Σ π·(−expm1(r))₊; KL(π'‖π) = E_π[(e^u − 1)·u]·e^{−KL(π‖π')}
-− KL(π‖π'). ``kernels.measure_fused`` computes them in one fused pass over a block of rows, two
-exponentials per pair of logits. Rows whose u exceeds 30 (where e^u or an underflowing π would
-lose mass) take a log-domain path, as do rows where one kernel alone gives a token −inf.
+− KL(π‖π'). ``kernels.measure_fused`` computes them in one fused pass over a block of rows, one
+exponential per pair of logits where every |u| of the block is below ½, two otherwise. Rows
+whose u exceeds 30 (where e^u or an underflowing π would lose mass) take a log-domain path, as
+do rows where one kernel alone gives a token −inf.
 
 Logits may be −inf (a masked token): a token masked by both kernels drops out of every column
 (its Δ counts as 0); masked by one kernel only, it makes Δ infinite and the KL divergence
@@ -178,7 +179,7 @@ def _all_blocks(z, zp, y, inv_t, block: int):
     return {k: table[:, i] for i, k in enumerate(COLUMNS)}
 
 
-# On CPU, 512-bit vectors make the fused loops (two exponentials and a series per logit) about
+# On CPU, 512-bit vectors make the fused loops (exponentials and a series per logit) about
 # 20 % faster than XLA's default of 256 bits; other backends take no options.
 _CPU_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
 

@@ -7,10 +7,10 @@ z, w = d − d(i₁) (from the exact difference, see ``centred_drift``), a = z/T
 - e = exp(a − max a) and S = Σ e (one exponential per logit of z);
 - c = Σ e·w / (S·T), the π-mean of the centred drift, and u = w/T − c, so E_π[u] = 0 and
   π'/π = e^u / E_π[e^u];
-- e·ψ with ψ = expm1(u) (one exponential per logit of z'): u + φ(u) for |u| < ½ with
-  φ(u) = e^u − 1 − u summed as its Taylor series, e^u − 1 otherwise, so ψ keeps its relative
-  accuracy for every u;
-- KL(π‖π') = log E_π[e^u] = log1p(Σ e·φ(u) / S), with e·φ = e·ψ − e·u where |u| ≥ ½;
+- e·φ(u) with φ(u) = e^u − 1 − u: its Taylor series for |u| < ½, e^u − 1 − u otherwise (a
+  second exponential, computed only in blocks where some |u| ≥ ½), and e·ψ = e·φ + e·u with
+  ψ = expm1(u), so φ and ψ keep their relative accuracy for every u;
+- KL(π‖π') = log E_π[e^u] = log1p(Σ e·φ(u) / S);
 - with r = u − KL(π‖π') = log π'/π: e^{−KL}·ψ + expm1(−KL) = expm1(r), so
   TV = Σ π·(−expm1(r))₊ = Σ (−(eψ·e^{−KL} + e·expm1(−KL)))₊ / S;
 - KL(π'‖π) = E_π[ψ·u]·e^{−KL(π‖π')} − KL(π‖π') (Jeffreys' divergence E_π[ψ u]·e^{−KL} less
@@ -19,13 +19,15 @@ z, w = d − d(i₁) (from the exact difference, see ``centred_drift``), a = z/T
 
 Every sum is over a difference that is exact or relatively accurate (w, z − max z), so the
 divergences keep their relative accuracy when the drift is tiny, even under a large common
-drift. Two exponentials per pair
-of logits; nothing of size [tokens, vocab] is written outside the block. Valid while
+drift. One exponential per pair of logits where every |u| of the block is below ½ (kernels
+that differ slightly), two otherwise; nothing of size [tokens, vocab] is written outside the
+block. Valid while
 u ≤ ``EXTREME_U`` and no token has −inf on one side only; ``block_metrics`` flags other rows
 as ``extreme`` (``kernels._measure`` recomputes them in the log domain).
 
-The argmax of each row comes from the maxima of 128-logit chunks (one reduction over the block)
-and a search inside the winning chunk; ties go to the first index, as in ``numpy.argmax``.
+The argmax of each row comes from the maxima of 128-logit chunks (``row_maxima``: one reduction
+over all rows, before the block loop) and a search inside the winning chunk; ties go to the
+first index, as in ``numpy.argmax``.
 """
 
 from __future__ import annotations
