@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cache, partial
 from typing import Literal
 
 import jax
@@ -23,7 +23,6 @@ __all__ = ["emulated_dot_general", "matmul"]
 Impl = Literal["jax", "pallas", "numpy"]
 
 
-@partial(jax.jit, static_argnames=("spec", "impl", "splits", "interpret"))
 def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool | None):
     plan = make_plan(spec, x.shape[1], splits)
     xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
@@ -36,6 +35,21 @@ def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool |
         wq, sw = quantize_cols(w, plan.inputs, plan.scaling)
         total = reduce_quantized(xq, sx, wq, sw, plan, w_k_leading=True)
     return cast_output(total, plan.output)
+
+
+# On CPU, 512-bit vectors run the loops 10-20 % faster than XLA's default of 256 bits (same
+# bits: the vector width changes no operation). Compiler options belong to the outermost
+# compilation, so under a caller's jax.jit (or vmap) matmul compiles with the caller's.
+_CPU_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
+
+
+@cache
+def _compiled(cpu: bool):
+    return jax.jit(
+        _matmul_2d,
+        static_argnames=("spec", "impl", "splits", "interpret"),
+        compiler_options=_CPU_OPTIONS if cpu else None,
+    )
 
 
 def matmul(
@@ -76,7 +90,9 @@ def matmul(
         return jnp.zeros((*lead, n), jnp.float32)
     x2 = jnp.reshape(jnp.asarray(x, jnp.float32), (rows, k))
     with jax.enable_x64(True):
-        out = _matmul_2d(x2, jnp.asarray(w, jnp.float32), spec, impl, splits, interpret)
+        traced = isinstance(x2, jax.core.Tracer) or isinstance(w, jax.core.Tracer)
+        run = _compiled(not traced and jax.default_backend() == "cpu")
+        out = run(x2, jnp.asarray(w, jnp.float32), spec, impl, splits, interpret)
     return out.reshape(*lead, n)
 
 
