@@ -54,7 +54,9 @@ __all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term", "tran
 # groups, so that the binary64 sums it writes and the fused loop reads back are one tile's worth
 # (eight 32-product groups per dot measured 1.5x slower at (1024, 4096, 4096), mxfp8)
 _BLOCK = {"binary32": 16, "binary64": 16, "dot": 32}
-_TILE = {"binary32": (512, 256), "binary64": (512, 256), "dot": (1024, 512)}  # rows × columns
+# rows × columns; at (1024, 4096, 4096) with the quantized operands given, tall tiles measured
+# 13-25 % faster than (512, 256) for the fused loops (fewer, longer iterations to share out)
+_TILE = {"binary32": (1024, 512), "binary64": (1024, 256), "dot": (1024, 512)}
 
 
 def lay_out(q_t: Float[Array, "rows k"], plan: Plan) -> Float[Array, "steps group rows"]:
