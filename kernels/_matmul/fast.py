@@ -7,12 +7,15 @@ single vectorised loop over the tile: the accumulator tile is read and written o
 and every product, group sum and rounding happens in registers. The loops end where parts
 and chunks end, so no iteration tests for a boundary.
 
-Operands stay in their quantized (rows, K) layout; each iteration slices, converts and
-transposes the next iteration's block and carries it, so the fused loop reads contiguous rows
-(XLA transposes whole arrays slowly, and a slice inside the fused loop costs index arithmetic
-per element). One operand is broadcast along tile rows (read as scalars), the other streamed
-along tile columns (read as vectors, rows padded by 64 bytes so that one block's rows do not
-all map to the same L1 cache sets); which is which is chosen to move less data, as the
+Operands stay in their quantized layouts, ``x`` as (M, K) and ``w`` as (K, N) (quantized
+without a transposed copy, ``kernels.scaling.quantize_cols``) or, from other callers, as
+(N, K); each iteration slices, converts and, where its layout needs it, transposes the next
+iteration's block and carries it, so the fused loop reads contiguous rows (XLA transposes whole
+arrays slowly, and a slice inside the fused loop costs index arithmetic per element). One
+operand is broadcast along tile rows (read as scalars), the other streamed along tile columns
+(read as vectors, rows padded by 64 bytes so that one block's rows do not all map to the same
+L1 cache sets); ``x`` is broadcast and ``w`` streamed, both from their own rows, unless ``w``
+comes as (N, K) and the transposed problem moves less data (:func:`transposed`): the
 definition is symmetric in ``x`` and ``w``.
 
 The arithmetic is the definition's, in the cheapest form that gives its bits (``Plan``):
