@@ -14,7 +14,9 @@ group sum and its addition to the accumulator need more than binary32's 24 bits)
 the rounding's integer operations, plus each chunk's promotion (mostly binary32 operations;
 see ``vector_ops_per_mac``). A fp32 GEMM does one fused
 multiply-add per product at full SIMD width (8 binary32 lanes, 4 binary64 lanes per 256-bit
-vector). The ratio of the two counts, plus the quantization, is the ratio an implementation of
+vector; ``matmul`` compiles its loops for 512-bit vectors on CPU, counted here as two 256-bit
+operations each, so the floor holds only as closely as the two widths run at the same lane
+rate). The ratio of the two counts, plus the quantization, is the ratio an implementation of
 this arithmetic would reach at the dot's sustained vector-operation rate; a target below it
 would need fewer operations than exact binary64 multiply-adds allow (the float64 ``jnp.dot``
 line shows what those cost here). Wall-clock ratios are further limited by how well each
@@ -199,8 +201,9 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
     macs = m * k * n
     dot_rate = macs / LANES["binary32"] / base_c  # one FMA per product, 8 binary32 lanes
     out(
-        "Floor: vector operations per multiply-add (256-bit vectors; fp32 dot = 1 FMA / 8 "
-        f"lanes = 0.125); the dot sustains {dot_rate / 1e9:.1f} G vector ops per CPU second."
+        "Floor: vector operations per multiply-add (counted as 256-bit vectors, a 512-bit one "
+        "as two; fp32 dot = 1 FMA / 8 lanes = 0.125); the dot sustains "
+        f"{dot_rate / 1e9:.1f} G vector ops per CPU second."
     )
     out(
         "Floor ratio = (vector ops per MAC) / 0.125 + quantization: what an emulation running "
