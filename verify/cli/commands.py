@@ -116,7 +116,7 @@ def _main_parser(out, err) -> _Parser:
     return p
 
 
-def _summary(report, quiet: bool) -> str:
+def summary_text(report, quiet: bool) -> str:
     from verify.obligations import decimal
 
     rows = []
@@ -148,7 +148,7 @@ def _summary(report, quiet: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _evidence_problem(path: str, shown: str) -> str | None:
+def evidence_problem(path: str, shown: str) -> str | None:
     """Why the evidence file ``path`` cannot be read, when it is no regular file (a FIFO
     would block the run); a missing file is left to the evidence reader to name."""
     try:
@@ -180,7 +180,7 @@ def declared_evidence_problem(contract, plan) -> str | None:
     declared = _declared_evidence(contract)
     if not declared:
         return None
-    problem = _evidence_problem(*declared)
+    problem = evidence_problem(*declared)
     try:
         outputs.refuse_inputs(plan, [("an evidence file", declared[0])])
     except outputs.OutputError as err:
@@ -230,28 +230,47 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
     return report, texts
 
 
-def _verify(args, stdout, stderr, t_start: float) -> int:
+def prepare_outputs(args, named, stderr):
+    """The output plan of a run writing the ``named`` (label, path) targets and reading the
+    contract and ``args.evidence``; ``None`` (the reason written to ``stderr``) when a target
+    is unusable."""
+    from verify.cli import outputs
+
+    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
+    try:
+        return outputs.prepare(named, inputs)
+    except outputs.OutputError as err:
+        stderr.write(f"verify: {err}\n")
+        return None
+
+
+def load_contract(path: str, stderr):
+    """The contract at ``path``, or ``None`` with every problem written to ``stderr``."""
     import contracts
+
+    try:
+        return contracts.load(path)
+    except contracts.ContractError as err:
+        stderr.write(f"{err}\n")
+        return None
+
+
+def _verify(args, stdout, stderr, t_start: float) -> int:
     from verify.cli import outputs
 
     for path in args.evidence:
-        problem = _evidence_problem(path, f"--evidence {path}")
+        problem = evidence_problem(path, f"--evidence {path}")
         if problem:
             stderr.write(f"{problem}\n")
             return 2
     named = [("--json", args.json), ("--markdown", args.markdown), ("--html", args.html)]
-    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
-    try:
-        plan = outputs.prepare(named, inputs)
-    except outputs.OutputError as err:
-        stderr.write(f"verify: {err}\n")
+    plan = prepare_outputs(args, named, stderr)
+    if plan is None:
         return 2
     with plan:
         t_import = time.perf_counter()
-        try:
-            contract = contracts.load(args.contract)
-        except contracts.ContractError as err:
-            stderr.write(f"{err}\n")
+        contract = load_contract(args.contract, stderr)
+        if contract is None:
             return 2
         problem = None if args.evidence else declared_evidence_problem(contract, plan)
         if problem:
@@ -266,7 +285,7 @@ def _verify(args, stdout, stderr, t_start: float) -> int:
         except outputs.OutputError as err:
             stderr.write(f"verify: {err}\n")
             return 2
-    stdout.write(_summary(report, args.quiet))
+    stdout.write(summary_text(report, args.quiet))
     return report.exit_code
 
 

@@ -96,19 +96,20 @@ def _lines(record: dict, path: str) -> str:
 
 def stage_main(args, stdout, stderr, t_start: float) -> int:
     """Run one promotion stage (see the module docstring); returns the exit code."""
-    import contracts
     from verify import _run as run
     from verify.cli import outputs
     from verify.cli.commands import (
-        _evidence_problem,
-        _summary,
         declared_evidence_problem,
+        evidence_problem,
+        load_contract,
+        prepare_outputs,
         run_and_render,
+        summary_text,
     )
 
     problem = _usage(args)
     for path in args.evidence:
-        problem = problem or _evidence_problem(path, f"--evidence {path}")
+        problem = problem or evidence_problem(path, f"--evidence {path}")
     if problem:
         stderr.write(f"verify: {problem}\n")
         return 2
@@ -116,18 +117,13 @@ def stage_main(args, stdout, stderr, t_start: float) -> int:
     report_file = report_path(args.promotion_dir, args.stage)
     named = [("--json", args.json), ("--markdown", args.markdown), ("--html", args.html),
              ("the stage report", report_file), ("the stage record", record_file)]  # fmt: skip
-    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
-    try:
-        plan = outputs.prepare(named, inputs)
-    except outputs.OutputError as err:
-        stderr.write(f"verify: {err}\n")
+    plan = prepare_outputs(args, named, stderr)
+    if plan is None:
         return 2
     with plan:
         t_import = time.perf_counter()
-        try:
-            contract = contracts.load(args.contract)
-        except contracts.ContractError as err:
-            stderr.write(f"{err}\n")
+        contract = load_contract(args.contract, stderr)
+        if contract is None:
             return 2
         problem, (previous, earlier) = _stage_problem(contract, args)
         if problem:
@@ -160,7 +156,7 @@ def stage_main(args, stdout, stderr, t_start: float) -> int:
         except outputs.OutputError as err:
             stderr.write(f"verify: {err}\n")
             return 2
-    stdout.write(_summary(report, args.quiet))
+    stdout.write(summary_text(report, args.quiet))
     stdout.write(_lines(record, record_file))
     return 0 if record["passed"] else 1
 
