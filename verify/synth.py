@@ -106,12 +106,10 @@ def render(results: tuple[Synthesis, ...]) -> str:
 
 def synth_main(path: str, timeout_ms: int, *, stdout, stderr) -> int:
     """The ``synth`` command: 0 every value proved, 3 otherwise, 2 unusable contract."""
-    import contracts
+    from verify.cli.commands import load_contract
 
-    try:
-        contract = contracts.load(path)
-    except contracts.ContractError as err:
-        stderr.write(f"{err}\n")
+    contract = load_contract(path, stderr)
+    if contract is None:
         return 2
     results = synthesize(contract, timeout_ms=timeout_ms)
     stdout.write(render(results))

@@ -80,6 +80,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    """An argparse type: a non-negative integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
 def _traffic_share(text: str):
     from verify.promotion.stage import traffic_share  # imported only when the option is given
 
@@ -230,18 +241,22 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
     return report, texts
 
 
-def prepare_outputs(args, named, stderr):
-    """The output plan of a run writing the ``named`` (label, path) targets and reading the
-    contract and ``args.evidence``; ``None`` (the reason written to ``stderr``) when a target
-    is unusable."""
+def prepare_outputs(named, inputs, stderr):
+    """The output plan of a command writing the ``named`` (label, path) targets and reading the
+    ``inputs`` (label, path); ``None`` (the reason written to ``stderr``) when a target is
+    unusable."""
     from verify.cli import outputs
 
-    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
     try:
         return outputs.prepare(named, inputs)
     except outputs.OutputError as err:
         stderr.write(f"verify: {err}\n")
         return None
+
+
+def run_inputs(args) -> list[tuple[str, str]]:
+    """What a verification run reads: the contract and every ``--evidence`` file."""
+    return [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
 
 
 def load_contract(path: str, stderr):
@@ -264,7 +279,7 @@ def _verify(args, stdout, stderr, t_start: float) -> int:
             stderr.write(f"{problem}\n")
             return 2
     named = [("--json", args.json), ("--markdown", args.markdown), ("--html", args.html)]
-    plan = prepare_outputs(args, named, stderr)
+    plan = prepare_outputs(named, run_inputs(args), stderr)
     if plan is None:
         return 2
     with plan:

@@ -23,8 +23,7 @@ __all__ = ["conformance_main"]
 
 
 def _parser(out, err):
-    from verify.cli.commands import _Parser
-    from verify.localize.command import _count
+    from verify.cli.commands import _Parser, count
 
     p = _Parser(
         prog="python -m verify conformance",
@@ -39,48 +38,38 @@ def _parser(out, err):
     p.add_argument("--model", metavar="NAME|module:function",
                    help="model of the top-1 check (default: the contract's)")  # fmt: skip
     p.add_argument("--params", metavar="PATH", help="the entry point's params (.npz)")
-    p.add_argument("--sequences", type=_count, default=4, metavar="N",
+    p.add_argument("--sequences", type=count, default=4, metavar="N",
                    help="sequences of the top-1 check (default 4; 0: no model)")  # fmt: skip
-    p.add_argument("--length", type=_count, default=64, metavar="N",
+    p.add_argument("--length", type=count, default=64, metavar="N",
                    help="tokens per sequence (default 64)")  # fmt: skip
-    p.add_argument("--seed", type=_count, default=0, metavar="N", help="probe and token seed")
+    p.add_argument("--seed", type=count, default=0, metavar="N", help="probe and token seed")
     p.add_argument("--json", metavar="PATH", help="write the table as JSON here")
     return p
 
 
 def conformance_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``conformance`` command on ``argv`` (the words after ``conformance``)."""
-    import contracts
     from verify.cli import outputs
+    from verify.cli.commands import load_contract, prepare_outputs
     from verify.localize.model import ModelError, choose_model, token_rows
 
     args = _parser(stdout, stderr).parse_args(argv)
     if args.sequences and args.length < 1:
         stderr.write("--length 0: the top-1 check needs at least one token per sequence\n")
         return 2
-    try:
-        target = outputs.prepare([("--json", args.json)], [("the contract", args.contract)])
-    except outputs.OutputError as err:
-        stderr.write(f"verify: {err}\n")
+    target = prepare_outputs([("--json", args.json)], [("the contract", args.contract)], stderr)
+    if target is None:
         return 2
     with target:
-        try:
-            contract = contracts.load(args.contract)
-        except contracts.ContractError as err:
-            stderr.write(f"{err}\n")
+        contract = load_contract(args.contract, stderr)
+        if contract is None:
             return 2
         model = None
         if args.sequences:
             try:
-                chosen = choose_model(contract, args.model, args.params)
+                chosen = choose_model(contract, args.model, args.params, args.length)
             except ModelError as err:
                 stderr.write(f"{err}\n")
-                return 2
-            if chosen.max_length is not None and args.length > chosen.max_length:
-                stderr.write(
-                    f"--length {args.length}: model {chosen.name} runs sequences of at most "
-                    f"{chosen.max_length} tokens\n"
-                )
                 return 2
             import numpy as np
 

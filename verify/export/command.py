@@ -49,8 +49,8 @@ def _parser(out, err):
 
 def export_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``export`` command on ``argv`` (the words after ``export``); returns the exit code."""
-    import contracts
     from verify.cli import outputs
+    from verify.cli.commands import load_contract, prepare_outputs
     from verify.export.plan import plan, prove
     from verify.export.render import render
 
@@ -62,16 +62,12 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     fmt = args.format or framework.formats[0]
     if fmt not in framework.formats:
         p.error(f"--format {fmt}: {framework.name} reads {' or '.join(framework.formats)}")
-    try:
-        target = outputs.prepare([("--out", args.out)], [("the contract", args.contract)])
-    except outputs.OutputError as err:
-        stderr.write(f"verify: {err}\n")
+    target = prepare_outputs([("--out", args.out)], [("the contract", args.contract)], stderr)
+    if target is None:
         return 2
     with target:
-        try:
-            contract = contracts.load(args.contract)
-        except contracts.ContractError as err:
-            stderr.write(f"{err}\n")
+        contract = load_contract(args.contract, stderr)
+        if contract is None:
             return 2
         try:
             export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)))

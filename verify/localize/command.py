@@ -21,7 +21,7 @@ __all__ = ["localize_main"]
 
 
 def _parser(out, err):
-    from verify.cli.commands import _Parser, _positive
+    from verify.cli.commands import _Parser, _positive, count
 
     p = _Parser(
         prog="python -m verify localize",
@@ -38,32 +38,20 @@ def _parser(out, err):
                    help="sequences compared site by site (default 8)")  # fmt: skip
     p.add_argument("--length", type=_positive, default=64, metavar="N",
                    help="tokens per sequence (default 64)")  # fmt: skip
-    p.add_argument("--replay", type=_count, default=32, metavar="N",
+    p.add_argument("--replay", type=count, default=32, metavar="N",
                    help="sequences replayed end to end for flip prediction (default 32; 0: "
                    "none)")  # fmt: skip
-    p.add_argument("--seed", type=_count, default=0, metavar="N", help="token sampling seed")
+    p.add_argument("--seed", type=count, default=0, metavar="N", help="token sampling seed")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     return p
-
-
-def _count(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
 
 
 def localize_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``localize`` command on ``argv`` (the words after ``localize``)."""
     from dataclasses import replace
 
-    import contracts
     from verify.cli import outputs
+    from verify.cli.commands import load_contract, prepare_outputs
     from verify.localize.model import ModelError, choose_model, token_rows
     from verify.localize.render import to_json, to_text
 
@@ -74,27 +62,17 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
             "needs at least 2 (0 skips it)\n"
         )
         return 2
-    try:
-        target = outputs.prepare([("--json", args.json)], [("the contract", args.contract)])
-    except outputs.OutputError as err:
-        stderr.write(f"verify: {err}\n")
+    target = prepare_outputs([("--json", args.json)], [("the contract", args.contract)], stderr)
+    if target is None:
         return 2
     with target:
-        try:
-            contract = contracts.load(args.contract)
-        except contracts.ContractError as err:
-            stderr.write(f"{err}\n")
+        contract = load_contract(args.contract, stderr)
+        if contract is None:
             return 2
         try:
-            chosen = choose_model(contract, args.model, args.params)
+            chosen = choose_model(contract, args.model, args.params, args.length)
         except ModelError as err:
             stderr.write(f"{err}\n")
-            return 2
-        if chosen.max_length is not None and args.length > chosen.max_length:
-            stderr.write(
-                f"--length {args.length}: model {chosen.name} runs sequences of at most "
-                f"{chosen.max_length} tokens\n"
-            )
             return 2
         import numpy as np
 

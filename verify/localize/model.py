@@ -37,8 +37,21 @@ def _directory(contract) -> str:
     return os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else os.getcwd()
 
 
-def choose_model(contract, model: str | None, params: str | None) -> Chosen:
-    """The model ``--model``/``--params`` name, or the contract's (module docstring)."""
+def choose_model(
+    contract, model: str | None, params: str | None, length: int | None = None
+) -> Chosen:
+    """The model ``--model``/``--params`` name, or the contract's (module docstring); a
+    ``length`` (``--length``) longer than the model's sequences is a ``ModelError``."""
+    chosen = _choose(contract, model, params)
+    if length is not None and chosen.max_length is not None and length > chosen.max_length:
+        raise ModelError(
+            f"--length {length}: model {chosen.name} runs sequences of at most "
+            f"{chosen.max_length} tokens"
+        )
+    return chosen
+
+
+def _choose(contract, model: str | None, params: str | None) -> Chosen:
     from kernels.model import CHECKPOINTS
     from kernels.user_model import UserModelError, is_entry_point, load_user_model
 

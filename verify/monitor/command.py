@@ -309,15 +309,13 @@ def _outputs(args, stream_kind: str):
 def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
     """Run ``monitor`` with ``argv`` (after the word ``monitor``); returns the exit code."""
     args = _parser(stdout, stderr).parse_args(argv)
-    import contracts
     from verify.cli import outputs
+    from verify.cli.commands import load_contract
     from verify.monitor import checkpoint as ck
     from verify.monitor.stream import open_stream, stream_kind
 
-    try:
-        contract = contracts.load(args.contract)
-    except contracts.ContractError as err:
-        stderr.write(f"{err}\n")
+    contract = load_contract(args.contract, stderr)
+    if contract is None:
         return 2
     plan = None
     try:

@@ -104,6 +104,7 @@ def stage_main(args, stdout, stderr, t_start: float) -> int:
         load_contract,
         prepare_outputs,
         run_and_render,
+        run_inputs,
         summary_text,
     )
 
@@ -117,7 +118,7 @@ def stage_main(args, stdout, stderr, t_start: float) -> int:
     report_file = report_path(args.promotion_dir, args.stage)
     named = [("--json", args.json), ("--markdown", args.markdown), ("--html", args.html),
              ("the stage report", report_file), ("the stage record", record_file)]  # fmt: skip
-    plan = prepare_outputs(args, named, stderr)
+    plan = prepare_outputs(named, run_inputs(args), stderr)
     if plan is None:
         return 2
     with plan:
