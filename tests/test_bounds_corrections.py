@@ -18,6 +18,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+import strategies
 import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -198,38 +199,13 @@ def test_kl_anchor_is_below_the_root_and_close():
 
 
 # ---- soundness ---------------------------------------------------------------------------
-@st.composite
-def pairs(draw):
-    """(z, z', T): random, two-point, huge-logit, tied or peaked logits; uniform, ±δ, one-hot
-    or aligned drifts (the extremal tilt direction)."""
-    vocab = draw(st.sampled_from([2, 3, 5, 17, 300, 5000]))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    T = draw(st.sampled_from([0.05, 0.5, 1.0, 3.0]) | st.floats(0.05, 10.0))
-    delta = draw(st.sampled_from([0.0, 1e-4, 0.02, 0.1, 0.5, 2.0, 10.0]) | st.floats(0, 10))
-    kind = draw(st.sampled_from(["normal", "two_point", "huge", "ties", "peaked"]))
-    scale = draw(st.sampled_from([0.1, 1.0, 5.0, 30.0]))
-    if kind == "normal":
-        z = rng.normal(0.0, scale, vocab)
-    elif kind == "two_point":
-        z = np.where(rng.random(vocab) < draw(st.floats(0.0, 1.0)), scale, -scale)
-    elif kind == "huge":
-        z = rng.normal(0.0, 1.0, vocab)
-        z[rng.integers(vocab)] = 200.0
-    elif kind == "ties":
-        z = np.ones(vocab) + rng.normal(0.0, 1e-9, vocab)
-    else:
-        z = -scale * np.arange(vocab, dtype=np.float64) / max(vocab - 1, 1) * 10
-    pattern = draw(st.sampled_from(["uniform", "signs", "one_hot", "aligned"]))
-    if pattern == "uniform":
-        d = rng.uniform(-delta, delta, vocab)
-    elif pattern == "signs":
-        d = np.where(rng.random(vocab) < 0.5, delta, -delta)
-    elif pattern == "one_hot":
-        d = np.zeros(vocab)
-        d[rng.integers(vocab)] = delta
-    else:
-        d = np.where(z >= np.median(z), delta, -delta)
-    return z, z + d, T
+def pairs():
+    """(z, z', T): the shared logit pairs (``strategies``) on vocabularies up to 5000."""
+    return strategies.logit_pairs(
+        [2, 3, 5, 17, 300, 5000],
+        ([0.05, 0.5, 1.0, 3.0], (0.05, 10.0)),
+        ([0.0, 1e-4, 0.02, 0.1, 0.5, 2.0, 10.0], (0, 10)),
+    ).map(lambda case: case[:3])
 
 
 def _premises(z, zp, T) -> tuple[float, float, float, float]:

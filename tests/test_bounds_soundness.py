@@ -13,6 +13,7 @@ import itertools
 import math
 
 import numpy as np
+import strategies
 import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,38 +51,13 @@ def _f(fn, *args) -> float:
     return float(fn(*args))
 
 
-@st.composite
-def logit_pairs(draw):
-    """(z, z', T, δ): training and inference logits with ‖z' − z‖∞ ≤ δ."""
-    vocab = draw(st.sampled_from([2, 3, 5, 17, 100, 1000, 30_000, 100_000]))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
-    T = draw(st.sampled_from([0.05, 0.1, 0.5, 1.0, 2.0, 20.0]) | st.floats(0.05, 20.0))
-    delta = draw(st.sampled_from([0.0, 1e-6, 1e-3, 0.02, 0.5, 3.0, 20.0]) | st.floats(0, 20))
-    kind = draw(st.sampled_from(["normal", "two_point", "huge", "ties", "peaked"]))
-    scale = draw(st.sampled_from([0.1, 1.0, 5.0, 30.0]))
-    if kind == "normal":
-        z = rng.normal(0.0, scale, vocab)
-    elif kind == "two_point":
-        z = np.where(rng.random(vocab) < draw(st.floats(0.0, 1.0)), scale, -scale)
-    elif kind == "huge":
-        z = rng.normal(0.0, 1.0, vocab)
-        z[rng.integers(vocab)] = draw(st.sampled_from([50.0, 200.0, 1000.0]))
-    elif kind == "ties":
-        z = np.full(vocab, 1.0) + rng.normal(0.0, 1e-9, vocab)
-    else:
-        z = -scale * np.arange(vocab, dtype=np.float64) / max(vocab - 1, 1) * 10
-    pattern = draw(st.sampled_from(["uniform", "signs", "one_hot", "aligned"]))
-    if pattern == "uniform":
-        d = rng.uniform(-delta, delta, vocab)
-    elif pattern == "signs":
-        d = np.where(rng.random(vocab) < 0.5, delta, -delta)
-    elif pattern == "one_hot":
-        d = np.zeros(vocab)
-        d[rng.integers(vocab)] = delta if rng.random() < 0.5 else -delta
-    else:  # raise the likely tokens, lower the rest: the extremal tilt direction
-        d = np.where(z >= np.median(z), delta, -delta)
-    return z, z + d, T, delta
+def logit_pairs():
+    """(z, z', T, δ) with ‖z' − z‖∞ ≤ δ, vocabularies up to 100,000 (``strategies``)."""
+    return strategies.logit_pairs(
+        [2, 3, 5, 17, 100, 1000, 30_000, 100_000],
+        ([0.05, 0.1, 0.5, 1.0, 2.0, 20.0], (0.05, 20.0)),
+        ([0.0, 1e-6, 1e-3, 0.02, 0.5, 3.0, 20.0], (0, 20)),
+    )
 
 
 @settings(max_examples=300, deadline=None)
