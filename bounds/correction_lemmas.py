@@ -47,6 +47,7 @@ from bounds.corrections import (
     tis_small_cap_tv,
 )
 from bounds.lemma import SYMBOLS, Lemma, Witness
+from bounds.sequence import sequence_tv_bound
 from bounds.token import kl_tilt_sup, tilt_pair
 
 __all__ = ["CORRECTION_LEMMAS"]
@@ -64,9 +65,7 @@ def _seq_forms(small: bool) -> sympy.Expr:
     (coupling at ε = tanh(s/4), Pinsker and Bretagnolle–Huber at κ = the tilt KL), and for
     c > 1 the KL form k_c·L·κ."""
     k = kl_tilt_sup(s)
-    tv_l = sympy.Min(
-        1 - (1 - sympy.tanh(s / 4)) ** L, sympy.sqrt(L * k / 2), sympy.sqrt(1 - sympy.exp(-L * k))
-    )
+    tv_l = sequence_tv_bound(sympy.tanh(s / 4), k, L)
     if small:
         return sympy.Min(seq_tis_ratio(L * s, c, small), 1 - c + c * tv_l)
     return sympy.Min(seq_tis_ratio(L * s, c, small), tv_l, seq_tis_kl(L * k, kl_iterate(c)))

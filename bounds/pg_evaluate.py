@@ -18,6 +18,7 @@ import sympy
 from bounds import corrections as C
 from bounds._evaluate import evaluate
 from bounds.rl import mis_drift, tis_drift
+from bounds.sequence import sequence_tv_bound
 from bounds.token import kl_tilt_sup
 
 __all__ = ["pg_bias_bound", "pg_bias_supremum"]
@@ -62,11 +63,7 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
             return sympy.Integer(1)
         small = c <= 1
         k = kl_tilt_sup(_s)
-        tv_l = sympy.Min(
-            1 - (1 - sympy.tanh(_s / 4)) ** L,
-            sympy.sqrt(L * k / 2),
-            sympy.sqrt(1 - sympy.exp(-L * k)),
-        )
+        tv_l = sequence_tv_bound(sympy.tanh(_s / 4), k, L)
         forms = [C.seq_tis_ratio(L * _s, c, small), C.seq_tis_tv(tv_l, c, small)]
         if not small:
             forms.append(C.seq_tis_kl(L * k, sympy.Rational(C.kl_anchor(c))))

@@ -31,7 +31,7 @@ from bounds import measure
 from bounds.lemma import SYMBOLS, Lemma, Witness
 from bounds.token import kl_tilt_sup
 
-__all__ = ["SEQUENCE_LEMMAS", "best_iid_witness", "sequence_routes"]
+__all__ = ["SEQUENCE_LEMMAS", "best_iid_witness", "sequence_routes", "sequence_tv_bound"]
 
 eps, kappa, r, L = SYMBOLS["eps"], SYMBOLS["kappa"], SYMBOLS["r"], SYMBOLS["L"]
 
@@ -49,6 +49,12 @@ def sequence_routes(
         routes["sequence_tv_pinsker"] = sympy.sqrt(L_ * kappa_ / 2)
         routes["sequence_tv_bretagnolle_huber"] = sympy.sqrt(1 - sympy.exp(-L_ * kappa_))
     return routes
+
+
+def sequence_tv_bound(eps_: sympy.Expr, kappa_: sympy.Expr, L_: sympy.Expr) -> sympy.Expr:
+    """The tightest sequence-TV route from a per-token TV ``eps_`` and KL ``kappa_``: the
+    minimum of the coupling, Pinsker and Bretagnolle–Huber routes."""
+    return sympy.Min(*sequence_routes(eps_, kappa_, None, L_).values())
 
 
 def _tilted(p: float, s: float) -> float:
