@@ -1,10 +1,14 @@
 """Benchmarks of full-vocabulary measurement, and the table of measured divergence by preset.
 
     python bench/bench_measure.py throughput [--tokens 4096] [--vocab 32768] [--repeat 5]
+                                             [--drift 0.01]
     python bench/bench_measure.py table [--prompts 64] [--new-tokens 64]
 
-``throughput`` times ``kernels._measure.measure`` (JAX) on random logits against, in the same
-run and interleaved (so load from other processes hits all alike; best of ``--repeat``):
+``throughput`` times ``kernels.measure`` on random logits (z' = z + drift·N(0, 1)) on both of
+its paths, ``impl="cpu"`` (the host's compiled pass, ``kernels.measure_cpu``: the default on a
+one-CPU-device machine) and ``impl="jax"`` (the XLA program of ``kernels.measure_fused``),
+against, in the same run and interleaved (so load from other processes hits all alike; best of
+``--repeat``):
 
 - the machine's read bandwidth: the fastest of three passes that read the same two arrays once
   and do the least arithmetic per byte (a jitted row maximum and row sum, the runtime and
@@ -17,13 +21,13 @@ run and interleaved (so load from other processes hits all alike; best of ``--re
 - the straightforward numpy implementation (``measure_numpy`` in float32, over blocks of rows so
   its temporaries fit in memory), once.
 
-It prints wall and CPU seconds (all threads), the measurement's bytes of logits read per second
-as a share of the read bandwidth, and a floor argument: the operations per pair of logits counted
-from the compiled program (``count_ops``: exponentials, elementwise operations and reduction
-steps), the operation rate the measurement and the floor loop reached, what a 25 % share would
-need as a share of the cores' peak, and the share of the read bandwidth that the counted
-operations allow at the floor loop's rate and at the cores' peak; and the load average before
-and after.
+It prints wall and CPU seconds (all threads), each path's bytes of logits read per second as a
+share of the read bandwidth, how far the two paths' divergences differ, and for the XLA path a
+floor argument: the operations per pair of logits counted from the compiled program
+(``count_ops``: exponentials, elementwise operations and reduction steps), the operation rate
+it and the floor loop reached, what a 25 % share would need as a share of the cores' peak, and
+the share of the read bandwidth that the counted operations allow at the floor loop's rate and
+at the cores' peak; and the load average before and after.
 
 ``table`` runs the shipped policy through K_train = fp32 and K_inf = each preset (the
 ``emulate`` evidence path) and prints a Markdown table of drift, TV and |log ratio| quantiles.
@@ -137,7 +141,7 @@ def _clock_hz() -> float:
     return 0.0
 
 
-def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
+def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int, drift: float) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -145,7 +149,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
 
     rng = np.random.default_rng(0)
     z = (rng.standard_normal((tokens, vocab), np.float32) * 3).astype(np.float32)
-    zp = z + (rng.standard_normal((tokens, vocab), np.float32) * 0.01).astype(np.float32)
+    zp = z + (rng.standard_normal((tokens, vocab), np.float32) * drift).astype(np.float32)
     y = rng.integers(0, vocab, tokens)
     logit_bytes = z.nbytes + zp.nbytes
     pairs = z.size
@@ -162,8 +166,19 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
         "read: jitted row sum": lambda: jax.block_until_ready(row_sum(zj, zpj)),
         "read: numpy max": lambda: (z.max(), zp.max()),
         "floor: 2 exp per pair, summed": lambda: jax.block_until_ready(two_exp(zj, zpj)),
-        "kernels._measure (jax)": lambda: jax.block_until_ready(measure(zj, zpj, yj, 1.0)),
+        "kernels.measure, impl=jax": lambda: jax.block_until_ready(
+            measure(zj, zpj, yj, 1.0, impl="jax")
+        ),
+        "kernels.measure, impl=cpu": lambda: jax.block_until_ready(
+            measure(zj, zpj, yj, 1.0, impl="cpu")
+        ),
     }
+    host = measure(zj, zpj, yj, 1.0, impl="cpu")
+    xla = measure(zj, zpj, yj, 1.0, impl="jax")
+    agree = max(  # the two paths' largest relative difference on the divergences
+        float(np.max(np.abs(np.asarray(host[k]) - np.asarray(xla[k])) / np.abs(np.asarray(xla[k]))))
+        for k in ("tv", "kl_train_inf", "kl_inf_train")
+    )
     for fn in fns.values():
         fn()  # compile
     wall, cpu, _ = interleaved(fns, repeat)
@@ -178,10 +193,12 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
 
     read_name = min((k for k in fns if k.startswith("read")), key=wall.get)
     read_bw = logit_bytes / wall[read_name]
-    t_jax = wall["kernels._measure (jax)"]
+    t_jax = wall["kernels.measure, impl=jax"]
+    t_cpu = wall["kernels.measure, impl=cpu"]
     print(
         f"full-vocabulary measurement, {tokens} tokens x {vocab} vocab "
-        f"(float32 logits, {logit_bytes / 1e9:.2f} GB), best of {repeat}, interleaved"
+        f"(float32 logits, {logit_bytes / 1e9:.2f} GB, drift {drift} x N(0, 1)), "
+        f"best of {repeat}, interleaved"
     )
     print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}")
     print(f"  {'':32s} {'wall s':>8s} {'cpu s':>8s} {'GB/s':>8s} {'of read':>8s}")
@@ -191,10 +208,13 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
             f"  {name:32s} {wall[name]:8.3f} {cpu[name]:8.3f} {gbs / 1e9:8.2f} {gbs / read_bw:8.1%}"
         )
     print(f"  machine read bandwidth ({read_name}): {read_bw / 1e9:.2f} GB/s")
-    print(f"  share of read bandwidth, kernels._measure: {logit_bytes / t_jax / read_bw:.1%}")
-    print(f"  kernels._measure: {tokens / t_jax:,.0f} tokens/s")
+    for name, t in (("cpu", t_cpu), ("jax", t_jax)):
+        print(
+            f"  impl={name}: {logit_bytes / t / read_bw:.1%} of the read bandwidth, "
+            f"{tokens / t:,.0f} tokens/s, {t_np / t:.1f} x numpy"
+        )
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
-    print(f"  speed-up jax / numpy: {t_np / t_jax:.2f} x")
+    print(f"  impl=cpu / impl=jax: {t_jax / t_cpu:.2f} x faster; divergences agree to {agree:.1e}")
     from kernels._measure import _compiled
 
     block = 8  # measure()'s default
@@ -204,7 +224,8 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     dearest = count_ops(hlo, tokens, vocab, block, dearest=True)
     ops = work["total"]
     print(
-        f"  work per pair of logits (counted from the compiled program, on the path of these "
+        f"  impl=jax, work per pair of logits (counted from the compiled program, on the path of "
+        f"these "
         f"logits, every |u| < 1/2): {work['exponentials']} exponential(s) x {OPS_PER_EXP} + "
         f"{work['elementwise']} elementwise + {work['reductions']} reduction steps = {ops} "
         f"vector-lane operations; {work['arrays']} arrays of {block} x {vocab} written per "
@@ -217,7 +238,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int) -> None:
     peak = PEAK_OPS_PER_CYCLE * _clock_hz() * (os.cpu_count() or 1)
     print(
         f"  reached: {pairs * ops / t_jax / 1e9:.1f} G operations/s wall, "
-        f"{pairs * ops / cpu['kernels._measure (jax)'] / 1e9:.1f} G per CPU-second; the floor "
+        f"{pairs * ops / cpu['kernels.measure, impl=jax'] / 1e9:.1f} G per CPU-second; the floor "
         f"loop ({floor_ops} operations per pair) {rate / 1e9:.1f} G operations/s wall"
     )
     need = 0.25 * read_bw / (logit_bytes / pairs) * ops
@@ -301,6 +322,7 @@ def main(argv=None) -> int:
     t.add_argument("--vocab", type=int, default=32768)
     t.add_argument("--repeat", type=int, default=5)
     t.add_argument("--numpy-rows", type=int, default=256)
+    t.add_argument("--drift", type=float, default=0.01, help="std of z' - z (default 0.01)")
     b = sub.add_parser("table")
     b.add_argument("--prompts", type=int, default=64)
     b.add_argument("--new-tokens", type=int, default=64)
@@ -308,7 +330,7 @@ def main(argv=None) -> int:
     b.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args(argv)
     if args.cmd == "throughput":
-        throughput(args.tokens, args.vocab, args.repeat, args.numpy_rows)
+        throughput(args.tokens, args.vocab, args.repeat, args.numpy_rows, args.drift)
     else:
         table(args.prompts, args.new_tokens, args.seed, args.temperature)
     return 0

@@ -33,8 +33,12 @@ towards the masking kernel +inf, and its TV share is its whole probability. ``lo
 NaN when both kernels mask the observed token. A row whose logits are all −inf has no
 distribution: its divergences are NaN.
 
-Rows are processed in blocks (a loop over row blocks, each block's vocabulary in cache); with
-several devices the token axis is sharded across them (``jax.shard_map``).
+Two paths compute the same formulas. The XLA program (``impl="jax"``) processes rows in blocks
+(a loop over row blocks, each block's vocabulary in cache); it runs inside a caller's ``jax.jit``
+and, with several devices, shards the token axis across them (``jax.shard_map``). On a machine
+whose one device is a CPU, arrays take the host pass (``impl="cpu"``, ``kernels.measure_cpu``):
+one loop nest per row compiled for the cores, which reads each row from memory once where XLA's
+CPU code runs every reduction as its own loop (about 2.5 times faster at 4096 x 32768).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from jaxtyping import Array, Float, Int
 from kernels.columns import MEASURED_COLUMNS
 from kernels.measure_fused import block_metrics, centred_drift, row_maxima
 
-__all__ = ["COLUMNS", "TRACES", "measure", "measure_numpy"]
+__all__ = ["COLUMNS", "IMPLS", "TRACES", "measure", "measure_numpy"]
 
 COLUMNS = MEASURED_COLUMNS
 
@@ -185,12 +189,16 @@ _CPU_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
 
 
 @functools.cache
-def _compiled(devices: tuple, block: int):
+def _compiled(devices: tuple, block: int, nested: bool = False):
+    """The measurement program; ``nested``: traced inside a caller's ``jax.jit``, whose
+    compile options apply (a nested jit takes none)."""
+
     def run(z, zp, y, inv_t):
         TRACES["measure"] += 1
         return _all_blocks(z, zp, y, inv_t, block)
 
-    options = _CPU_OPTIONS if all(d.platform == "cpu" for d in devices) else None
+    cpu = all(d.platform == "cpu" for d in devices)
+    options = _CPU_OPTIONS if cpu and not nested else None
     if len(devices) == 1:
         return jax.jit(run, compiler_options=options)
     mesh = Mesh(np.array(devices), ("tokens",))
@@ -207,6 +215,9 @@ def _compiled(devices: tuple, block: int):
     )
 
 
+IMPLS = ("auto", "jax", "cpu")
+
+
 def measure(
     z_train: Float[Array, "tokens vocab"],
     z_inf: Float[Array, "tokens vocab"],
@@ -215,16 +226,44 @@ def measure(
     *,
     devices=None,
     block: int = 8,
+    impl: str = "auto",
 ) -> dict[str, Float[Array, " tokens"]]:
     """Per-token metrics (``COLUMNS``) of two kernels' logits for the same positions.
 
-    ``devices``: the devices to shard the token axis over (default: all local devices).
-    Shapes and ``block`` select the compiled program; the temperature is a traced argument,
-    so new temperatures do not recompile.
+    ``impl``: ``"jax"`` runs the fused pass of ``kernels.measure_fused`` as one XLA program
+    (jit-compatible; shards the token axis over ``devices``, default all local devices);
+    ``"cpu"`` runs the same pass compiled for the host's cores (``kernels.measure_cpu``; arrays
+    only, no tracers), recomputing on the JAX path the rows that it flags (log-domain rows, NaN,
+    no finite maximum); ``"auto"`` (default) takes ``"cpu"`` for arrays when the one device is
+    a CPU, ``"jax"`` for traced values and for several devices (sharded). Shapes and ``block``
+    select the compiled JAX program; the temperature is a traced argument, so new temperatures
+    do not recompile.
     """
-    z_train = jnp.asarray(z_train, jnp.float32)
-    z_inf = jnp.asarray(z_inf, jnp.float32)
-    tokens = jnp.asarray(tokens, jnp.int32)
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    traced = any(isinstance(x, jax.core.Tracer) for x in (z_train, z_inf, tokens))
+    devices = tuple(jax.local_devices() if devices is None else devices)
+    if impl == "cpu" and traced:
+        raise ValueError("impl='cpu' measures arrays, not traced values: use impl='jax'")
+    host = impl == "cpu" or (
+        impl == "auto" and not traced and len(devices) == 1 and devices[0].platform == "cpu"
+    )
+    if not host:
+        return _measure_jax(z_train, z_inf, tokens, temperature, devices, block)
+    z_train, z_inf, tokens = (np.asarray(x) for x in (z_train, z_inf, tokens))
+    _check(z_train, z_inf, tokens, temperature)
+    from kernels.measure_cpu import measure_rows
+
+    table, redo = measure_rows(z_train, z_inf, tokens, np.float32(1.0 / temperature))
+    if redo.any():
+        rows = np.flatnonzero(redo)
+        again = _measure_jax(z_train[rows], z_inf[rows], tokens[rows], temperature, devices, block)
+        for i, k in enumerate(COLUMNS):
+            table[rows, i] = np.asarray(again[k])
+    return {k: jnp.asarray(table[:, i]) for i, k in enumerate(COLUMNS)}
+
+
+def _check(z_train, z_inf, tokens, temperature) -> None:
     if z_train.ndim != 2 or z_train.shape != z_inf.shape or tokens.shape != z_train.shape[:1]:
         raise ValueError(
             f"expected z_train and z_inf [tokens, vocab] and tokens [tokens]; got "
@@ -236,19 +275,27 @@ def measure(
     if vocab < 1:
         raise ValueError("the vocabulary is empty")
     if not isinstance(tokens, jax.core.Tracer) and tokens.size:
-        lo, hi = int(jnp.min(tokens)), int(jnp.max(tokens))
+        lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= vocab:
             raise ValueError(f"token ids must lie in [0, {vocab}), got [{lo}, {hi}]")
+
+
+def _measure_jax(z_train, z_inf, tokens, temperature, devices, block):
+    z_train = jnp.asarray(z_train, jnp.float32)
+    z_inf = jnp.asarray(z_inf, jnp.float32)
+    tokens = jnp.asarray(tokens, jnp.int32)
+    _check(z_train, z_inf, tokens, temperature)
     if z_train.shape[0] == 0:
         return {k: jnp.zeros((0,), jnp.float32) for k in COLUMNS}
-    devices = tuple(jax.local_devices() if devices is None else devices)
     n = z_train.shape[0]
     pad = (-n) % len(devices)
     if pad:
         z_train = jnp.pad(z_train, ((0, pad), (0, 0)))
         z_inf = jnp.pad(z_inf, ((0, pad), (0, 0)))
         tokens = jnp.pad(tokens, (0, pad))
-    out = _compiled(devices, block)(z_train, z_inf, tokens, jnp.float32(1.0 / temperature))
+    nested = any(isinstance(x, jax.core.Tracer) for x in (z_train, z_inf, tokens))
+    run = _compiled(devices, block, nested)
+    out = run(z_train, z_inf, tokens, jnp.float32(1.0 / temperature))
     return {k: v[:n] for k, v in out.items()} if pad else out
 
 

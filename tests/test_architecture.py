@@ -31,7 +31,11 @@ SOLE_IMPORTER = {
     "cvc5": "verify",
     "flax": "kernels",
     "jax.experimental.pallas": "kernels",
+    "numba": "kernels",
+    "llvmlite": "kernels",
 }
+# third-party module -> the only module of that package allowed to import it
+SOLE_MODULE = {"numba": "kernels/measure_cpu.py", "llvmlite": "kernels/measure_cpu.py"}
 
 
 def _modules(package: str) -> list[pathlib.Path]:
@@ -172,6 +176,17 @@ def test_heavy_dependency_has_one_importer(module):
                 if name == module or name.startswith(module + "."):
                     bad.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
     assert bad == []
+
+
+@pytest.mark.parametrize("module", sorted(SOLE_MODULE))
+def test_compiler_dependency_has_one_module(module):
+    owner = ROOT / SOLE_MODULE[module]
+    found = []
+    for path in _modules(SOLE_IMPORTER[module]):
+        for name, _ in _imports(path):
+            if name == module or name.startswith(module + "."):
+                found.append(path)
+    assert found and set(found) == {owner}, found
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -1,6 +1,7 @@
-"""The fused measurement pass (kernels.measure_fused) and its log-domain fallback, against a
-float64 reference (and 40-digit arithmetic where float64 itself cancels), with and without jit:
-ties, masked (−inf) tokens, a large common drift, chunked argmax, overlapping row blocks."""
+"""The fused measurement pass (kernels.measure_fused, and its compiled host twin
+kernels.measure_cpu) and its log-domain fallback, against a float64 reference (and 40-digit
+arithmetic where float64 itself cancels), with and without jit: ties, masked (−inf) tokens, a
+large common drift, chunked argmax, overlapping row blocks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from kernels._measure import COLUMNS, measure
+from kernels.measure_cpu import measure_rows
 from kernels.measure_fused import EXTREME_U, SERIES_BELOW, block_metrics, phi_series
 
 
@@ -79,11 +81,22 @@ def _fused(z, zp, y, temperature):
     return _FUSED(jnp.asarray(z), jnp.asarray(zp), jnp.asarray(y, jnp.int32), 1.0 / temperature)
 
 
-def _table(z, zp, y, temperature):
-    """``measure`` on 6 rows x 128 logits in blocks of 4: the last block starts at row 2 and
-    rewrites rows 2 and 3 (one compiled program for every test that uses it)."""
+def _host(z, zp, y, temperature):
+    """The host pass alone, its ``extreme`` the rows it leaves to the JAX path."""
+    table, redo = measure_rows(z, zp, y, np.float32(1.0 / temperature))
+    return {**{k: table[:, i] for i, k in enumerate(COLUMNS)}, "extreme": redo}
+
+
+PASSES = pytest.mark.parametrize("fused", [_fused, _host], ids=["jax", "cpu"])
+IMPLS = pytest.mark.parametrize("impl", ["jax", "cpu"])
+
+
+def _table(z, zp, y, temperature, impl):
+    """``measure`` on 6 rows x 128 logits, in blocks of 4 on the JAX path: the last block starts
+    at row 2 and rewrites rows 2 and 3 (one compiled program for every test that uses it)."""
     assert z.shape == (6, 128)
-    return {k: np.asarray(v) for k, v in measure(z, zp, y, temperature, block=4).items()}
+    out = measure(z, zp, y, temperature, block=4, impl=impl)
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 def test_phi_series_truncation_and_float32_rounding():
@@ -98,17 +111,19 @@ def test_phi_series_truncation_and_float32_rounding():
 
 
 @pytest.mark.parametrize(("vocab", "drift", "temperature"), [(384, 0.05, 1.0), (300, 0.7, 0.6)])
-def test_fused_block_matches_float64(vocab, drift, temperature):
+@PASSES
+def test_fused_block_matches_float64(vocab, drift, temperature, fused):
     """Both branches of ψ (|u| below and above ½), several 128-logit chunks (384) and a
     vocabulary that 128 does not divide (300)."""
     rng = np.random.default_rng(vocab)
     z, zp, y = _pair(rng, 6, vocab, drift)
-    got = _fused(z, zp, y, temperature)
+    got = fused(z, zp, y, temperature)
     assert not np.asarray(got.pop("extreme")).any()
     _assert_close(got, _reference(z, zp, y, temperature), temperature)
 
 
-def test_ties_pick_the_first_index_across_and_within_chunks():
+@PASSES
+def test_ties_pick_the_first_index_across_and_within_chunks(fused):
     z = np.zeros((6, 384), np.float32)
     zp = z.copy()
     z[0, [5, 300]] = 4.0  # tie across chunks: index 5 wins; z' breaks it the other way
@@ -120,13 +135,14 @@ def test_ties_pick_the_first_index_across_and_within_chunks():
     z[3] = np.linspace(-1, 1, 384)  # distinct values: a margin of one step
     zp[3] = z[3]
     y = np.array([5, 131, 0, 10, 0, 0])
-    got = {k: np.asarray(v) for k, v in _fused(z, zp, y, 1.0).items()}
+    got = {k: np.asarray(v) for k, v in fused(z, zp, y, 1.0).items()}
     np.testing.assert_array_equal(got["top1_flip"], [1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
     np.testing.assert_allclose(got["margin"], [0.0, 0.0, 1.0, z[3, -1] - z[3, -2], 0.0, 0.0])
     _assert_close(got, _reference(z, zp, y, 1.0), 1.0)
 
 
-def test_masked_tokens():
+@IMPLS
+def test_masked_tokens(impl):
     """−inf on both sides drops the token; on one side the KL towards that kernel is +inf, and
     the other columns are summed directly (about 1e-6 absolute: rows 1, 2 and 4)."""
     rng = np.random.default_rng(5)
@@ -140,7 +156,7 @@ def test_masked_tokens():
     y[0] = 3
     z[5], zp[5], y[5] = z[0], zp[0], y[0]  # row 0 again, its masked tokens at −1e4 both sides
     z[5, 10:20] = zp[5, 10:20] = -1e4
-    got = _table(z, zp, y, 0.8)
+    got = _table(z, zp, y, 0.8, impl)
     want = _reference(z, zp, y, 0.8)
     exact, direct = [0, 3, 5], [1, 2, 4]
     _assert_close(
@@ -179,27 +195,30 @@ def _exact(z, zp, temperature):
     }
 
 
-def test_large_common_drift_with_tiny_differences_stays_accurate():
+@PASSES
+def test_large_common_drift_with_tiny_differences_stays_accurate(fused):
     """Δ = 0.75 + noise of 1e-6: the divergences come from the noise alone; the shift by the
     top token's drift is exact, so they keep their relative accuracy (40-digit reference)."""
     rng = np.random.default_rng(9)
     z = (rng.normal(size=(6, 384)) * 2).astype(np.float32)
     zp = (z + 0.75 + rng.normal(size=z.shape) * 1e-6).astype(np.float32)
-    got = {k: np.asarray(v, np.float64) for k, v in _fused(z, zp, np.zeros(6, int), 0.9).items()}
+    got = {k: np.asarray(v, np.float64) for k, v in fused(z, zp, np.zeros(6, int), 0.9).items()}
     for i in range(3):
         for key, value in _exact(z[i], zp[i], 0.9).items():
             assert abs(got[key][i] - float(value)) <= 5e-6 * float(value), (key, i)
 
 
-def test_extreme_rows_are_flagged_and_recomputed_in_the_log_domain():
+@IMPLS
+def test_extreme_rows_are_flagged_and_recomputed_in_the_log_domain(impl):
     rng = np.random.default_rng(2)
     z, zp, y = _pair(rng, 6, 128, 0.01)
     zp[1, 3] = z[1, 3] + 40.0  # u far above the fast path's range
     zp[4] = z[4] + 0.5 * rng.normal(size=128) + 35.0 * (np.arange(128) == 9)
-    flags = np.asarray(jax.jit(block_metrics)(z, zp, jnp.asarray(y), 1.0)["extreme"])
+    fused = _fused if impl == "jax" else _host
+    flags = np.asarray(fused(z, zp, y, 1.0)["extreme"])
     np.testing.assert_array_equal(flags, [False, True, False, False, True, False])
     assert EXTREME_U < 40.0 - 1.0
-    _assert_close(_table(z, zp, y, 1.0), _reference(z, zp, y, 1.0), 1.0)
+    _assert_close(_table(z, zp, y, 1.0, impl), _reference(z, zp, y, 1.0), 1.0)
 
 
 def test_without_jit_every_path_agrees_with_jit():
@@ -213,13 +232,19 @@ def test_without_jit_every_path_agrees_with_jit():
     zp[1, 5] = z[1, 5] + 45.0
     zp[2, 6] = -np.inf
     z[3, 7] = zp[3, 7] = -np.inf
-    jitted = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.7).items()}
+    jitted = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.7, impl="jax").items()}
     with jax.disable_jit():
-        eager = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.7).items()}
+        eager = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.7, impl="jax").items()}
     for key in COLUMNS:
         np.testing.assert_allclose(eager[key], jitted[key], rtol=1e-5, atol=2e-7, err_msg=key)
     _assert_close(jitted, _reference(z, zp, y, 0.7), 0.7, rtol=1e-4, atol=2e-6)
     assert jitted["top1_flip"][0] == 0 and jitted["margin"][0] == 0
+    # the host pass, its rows 1 and 2 recomputed on the JAX path
+    assert list(np.flatnonzero(_host(z, zp, y, 0.7)["extreme"])) == [1, 2]
+    host = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.7, impl="cpu").items()}
+    _assert_close(host, _reference(z, zp, y, 0.7), 0.7, rtol=1e-4, atol=2e-6)
+    for key in COLUMNS:
+        np.testing.assert_array_equal(host[key][1:3], jitted[key][1:3], err_msg=key)
 
 
 def test_compiled_pass_exponentials_per_logit_pair(monkeypatch):
