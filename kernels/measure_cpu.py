@@ -1,33 +1,36 @@
 """Full-vocabulary measurement on the CPU: the fused pass of ``kernels.measure_fused`` as one
-loop nest compiled by Numba, each row's vocabulary kept in the core's cache between its passes.
+loop nest per row compiled by Numba, the row kept in the core's cache between its sweeps.
 
 XLA's CPU code runs every reduction of the fused pass as its own loop over an array written for
 it (eight such arrays per row block), which holds the JAX pass to about a seventh of the memory's
-read bandwidth. Here each row is read from memory once and swept four times while it sits in
-the core's L2 cache:
+read bandwidth. Here each row is read from memory once and swept three more times while it sits
+in the core's L2 cache:
 
-1. the maximum of z, its first index i₁ and the runner-up, and the first argmax of z' (per
-   vector lane, then across lanes);
+1. the largest key (below) of z and of z' in each block of 256 logits; then, inside the winning
+   blocks only, the first index i₁ of the maximum of z, its runner-up and the first argmax of z';
 2. e = exp((z − max z)/T) (a vectorised exponential, below), S = Σ e, Σ e·(z − max z)/T, and the
-   centred drift w = d − d(i₁) (d = z' − z, both differences in float64, so w is the float32
-   rounding of the exact value: the role of the two-sum in the JAX pass), with Σ e·w, max w, min w;
-3. with c = Σ e·w/(S·T) and u = w/T − c: Σ e·φ(u), φ(u) = e^u − 1 − u (its series where every
-   |u| of the row is below ½, as in the JAX pass; otherwise the series or e^u − 1 − u per logit);
+   centred drift w = d − d(i₁) (d = z' − z) from float64 differences, whose rounding (2⁻⁵³ of
+   the logits) stands in for the JAX pass's two-sum, with Σ e·w, max w, min w;
+3. with c = Σ e·w/(S·T) and u = w/T − c: Σ e·φ(u), φ(u) = e^u − 1 − u, by the shortest series
+   that holds every |u| of the row (5 terms below 1/16, the JAX pass's 9 below ½), otherwise the
+   series or e^u − 1 − u per logit;
 4. with KL(π‖π') = log1p(Σ e·φ/S): Σ (−(eψ·e^{−KL} + e·expm1(−KL)))₊ (TV) and Σ eψ·u (Jeffreys),
    ψ = φ + u.
 
-The formulas, and so the accuracy, are those of the JAX pass (see ``kernels.measure_fused``);
-rows it would send to the log domain (u above ``EXTREME_U``, −inf on one side only), rows with a
-NaN or with no finite maximum are flagged for the caller to recompute on the JAX path.
+The formulas are those of the JAX pass (see ``kernels.measure_fused``); rows it would send to the
+log domain (u above ``EXTREME_U``, −inf on one side only), rows with a NaN and rows with no finite
+maximum are flagged for the caller to recompute on the JAX path.
 
-Rows run in parallel over Numba's threads; every reduction keeps sixteen lanes so the compiler
-vectorises it (float sums may be reassociated; no other fast-math assumption is made: −inf and
-NaN keep their meaning). This module is the project's only importer of Numba.
+Rows run in parallel over Numba's threads. Float sums may be reassociated, so that they
+vectorise; no other fast-math assumption is made (−inf and NaN keep their meaning). Float maxima
+do not vectorise: they are taken over int32 keys that order as the floats do. This module is
+the project's only importer of Numba.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
@@ -375,6 +378,11 @@ def _rows(z, zp, y, inv_t, out, chunks):
             _row(z[i], zp[i], y[i], inv_t, out[i], e, w, ephi, tops, tops_p)
 
 
+# one call at a time: Numba's portable thread pool (its fallback where no OpenMP or TBB runtime
+# is found) aborts the process when two threads launch parallel work at once
+_LAUNCH = threading.Lock()
+
+
 def measure_rows(z_train, z_inf, tokens, inv_t: float) -> tuple[np.ndarray, np.ndarray]:
     """The columns of ``kernels._measure.COLUMNS`` for every row, as a float32 [rows, 10] table,
     and the boolean mask of rows the caller must recompute on the JAX path."""
@@ -383,5 +391,6 @@ def measure_rows(z_train, z_inf, tokens, inv_t: float) -> tuple[np.ndarray, np.n
     y = np.ascontiguousarray(tokens, np.int64)
     out = np.empty((z.shape[0], 11), np.float32)
     chunks = max(1, min(z.shape[0], 8 * numba.get_num_threads()))
-    _rows(z, zp, y, np.float32(inv_t), out, chunks)
+    with _LAUNCH:
+        _rows(z, zp, y, np.float32(inv_t), out, chunks)
     return out[:, :10], out[:, 10] != 0
