@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import os
 import sys
 import zipfile
@@ -145,6 +146,25 @@ def _on_path(directory: str):
             sys.path.remove(directory)
 
 
+def _forget_other_copy(top: str, directory: str) -> None:
+    """Drop a cached module ``top`` (and its submodules) imported from another place when
+    ``directory`` holds its own: two contracts in two folders may each ship a ``model.py``, and
+    each must get its own. Functions already taken from the other copy keep working."""
+    found = importlib.machinery.PathFinder.find_spec(top, [directory])
+    cached = sys.modules.get(top)
+    if found is None or cached is None:
+        return
+    spec = getattr(cached, "__spec__", None)
+    here = (found.origin, list(found.submodule_search_locations or ()))
+    there = (
+        getattr(spec, "origin", None),
+        list(getattr(spec, "submodule_search_locations", None) or ()),
+    )
+    if here != there:
+        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+            del sys.modules[name]
+
+
 def load_entry(model: str, directory: str) -> Callable:
     """The callable ``module:function`` names, imported with ``directory`` first on the path."""
     if ENTRY_POINT.match(model) is None:
@@ -153,6 +173,7 @@ def load_entry(model: str, directory: str) -> Callable:
         )
     module_name, attr = model.split(":")
     try:
+        _forget_other_copy(module_name.split(".")[0], directory)
         with _on_path(directory):
             module = importlib.import_module(module_name)
     except Exception as err:  # the user's module may fail in any way while it is imported

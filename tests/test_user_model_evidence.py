@@ -172,6 +172,31 @@ def test_prompt_windows_outside_the_vocabulary_are_refused(folder):
     )
 
 
+def test_two_folders_with_a_module_of_the_same_name_each_get_their_own(tmp_path):
+    """A model module is imported from its contract's folder even when a module of that name
+    was imported before from another folder; both functions keep working afterwards."""
+    from kernels.user_model import load_entry
+
+    funcs = []
+    for value in (1, 2):
+        place = tmp_path / f"contract{value}"
+        (place / "pkg_for_tests").mkdir(parents=True)
+        (place / "pkg_for_tests" / "__init__.py").write_text("")
+        (place / "pkg_for_tests" / "lm.py").write_text(
+            f"def f(params, tokens):\n    return {value}\n"
+        )
+        (place / "twin_for_tests.py").write_text(f"def f(params, tokens):\n    return {value}\n")
+        funcs.append(
+            (
+                load_entry("twin_for_tests:f", str(place)),
+                load_entry("pkg_for_tests.lm:f", str(place)),
+            )
+        )
+    assert [(a(None, None), b(None, None)) for a, b in funcs] == [(1, 1), (2, 2)]
+    # the same folder again: the module already imported from it is reused
+    assert load_entry("twin_for_tests:f", str(tmp_path / "contract2")) is funcs[1][0]
+
+
 # ------------------------------------------------------------------------ measuring
 
 
