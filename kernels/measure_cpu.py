@@ -8,7 +8,8 @@ in the core's L2 cache:
 
 1. the largest key (below) of z and of z' in each block of 256 logits; then, inside the winning
    blocks only, the first index i₁ of the maximum of z, its runner-up and the first argmax of z';
-2. e = exp((z − max z)/T) (a vectorised exponential, below), S = Σ e, Σ e·(z − max z)/T, and the
+2. e = exp((z − max z)/T) (a vectorised exponential, below), S = Σ e and its part below the
+   maximum (for log S, see ``kernels.measure_fused``), Σ e·(z − max z)/T, and the
    centred drift w = d − d(i₁) (d = z' − z) from float64 differences, whose rounding (2⁻⁵³ of
    the logits) stands in for the JAX pass's two-sum, with Σ e·w, max w, min w;
 3. with c = Σ e·w/(S·T) and u = w/T − c: Σ e·φ(u), φ(u) = e^u − 1 − u, by the shortest series
@@ -291,6 +292,7 @@ def _row(z, zp, y, inv_t, out, e, w, ephi, tops, tops_p):
 
     # e = exp((z − max z)/T), w = d − d(i₁), Σ e, Σ e·w, Σ e·(z − max z)/T, max w, min w
     s = _ZERO
+    s_low = _ZERO
     sw = _ZERO
     st = _ZERO
     w_hi = _LOWEST
@@ -308,6 +310,7 @@ def _row(z, zp, y, inv_t, out, e, w, ephi, tops, tops_p):
         w_hi = kw if kw > w_hi else w_hi
         w_lo = kw if kw < w_lo else w_lo
         s += ej
+        s_low += ej if t < _ZERO else _ZERO
         sw += ej * wj
         st += ej * t if ej > _ZERO else _ZERO
     w_hi, w_lo = _unkey(w_hi), _unkey(w_lo)
@@ -356,7 +359,8 @@ def _row(z, zp, y, inv_t, out, e, w, ephi, tops, tops_p):
     out[5] = kl_pq - (w[y] * inv_t - c)
     out[6] = _ONE if i1 != j1 else _ZERO
     out[7] = zmax - runner
-    out[8] = np.float32(math.log(s)) - st / s
+    n_top = round(s - s_low)  # logits at the maximum: log S = log n + log1p(S₋/n) keeps S₋
+    out[8] = np.float32(math.log(n_top) + math.log1p(s_low / n_top)) - st / s
     out[9] = e[y] / s
     out[10] = _ONE if nan or extreme or not math.isfinite(zmax) else _ZERO
     if z[y] == _NEG_INF and zp[y] == _NEG_INF:

@@ -15,7 +15,10 @@ z, w = d − d(i₁) (from the exact difference, see ``centred_drift``), a = z/T
   TV = Σ π·(−expm1(r))₊ = Σ (−(eψ·e^{−KL} + e·expm1(−KL)))₊ / S;
 - KL(π'‖π) = E_π[ψ·u]·e^{−KL(π‖π')} − KL(π‖π') (Jeffreys' divergence E_π[ψ u]·e^{−KL} less
   one direction);
-- entropy = log S − Σ e·(z − max z)/T / S.
+- entropy = log S − Σ e·(z − max z)/T / S, with log S = log n + log1p(S₋/n), S₋ the sum of
+  e below the maximum and n = S − S₋ the number of logits at it (an integer, recovered exactly
+  by rounding): for a peaked row S = 1 + S₋ with S₋ tiny, and log S taken from the rounded S
+  would lose S₋ (the entropy, then of the order of S₋, with it).
 
 Every sum is over a difference that is exact or relatively accurate (w, z − max z), so the
 divergences keep their relative accuracy when the drift is tiny, even under a large common
@@ -43,6 +46,7 @@ __all__ = [
     "SERIES_BELOW",
     "block_metrics",
     "centred_drift",
+    "log_mass",
     "phi_series",
     "row_maxima",
 ]
@@ -61,6 +65,13 @@ def phi_series(u: Float[Array, ...]) -> Float[Array, ...]:
     for coef in reversed(_INV_FACT[:-1]):
         acc = coef + u * acc
     return u * u * acc
+
+
+def log_mass(s, s_low):
+    """log S from S = Σ e and S₋ = Σ e below the maximum (e = 1 at it): log n + log1p(S₋/n),
+    n = round(S − S₋) the number of logits at the maximum (exact while S < 2²³)."""
+    n = jnp.round(s - s_low)
+    return jnp.log(n) + jnp.log1p(s_low / n)
 
 
 def _loop(x):
@@ -132,8 +143,10 @@ def block_metrics(
     w_hi, w_lo = jnp.max(w, axis=1), jnp.min(w, axis=1)
     hi, lo = w_hi + pivot[:, 0], w_lo + pivot[:, 0]
 
-    e = _loop(jnp.exp(z * inv_t - (zmax * inv_t)[:, None]))
+    t = z * inv_t - (zmax * inv_t)[:, None]
+    e = _loop(jnp.exp(t))
     s = jnp.sum(e, axis=1)
+    s_low = jnp.sum(_loop(jnp.where(t < 0, e, 0.0)), axis=1)
     c = (jnp.sum(_loop(e * w), axis=1) / s * inv_t)[:, None]
     ez = jnp.sum(_loop(jnp.where(e > 0, e * (z - zmax[:, None]), 0.0)), axis=1) * inv_t
 
@@ -185,7 +198,7 @@ def block_metrics(
         "log_ratio": kl_pq - (w[rows, y] * inv_t - c[:, 0]),
         "top1_flip": (i1 != j1).astype(jnp.float32),
         "margin": zmax - runner_up,
-        "entropy": jnp.log(s) - ez / s,
+        "entropy": log_mass(s, s_low) - ez / s,
         "token_prob": e[rows, y] / s,
         "extreme": ~(max_u <= EXTREME_U) | ~(w_lo > -jnp.inf),
     }
