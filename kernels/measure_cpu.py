@@ -35,6 +35,7 @@ import threading
 
 import numba
 import numpy as np
+from jaxtyping import Bool, Float, Int
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
@@ -387,9 +388,14 @@ def _rows(z, zp, y, inv_t, out, chunks):
 _LAUNCH = threading.Lock()
 
 
-def measure_rows(z_train, z_inf, tokens, inv_t: float) -> tuple[np.ndarray, np.ndarray]:
-    """The columns of ``kernels._measure.COLUMNS`` for every row, as a float32 [rows, 10] table,
-    and the boolean mask of rows the caller must recompute on the JAX path."""
+def measure_rows(
+    z_train: Float[np.ndarray, "rows vocab"],
+    z_inf: Float[np.ndarray, "rows vocab"],
+    tokens: Int[np.ndarray, " rows"],
+    inv_t: float,
+) -> tuple[Float[np.ndarray, "rows 10"], Bool[np.ndarray, " rows"]]:
+    """The columns of ``kernels._measure.COLUMNS`` for every row (temperature 1/``inv_t``), as
+    a float32 table, and the mask of rows the caller must recompute on the JAX path."""
     z = np.ascontiguousarray(z_train, np.float32)
     zp = np.ascontiguousarray(z_inf, np.float32)
     y = np.ascontiguousarray(tokens, np.int64)
