@@ -13,8 +13,9 @@ in the core's L2 cache:
    centred drift w = d − d(i₁) (d = z' − z) from float64 differences, whose rounding (2⁻⁵³ of
    the logits) stands in for the JAX pass's two-sum, with Σ e·w, max w, min w;
 3. with c = Σ e·w/(S·T) and u = w/T − c: Σ e·φ(u), φ(u) = e^u − 1 − u, by the shortest series
-   that holds every |u| of the row (5 terms below 1/16, the JAX pass's 9 below ½), otherwise the
-   series or e^u − 1 − u per logit;
+   that holds every |u| of the row (5 terms below 1/16, the JAX pass's 9 below ½), otherwise
+   one polynomial per logit (``_phi_any``: the exponential's polynomial without its first two
+   terms where |u| ≤ ln2/2, 2^k·e^r − 1 − u beyond);
 4. with KL(π‖π') = log1p(Σ e·φ/S): Σ (−(eψ·e^{−KL} + e·expm1(−KL)))₊ (TV) and Σ eψ·u (Jeffreys),
    ψ = φ + u.
 
@@ -156,14 +157,23 @@ def _exp_neg(x):
 
 
 @njit(**_JIT)
-def _exp(x):
-    """e^x in float32 for any x ≤ 88 (as ``_exp_neg``)."""
-    xc = x if x < _EXP_HI else _EXP_HI
-    xc = xc if xc > _EXP_LO else _EXP_LO
-    y = xc * _LOG2E
+def _phi_any(u):
+    """φ(u) = e^u − 1 − u for any u ≤ 88 with one polynomial: u = k·ln 2 + r as in ``_exp_neg``,
+    and q(r) = e^r − 1 − r from the exponential's polynomial (its terms from r² on). Where
+    k = 0 (|u| ≤ ln2/2) φ = q(u), to a relative 2e-7; elsewhere 2^k·(1 + r + q(r)) − 1 − u,
+    whose rounding is at most about 20 float32 roundings of φ (at |u| just above ln2/2)."""
+    uc = u if u < _EXP_HI else _EXP_HI
+    uc = uc if uc > _EXP_LO else _EXP_LO
+    y = uc * _LOG2E
     k = np.float32(np.int32(y + _HALF if y >= _ZERO else y - _HALF))
-    r = (xc - k * _LN2_HI) - k * _LN2_LO
-    return _poly(r) * _scale(k) if x > _EXP_LO else _ZERO
+    r = (uc - k * _LN2_HI) - k * _LN2_LO
+    q = _P[7]
+    q = q * r + _P[6]
+    q = q * r + _P[5]
+    q = q * r + _P[4]
+    q = q * r + _P[3]
+    q = (q * r + _P[2]) * r * r
+    return q if k == _ZERO else (_scale(k) * ((_ONE + r) + q) - _ONE) - u
 
 
 @njit(**_JIT)
@@ -331,10 +341,7 @@ def _row(z, zp, y, inv_t, out, e, w, ephi, tops, tops_p):
             total_phi += v
     else:
         for j in range(vocab):
-            u = w[j] * inv_t - c
-            series = e[j] * _phi(u)
-            direct = e[j] * ((_exp(u) - _ONE) - u)
-            v = ephi[j] = series if abs(u) < _SERIES_BELOW else direct
+            v = ephi[j] = e[j] * _phi_any(w[j] * inv_t - c)
             total_phi += v
     kl_pq = np.float32(math.log1p(total_phi / s))
     k1 = np.float32(math.exp(-kl_pq))
