@@ -103,15 +103,15 @@ def _key(x):
     do not."""
     bits = _as_int(x)
     sign = bits >> np.int32(31)
-    return (bits ^ (sign & np.int32(0x7FFFFFFF))) - sign
+    # exact in 32 bits; the cast keeps the compiler's vectors 32-bit (Numba computes in 64)
+    return np.int32((bits ^ (sign & np.int32(0x7FFFFFFF))) - sign)
 
 
 @njit(**_JIT)
 def _unkey(k):
     """The float32 of a key (+0 for the key of ±0)."""
     sign = k >> np.int32(31)
-    k = k + sign
-    return _as_float(k ^ (sign & np.int32(0x7FFFFFFF)))
+    return _as_float(np.int32((k + sign) ^ (sign & np.int32(0x7FFFFFFF))))
 
 
 def _key_of(x: float) -> np.int32:
