@@ -271,7 +271,9 @@ def kl_anchor(cap: Fraction, n: int = KL_ITERATIONS) -> Fraction:
         for _ in range(n):
             w = 1 + c * mpmath.log(w)
         digits = 12 - int(mpmath.floor(mpmath.log10(w))) - 1
-        anchor = Fraction(int(mpmath.floor(w * 10**digits)), 10**digits)
+        # w ≥ 10¹² (c ≳ 4e10) gives digits < 0: the scale is then 1/10^|digits|, kept exact
+        scale = Fraction(10) ** digits
+        anchor = int(mpmath.floor(w * scale.numerator / scale.denominator)) / scale
     saved = mpmath.iv.prec
     mpmath.iv.prec = 200
     try:
