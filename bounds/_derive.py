@@ -6,6 +6,12 @@ become the guarantee's quantity (sequence TV by four routes, reward drift, polic
 bias, clip budget), and the route with the smallest value at the clauses' maxima wins; the
 others are kept as alternatives. Every route is an upper bound for every premise value, and
 every route is nondecreasing in each variable, so the value at the maxima is the worst case.
+
+Every premise counts: the winning route is marked attained (a bound above max refutes the
+guarantee) only when its own bound is the supremum and every clause named in ``from`` is a fact
+on it; a clause it does not use, or that gives nothing, leaves a counterexample to the route
+free to violate that clause. Runtime clauses are the conditions the premises hold under; their
+``sequence_length`` bounds the horizon of every sequence-level quantity.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class _Ctx:
         self.contract, self.g, self.premises = contract, g, premises
         self.T = sympy.Symbol("T", positive=True)
         self.consts: dict[str, Fraction] = {"T": exact(contract.policy.temperature)}
+        # the longest generated sequence: policy.max_new_tokens, or less where a runtime
+        # clause in `from` bounds the sequence length (a continuation is never longer)
+        self.max_len = _capped_length(contract.policy.max_new_tokens, premises)
 
     def const(self, name: str, value: float | int | Fraction) -> sympy.Symbol:
         self.consts[name] = value if isinstance(value, Fraction) else exact(value)
@@ -77,7 +86,8 @@ class _Ctx:
                 )
             )
         for f in self.premises.of("tv"):
-            out.append(Route("tv_clause", f.expr, (f,), f.chain, attained=True))
+            name = "tv_clause" if f.leak else "signed_ratio_tv"
+            out.append(Route(name, f.expr, (f,), f.chain, attained=f.attained))
         return out
 
     def loose_tv_routes(self) -> list[Route]:
@@ -92,7 +102,7 @@ class _Ctx:
 
     def etv_routes(self) -> list[Route]:
         return [
-            Route("expected_tv", f.expr, (f,), f.chain, True, attained=True)
+            Route("expected_tv", f.expr, (f,), f.chain, True, attained=f.attained)
             for f in self.premises.of("etv")
         ]
 
@@ -144,7 +154,8 @@ class _Ctx:
         return (worst, self.loose_tv_routes()) if worst else (self.etv_routes(), [])
 
     def sequence_tv(self) -> tuple[list[Route], list[Route]]:
-        L = self.const("L", self.g.horizon or self.contract.policy.max_new_tokens)
+        horizon = self.g.horizon or self.contract.policy.max_new_tokens
+        L = self.const("L", _capped_length(horizon, self.premises))
         eps = self.best(self.tv_routes())
         kappa = self.best(self.kl_routes())
         ratio = self.best(self.log_ratio_routes())
@@ -233,6 +244,24 @@ class _Ctx:
 _PER_TOKEN_ONLY = {"token_log_ratio", "token_kl", "clip_budget"}
 
 
+def _capped_length(length: int, premises: Premises) -> int:
+    """``length``, or the runtime clauses' longest sequence where that is shorter."""
+    cap = premises.max_length
+    return length if cap is None else min(length, cap)
+
+
+def _unused(g: Guarantee, prem: Premises, win: Route) -> tuple[str, ...]:
+    """The clauses of ``g.from_`` (runtime conditions aside) that are no fact on route ``win``,
+    each with why: a counterexample to the route need not satisfy them."""
+    on_route = {c for f in win.facts for c in f.clauses}
+    why = {u.split(":", 1)[0]: u for u in prem.unusable}
+    return tuple(
+        why.get(cid, f"{cid}: not used by route {win.name!r}")
+        for cid in dict.fromkeys(g.from_)
+        if cid not in prem.conditions and cid not in on_route
+    )
+
+
 def _truncation_notes(contract: Contract) -> tuple[str, ...]:
     p = contract.policy
     if not p.truncated:
@@ -309,6 +338,8 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     notes += prem.unusable
     if prem.unknown:
         return _empty(g, f"`from` names unknown clause(s): {', '.join(prem.unknown)}", tuple(notes))
+    if prem.contradiction:
+        return _empty(g, prem.contradiction, tuple(notes))
     ctx = _Ctx(contract, g, prem)
     builder = getattr(ctx, g.quantity, None)
     if builder is None:
@@ -348,19 +379,32 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     notes += [
         f"{cid}: runtime conditions under which the premises are claimed" for cid in prem.conditions
     ]
+    if "L" in constants and prem.max_length is not None:
+        notes.append(
+            f"horizon L = {constants['L']}: a generated sequence is never longer than the "
+            f"runtime clauses' sequence_length bound {prem.max_length}, so L ≤ "
+            f"min(policy.max_new_tokens = {contract.policy.max_new_tokens}, {prem.max_length})"
+        )
     assumptions = tuple(g.assume)
     if g.quantity == "pg_bias" and "support_overlap" not in assumptions:
         assumptions = (*assumptions, "support_overlap")
         notes.append("support_overlap is assumed (automatic for an untruncated softmax)")
     if g.quantity == "pg_bias":
-        notes += pg_bias_notes(g.estimator, contract.policy.max_new_tokens)
+        where = "policy.max_new_tokens"
+        if ctx.max_len < contract.policy.max_new_tokens:
+            where = f"the runtime clauses' sequence_length bound, below {where}"
+        notes += pg_bias_notes(g.estimator, ctx.max_len, where)
     lemmas = tuple(f"lemma:{name}" for name in win.chain)
     confidences = [f.confidence for f in win.facts if f.confidence is not None]
     extra: dict[str, object] = {"scope": "expectation" if win.expectation else "every_token"}
     # A bound above max refutes the guarantee only where the bound is the supremum of the
-    # quantity (at the clauses' maxima; the bound is nondecreasing) and no other premise
-    # narrows the set of kernel pairs the supremum ranges over.
-    extra["attained"] = win.attained and len(prem.facts) == 1
+    # quantity (at the clauses' maxima; the bound is nondecreasing) and every clause named in
+    # `from` is a fact on the route: a clause the route does not use (or cannot use) narrows
+    # the kernel pairs the supremum ranges over, and a counterexample may violate it.
+    unused = _unused(g, prem, win)
+    extra["attained"] = win.attained and not unused
+    if unused:
+        extra["unused"] = unused
     if confidences:
         extra["confidence"] = min(confidences)
         if len(confidences) > 1:

@@ -37,6 +37,7 @@ SYMBOLS: Mapping[str, sympy.Symbol] = MappingProxyType(
         "eps": _nonneg("eps"),  # per-token TV bound
         "kappa": _nonneg("kappa"),  # per-token KL bound
         "rho": _nonneg("rho"),  # exceedance probability
+        "theta": _nonneg("theta"),  # level of a signed log ratio: P(log w > θ) = 0
         "T": _pos("T"),  # sampling temperature
         "L": sympy.Symbol("L", positive=True, integer=True),  # horizon
         "span": _nonneg("span"),  # reward range b − a

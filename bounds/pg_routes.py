@@ -3,7 +3,8 @@
 Token-level estimators get a route per per-token fact (oscillation → the tilt form, log ratio →
 the ratio form, a TV clause → the TV form); only without per-token facts do expectation
 premises come in (an exceedance split, or a mean-TV form). Sequence-level estimators (``seq_is``,
-``seq_tis``) scale by L = ``policy.max_new_tokens``. Forms and their suprema are in
+``seq_tis``) scale by L = ``policy.max_new_tokens`` (less where a runtime clause in ``from``
+bounds the sequence length). Forms and their suprema are in
 ``bounds.rl`` (plain, TIS c > 1, MIS) and ``bounds.corrections`` (the rest); a route is marked
 attained where its form is the supremum at the clauses' maxima.
 """
@@ -70,18 +71,18 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
 
-def pg_bias_notes(estimator: str, L: int) -> tuple[str, ...]:
-    """What a pg_bias derivation assumes beyond the per-token G and A, for the report."""
+def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") -> tuple[str, ...]:
+    """What a pg_bias derivation assumes beyond the per-token G and A, for the report; ``where``
+    says where the horizon ``L`` comes from."""
     if estimator in ("seq_is", "seq_tis"):
         return (
             f"{estimator} weights whole sequences: the bias is per sequence, with the assumed "
-            f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} "
-            "(policy.max_new_tokens)",
+            f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} ({where})",
         )
     if estimator == "geo_mask":
         return (
-            f"geo_mask: per position, for sequences of at most L = {L} tokens "
-            "(policy.max_new_tokens); the worst position is the last of a full sequence",
+            f"geo_mask: per position, for sequences of at most L = {L} tokens ({where}); the "
+            "worst position is the last of a full sequence",
         )
     return ()
 
@@ -135,8 +136,10 @@ def _per_token(
         out.append(Route(f"{name}_ratio", GA * ratio(f.expr), (f,), (*f.chain, f"{name}_ratio"),
                          attained=ok))  # fmt: skip
     for f in ctx.premises.of("tv") if tv else ():
+        # the TV forms are attained by leak constructions, which a one-sided ratio fact forbids
+        ok = f.attained and f.leak
         out.append(
-            Route(f"{name}_tv", GA * tv(f.expr), (f,), (*f.chain, f"{name}_tv"), attained=True)
+            Route(f"{name}_tv", GA * tv(f.expr), (f,), (*f.chain, f"{name}_tv"), attained=ok)
         )
     return out
 
@@ -256,8 +259,9 @@ def _capped_exceedance(ctx, GA, c, tis: bool) -> list[Route]:
 
 
 def _constant(ctx, expr: sympy.Expr, lemma: str) -> list[Route]:
-    """A bound that no premise changes (c = 0, seq_is): one route on the first fact."""
-    facts = ctx.premises.facts[:1]
+    """A bound that no premise changes (c = 0, seq_is): one route on every fact (it is the
+    supremum at π = π', which satisfies every premise)."""
+    facts = ctx.premises.facts
     return [Route(lemma, expr, facts, (lemma,), attained=True)] if facts else []
 
 
@@ -318,7 +322,7 @@ def _ppo_clip(ctx, GA) -> list[Route]:
 
 def _geo_mask(ctx, GA) -> list[Route]:
     lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
-    L = ctx.const("L", ctx.contract.policy.max_new_tokens)
+    L = ctx.const("L", ctx.max_len)
     if ctx.consts["L"] == 1:  # a one-token sequence: the band of that token
         return _band(ctx, GA, "pg_bias_geo_mask", lo_v, hi_v)
     return _band(ctx, GA, "pg_bias_geo_mask", lo_v, hi_v, L)
@@ -373,9 +377,9 @@ def _seq_is(ctx, GA) -> list[Route]:
 
 def _seq_tis(ctx, GA) -> list[Route]:
     cap = exact(_need(ctx, "cap", "cap: c ≥ 0"))
-    if ctx.contract.policy.max_new_tokens == 1:  # one token: seq_tis is tis
+    if ctx.max_len == 1:  # one token: seq_tis is tis
         return _tis(ctx, GA)
-    L = ctx.const("L", ctx.contract.policy.max_new_tokens)
+    L = ctx.const("L", ctx.max_len)
     LGA = L * GA
     if cap == 0:
         return _constant(ctx, LGA, "pg_bias_seq_tis_small_cap")

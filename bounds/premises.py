@@ -3,20 +3,23 @@
 A numerical clause gives a per-token fact of one of three kinds — an oscillation bound
 (``osc``, in logit units), a log-ratio bound (``ratio``) or a TV bound (``tv``). A statistical
 clause gives an expectation fact (``etv``: a bound on the mean per-token TV), carried with its
-confidence. Clauses that give nothing usable are listed with the reason.
+confidence; a zero exceedance rate of the signed log ratio gives a per-token TV fact. A clause
+on a slice that provably holds every token (``covers_every_token``) is read as one on ``all``.
+A runtime clause is a condition the premises are claimed under; its ``sequence_length`` bounds
+the horizon. Clauses that give nothing usable are listed with the reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import sympy
 
 from bounds.derivation import Variable
-from contracts import Contract, NumericalClause, StatisticalClause, exact
+from contracts import Contract, NumericalClause, Slice, StatisticalClause, exact
 
-__all__ = ["Fact", "Premises", "gather"]
+__all__ = ["Fact", "Premises", "covers_every_token", "gather"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,13 @@ class Fact:
     # exceedance facts of a whole-vocabulary drift metric: (ρ, oscillation level in logit
     # units) — below the level every token's tilt range is known, above it nothing is
     tail: tuple[sympy.Expr, sympy.Expr] | None = None
+    # the fact's bound is the supremum of its quantity (TV, or mean TV) over kernel pairs that
+    # satisfy the clause (e.g. Pinsker's mean-KL form is not)
+    attained: bool = True
+    # a per-token TV fact that allows every pair of that TV, a leak of mass to a token the
+    # inference kernel almost never samples included (the constructions that attain the capped
+    # estimators' TV forms); a one-sided ratio bound w ≤ e^θ forbids that leak
+    leak: bool = True
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,11 @@ class Premises:
     unusable: tuple[str, ...]  # "<clause>: why it gives nothing here"
     unknown: tuple[str, ...]  # ids in `from` that name no clause at all
     conditions: tuple[str, ...] = ()  # runtime clauses: the conditions the premises hold under
+    # the longest sequence the runtime clauses allow (``sequence_length`` hi), if any bounds it
+    max_length: int | None = None
+    # the runtime clauses whose sequence-length ranges share no length (the premises are then
+    # claimed under no condition that can occur), as one reason
+    contradiction: str = ""
 
     def of(self, kind: str) -> tuple[Fact, ...]:
         return tuple(f for f in self.facts if f.kind == kind)
@@ -59,9 +74,51 @@ def _sym(v: Variable) -> sympy.Symbol:
     return sympy.Symbol(v.name, nonnegative=True)
 
 
-def _numerical(c: NumericalClause) -> Fact | str:
-    if c.slice != "all":
+def covers_every_token(sl: Slice) -> bool:
+    """Whether slice ``sl`` provably holds every token: each of its (closed) ranges contains the
+    whole range its quantity can take — token_prob [0, 1], position, entropy and margin
+    [0, ∞) — and it has no prompt pattern (a pattern is not decided here)."""
+    if sl.prompt is not None:
+        return False
+    for name, top in (("token_prob", 1), ("position", None), ("entropy", None), ("margin", None)):
+        rng = getattr(sl, name)
+        if rng is None:
+            continue
+        lo, hi = rng
+        if lo is not None and lo > 0:
+            return False
+        if hi is not None and (top is None or hi < top):
+            return False
+    return True
+
+
+def _every_token(contract: Contract, name: str) -> bool:
+    if name == "all":
+        return True
+    try:
+        return covers_every_token(contract.slice(name))
+    except KeyError:  # a slice the contract does not define holds no token we know of
+        return False
+
+
+def _coverage_note(cid: str, names) -> tuple[str, ...]:
+    named = [n for n in names if n != "all"]
+    if not named:
+        return ()
+    return (f"{cid}: slice {named[0]!r} holds every token (its ranges cover every value), so the "
+            "clause is read as one on all",)  # fmt: skip
+
+
+def _numerical(contract: Contract, c: NumericalClause) -> Fact | str:
+    if not _every_token(contract, c.slice):
         return f"{c.id}: holds only on slice {c.slice!r}, not on every token"
+    fact = _numerical_fact(c)
+    if isinstance(fact, Fact) and c.slice != "all":
+        fact = replace(fact, notes=(*fact.notes, *_coverage_note(c.id, (c.slice,))))
+    return fact
+
+
+def _numerical_fact(c: NumericalClause) -> Fact | str:
     if c.metric == "logit_drift":
         v = _var("delta", c.id, c.max)
         return Fact("osc", 2 * _sym(v), (v,), (), (c.id,), ("drift_to_oscillation",))
@@ -110,11 +167,53 @@ _SIGNED_RATIO = (
 )
 
 
-def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
-    if "all" not in c.slices:
+def _signed_ratio_zero(c: StatisticalClause, where: str, conf: float) -> Fact:
+    """P(log w > θ) = 0: w ≤ e^θ on every token, so TV ≤ 1 − e^{−θ} (``signed_ratio_to_tv``)."""
+    name = f"thr_{c.id}"
+    theta = sympy.Symbol(name, nonnegative=True)
+    note = (
+        f"{where}: P(log w > θ) ≤ 0 with θ = {c.threshold}: w ≤ e^θ on every token the "
+        "inference kernel can sample (its softmax has full support), so TV ≤ 1 − e^{−θ} on "
+        "every token (θ = 0: the two laws are equal)"
+    )
+    consts = ((name, exact(c.threshold)),)
+    chain = ("signed_ratio_to_tv",)
+    expr = 1 - sympy.exp(-theta)
+    return Fact("tv", expr, (), consts, (c.id,), chain, (note,), conf, c.metric, c.statistic,
+                leak=False)  # fmt: skip
+
+
+def _mean_kl(c: StatisticalClause, where: str, conf: float) -> Fact:
+    """E[kl] ≤ m: E[TV] ≤ min(1, √(m/2)) (``mean_kl_to_tv``: Pinsker, then Jensen)."""
+    v = _var("mean", c.id, c.max)
+    note = (
+        f"{where}: bounds the mean of kl = max(KL(π‖π'), KL(π'‖π)); Pinsker's inequality "
+        "(either direction) and Jensen's (√ is concave) give E[TV] ≤ √(E[kl]/2); the guarantee "
+        "is read as an expectation"
+    )
+    expr = sympy.Min(sympy.sqrt(_sym(v) / 2), 1)
+    return Fact("etv", expr, (v,), (), (c.id,), ("mean_kl_to_tv",), (note,), conf, c.metric,
+                c.statistic, attained=False)  # fmt: skip
+
+
+def _statistical(contract: Contract, c: StatisticalClause, T: sympy.Expr) -> Fact | str:
+    if not any(_every_token(contract, n) for n in c.slices):
         return f"{c.id}: holds only on slices {list(c.slices)}, not on every token"
+    fact = _statistical_fact(c, T)
+    if isinstance(fact, Fact) and "all" not in c.slices:
+        every = [n for n in c.slices if _every_token(contract, n)]
+        fact = replace(fact, notes=(*fact.notes, *_coverage_note(c.id, every)))
+    return fact
+
+
+def _statistical_fact(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
     conf = float(c.confidence)
     where = f"{c.id} (confidence {conf})"
+    signed = c.metric == "log_ratio" and c.statistic == "exceed_rate"
+    if signed and c.max == 0 and c.threshold is not None:
+        return _signed_ratio_zero(c, where, conf)
+    if c.metric == "kl" and c.statistic == "mean":
+        return _mean_kl(c, where, conf)
     if c.metric == "log_ratio" and c.statistic in ("exceed_rate", "quantile"):
         return _SIGNED_RATIO.format(id=c.id, statistic=c.statistic)
     if c.metric in _TV_METRICS and c.statistic in ("exceed_rate", "quantile"):
@@ -163,6 +262,21 @@ def _statistical(c: StatisticalClause, T: sympy.Expr) -> Fact | str:
     return f"{c.id}: a {c.statistic} of {c.metric} gives no bound on the chain's quantities"
 
 
+def _lengths(contract: Contract, ids: list[str]) -> tuple[int | None, str]:
+    """The longest sequence the runtime clauses ``ids`` allow together, and a reason if their
+    sequence-length ranges share no length."""
+    ranges = [(c.id, c.sequence_length) for c in contract.runtime
+              if c.id in ids and c.sequence_length is not None]  # fmt: skip
+    if not ranges:
+        return None, ""
+    lo, hi = max(r[0] for _, r in ranges), min(r[1] for _, r in ranges)
+    if lo > hi:
+        shown = ", ".join(f"{cid}: sequence_length {list(r)}" for cid, r in ranges)
+        return hi, (f"the runtime clauses allow no common sequence length ({shown}): the "
+                    "premises are claimed under no condition that can hold")  # fmt: skip
+    return hi, ""
+
+
 def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premises:
     """The facts the clauses ``from_`` give, with the clauses that give none and why."""
     facts: list[Fact] = []
@@ -177,9 +291,9 @@ def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premise
             conditions.append(cid)
             continue
         if cid in numerical:
-            got = _numerical(numerical[cid])
+            got = _numerical(contract, numerical[cid])
         elif cid in statistical:
-            got = _statistical(statistical[cid], T)
+            got = _statistical(contract, statistical[cid], T)
         else:
             unknown.append(cid)
             continue
@@ -187,4 +301,6 @@ def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premise
             unusable.append(got)
         else:
             facts.append(got)
-    return Premises(tuple(facts), tuple(unusable), tuple(unknown), tuple(conditions))
+    max_length, contradiction = _lengths(contract, conditions)
+    return Premises(tuple(facts), tuple(unusable), tuple(unknown), tuple(conditions),
+                    max_length, contradiction)  # fmt: skip

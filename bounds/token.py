@@ -16,9 +16,17 @@ import sympy
 from bounds import measure
 from bounds.lemma import SYMBOLS, Lemma, Witness
 
-__all__ = ["KL_SWITCH", "TOKEN_LEMMAS", "kl_tilt_sup", "tilt_pair"]
+__all__ = [
+    "KL_SWITCH",
+    "TOKEN_LEMMAS",
+    "kl_tilt_sup",
+    "signed_ratio_pair",
+    "symmetric_kl_pair",
+    "tilt_pair",
+]
 
 delta, osc, r, T = SYMBOLS["delta"], SYMBOLS["osc"], SYMBOLS["r"], SYMBOLS["T"]
+kappa, theta = SYMBOLS["kappa"], SYMBOLS["theta"]
 
 # Below this tilt range the Hoeffding form s²/8 is used (within a factor 1 − s²/24 of exact);
 # above it the exact two-point supremum, whose closed form is 0/0 at s = 0.
@@ -135,6 +143,48 @@ def _witness_ratio_kl(r: float) -> Witness:
     )
 
 
+def symmetric_kl_pair(kappa: float) -> tuple[np.ndarray, np.ndarray]:
+    """Two-token logits (z, z') with π = (½ + t, ½ − t), π' = (½ − t, ½ + t) and
+    KL(π‖π') = KL(π'‖π) = 4t·atanh(2t) = ``kappa`` (t by bisection; t → ½ as κ → ∞)."""
+    lo, hi = 0.0, 0.5
+    for _ in range(200):
+        t = (lo + hi) / 2
+        if 4 * t * math.atanh(min(2 * t, 1 - 1e-16)) < kappa:
+            lo = t
+        else:
+            hi = t
+    t = lo
+    z = np.array([math.log(0.5 + t), math.log(0.5 - t) if t < 0.5 else -800.0])
+    return z, z[::-1].copy()
+
+
+def _witness_mean_kl_tv(kappa: float) -> Witness:
+    # every position carries the same symmetric pair: E[kl] = κ, and E[TV] = 2t → √(κ/2)
+    z, zp = symmetric_kl_pair(kappa)
+    achieved = measure.tv(z, zp, 1.0)
+    bound = min(1.0, math.sqrt(kappa / 2))
+    return Witness("mean_kl_to_tv", {"kappa": kappa}, achieved, bound,
+                   {"z": z, "z_prime": zp, "T": 1.0, "every_position": True})  # fmt: skip
+
+
+def signed_ratio_pair(theta: float, eta: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """Two-token logits (z, z') with π' = (e^{−θ}, 1 − e^{−θ}) and π = (1 − η', η'),
+    η' = η·(1 − e^{−θ}): w = π/π' ≤ e^θ on both tokens, and TV → 1 − e^{−θ} as η → 0."""
+    if theta == 0.0:
+        return np.zeros(2), np.zeros(2)
+    rest = -math.expm1(-theta)
+    small = eta * rest
+    zp = np.array([-theta, math.log(rest)])
+    return np.array([math.log1p(-small), math.log(small)]), zp
+
+
+def _witness_signed_ratio_tv(theta: float) -> Witness:
+    z, zp = signed_ratio_pair(theta)
+    achieved = measure.tv(z, zp, 1.0)
+    return Witness("signed_ratio_to_tv", {"theta": theta}, achieved, -math.expm1(-theta),
+                   {"z": z, "z_prime": zp, "T": 1.0})  # fmt: skip
+
+
 _TILT = "π' = π·e^{Δ/T}/E_π[e^{Δ/T}] (softmax at a common temperature T)"
 
 TOKEN_LEMMAS: tuple[Lemma, ...] = (
@@ -197,6 +247,30 @@ TOKEN_LEMMAS: tuple[Lemma, ...] = (
         "not constrained, so tanh(r/2) does not follow",
         tightness="supremum (π'-mass → 0 on one token that takes the excess)",
         witness=_witness_sampled_ratio_tv,
+    ),
+    Lemma(
+        name="mean_kl_to_tv",
+        premises=("E[kl] ≤ κ over tokens, kl = max(KL(π‖π'), KL(π'‖π)) at each position",),
+        conclusion="E[TV(π, π')] ≤ min(1, √(κ/2))",
+        assumptions=(),
+        expr=sympy.Min(sympy.sqrt(kappa / 2), 1),
+        reference="Pinsker's inequality TV ≤ √(KL/2) holds for KL in either direction, so "
+        "TV ≤ √(kl/2) at every position; √ is concave, so E√(kl/2) ≤ √(E[kl]/2) (Jensen); "
+        "TV ≤ 1. Tsybakov, Introduction to Nonparametric Estimation (2009), Lemma 2.5",
+        tightness="first order as κ → 0 (every position the same symmetric two-token pair)",
+        witness=_witness_mean_kl_tv,
+    ),
+    Lemma(
+        name="signed_ratio_to_tv",
+        premises=("P_{y∼π'}(log w(y) > θ) = 0 (a zero exceedance rate of the signed log ratio)",),
+        conclusion="TV(π, π') ≤ 1 − e^{−θ} at every position (TV = 0 at θ = 0)",
+        assumptions=("π' has full support (an untruncated softmax)",),
+        expr=1 - sympy.exp(-theta),
+        reference="π' > 0 everywhere, so π ≤ e^θ·π' on every token. With A = {π > π'}, "
+        "TV = π(A) − π'(A) ≤ min(1, e^θ·π'(A)) − π'(A) ≤ max_p (min(1, e^θ p) − p) = 1 − e^{−θ}, "
+        "at p = e^{−θ}; at θ = 0, π ≤ π' on every token and both sum to 1, so π = π'",
+        tightness="supremum, approached (π' = (e^{−θ}, 1 − e^{−θ}), π → (1, 0))",
+        witness=_witness_signed_ratio_tv,
     ),
     Lemma(
         name="ratio_to_tv",

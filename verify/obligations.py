@@ -211,11 +211,7 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         # premises narrow the pairs it ranges over): the guarantee itself may still hold
         point = ", ".join(f"{k} = {decimal(v)}" for k, v in cex.point)
         status, cex = Status.UNKNOWN, None
-        reason = (
-            f"the bound exceeds max at {point}, but route {d.route!r} is not attained there "
-            "(its bound lies above the supremum the premises allow), so the guarantee is not "
-            "refuted; a tighter lemma is needed to decide it"
-        )
+        reason = _not_attained(d, point)
     return dataclasses.replace(
         base,
         status=status,
@@ -226,6 +222,25 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         counterexample=cex,
         reason=reason,
         time_ms=_ms(start),
+    )
+
+
+def _not_attained(d: Derivation, point: str) -> str:
+    """Why a bound above max at ``point`` refutes nothing: premises the route leaves out (every
+    premise counts: a counterexample must satisfy each of them), or a bound above the
+    supremum."""
+    where = f"the bound exceeds max at {point}" if point else "the bound exceeds max"
+    unused = tuple(d.extra.get("unused", ()))
+    if unused:
+        return (
+            f"{where}, but route {d.route!r} does not rest on every clause named in `from` "
+            f"({'; '.join(unused)}), so a counterexample to it need not satisfy them and the "
+            "guarantee is not refuted; a lemma that uses them is needed to decide it"
+        )
+    return (
+        f"{where}, but route {d.route!r} is not attained there (its bound lies above the "
+        "supremum the premises allow), so the guarantee is not refuted; a tighter lemma is "
+        "needed to decide it"
     )
 
 
