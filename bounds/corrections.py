@@ -148,7 +148,7 @@ def band_drift(
             # (lo·e^s)^L clamped to [1, e^s]: below 1 the side drops nothing, above e^s all
             down = sympy.Max(0, sympy.Min(L * (s + sympy.log(lo)), s))
             lower = sympy.Max(sympy.exp(down) - 1, 0)
-        terms += [lower / sympy.Max(x - 1, 1 / lo - 1), step_above(x, hi / lo)]
+        terms += [lower / sympy.Max(x - 1, (1 - lo) / lo), step_above(x, hi / lo)]
     return sympy.Min(1, sympy.Max(*terms))
 
 
@@ -176,7 +176,7 @@ def band_ratio(r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Exp
             low = lo
         else:
             low = sympy.exp(sympy.Min(0, sympy.Max(sympy.log(lo), L * sympy.log(lo) + (L - 1) * r)))
-        terms += [low * (x - 1) / sympy.Max(x - low, 1 / lo - 1) * down, sympy.Min(up, down)]
+        terms += [low * (x - 1) / sympy.Max(x - low, (1 - lo) / lo) * down, sympy.Min(up, down)]
     return sympy.Min(1, sympy.Max(*terms))
 
 

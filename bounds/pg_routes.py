@@ -284,8 +284,9 @@ def _band_exact(lo_v: Fraction, hi_v: Fraction) -> tuple[Exact, Exact]:
     return tilt_ok, ratio_ok
 
 
-def _band(ctx, GA, name: str, lo_v, hi_v, L=None) -> list[Route]:
-    lo, hi, lo_f, hi_f = _band_consts(ctx, lo_v, hi_v)
+def _band(ctx, GA, name: str, lo_v, hi_v, L=None, ends=None) -> list[Route]:
+    """``ends``: the band's ends as expressions (ppo_clip's 1 ∓ ε), else constants lo, hi."""
+    lo, hi, lo_f, hi_f = _band_consts(ctx, lo_v, hi_v) if ends is None else (*ends, lo_v, hi_v)
     tilt_ok, ratio_ok = _band_exact(lo_f, hi_f)
     if L is None:  # one token decides
         tilt: Form = lambda s: band_drift(s, lo, hi)  # noqa: E731
@@ -316,8 +317,10 @@ def _icepop(ctx, GA) -> list[Route]:
 
 def _ppo_clip(ctx, GA) -> list[Route]:
     e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
-    # the band 1 ∓ ε as exact rationals (the float 1 − 0.2 is not 4/5)
-    return _band(ctx, GA, "pg_bias_ppo_clip", 1 - e, 1 + e)
+    # the band 1 ∓ ε in the symbol ε (the float 1 − 0.2 is not 4/5, and hi − 1 stays ε where
+    # 50-digit arithmetic would round 1 + 5e-324 to 1)
+    eps = ctx.const("clip_epsilon", e)
+    return _band(ctx, GA, "pg_bias_ppo_clip", 1 - e, 1 + e, ends=(1 - eps, 1 + eps))
 
 
 def _geo_mask(ctx, GA) -> list[Route]:

@@ -310,7 +310,17 @@ def _tight(expr: sympy.Expr, env: tuple[tuple[str, Interval], ...]) -> dict:
 
 
 def _show(rng: Interval) -> str:
-    return f"[{float(rng[0]):.6g}, {float(rng[1]):.6g}]"
+    return f"[{_g(rng[0])}, {_g(rng[1])}]"
+
+
+def _g(v: Fraction) -> str:
+    """``v`` to 6 significant digits, also beyond the float range (a range of 1/5e-324)."""
+    try:
+        return f"{float(v):.6g}"
+    except OverflowError:
+        import mpmath
+
+        return mpmath.nstr(mpmath.mpf(v.numerator) / v.denominator, 6)
 
 
 def encode(
