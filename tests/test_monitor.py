@@ -386,13 +386,25 @@ def test_a_directory_resumes_after_a_finished_file_even_when_it_was_deleted(tmp_
     c.unlink()
     args = [contract, "--stream", logs, "--out", out, "--checkpoint", ck, "--no-follow"]
     _monitor(*args)
+    sha = __import__("hashlib").sha256
+    st_a, st_b = a.stat(), b.stat()
     assert json.loads(ck.read_text())["position"] == {
         "file": "b.jsonl",
         "offset": len(b"".join(LINES[16:32])),
         "line": 16,
-        "identity": None,
-        "head": __import__("hashlib").sha256(b"".join(LINES[16:32])[:4096]).hexdigest(),
-        "finished": False,
+        "identity": [st_b.st_dev, st_b.st_ino],
+        "head": sha(b"".join(LINES[16:32])[:4096]).hexdigest(),
+        "digest": sha(b"".join(LINES[16:32])).hexdigest(),
+        "files": [
+            {
+                "name": "a.jsonl",
+                "identity": [st_a.st_dev, st_a.st_ino],
+                "offset": st_a.st_size,
+                "line": 16,
+                "head": sha(a.read_bytes()[:4096]).hexdigest(),
+                "digest": sha(a.read_bytes()).hexdigest(),
+            }
+        ],
     }
     b.unlink()  # not finished when the checkpoint was written: its loss is an error
     code, _, err = _monitor(*args)
@@ -416,9 +428,10 @@ def test_a_position_after_a_finished_rotated_file_resumes_at_the_next_name(tmp_p
     a.write_bytes(b"".join(LINES[:3]).rstrip(b"\n"))
     b.write_bytes(b"".join(LINES[3:5]))
     stream = open_stream(str(tmp_path), Position())
-    lines = []
+    lines, after = [], []
     while batch := stream.read(follow=True):
         lines += batch
+        after.append(stream.position(batch[-1]))  # where a restart after the batch resumes
     assert [(x.file, x.number, x.cut) for x in lines] == [
         ("a.jsonl", 1, False),
         ("a.jsonl", 2, False),
@@ -426,9 +439,14 @@ def test_a_position_after_a_finished_rotated_file_resumes_at_the_next_name(tmp_p
         ("b.jsonl", 1, False),
         ("b.jsonl", 2, False),
     ]
-    after_a = stream.position(lines[2])
-    assert after_a == Position("a.jsonl", a.stat().st_size, 3, finished=True)
-    assert stream.position(lines[3]).head == __import__("hashlib").sha256(LINES[3]).hexdigest()
+    after_a = after[1]  # the batch of the cut line: a finished, no file open
+    assert (after_a.file, after_a.offset) == ("", 0)
+    assert [(f.name, f.offset, f.line) for f in after_a.files] == [
+        ("a.jsonl", a.stat().st_size, 3),
+        ("b.jsonl", 0, 0),
+    ]
+    assert after[2].head == __import__("hashlib").sha256(b"".join(LINES[3:5])).hexdigest()
+    assert [f.name for f in after[2].files] == ["a.jsonl"]
     stream.close()
     a.unlink()  # read to its end: it may go
     resumed = open_stream(str(tmp_path), after_a)

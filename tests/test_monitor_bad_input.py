@@ -192,7 +192,7 @@ def test_bad_input_corpus(tmp_path):
         (
             [c, "--stream", s, "--checkpoint", str(other_format)],
             f"{other_format}: not a usable monitor checkpoint: its format is not "
-            "kernel-contracts/monitor-checkpoint/1",
+            "kernel-contracts/monitor-checkpoint/2",
         ),
     ]
     before = _files(tmp_path)
@@ -271,7 +271,12 @@ def test_an_output_shorter_than_the_checkpoint_says_is_refused(tmp_path):
             "'position.identity' must be [device, inode]",
         ),
         (lambda s: s["position"].update(head=1), "'position.head' must be a sha256"),
-        (lambda s: s["position"].pop("finished"), "'position.finished' must be true or false"),
+        (lambda s: s["position"].update(files={}), "'position.files' must be a list"),
+        (
+            lambda s: s["position"].update(files=[{"name": "x"}]),
+            "'position.files[].head' and '.digest' must be sha256s",
+        ),
+        (lambda s: s["position"].update(digest=1), "'position.digest' must be a sha256"),
         (lambda s: s.update(worst="great"), "'worst' must be a verdict"),
         (lambda s: s.update(reader=[]), "'reader' must hold the pending records"),
         (lambda s: s["reader"].update(pending=[{"key": 1}]), "its pending records cannot be read"),

@@ -14,14 +14,21 @@ the length the checkpoint records and resumes where it says, so a kill at any po
 by a restart gives the bytes of an uninterrupted run. (On standard output nothing can be cut
 back: a window whose checkpoint did not land is written again after a restart.)
 
+``--out`` is appended to. With ``--checkpoint`` a first run writes the checkpoint before any
+output, so an ``--out`` that holds bytes while its checkpoint does not exist (deleted) is
+refused rather than cut back or repeated. One monitor at a time uses a checkpoint (a lock).
+
 Exit codes: 0 every window's clauses held or skipped; 1 a clause violated in some window; 3 a
 clause inconclusive and none violated (over the whole stream, restarts included); 2 unusable
-input (contract, stream, checkpoint, output), with nothing written.
+input (contract, stream, checkpoint, output) or an output that cannot be written (a full
+disk), one line naming the path; 141 (as a process ended by SIGPIPE) when the reader of the
+output went away (``| head -1``), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import time
@@ -35,6 +42,20 @@ from verify.status import Status
 __all__ = ["DEFAULT_WINDOW", "main", "monitor"]
 
 DEFAULT_WINDOW = 100_000
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
+
+
+class _Closed(Exception):
+    """The reader of the output went away (a broken pipe)."""
+
+
+def _failed(path: str, err: OSError) -> Exception:
+    """The exception for an ``OSError`` writing ``path``: quiet for a broken pipe."""
+    from verify.cli.outputs import OutputError
+
+    if isinstance(err, BrokenPipeError) or err.errno == errno.EPIPE:
+        return _Closed()
+    return OutputError(f"cannot write {path}: {err.strerror or err}")
 
 
 def _seconds(text: str) -> float:
@@ -65,7 +86,11 @@ def _parser(out, err):
         help="a log file, a directory of rotating log files, or - for stdin",
     )
     p.add_argument("--out", metavar="PATH", help="append the JSON lines here (default: stdout)")
-    p.add_argument("--checkpoint", metavar="PATH", help="resume from and update this file")
+    p.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="resume from and update this file (one monitor at a time; a lock beside it)",
+    )
     follow = p.add_mutually_exclusive_group()
     follow.add_argument(
         "--follow",
@@ -143,10 +168,26 @@ class _Sink:
         self.target, self.length, self.stdout = target, length, stdout
         self.fd = None
 
-    def check(self) -> None:
-        """Before any work: the output holds at least what the checkpoint says was written."""
+    def check(self, checkpoint: str | None, resumed: bool) -> None:
+        """Before any work: the output holds at least what the checkpoint says was written;
+        a first run with a checkpoint finds the output empty; a run without one appends."""
         t = self.target
-        if t is None or t.how != "replace" or self.length == 0:
+        if t is None or t.how != "replace":
+            return
+        if not checkpoint or not resumed:
+            try:
+                size = os.stat(t.where).st_size
+            except FileNotFoundError:
+                size = 0
+            if checkpoint and size:
+                raise CheckpointError(
+                    f"cannot start: --out {t.path} holds {size} bytes but the checkpoint "
+                    f"{checkpoint} does not exist (deleted?); starting over would repeat the "
+                    "stream's windows: remove --out or give another --out path"
+                )
+            self.length = size
+            return
+        if self.length == 0:
             return
         try:
             size = os.stat(t.where).st_size
@@ -162,19 +203,33 @@ class _Sink:
     def write(self, text: str) -> None:
         data = text.encode("utf-8")
         t = self.target
-        if t is None:
-            self.stdout.write(text)
-            self.stdout.flush()
-        elif t.how == "replace":
-            if self.fd is None:
-                self.fd = os.open(t.where, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, t.mode)
-                os.ftruncate(self.fd, self.length)
-                os.lseek(self.fd, self.length, os.SEEK_SET)
-            _write_all(self.fd, data)
-            os.fsync(self.fd)
-        else:
-            _write_all(t.fd, data)
+        try:
+            if t is None:
+                self.stdout.write(text)
+                self.stdout.flush()
+            elif t.how == "replace":
+                if self.fd is None:
+                    self.fd = os.open(t.where, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, t.mode)
+                    os.ftruncate(self.fd, self.length)
+                    os.lseek(self.fd, self.length, os.SEEK_SET)
+                _write_all(self.fd, data)
+                os.fsync(self.fd)
+            else:
+                _write_all(t.fd, data)
+        except OSError as err:
+            raise _failed("<stdout>" if t is None else t.path, err) from None
         self.length += len(data)
+
+    def silence(self) -> None:
+        """After a broken pipe on stdout: point it at ``/dev/null``, so that the flush at
+        exit does not fail again."""
+        if self.target is None and hasattr(self.stdout, "fileno"):
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self.stdout.fileno())
+                os.close(null)
+            except (OSError, ValueError):
+                pass
 
     def close(self) -> None:
         if self.fd is not None:
@@ -209,33 +264,38 @@ class _Run:
             self.worst, index = resumed["worst"], resumed["window"]
         self.window = Window(index)
         self.decided = 0
+        self.last = None  # the last line read: where a window ends, as shown
 
     def close_window(self, end: Position, closed: str) -> None:
-        text, status = decide_window(
-            self.contract, self.reader, self.window, _shown_position(end), closed
-        )
+        shown = _shown_position(end) if self.last is None else _shown_line(self.last)
+        text, status = decide_window(self.contract, self.reader, self.window, shown, closed)
         self.sink.write(text)
         self.worst = max(self.worst, status)
         self.window = Window(self.window.index + 1)
         self.decided += 1
         if self.checkpoint:
-            from verify.monitor.checkpoint import save
+            self.save(end)
 
-            save(
-                self.checkpoint,
-                {
-                    "binding": self.binding,
-                    "position": end.as_json(),
-                    "window": self.window.index,
-                    "worst": self.worst.label,
-                    "out_length": self.sink.length,
-                    "reader": self.reader.state(),
-                },
-            )
+    def save(self, end: Position) -> None:
+        from verify.monitor.checkpoint import save
+
+        state = {
+            "binding": self.binding,
+            "position": end.as_json(),
+            "window": self.window.index,
+            "worst": self.worst.label,
+            "out_length": self.sink.length,
+            "reader": self.reader.state(),
+        }
+        try:
+            save(self.checkpoint, state)
+        except OSError as err:
+            raise _failed(self.checkpoint, err) from None
 
     def feed(self, line) -> None:
         w = self.window
         self.reader.feed(w, line)
+        self.last = line
         if w.sampled >= self.settings.window_tokens or w.lines >= self.settings.max_lines:
             self.close_window(self.stream.position(line), "size")
 
@@ -249,19 +309,27 @@ class _Run:
             self.close_window(self.stream.position(None), closed)
 
 
+def _shown_line(line) -> dict:
+    out = {"file": line.file} if line.file else {}
+    return out | {"line": line.number, "offset": line.end}
+
+
 def _shown_position(p: Position) -> dict:
     out = {"file": p.file} if p.file else {}
     return out | {"line": p.line, "offset": p.offset}
 
 
-def monitor(run: _Run, *, follow: bool, idle_timeout: float | None, poll: float) -> str:
+def monitor(run: _Run, *, follow: bool, idle_timeout: float | None, poll: float, warn=None) -> str:
     """Read until the end (no follow, or standard input closed) or an idle timeout; returns
-    why it stopped: ``end`` or ``idle``."""
+    why it stopped: ``end`` or ``idle``. ``warn`` gets the stream's notes (a rotation)."""
     stream = run.stream
     last = time.monotonic()
     stdin = stream.kind == "stdin"
     while True:
         lines = stream.read(follow)
+        for note in stream.notes():
+            if warn is not None:
+                warn(note)
         if lines:
             for line in lines:
                 run.feed(line)
@@ -317,7 +385,7 @@ def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
     contract = load_contract(args.contract, stderr)
     if contract is None:
         return 2
-    plan = None
+    plan = held = sink = None
     try:
         if not contract.numerical and not contract.statistical:
             raise MonitorError(
@@ -335,14 +403,23 @@ def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
             "observability": settings.observability,
             "log_format": settings.format,
         }
+        held = ck.lock(args.checkpoint) if args.checkpoint else None
         resumed = ck.load(args.checkpoint, binding) if args.checkpoint else None
         position = resumed["position"] if resumed else Position()
         sink = _Sink(out, resumed["out_length"] if resumed else 0, stdout)
-        sink.check()
+        sink.check(args.checkpoint, resumed is not None)
         stream = open_stream(args.stream, position, stdin_fd=stdin_fd, poll=args.poll)
         try:
             run = _Run(contract, settings, stream, sink, args.checkpoint, binding, resumed)
-            why = monitor(run, follow=args.follow, idle_timeout=args.idle_timeout, poll=args.poll)
+            if args.checkpoint and resumed is None:
+                run.save(stream.position(None))  # before any output: see the docstring
+            why = monitor(
+                run,
+                follow=args.follow,
+                idle_timeout=args.idle_timeout,
+                poll=args.poll,
+                warn=lambda note: stderr.write(f"monitor: {note}\n"),
+            )
         finally:
             stream.close()
             sink.close()
@@ -352,9 +429,14 @@ def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
     except outputs.OutputError as err:
         stderr.write(f"verify: {err}\n")
         return 2
+    except _Closed:
+        sink.silence()
+        return EXIT_PIPE
     finally:
         if plan is not None:
             plan.close()
+        if held is not None:
+            held.release()
     if run.decided == 0 and resumed is None:
         if why == "idle":
             stderr.write(f"monitor: no line arrived in {args.idle_timeout:g} s\n")
