@@ -3,8 +3,9 @@
 * :func:`reference_attention` is the training kernel: teacher-forced softmax attention over the
   whole sequence in float32 (``Precision.HIGHEST`` products, one max-subtracted softmax).
 * :class:`PagedKVCache` stores keys and values in pages of ``page_size`` positions, in the
-  ``kv_cache`` format of an ``AttentionSpec`` (a real low-precision dtype; values are cast with
-  the saturating cast of :mod:`kernels.formats` and unit scale, the serving default).
+  ``kv_cache`` format of an ``AttentionSpec`` (a real low-precision dtype; values are rounded
+  with the saturating cast of :mod:`kernels.formats` and unit scale, the serving default, and
+  stored by their bit patterns, :func:`kernels.bitround.encode`, never by a float conversion).
 * :func:`decode_attention` is the inference kernel: one query per sequence attends to the cached
   positions with an online softmax over tiles of whole pages. The tile size is ``spec.tiles``:
   ``"full"`` (one tile), an integer number of positions (rounded up to whole pages), or
@@ -38,7 +39,8 @@ from jaxtyping import Array, Float, Int
 
 from contracts import AttentionSpec
 from kernels.batching import reduction_splits
-from kernels.formats import format_info, saturating_cast
+from kernels.bitround import encode
+from kernels.formats import format_info, min_normal_exponent, saturating_cast
 
 __all__ = ["PagedKVCache", "decode_attention", "reference_attention", "tile_pages"]
 
@@ -127,11 +129,22 @@ class PagedKVCache:
         seqs = jnp.arange(self.page_table.shape[0])
         page = self.page_table[seqs, self.lengths // self.page_size]
         slot = self.lengths % self.page_size
-        dtype = self.k_pages.dtype
+        info = format_info(self.kv_format)
+        dtype, width = self.k_pages.dtype, 8 * self.k_pages.dtype.itemsize
 
         def put(pages, new):
-            new = saturating_cast(jnp.asarray(new, jnp.float32), self.kv_format).astype(dtype)
-            return pages.at[page, slot].set(new, mode="drop")
+            # rounded by integer operations, then stored by its bit pattern: no float
+            # conversion to the narrow dtype (a compiler may erase one followed by the
+            # widening read in gather)
+            new = saturating_cast(jnp.asarray(new, jnp.float32), self.kv_format)
+            bits = encode(
+                new,
+                info.mantissa_bits,
+                min_normal_exponent(self.kv_format),
+                width,
+                has_inf=info.has_inf,
+            )
+            return pages.at[page, slot].set(lax.bitcast_convert_type(bits, dtype), mode="drop")
 
         return dataclasses.replace(
             self,

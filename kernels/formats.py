@@ -21,6 +21,12 @@ Behaviour at the edges (the same in the NumPy and the JAX versions; tests compar
   overflow becomes ``±inf`` (bfloat16, float16, e5m2) or NaN (e4m3fn, which has no infinity).
 * NaN payloads and NaN signs are unspecified.
 
+The JAX versions round with integer operations on the float32 bit pattern
+(:mod:`kernels.bitround`), so the rounding survives every compiler: XLA's GPU compiler erases
+a pair of float conversions such as ``x.astype(narrow).astype(float32)``. The NumPy versions
+use ``ml_dtypes`` conversions; tests compare the two on every value of each format, the
+midpoints between them and random float32 patterns.
+
 One integer format, ``int8``, for the int8 matmul (``kernels._matmul``): **symmetric**, values
 in [-127, 127]. -128 is never produced: a scale maps the largest magnitude to 127, and the
 saturating cast clamps anything that rounds beyond ±127 (the inputs of a float16 scale that
@@ -40,6 +46,7 @@ from jaxtyping import Array, Float
 
 from contracts.formats import FLOAT_FORMATS, IntFormat
 from contracts.formats import INT_FORMATS as CONTRACT_INT_FORMATS
+from kernels.bitround import round_float32
 
 __all__ = [
     "FORMATS",
@@ -136,23 +143,34 @@ def flush(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     return jnp.where(jnp.abs(x) < TINY, jnp.zeros_like(x), x)
 
 
-def saturating_cast(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
-    """Round float32 ``x`` into ``fmt`` with saturation; returns float32 values."""
+def _round(x, fmt: str, saturate: bool):
     info = format_info(fmt)
     x = flush(x.astype(jnp.float32))
     if fmt == "float32":
         return x
-    y = jnp.clip(x, -info.max, info.max)  # NaN stays NaN; ±inf becomes ±max
-    return flush(y.astype(info.dtype).astype(jnp.float32))
+    y = round_float32(
+        x,
+        info.mantissa_bits,
+        min_normal_exponent(fmt),
+        info.max,
+        saturate=saturate,
+        has_inf=info.has_inf,
+    )
+    return flush(y)
+
+
+def saturating_cast(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+    """Round float32 ``x`` into ``fmt`` with saturation; returns float32 values.
+
+    The rounding is integer arithmetic on the bit pattern (:func:`kernels.bitround.round_float32`),
+    never a pair of float conversions, which a compiler may erase."""
+    return _round(x, fmt, True)
 
 
 def cast_output(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
-    """IEEE round-to-nearest-even conversion of float32 ``x`` to ``fmt``, as float32."""
-    info = format_info(fmt)
-    x = flush(x.astype(jnp.float32))
-    if fmt == "float32":
-        return x
-    return flush(x.astype(info.dtype).astype(jnp.float32))
+    """IEEE round-to-nearest-even conversion of float32 ``x`` to ``fmt``, as float32 (integer
+    arithmetic on the bit pattern, as :func:`saturating_cast`)."""
+    return _round(x, fmt, False)
 
 
 def saturating_round_int(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:

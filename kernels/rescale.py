@@ -37,6 +37,7 @@ from kernels._matmul.epilogue import apply_epilogue, epilogue_code
 from kernels._matmul.fast import reduce_quantized
 from kernels._matmul.int8 import check_int8_spec
 from kernels._matmul.plan import Plan, make_plan
+from kernels.bitround import reciprocal
 from kernels.formats import cast_output, flush, format_info, saturating_cast, saturating_round_int
 from kernels.scaling import quantize_rows, quantize_rows_int8
 
@@ -65,7 +66,7 @@ def _requantize(a, plan: Plan, transform: str):
     s2 = _transform(s, transform)
     k = a.shape[1]
     run = plan.scaling.block if plan.scaling.varies_along_k else k
-    inv = jnp.float32(1) / s2
+    inv = reciprocal(s2)
     inv_full = jnp.repeat(inv, run, axis=1, total_repeat_length=s2.shape[1] * run)[:, :k]
     return saturating_cast(flush(a.astype(jnp.float32)) * inv_full, plan.inputs), s2
 
@@ -93,10 +94,10 @@ def _int8_rescaled(x, w, per_tensor: bool, code, transform: str):
     _, sx = quantize_rows_int8(x, per_tensor, scales)
     _, sw = quantize_rows_int8(w.T, per_tensor, scales)
     sx, sw = _int8_scale(sx, scales, transform), _int8_scale(sw, scales, transform)
-    xq = saturating_round_int(flush(x) * (jnp.float32(1) / sx), "int8")
-    wq = saturating_round_int(flush(w.T) * (jnp.float32(1) / sw), "int8")
-    xi = jnp.where(jnp.isnan(xq), 0.0, xq).astype(jnp.float64)
-    wi = jnp.where(jnp.isnan(wq), 0.0, wq).astype(jnp.float64)
+    xq = saturating_round_int(flush(x) * reciprocal(sx), "int8")
+    wq = saturating_round_int(flush(w.T) * reciprocal(sw), "int8")
+    xi = jnp.where(jnp.isnan(xq), jnp.float32(0), xq).astype(jnp.float64)
+    wi = jnp.where(jnp.isnan(wq), jnp.float32(0), wq).astype(jnp.float64)
     exact = jnp.dot(xi, wi.T, precision=lax.Precision.HIGHEST).astype(jnp.int64)
     acc = ((exact + 2**31) & 0xFFFF_FFFF) - 2**31
     return apply_epilogue(acc, sx, sw.T, code)

@@ -29,7 +29,9 @@ quantizer that skipped the non-finite value would turn inf into a finite number:
 block [inf, 1, −3].)
 
 Quantized value: ``q = saturating_cast(fl32(a · fl32(1 / s)), format)``: multiplication by the
-binary32 reciprocal of the scale, as quantizers do. (Written with multiplications on purpose:
+binary32 reciprocal of the scale, as quantizers do; the JAX versions compute it by integer
+long division (:func:`kernels.bitround.reciprocal`), because a float32 division is not
+correctly rounded on every backend. (Written with multiplications on purpose:
 XLA rewrites a division by a constant into a multiplication by its reciprocal, so a definition
 with ``a / s`` would not be reproducible once ``s`` is constant-folded.) For a finite run
 ``1 / s`` is finite because ``s ≥ 2**-126``, and exact for MX scales.
@@ -56,6 +58,7 @@ from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
 from contracts import Scaling
+from kernels.bitround import reciprocal
 from kernels.formats import (
     TINY,
     flush,
@@ -171,7 +174,7 @@ def _quantize_runs(a, fmt: str, scaling: Scaling, axis: int):
         s = flush(amax * _recip_max(info.max))
         s = jnp.where(s == 0, jnp.float32(1), s)
     s = jnp.where(spoilt, jnp.float32(jnp.nan), s)
-    inv = jnp.float32(1) / s
+    inv = reciprocal(s)
     if nb == 1:  # one run per row (column): a plain broadcast
         return saturating_cast(a * inv, fmt), s
     scaled = jnp.pad(a, pad).reshape(split) * jnp.expand_dims(inv, within)
@@ -216,7 +219,7 @@ def quantize_rows_int8(
             stored = jnp.where(scale_dtype == i, saturating_cast(s, name), stored)
     stored = jnp.where(stored == 0, jnp.float32(1), stored)
     stored = jnp.where(spoilt, jnp.float32(jnp.nan), stored)
-    inv = jnp.float32(1) / stored
+    inv = reciprocal(stored)
     return saturating_round_int(a * inv, "int8"), stored
 
 

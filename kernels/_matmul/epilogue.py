@@ -153,7 +153,7 @@ def _times(u, v, fmt: Target, toward_zero):
     nu, mu, eu = split_f32(u)
     nv, mv, ev = split_f32(v)
     out = round_scaled(nu ^ nv, mu * mv, eu + ev, fmt, toward_zero)
-    plain = (u.astype(jnp.float64) * v.astype(jnp.float64)).astype(jnp.float32)  # inf or NaN
+    plain = u * v  # inf or NaN (no conversions: a float32 product is exact for those)
     return jnp.where(jnp.isfinite(u) & jnp.isfinite(v), out, plain)
 
 

@@ -48,6 +48,7 @@ from jaxtyping import Array, Bool, Float
 
 from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
+from kernels.bitround import round_binary32
 from kernels.formats import flush, format_info
 
 __all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term", "transposed"]
@@ -74,9 +75,10 @@ def lay_out(q_t: Float[Array, "rows k"], plan: Plan) -> Float[Array, "steps grou
 
 
 def scaled_term(a, sx_col, sw_row):
-    """``flush(fl32(a * c))`` with ``c = flush(fl32(sx * sw))`` (exact binary64 products)."""
-    c = flush((sx_col.astype(jnp.float64) * sw_row.astype(jnp.float64)).astype(jnp.float32))
-    return flush((a.astype(jnp.float64) * c.astype(jnp.float64)).astype(jnp.float32))
+    """``flush(fl32(a * c))`` with ``c = flush(fl32(sx * sw))`` (exact binary64 products, each
+    rounded once by :func:`kernels.bitround.round_binary32`; ``c`` stays binary64)."""
+    c = round_binary32(sx_col.astype(jnp.float64) * sw_row.astype(jnp.float64))
+    return round_binary32(a.astype(jnp.float64) * c).astype(jnp.float32)  # exact conversion
 
 
 # ---------------------------------------------------------------------------------------------

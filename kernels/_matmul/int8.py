@@ -78,8 +78,10 @@ def _int8_2d(x, w, per_tensor, code, static: tuple[EpilogueCode, bool] | None) -
         code, per_tensor = static
     xq, sx = quantize_rows_int8(x, per_tensor, code.scales)
     wq_t, sw = quantize_rows_int8(w.T, per_tensor, code.scales)
-    xi = jnp.where(jnp.isnan(xq), 0.0, xq).astype(jnp.float64)  # a NaN run: its scale is NaN
-    wi = jnp.where(jnp.isnan(wq_t), 0.0, wq_t).astype(jnp.float64)
+    xi = jnp.where(jnp.isnan(xq), jnp.float32(0), xq).astype(
+        jnp.float64
+    )  # a NaN run: its scale is NaN
+    wi = jnp.where(jnp.isnan(wq_t), jnp.float32(0), wq_t).astype(jnp.float64)
     exact = jnp.dot(xi, wi.T, precision=jax.lax.Precision.HIGHEST).astype(jnp.int64)
     acc = ((exact + 2**31) & 0xFFFF_FFFF) - 2**31
     y = apply_epilogue(acc, sx, sw.T, code)

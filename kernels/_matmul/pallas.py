@@ -72,7 +72,7 @@ def _pad_to(a, axis: int, multiple: int, value=0.0):
         return a
     widths = [(0, 0)] * a.ndim
     widths[axis] = (0, extra)
-    return jnp.pad(a, widths, constant_values=value)
+    return jnp.pad(a, widths, constant_values=jnp.asarray(value, a.dtype))  # no f64 constant
 
 
 def reduce_quantized_pallas(

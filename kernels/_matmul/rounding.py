@@ -21,8 +21,10 @@ fifteen, because the rounding is then the whole of the work:
   of the fraction increments the exponent, which is the rounding up to the next binade. Below
   ``2**128`` no carry reaches the sign bit. NaNs are passed through explicitly (a payload could
   carry).
-* ``nearest_even`` with ``m = 23``: the binary64 to binary32 conversion, which rounds to 24
-  significant bits, ties to even, and is exact in range (four operations fewer).
+
+No rounding is written as a float conversion (``s.astype(float32).astype(float64)``): XLA's GPU
+compiler erases such pairs, so the ``m = 23`` rounding is the same integer operations as every
+other ``m``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ _MAG = 0x7FFF_FFFF_FFFF_FFFF
 _INF = 0x7FF << _FRAC
 _OVERFLOW = (1023 + 128) << _FRAC  # 2**128
 _TINY = (1023 - 126) << _FRAC  # 2**-126
-_TINY_VALUE = 2.0**-126
 
 
 def _max_bits(m: int) -> int:
@@ -55,8 +56,6 @@ def round_accumulator(
     Must be traced with 64-bit types enabled (``jax.enable_x64``). See the package docstring
     for the exact semantics (flush below ``2**-126``, IEEE overflow, zeros are +0).
     """
-    if mantissa_bits == 23 and not toward_zero:
-        return _round_binary32(s)
     drop = _FRAC - mantissa_bits
     bits = lax.bitcast_convert_type(s, jnp.int64)
     mag = bits & jnp.int64(_MAG)
@@ -76,24 +75,6 @@ def round_accumulator(
     return jnp.where((bits < 0) & (rounded != 0), -value, value)
 
 
-def _round_binary32(s):
-    """:func:`round_accumulator` with 23 fraction bits, to nearest, in seven operations.
-
-    The binary64 to binary32 conversion rounds to 24 significant bits, ties to even, passes inf
-    and NaN, and overflows to ±inf exactly when the definition does (both round the largest
-    finite value's odd successor midpoint up to ``2**128``). Below ``2**-126`` it would round
-    to binary32's subnormal grid (or flush, depending on the hardware's mode), so that range is
-    settled explicitly: the definition rounds to 24 bits with an unbounded exponent, which
-    makes ``2**-126`` of every magnitude from ``2**-126 - 2**-151`` (the tie, to even) up, and
-    flushes everything smaller, zeros included, to +0.
-    """
-    mag = jnp.abs(s)
-    rounded = s.astype(jnp.float32).astype(jnp.float64)
-    smallest = jnp.where(s < 0, -_TINY_VALUE, _TINY_VALUE)
-    below = jnp.where(mag >= _TINY_VALUE - 2.0**-151, smallest, 0.0)
-    return jnp.where(mag < _TINY_VALUE, below, rounded)
-
-
 def round_accumulator_in_range(
     s: Float[Array, "*shape"], mantissa_bits: int, toward_zero: bool
 ) -> Float[Array, "*shape"]:
@@ -103,8 +84,6 @@ def round_accumulator_in_range(
     Must be traced with 64-bit types enabled. The caller guarantees the range (see the module
     docstring for why the bit operations are the rounding).
     """
-    if not toward_zero and mantissa_bits == 23:
-        return s.astype(jnp.float32).astype(jnp.float64)
     drop = _FRAC - mantissa_bits
     bits = lax.bitcast_convert_type(s, jnp.int64)
     keep = jnp.int64(~((1 << drop) - 1))  # keeps the sign, the exponent and m fraction bits
