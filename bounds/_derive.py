@@ -24,7 +24,7 @@ import sympy
 from bounds._evaluate import evaluate
 from bounds.derivation import Alternative, Derivation, Variable
 from bounds.pg_routes import pg_bias_notes, pg_bias_routes
-from bounds.premises import Fact, Premises, gather
+from bounds.premises import Fact, Premises, gather, truncation_blocks, truncation_notes
 from bounds.rl import clip_budget_drift
 from bounds.route import NoLemma, Route, combine
 from bounds.sequence import sequence_routes
@@ -43,7 +43,7 @@ class _Ctx:
         self.consts: dict[str, Fraction] = {"T": exact(contract.policy.temperature)}
         # the longest generated sequence: policy.max_new_tokens, or less where a runtime
         # clause in `from` bounds the sequence length (a continuation is never longer)
-        self.max_len = _capped_length(contract.policy.max_new_tokens, premises)
+        self.max_len = premises.horizon(contract.policy.max_new_tokens)
 
     def const(self, name: str, value: float | int | Fraction) -> sympy.Symbol:
         self.consts[name] = value if isinstance(value, Fraction) else exact(value)
@@ -155,7 +155,7 @@ class _Ctx:
 
     def sequence_tv(self) -> tuple[list[Route], list[Route]]:
         horizon = self.g.horizon or self.contract.policy.max_new_tokens
-        L = self.const("L", _capped_length(horizon, self.premises))
+        L = self.const("L", self.premises.horizon(horizon))
         eps = self.best(self.tv_routes())
         kappa = self.best(self.kl_routes())
         ratio = self.best(self.log_ratio_routes())
@@ -244,71 +244,6 @@ class _Ctx:
 _PER_TOKEN_ONLY = {"token_log_ratio", "token_kl", "clip_budget"}
 
 
-def _capped_length(length: int, premises: Premises) -> int:
-    """``length``, or the runtime clauses' longest sequence where that is shorter."""
-    cap = premises.max_length
-    return length if cap is None else min(length, cap)
-
-
-def _unused(g: Guarantee, prem: Premises, win: Route) -> tuple[str, ...]:
-    """The clauses of ``g.from_`` (runtime conditions aside) that are no fact on route ``win``,
-    each with why: a counterexample to the route need not satisfy them."""
-    on_route = {c for f in win.facts for c in f.clauses}
-    why = {u.split(":", 1)[0]: u for u in prem.unusable}
-    return tuple(
-        why.get(cid, f"{cid}: not used by route {win.name!r}")
-        for cid in dict.fromkeys(g.from_)
-        if cid not in prem.conditions and cid not in on_route
-    )
-
-
-def _truncation_notes(contract: Contract) -> tuple[str, ...]:
-    p = contract.policy
-    if not p.truncated:
-        return ()
-    notes = [
-        f"sampling is truncated (top_p={p.top_p}, top_k={p.top_k}): a log-ratio or clip "
-        "bound is on the full-vocabulary log-probs; the truncated sampling law itself changes "
-        "its kept support at near-ties, which no logit-level bound controls"
-    ]
-    if p.logprobs == "processed":
-        notes.append(
-            "logprobs are processed (renormalised over the kept support): measured log ratios "
-            "carry the support shift log(S_inf/S_train) of the kept masses on every token; it "
-            "is reported separately and not folded into the kernel bound"
-        )
-    return tuple(notes)
-
-
-# quantities of the sampling law itself: truncation (top-k, top-p) makes it discontinuous in
-# the logits, so no logit-level premise bounds them (greedy decoding: TV = 1 at a near-tie)
-_OF_THE_SAMPLING_LAW = {"token_tv", "token_kl", "sequence_tv", "reward_drift", "pg_bias"}
-# quantities of the logged log-probs: bounded when those are the full-vocabulary ones
-_OF_THE_LOGPROBS = {"token_log_ratio", "clip_budget"}
-
-
-def _truncation_blocks(contract: Contract, g: Guarantee) -> str | None:
-    """Why truncated sampling leaves ``g`` without a bound, or ``None``."""
-    p = contract.policy
-    if not p.truncated:
-        return None
-    how = "greedy decoding (top_k = 1)" if p.top_k == 1 else f"top_p={p.top_p}, top_k={p.top_k}"
-    if g.quantity in _OF_THE_SAMPLING_LAW:
-        return (
-            f"sampling is truncated ({how}): the kept support changes where two logits nearly "
-            "tie, which no logit-level premise controls (two tokens whose logits differ by less "
-            "than the drift swap sides and the truncated laws differ by TV up to 1), so "
-            f"{g.quantity} has no bound"
-        )
-    if g.quantity in _OF_THE_LOGPROBS and p.logprobs == "processed":
-        return (
-            f"sampling is truncated ({how}) and the logged log-probs are processed "
-            "(renormalised over the kept support): a token kept by one kernel and cut by the "
-            f"other has log ratio ±∞, so {g.quantity} has no bound"
-        )
-    return None
-
-
 def _empty(g: Guarantee, reason: str, notes: tuple[str, ...] = ()) -> Derivation:
     return Derivation(
         guarantee=g.id,
@@ -327,10 +262,10 @@ def _empty(g: Guarantee, reason: str, notes: tuple[str, ...] = ()) -> Derivation
 
 
 def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
-    notes = list(_truncation_notes(contract))
+    notes = list(truncation_notes(contract))
     if not g.from_:
         return _empty(g, "the guarantee names no premise clauses in `from`", tuple(notes))
-    blocked = _truncation_blocks(contract, g)
+    blocked = truncation_blocks(contract, g)
     if blocked:
         return _empty(g, blocked, tuple(notes))
     T = sympy.Symbol("T", positive=True)
@@ -401,7 +336,7 @@ def _derive_one(contract: Contract, g: Guarantee) -> Derivation:
     # quantity (at the clauses' maxima; the bound is nondecreasing) and every clause named in
     # `from` is a fact on the route: a clause the route does not use (or cannot use) narrows
     # the kernel pairs the supremum ranges over, and a counterexample may violate it.
-    unused = _unused(g, prem, win)
+    unused = prem.left_out(g.from_, win.name, {c for f in win.facts for c in f.clauses})
     extra["attained"] = win.attained and not unused
     if unused:
         extra["unused"] = unused

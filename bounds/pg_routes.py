@@ -317,8 +317,7 @@ def _icepop(ctx, GA) -> list[Route]:
 
 def _ppo_clip(ctx, GA) -> list[Route]:
     e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
-    # the band 1 ∓ ε in the symbol ε (the float 1 − 0.2 is not 4/5, and hi − 1 stays ε where
-    # 50-digit arithmetic would round 1 + 5e-324 to 1)
+    # the band 1 ∓ ε in the symbol ε: hi − 1 stays ε (50 digits round 1 + 5e-324 to 1)
     eps = ctx.const("clip_epsilon", e)
     return _band(ctx, GA, "pg_bias_ppo_clip", 1 - e, 1 + e, ends=(1 - eps, 1 + eps))
 

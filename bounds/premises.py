@@ -6,7 +6,9 @@ clause gives an expectation fact (``etv``: a bound on the mean per-token TV), ca
 confidence; a zero exceedance rate of the signed log ratio gives a per-token TV fact. A clause
 on a slice that provably holds every token (``covers_every_token``) is read as one on ``all``.
 A runtime clause is a condition the premises are claimed under; its ``sequence_length`` bounds
-the horizon. Clauses that give nothing usable are listed with the reason.
+the horizon. Clauses that give nothing usable are listed with the reason; truncated sampling
+(``truncation_blocks``) leaves the sampling law's quantities without any premise that bounds
+them.
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from fractions import Fraction
 import sympy
 
 from bounds.derivation import Variable
-from contracts import Contract, NumericalClause, Slice, StatisticalClause, exact
+from contracts import Contract, Guarantee, NumericalClause, Slice, StatisticalClause, exact
 
-__all__ = ["Fact", "Premises", "covers_every_token", "gather"]
+__all__ = [
+    "Fact",
+    "Premises",
+    "covers_every_token",
+    "gather",
+    "truncation_blocks",
+    "truncation_notes",
+]
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,20 @@ class Premises:
 
     def of(self, kind: str) -> tuple[Fact, ...]:
         return tuple(f for f in self.facts if f.kind == kind)
+
+    def horizon(self, length: int) -> int:
+        """``length``, or the runtime clauses' longest sequence where that is shorter."""
+        return length if self.max_length is None else min(length, self.max_length)
+
+    def left_out(self, from_, route: str, on_route: set[str]) -> tuple[str, ...]:
+        """The clauses of ``from_`` (runtime conditions aside) that are no fact on ``route``,
+        each with why: a counterexample to the route need not satisfy them."""
+        why = {u.split(":", 1)[0]: u for u in self.unusable}
+        return tuple(
+            why.get(cid, f"{cid}: not used by route {route!r}")
+            for cid in dict.fromkeys(from_)
+            if cid not in self.conditions and cid not in on_route
+        )
 
 
 def _var(prefix: str, clause_id: str, hi: float) -> Variable:
@@ -304,3 +327,50 @@ def gather(contract: Contract, from_: tuple[str, ...], T: sympy.Expr) -> Premise
     max_length, contradiction = _lengths(contract, conditions)
     return Premises(tuple(facts), tuple(unusable), tuple(unknown), tuple(conditions),
                     max_length, contradiction)  # fmt: skip
+
+
+def truncation_notes(contract: Contract) -> tuple[str, ...]:
+    p = contract.policy
+    if not p.truncated:
+        return ()
+    notes = [
+        f"sampling is truncated (top_p={p.top_p}, top_k={p.top_k}): a log-ratio or clip "
+        "bound is on the full-vocabulary log-probs; the truncated sampling law itself changes "
+        "its kept support at near-ties, which no logit-level bound controls"
+    ]
+    if p.logprobs == "processed":
+        notes.append(
+            "logprobs are processed (renormalised over the kept support): measured log ratios "
+            "carry the support shift log(S_inf/S_train) of the kept masses on every token; it "
+            "is reported separately and not folded into the kernel bound"
+        )
+    return tuple(notes)
+
+
+# quantities of the sampling law itself: truncation (top-k, top-p) makes it discontinuous in
+# the logits, so no logit-level premise bounds them (greedy decoding: TV = 1 at a near-tie)
+_OF_THE_SAMPLING_LAW = {"token_tv", "token_kl", "sequence_tv", "reward_drift", "pg_bias"}
+# quantities of the logged log-probs: bounded when those are the full-vocabulary ones
+_OF_THE_LOGPROBS = {"token_log_ratio", "clip_budget"}
+
+
+def truncation_blocks(contract: Contract, g: Guarantee) -> str | None:
+    """Why truncated sampling leaves ``g`` without a bound, or ``None``."""
+    p = contract.policy
+    if not p.truncated:
+        return None
+    how = "greedy decoding (top_k = 1)" if p.top_k == 1 else f"top_p={p.top_p}, top_k={p.top_k}"
+    if g.quantity in _OF_THE_SAMPLING_LAW:
+        return (
+            f"sampling is truncated ({how}): the kept support changes where two logits nearly "
+            "tie, which no logit-level premise controls (two tokens whose logits differ by less "
+            "than the drift swap sides and the truncated laws differ by TV up to 1), so "
+            f"{g.quantity} has no bound"
+        )
+    if g.quantity in _OF_THE_LOGPROBS and p.logprobs == "processed":
+        return (
+            f"sampling is truncated ({how}) and the logged log-probs are processed "
+            "(renormalised over the kept support): a token kept by one kernel and cut by the "
+            f"other has log ratio ±∞, so {g.quantity} has no bound"
+        )
+    return None
