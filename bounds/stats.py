@@ -26,11 +26,14 @@ from jaxtyping import Float
 
 __all__ = [
     "binomial_cdf",
+    "clopper_pearson_lower",
     "clopper_pearson_upper",
     "mean_ucb",
+    "mean_ucb_moments",
     "min_samples_quantile",
     "min_samples_rate",
     "quantile_ucb",
+    "quantile_ucb_rank",
 ]
 
 # Relative slack applied against us in every floating-point comparison of probabilities.
@@ -76,24 +79,31 @@ def quantile_ucb(samples: Samples, q: float, confidence: float) -> float:
 
     With X_(1) ≤ … ≤ X_(n) sorted, X_(k) < ξ_q requires at least k samples below ξ_q, an event
     of probability ≤ P(Binomial(n, q) ≥ k) for any law. The smallest k with
-    P(Binomial(n, q) ≤ k − 1) ≥ confidence makes X_(k) the bound. Returns +inf when even k = n
-    does not qualify (too few samples).
+    P(Binomial(n, q) ≤ k − 1) ≥ confidence makes X_(k) the bound (``quantile_ucb_rank``).
+    Returns +inf when even k = n does not qualify (too few samples).
     """
     _check_level("q", q)
     _check_level("confidence", confidence)
     x = np.sort(_samples(samples))
-    n = x.size
+    k = quantile_ucb_rank(x.size, q, confidence)
+    return math.inf if k is None else float(x[k - 1])
+
+
+def quantile_ucb_rank(n: int, q: float, confidence: float) -> int | None:
+    """The rank k (1-based) of the order statistic X_(k) that :func:`quantile_ucb` returns from
+    ``n`` samples: the smallest k with P(Binomial(n, q) ≤ k − 1) ≥ confidence; None when no
+    k ≤ n qualifies. It depends on n, q and confidence only, never on the values."""
+    _check_level("q", q)
+    _check_level("confidence", confidence)
     if n == 0:
-        return math.inf
+        return None
     j = np.arange(n + 1, dtype=np.float64)
     logs = _log_choose(n, n) + j * math.log(q) + (n - j) * math.log1p(-q)
     pmf = np.exp(logs - np.max(logs))
     cdf = np.cumsum(pmf) / np.sum(pmf)  # cdf[i] = P(Bin ≤ i)
     need = confidence + _SLACK
     ok = np.nonzero(cdf[:n] >= need)[0]  # i = k − 1 ranges over 0 … n − 1
-    if ok.size == 0:
-        return math.inf
-    return float(x[int(ok[0])])
+    return None if ok.size == 0 else int(ok[0]) + 1
 
 
 def clopper_pearson_upper(k: int, n: int, confidence: float) -> float:
@@ -124,11 +134,18 @@ def clopper_pearson_upper(k: int, n: int, confidence: float) -> float:
     return hi
 
 
+def clopper_pearson_lower(k: int, n: int, confidence: float) -> float:
+    """The one-sided Clopper–Pearson lower bound on a rate after ``k`` events in ``n`` trials:
+    1 − the upper bound of the complementary rate (n − k events); 0 when k = 0."""
+    return 1.0 - float(clopper_pearson_upper(n - k, n, confidence))
+
+
 def mean_ucb(samples: Samples, lo: float, hi: float, confidence: float) -> float:
     """An upper confidence bound for the mean of a law supported on [lo, hi].
 
     The smaller of Hoeffding's and the empirical Bernstein bound (Maurer & Pontil), each at
-    level (1 − confidence)/2, so the minimum holds at ``confidence`` by the union bound.
+    level (1 − confidence)/2, so the minimum holds at ``confidence`` by the union bound; it
+    depends on the samples through their count, mean and variance (``mean_ucb_moments``).
     """
     _check_level("confidence", confidence)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
@@ -139,15 +156,30 @@ def mean_ucb(samples: Samples, lo: float, hi: float, confidence: float) -> float
     n = x.size
     if n == 0:
         return float(hi)
+    var = float(np.var(x, ddof=1)) if n >= 2 else 0.0
+    return mean_ucb_moments(n, float(np.mean(x)), var, lo, hi, confidence)
+
+
+def mean_ucb_moments(
+    n: int, mean: float, variance: float, lo: float, hi: float, confidence: float
+) -> float:
+    """:func:`mean_ucb` from ``n`` samples in [lo, hi] with mean ``mean`` and sample variance
+    ``variance`` (ddof 1; unused when n < 2): the same arithmetic, so a bound recorded with
+    its inputs can be recomputed exactly."""
+    _check_level("confidence", confidence)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"need finite lo < hi, got [{lo}, {hi}]")
+    if not (math.isfinite(mean) and math.isfinite(variance) and variance >= 0.0):
+        raise ValueError(f"need a finite mean and variance ≥ 0, got {mean!r}, {variance!r}")
+    if n == 0:
+        return float(hi)
     width = hi - lo
-    mean = float(np.mean(x))
     if n < 2:
         return min(hi, mean + width * math.sqrt(math.log(1 / (1 - confidence)) / (2 * n)))
     delta = (1 - confidence) / 2
     hoeffding = mean + width * math.sqrt(math.log(1 / delta) / (2 * n))
-    var = float(np.var(x, ddof=1))
     log_term = math.log(2 / delta)
-    bernstein = mean + math.sqrt(2 * var * log_term / n) + 7 * width * log_term / (3 * (n - 1))
+    bernstein = mean + math.sqrt(2 * variance * log_term / n) + 7 * width * log_term / (3 * (n - 1))
     return float(min(hi, hoeffding, bernstein))
 
 

@@ -46,13 +46,15 @@ SOURCE = {"kind": "logprobs", "label": "log.jsonl", "fingerprint": "sha256:" + "
 
 def _measured(report: dict) -> dict:
     """``report`` (of MEASURED, proofs only) as if a log had been measured: N1 violated (max
-    0.03 > 0.02), S1 held (upper bound 0.008 ≤ 0.01 on 5000 tokens)."""
+    0.03 > 0.02), S1 held (upper bound 0.008 ≤ 0.01 on 5000 tokens, at the order statistics
+    of the ranks that n, q and confidence give)."""
     r = copy.deepcopy(report)
     r["evidence"] = {"sources": [SOURCE], "assumptions": ["tokens are independent draws"]}
     common = {"fingerprint": SOURCE["fingerprint"], "source": SOURCE["label"]}
     r["clauses"][0].update(status="violated", samples=5000, value=0.03, bound=0.03,
                            reason="max logit_drift over 5000 tokens is 0.03", **common)  # fmt: skip
-    r["clauses"][1].update(status="held", samples=5000, value=0.004, bound=0.008,
+    r["clauses"][1].update(status="held", samples=5000, value=0.004, bound=0.008, lower=0.003,
+                           basis={"value_rank": 4950, "bound_rank": 4962, "lower_rank": 4938},
                            reason="order-statistic bound", **common)  # fmt: skip
     r["status"], r["exit_code"] = "violated", 1
     return r

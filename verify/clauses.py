@@ -14,7 +14,11 @@ class ClauseResult:
     """What measuring one clause on one slice found.
 
     ``bound`` is the quantity the verdict was decided on: for statistical clauses an upper
-    confidence bound at ``confidence``; for numerical clauses the observed maximum.
+    confidence bound at ``confidence``; for numerical clauses the observed maximum. ``lower``
+    is a statistical clause's lower confidence bound (what tells violated from inconclusive),
+    and ``basis`` the values beyond ``samples`` and ``value`` that both bounds are computed
+    from (an exceedance count, a sample variance, the ranks of the order statistics), so that
+    ``verify check`` recomputes them; ``None`` and empty where there are none.
     """
 
     id: str
@@ -31,3 +35,5 @@ class ClauseResult:
     fingerprint: str = ""  # sha256 of the data the clause was measured on
     source: str = ""  # emulate:<model>/<preset> or the log file path
     reason: str = ""  # why skipped / inconclusive / violated, in one line
+    lower: float | None = None  # lower confidence bound (statistical clauses)
+    basis: tuple[tuple[str, object], ...] = ()  # (name, value) pairs: what the bounds rest on

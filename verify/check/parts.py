@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from evidence.table import SAMPLED_ONLY, clause_column
+from verify.check.confidence import recompute
 from verify.decide.verdicts import numerical_verdict, statistical_verdict
 from verify.escalation import decide, decision_json
 from verify.render.report import clause_json
@@ -37,7 +38,7 @@ OBLIGATION_KEYS = frozenset(STATIC_KEYS) | {
 }  # fmt: skip
 CLAUSE_KEYS = frozenset(
     ("id", "family", "slice", "status", "metric", "statistic", "threshold", "samples", "value",
-     "bound", "confidence", "fingerprint", "source", "reason")
+     "bound", "confidence", "fingerprint", "source", "reason", "lower", "basis")
 )  # fmt: skip
 _NO_MODULE = "evidence measurement not available"  # verify._run.NO_EVIDENCE_MODULE
 
@@ -138,6 +139,7 @@ def _measured(c: dict, clause, family: str, sources: dict, where: str, diff) -> 
         _number(samples, f"{where}.samples", diff, integer=True),
         _number(value, f"{where}.value", diff),
         _number(bound, f"{where}.bound", diff),
+        _number(c.get("lower"), f"{where}.lower", diff),
     ]
     if not all(numbers):
         return
@@ -147,28 +149,57 @@ def _measured(c: dict, clause, family: str, sources: dict, where: str, diff) -> 
     if not isinstance(c.get("reason"), str) or (status is not Status.HELD and not c["reason"]):
         diff(f"{where}.reason", f"{label} without a reason")
     if skipped:
-        if samples or value is not None or bound is not None:
+        if samples or any(c.get(k) is not None for k in ("value", "bound", "lower", "basis")):
             diff(where, "skipped, but it carries measurements")
         return
     column = clause_column(family, clause.metric)
     top = math.inf if bound is None else bound
-    if samples == 0:
+    caveat = column in SAMPLED_ONLY and _caveat(info)
+    computed = _computed(c, clause, family, samples, caveat, where, diff)
+    if computed is None:
+        return
+    if not computed or caveat:  # no bound computed, or a truncated-support caveat
         allowed = {Status.INCONCLUSIVE}
     elif family == "numerical":
         allowed = {numerical_verdict(samples, top, clause.max, column)}
     elif clause.statistic == "max":
         allowed = {statistical_verdict(samples, clause.min_samples, top, clause.max)}
-    else:  # the lower confidence bound is not in the report: either side of it may be right
-        allowed = {
-            statistical_verdict(samples, clause.min_samples, top, clause.max, lambda x=x: x)
-            for x in (-math.inf, math.inf)
-        }
-    if column in SAMPLED_ONLY and _caveat(info):
-        allowed.add(Status.INCONCLUSIVE)
+    else:
+        found = recompute(c, clause, column, where, diff)
+        if found is None:
+            return
+        allowed = {statistical_verdict(samples, clause.min_samples, found[0], clause.max,
+                                       lambda: found[1])}  # fmt: skip
     if status not in allowed:
         shown = " or ".join(sorted(s.label for s in allowed))
+        lcb = f", lower {c.get('lower')!r}" if c.get("lower") is not None else ""
         diff(f"{where}.status", f"{label}, but its numbers ({samples} samples, bound "
-             f"{bound!r}, max {float(clause.max)!r}) give {shown}")  # fmt: skip
+             f"{bound!r}{lcb}, max {float(clause.max)!r}) give {shown}")  # fmt: skip
+
+
+def _computed(c: dict, clause, family: str, samples: int, caveat: bool, where, diff):
+    """Whether the run computed the verdict's numbers (False: no token, fewer than
+    ``min_samples``, or a truncated-support caveat, and the verdict is inconclusive); None
+    after reporting numbers that contradict the statistic (a maximum's bound is the maximum
+    itself and has no lower bound nor basis)."""
+    statistical = family == "statistical"
+    if samples == 0 or (statistical and (caveat or samples < clause.min_samples)):
+        extra = [k for k in ("value", "bound", "lower", "basis") if c.get(k) is not None]
+        if extra and (statistical or samples == 0):
+            diff(where, f"no bound is computed on {samples} samples here, but it carries "
+                 f"{', '.join(extra)}")  # fmt: skip
+            return None
+        return False
+    if family == "numerical" or clause.statistic == "max":
+        extra = [k for k in ("lower", "basis") if c.get(k) is not None]
+        if extra:
+            diff(where, f"a maximum has no {' nor '.join(extra)}")
+            return None
+        if c.get("value") != c.get("bound"):
+            diff(f"{where}.bound", f"{c.get('bound')!r} but the maximum is the value "
+                 f"{c.get('value')!r}")  # fmt: skip
+            return None
+    return True
 
 
 def check_clauses(clauses, contract, evidence, diff) -> list[tuple[str, Status]]:

@@ -18,14 +18,19 @@ from verify.clauses import ClauseResult
 from verify.status import Status
 
 __all__ = [
+    "BINARY",
+    "mean_bounds",
     "numerical_result",
     "numerical_verdict",
     "quantile_lower_bound",
+    "quantile_lower_rank",
+    "rate_bounds",
     "statistical_result",
     "statistical_verdict",
 ]
 
-_BINARY = frozenset({"top1_flip"})
+# columns whose values are 0 or 1: their mean is a rate
+BINARY = frozenset({"top1_flip"})
 
 
 def numerical_verdict(samples: int, maximum: float, limit: float, column: str) -> Status:
@@ -130,65 +135,86 @@ def numerical_result(clause, source) -> ClauseResult:
     )
 
 
+def quantile_lower_rank(n: int, q: float, confidence: float) -> int | None:
+    """The largest k with P(Binom(n, q) ≥ k) ≥ confidence; None when there is none.
+
+    It comes from ``bounds.stats.quantile_ucb_rank`` at level 1 − confidence: the smallest
+    rank k' with P(Binom(n, q) ≤ k' − 1) ≥ that level (less a hair, so the rank below it
+    qualifies strictly), and k = k' − 1. It depends on n, q and confidence only.
+    """
+    from bounds.stats import quantile_ucb_rank
+
+    level = 1.0 - confidence - 2e-9
+    first = quantile_ucb_rank(n, q, level) if level > 0 else 1
+    k = n if first is None else first - 1
+    return None if k < 1 else k
+
+
 def quantile_lower_bound(s, q: float, confidence: float) -> float:
-    """X_(k) for the largest k with P(Binom(n, q) ≥ k) ≥ confidence; −inf when there is none.
+    """X_(k) for the largest k with P(Binom(n, q) ≥ k) ≥ confidence (``quantile_lower_rank``);
+    −inf when there is none.
 
     X_(k) > ξ_q needs at most k − 1 samples ≤ ξ_q, and P(X ≤ ξ_q) ≥ q, so
     P(X_(k) > ξ_q) ≤ P(Binom(n, q) ≤ k − 1) ≤ 1 − confidence: X_(k) is a lower bound.
-    The index comes from ``bounds.quantile_ucb`` run on the ranks 1 … n at level
-    1 − confidence: it returns the smallest rank k' with P(Binom(n, q) ≤ k' − 1) ≥ that level
-    (less a hair, so the rank below it qualifies strictly), and k = k' − 1.
     """
-    from bounds import quantile_ucb
-
-    n = s.count
-    level = 1.0 - confidence - 2e-9
-    first = quantile_ucb(np.arange(1, n + 1, dtype=np.float64), q, level) if level > 0 else 1
-    k = n if math.isinf(first) else int(first) - 1
-    return -math.inf if k < 1 else s.order_statistic(k)[0]
+    k = quantile_lower_rank(s.count, q, confidence)
+    return -math.inf if k is None else s.order_statistic(k)[0]
 
 
-def _rate_bounds(k: int, n: int, c: float):
-    from bounds import clopper_pearson_upper
+def rate_bounds(k: int, n: int, c: float) -> tuple[float, float]:
+    """The Clopper–Pearson (upper, lower) bounds of a rate after ``k`` events in ``n`` tokens."""
+    from bounds.stats import clopper_pearson_lower, clopper_pearson_upper
 
-    ucb = float(clopper_pearson_upper(k, n, c))
-    return ucb, lambda: 1.0 - float(clopper_pearson_upper(n - k, n, c))
+    return float(clopper_pearson_upper(k, n, c)), clopper_pearson_lower(k, n, c)
+
+
+def mean_bounds(n: int, mean: float, variance: float, col: str, c: float) -> tuple[float, float]:
+    """The bounded-mean (upper, lower) bounds of the mean of ``col`` (range ``RANGE[col]``)
+    from ``n`` values of mean ``mean`` and sample variance ``variance``."""
+    from bounds.stats import mean_ucb_moments
+
+    lo, hi = RANGE[col]
+    ucb = float(mean_ucb_moments(n, mean, variance, lo, hi, c))
+    return ucb, -float(mean_ucb_moments(n, -mean, variance, -hi, -lo, c))
 
 
 def _statistical_bounds(clause, col, s):
-    """(point estimate, upper bound, lower bound thunk, how) of the clause's statistic."""
-    from bounds import mean_ucb, quantile_ucb
+    """(point estimate, upper bound, lower bound, how, basis) of the clause's statistic;
+    ``basis`` holds what ``verify check`` needs beyond the count and the point estimate to
+    recompute both bounds (``verify.check.confidence``)."""
+    from bounds.stats import quantile_ucb_rank
 
     c, n = clause.confidence, s.count
     if clause.statistic == "quantile":
         q = clause.q
-        value = s.order_statistic(max(1, math.ceil(q * n)))[1]
-        ucb = float(quantile_ucb(s.upper_values(), q, c))
+        rank, up = max(1, math.ceil(q * n)), quantile_ucb_rank(n, q, c)
+        value = s.order_statistic(rank)[1]
+        ucb = math.inf if up is None else float(s.upper_values()[up - 1])
         how = f"order-statistic bound of the {q:g}-quantile"
-        return value, ucb, lambda: quantile_lower_bound(s, q, c), how
+        basis = (("value_rank", rank), ("bound_rank", up),
+                 ("lower_rank", quantile_lower_rank(n, q, c)))  # fmt: skip
+        return value, ucb, quantile_lower_bound(s, q, c), how, basis
     if clause.statistic == "exceed_rate":
         k = s.exceed_count(float(clause.threshold))
-        ucb, lcb = _rate_bounds(k, n, c)
         how = f"Clopper–Pearson bound of P({col} > {clause.threshold:g}) ({k} of {n} tokens)"
-        return k / n, ucb, lcb, how
-    none = lambda: -math.inf  # noqa: E731
+        return k / n, *rate_bounds(k, n, c), how, (("count", k),)
     if col not in RANGE:
         how = (
             f"the mean of {col} has no distribution-free confidence bound (its range is "
             "unbounded); use a quantile or exceed_rate clause"
         )
-        return s.mean, math.inf, none, how
-    if col in _BINARY and s.total == round(s.total):
+        return s.mean, math.inf, -math.inf, how, ()
+    if col in BINARY and s.total == round(s.total):
         k = round(s.total)
-        ucb, lcb = _rate_bounds(k, n, c)
-        return k / n, ucb, lcb, f"Clopper–Pearson bound of the rate ({k} of {n} tokens)"
+        how = f"Clopper–Pearson bound of the rate ({k} of {n} tokens)"
+        return k / n, *rate_bounds(k, n, c), how, (("count", k),)
     if not s.is_exact:
         how = "the bounded-mean bound needs exact values and this summary is a histogram"
-        return s.mean, math.inf, none, how
+        return s.mean, math.inf, -math.inf, how, (("sketch", "histogram"),)
     lo, hi = RANGE[col]
-    ucb = float(mean_ucb(s.values, lo, hi, c))
-    lcb = lambda: -float(mean_ucb(-s.values, -hi, -lo, c))  # noqa: E731
-    return s.mean, ucb, lcb, f"bounded-mean bound on [{lo:g}, {hi:g}]"
+    variance = float(np.var(s.values, ddof=1)) if n >= 2 else 0.0
+    ucb, lcb = mean_bounds(n, s.mean, variance, col, c)
+    return s.mean, ucb, lcb, f"bounded-mean bound on [{lo:g}, {hi:g}]", (("variance", variance),)
 
 
 def statistical_result(clause, slice_name: str, source) -> ClauseResult:
@@ -199,7 +225,7 @@ def statistical_result(clause, slice_name: str, source) -> ClauseResult:
     s = source.summaries[(slice_name, col)]
     common = {"statistic": clause.statistic, "samples": s.count, "confidence": clause.confidence}
 
-    def done(status, reason, value=None, bound=None):
+    def done(status, reason, value=None, bound=None, lower=None, basis=()):
         return _result(
             clause,
             "statistical",
@@ -209,6 +235,8 @@ def statistical_result(clause, slice_name: str, source) -> ClauseResult:
             reason=reason,
             value=value,
             bound=bound,
+            lower=lower,
+            basis=basis,
             **common,
         )
 
@@ -227,28 +255,29 @@ def statistical_result(clause, slice_name: str, source) -> ClauseResult:
             f"{clause.max:g}); no confidence bound covers unseen tokens{extra}"
         )
         return done(status, reason, s.maximum, s.maximum)
-    value, ucb, lcb_of, how = _statistical_bounds(clause, col, s)
-    lower: list[float] = []
-    status = statistical_verdict(
-        s.count, clause.min_samples, ucb, clause.max, lambda: lower.append(lcb_of()) or lower[0]
-    )
+    value, ucb, lcb, how, basis = _statistical_bounds(clause, col, s)
+    status = statistical_verdict(s.count, clause.min_samples, ucb, clause.max, lambda: lcb)
+    bounds = {
+        "bound": ucb if math.isfinite(ucb) else None,
+        "lower": lcb if math.isfinite(lcb) else None,
+        "basis": basis,
+    }
     if status is Status.HELD:
-        return done(Status.HELD, f"{how}: {ucb:.6g} ≤ {clause.max:g}{extra}", value, ucb)
-    lcb = lower[0]
+        return done(Status.HELD, f"{how}: {ucb:.6g} ≤ {clause.max:g}{extra}", value, **bounds)
     if status is Status.VIOLATED:
         reason = (
             f"{how}: lower bound {lcb:.6g} > {clause.max:g} at confidence "
             f"{clause.confidence:g}{extra}"
         )
-        return done(Status.VIOLATED, reason, value, ucb)
+        return done(Status.VIOLATED, reason, value, **bounds)
     if not math.isfinite(ucb):
         if clause.statistic == "quantile":
             how = (
                 f"too few tokens ({s.count}) for a finite {how} at confidence {clause.confidence:g}"
             )
-        return done(Status.INCONCLUSIVE, how + extra, value)
+        return done(Status.INCONCLUSIVE, how + extra, value, **bounds)
     reason = (
         f"{how}: upper bound {ucb:.6g} > {clause.max:g} but lower bound {lcb:.6g} ≤ "
         f"{clause.max:g}: more tokens are needed to decide{extra}"
     )
-    return done(Status.INCONCLUSIVE, reason, value, ucb)
+    return done(Status.INCONCLUSIVE, reason, value, **bounds)

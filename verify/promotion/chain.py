@@ -4,13 +4,16 @@
 the report file's sha256, the contract it was made for (rebuilt from the report's canonical
 form), the stage's requirements, every check, ``passed``, the counted tokens, and the link to
 the previous declared stage's record, which is re-checked the same way (so a record of
-``full`` re-checks the whole chain back to the first declared stage). With ``deep`` each
-report is also re-checked in full (``verify check``: its queries re-run, its verdicts
-recomputed). The traffic share is the operator's declaration and ``created`` and ``toolkit``
+``full`` re-checks the whole chain back to the first declared stage). A record inherits every
+check of its report: each report of the chain is re-checked in full (``verify check``: its
+queries re-run, its verdicts and confidence bounds recomputed), whether the record is checked
+on its own or as the previous stage of a stage being run, and any difference in it is one of
+the record. The traffic share is the operator's declaration and ``created`` and ``toolkit``
 are descriptive; everything else is recomputed.
 
 ``link`` is what running a stage needs from the stage before it: that stage's record exists,
-re-checks, was made for this very contract file, and passed; anything else is refused (exit 2).
+re-checks (its report and its chain included), was made for this very contract file, and
+passed; anything else is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -123,9 +126,9 @@ def _compare(record: dict, key: str, want, diff) -> None:
              f"{json.dumps(want, ensure_ascii=False)}")  # fmt: skip
 
 
-def record_differences(record: dict, directory: str, *, deep: bool, depth: int = 0) -> list[str]:
-    """Every difference between ``record`` (read from ``directory``) and what its report and
-    chain give; empty when it re-checks."""
+def record_differences(record: dict, directory: str, *, depth: int = 0) -> list[str]:
+    """Every difference between ``record`` (read from ``directory``) and what its report, the
+    report's own re-check and the chain give; empty when it re-checks."""
     out: list[str] = []
 
     def diff(where: str, message: str) -> None:
@@ -172,9 +175,7 @@ def record_differences(record: dict, directory: str, *, deep: bool, depth: int =
             diff("previous", f"{json.dumps(link_info)} but stage {stage} follows {previous}")
             return out
         try:
-            current, earlier = link(
-                directory, previous, info.get("sha256"), deep=deep, depth=depth + 1
-            )
+            current, earlier = link(directory, previous, info.get("sha256"), depth=depth + 1)
         except PromotionError as err:
             diff("previous", str(err))
             return out
@@ -198,17 +199,14 @@ def record_differences(record: dict, directory: str, *, deep: bool, depth: int =
     _compare(record, "checks", found_checks, diff)
     _compare(record, "held", kept, diff)
     _compare(record, "passed", all(c["met"] for c in found_checks), diff)
-    if deep:
-        from verify.check.recheck import check_data
+    from verify.check.recheck import check_data
 
-        result = check_data(report, report_dir=directory)
-        out.extend(f"report {path}: {d}" for d in result.differences)
+    result = check_data(report, report_dir=directory)
+    out.extend(f"report {path}: {d}" for d in result.differences)
     return out
 
 
-def link(
-    directory: str, stage: str, contract_sha256, *, deep: bool = False, depth: int = 0
-) -> tuple[dict, list[str]]:
+def link(directory: str, stage: str, contract_sha256, *, depth: int = 0) -> tuple[dict, list[str]]:
     """The link to the record of ``stage`` in ``directory`` (``{stage, path, sha256}``) and the
     clause keys it holds, after re-checking it and its chain; ``PromotionError`` (exit 2) when
     the record is missing, does not re-check, was made for another contract, or did not pass."""
@@ -230,7 +228,7 @@ def link(
             f"{path}: stale: made for contract sha256 {made_for}, this contract's is "
             f"{contract_sha256} (the contract changed; run every stage again from the first)"
         )
-    problems = record_differences(record, directory, deep=deep, depth=depth)
+    problems = record_differences(record, directory, depth=depth)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise PromotionError(f"{path}: does not re-check: {problems[0]}{more}")

@@ -2,7 +2,8 @@
 and ``python -m verify check RECORD.json``.
 
 Running a stage: the contract must declare it; the record of the declared stage before it must
-be in ``DIR``, re-check (``verify.promotion.chain.link``), be made for this very contract file
+be in ``DIR``, re-check with its report and its whole chain (``verify.promotion.chain.link``:
+a record whose report ``verify check`` refuses is refused), be made for this very contract file
 and have passed. Then the contract is verified as ``python -m verify`` does (``--evidence``,
 ``--json``, ``--markdown``, ``--html`` and ``--timeout-ms`` as there), and two files are
 written together, all or nothing (``verify.cli.outputs``): the report ``DIR/STAGE.report.json``
@@ -12,8 +13,9 @@ Exit codes: 0 the stage passed; 1 the stage ran and its requirements are not met
 with ``passed: false`` is written: it blocks the next stage); 2 refused, nothing written: a
 usage error, a stage the contract does not declare, a missing previous record (a skipped
 stage), a stale one (made for another contract, or its report or its own previous record
-changed since), a previous stage that did not pass, a record that is not valid JSON or holds
-a duplicate key, or any input ``python -m verify`` itself refuses.
+changed since), one that does not re-check (its report included: ``verify check`` refuses
+the report), a previous stage that did not pass, a record that is not valid JSON or holds a
+duplicate key, or any input ``python -m verify`` itself refuses.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def check_record_main(path: str, *, stdout, stderr) -> int:
         stderr.write(f"{err}\n")
         return 2
     directory = os.path.dirname(os.path.abspath(path))
-    differences = record_differences(record, directory, deep=True)
+    differences = record_differences(record, directory)
     for d in differences:
         stdout.write(f"DIFFERENCE {d}\n")
     if differences:

@@ -73,6 +73,7 @@ def overall(report: Report) -> Status:
 def clause_json(c: ClauseResult) -> Mapping[str, object]:
     out = asdict(c)
     out["status"] = c.status.label
+    out["basis"] = dict(c.basis) or None
     return out
 
 
