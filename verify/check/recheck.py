@@ -53,12 +53,18 @@ clauses without evidence               re-derived (skipped, with the run's reaso
 measured clause metric, statistic,     re-derived from the clause
 threshold, confidence
 measured clause source, fingerprint    must name one of ``evidence.sources``
-measured clause samples, value, bound  measured data (the evidence is not re-read): must be
-                                       finite numbers
-measured clause status                 recomputed from samples, bound, max, min_samples by
-                                       ``verify.decide.verdicts`` (violated and inconclusive
-                                       differ by a lower bound the report does not hold: above
-                                       max either is accepted; held never is)
+measured clause samples, value         raw measured data (the evidence is not re-read): finite
+                                       numbers; a rate's value must be basis.count / samples
+measured clause bound, lower, basis    recomputed (``verify.check.confidence``, with the
+                                       functions the run used) and required equal: the
+                                       Clopper–Pearson bounds from basis.count, the bounded-mean
+                                       bounds from value and basis.variance, a quantile's ranks
+                                       from samples, q and confidence (its order statistics are
+                                       raw, but must be in rank order); a maximum's bound is its
+                                       value; none where no bound was computed
+measured clause status                 recomputed from samples, the recomputed bound and
+                                       lower bound, max and min_samples by
+                                       ``verify.decide.verdicts``: exactly one verdict
 measured clause reason                 free text (required unless held)
 evidence                               free (descriptions of the sources), but a log source's
                                        truncated-support shift decides whether log-ratio
