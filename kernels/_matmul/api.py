@@ -20,13 +20,18 @@ from kernels.scaling import quantize_cols, quantize_rows
 
 __all__ = ["emulated_dot_general", "matmul"]
 
-Impl = Literal["jax", "pallas", "numpy"]
+Impl = Literal["jax", "pallas", "pallas_gpu", "numpy"]
 
 
 def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool | None):
     plan = make_plan(spec, x.shape[1], splits)
     xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
-    if impl == "pallas":
+    if impl == "pallas_gpu" or (impl == "pallas" and _gpu_kernel(interpret)):
+        from kernels._matmul.pallas_gpu import reduce_quantized_pallas_gpu
+
+        wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
+        total = reduce_quantized_pallas_gpu(xq, sx, wq_t, sw_t, plan, interpret=interpret)
+    elif impl == "pallas":
         from kernels._matmul.pallas import reduce_quantized_pallas
 
         wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
@@ -35,6 +40,11 @@ def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool |
         wq, sw = quantize_cols(w, plan.inputs, plan.scaling)
         total = reduce_quantized(xq, sx, wq, sw, plan, w_k_leading=True)
     return cast_output(total, plan.output)
+
+
+def _gpu_kernel(interpret: bool | None) -> bool:
+    """Whether ``impl="pallas"`` runs the GPU-shaped kernel: when it is compiled for a GPU."""
+    return not interpret and jax.default_backend() == "gpu"
 
 
 # On CPU, 512-bit vectors run the loops 10-20 % faster than XLA's default of 256 bits (same
@@ -67,16 +77,19 @@ def matmul(
       x: float array (..., K); leading axes are flattened into rows.
       w: float array (K, N).
       spec: the matmul arithmetic (hashable; static under ``jax.jit``).
-      impl: ``"jax"`` (vectorised), ``"pallas"`` (``pl.pallas_call``) or ``"numpy"`` (the
-        reference; needs concrete arrays, returns a NumPy array).
+      impl: ``"jax"`` (vectorised), ``"pallas"`` (``pl.pallas_call``: compiled for a GPU, the
+        GPU-shaped kernel of ``kernels._matmul.pallas_gpu``; elsewhere the one of
+        ``kernels._matmul.pallas``), ``"pallas_gpu"`` (the GPU-shaped kernel on any backend,
+        interpreted off the GPU) or ``"numpy"`` (the reference; needs concrete arrays,
+        returns a NumPy array).
       splits: number of contiguous K parts reduced independently and joined in float32.
       interpret: Pallas interpret mode; ``None`` means interpret unless running on a GPU.
 
     Returns:
       float32 (..., N), every value representable in ``spec.output``.
     """
-    if impl not in ("jax", "pallas", "numpy"):
-        raise ValueError(f"impl must be 'jax', 'pallas' or 'numpy', got {impl!r}")
+    if impl not in ("jax", "pallas", "pallas_gpu", "numpy"):
+        raise ValueError(f"impl must be 'jax', 'pallas', 'pallas_gpu' or 'numpy', got {impl!r}")
     if jnp.ndim(w) != 2 or jnp.ndim(x) < 1 or jnp.shape(x)[-1] != jnp.shape(w)[0]:
         raise ValueError(f"matmul shapes do not fit: x {jnp.shape(x)}, w {jnp.shape(w)}")
     if spec.is_int8:
@@ -108,7 +121,7 @@ def _int8(x, w, spec: MatmulSpec, impl: str):
             "accumulator can wrap; use kernels._matmul.int8_matmul, which emulates the wrap and "
             "returns the mask of wrapped outputs"
         )
-    if impl == "pallas":
+    if impl in ("pallas", "pallas_gpu"):
         raise ValueError("int8 inputs have no Pallas kernel: use impl='jax' or 'numpy'")
     rows = int(np.prod(lead)) if lead else 1
     xp = np if impl == "numpy" else jnp

@@ -1,0 +1,206 @@
+"""GPU benchmark: the emulated presets (GPU-shaped Pallas kernel) against native matmuls.
+
+One run on one GPU, at (size, size, size), 8192 by default: the ceilings (native bfloat16
+``jnp.dot`` with float32 results, float64 ``jnp.dot``, float32 ``jnp.dot`` at
+``Precision.HIGHEST``) and each emulated preset through ``matmul(impl="pallas")`` (quantization,
+layout and output cast included), each as the median of ``--repeats`` timed calls after one
+untimed call, with its ratio to native bfloat16 and to the float64 dot. The float64 dot is what
+exact binary64 multiply-adds cost on this GPU; the e4m3 group sums can use them, the rounding
+chain cannot (see ``kernels._matmul.pallas_gpu``).
+
+Before timing, every timed arithmetic is checked bit for bit against the NumPy reference on
+small aligned and ragged shapes with split-K 1 and 3 (``--check-shape``): a timing of a kernel
+that computes other bits would mean nothing. ``--sweep`` also times the kernel's variants and
+block shapes for h100-fp8 and bf16.
+
+    python bench/bench_matmul_gpu.py                 # 8192^3, under 2 minutes on an H200
+    python bench/bench_matmul_gpu.py --size 4096 --sweep
+
+Needs JAX with a GPU backend (no z3). Without a GPU it says so and exits 0. Exit code 1 if a
+check finds different bits or a kernel fails to run, 2 on unusable arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from timing import median_ready
+
+from contracts import preset
+from kernels._matmul import make_plan, matmul
+from kernels._matmul.pallas_gpu import choose_variant, reduce_quantized_pallas_gpu
+from kernels.formats import cast_output
+from kernels.scaling import quantize_rows
+
+PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
+CHECK_SHAPES = ((256, 1024, 256), (200, 300, 130))  # aligned; ragged in every dimension
+# (preset, variant, block_m, block_n, num_warps, num_stages) timed by --sweep
+SWEEP = (
+    ("h100-fp8", "dot", 64, 64, 4, 2),
+    ("h100-fp8", "dot", 128, 64, 4, 2),
+    ("h100-fp8", "dot", 128, 128, 8, 2),
+    ("h100-fp8", "fma64", 64, 64, 4, 1),
+    ("h100-fp8", "fma64", 64, 128, 8, 1),
+    ("bf16", "fma32", 64, 64, 4, 1),
+    ("bf16", "fma32", 128, 128, 8, 1),
+)
+
+
+def variant_fn(spec, variant, block_m, block_n, num_warps, num_stages, splits=1):
+    """``matmul`` with the GPU kernel's variant and blocks fixed (same steps as ``matmul``);
+    call it inside ``jax.enable_x64``."""
+
+    def f(x, w):
+        plan = make_plan(spec, x.shape[1], splits)
+        xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
+        wq, sw = quantize_rows(w.T, plan.inputs, plan.scaling)
+        total = reduce_quantized_pallas_gpu(
+            xq, sx, wq, sw, plan, variant=variant, block_m=block_m, block_n=block_n,
+            num_warps=num_warps, num_stages=num_stages, interpret=False,
+        )  # fmt: skip
+        return cast_output(total, plan.output)
+
+    return jax.jit(f)
+
+
+def same_bits(got, ref) -> int:
+    """The number of outputs whose bits differ (NaNs alike)."""
+    got, ref = np.asarray(got, np.float32), np.asarray(ref, np.float32)
+    equal = (got.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(got) & np.isnan(ref))
+    return int((~equal).sum())
+
+
+def check(cases, rng, row) -> int:
+    """Bit-exactness of each (label, preset, sweep configuration or None) against the
+    reference; None is ``matmul(impl="pallas")`` itself, checked on every shape and split,
+    a sweep configuration on the ragged shape with split-K 3."""
+    failures = 0
+    operands = {s: (rng.standard_normal(s[:2]), rng.standard_normal(s[1:])) for s in CHECK_SHAPES}
+    refs = {}
+    for label, name, config in cases:
+        spec = preset(name).matmul
+        runs = [(s, sp) for s in CHECK_SHAPES for sp in (1, 3)] if config is None else [
+            (CHECK_SHAPES[-1], 3)
+        ]  # fmt: skip
+        for shape, splits in runs:
+            x, w = (a.astype(np.float32) for a in operands[shape])
+            key = (name, shape, splits)
+            if key not in refs:
+                refs[key] = np.asarray(matmul(x, w, spec, impl="numpy", splits=splits))
+            ref = refs[key]
+            case = f"{label} {'x'.join(map(str, shape))} splits={splits}"
+            try:
+                if config is None:
+                    got = matmul(x, w, spec, impl="pallas", splits=splits, interpret=False)
+                else:
+                    with jax.enable_x64(True):
+                        fn = variant_fn(spec, *config, splits=splits)
+                        got = fn(jnp.asarray(x), jnp.asarray(w))
+                bad = same_bits(got, ref)
+                result = "same bits" if not bad else f"DIFFERENT: {bad} of {ref.size}"
+            except Exception as e:  # report and go on: this is a bench
+                bad, result = 1, f"ERROR {type(e).__name__}: {str(e)[:120]}"
+            failures += bool(bad)
+            row("check", case, result)
+    return failures
+
+
+def main(argv=None, *, stdout=sys.stdout, stderr=sys.stderr) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
+    parser.add_argument("--sweep", action="store_true", help="time variants and block shapes")
+    parser.add_argument("--no-check", action="store_true", help="skip the bit-exactness rows")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0) and 2
+    if args.size < 1 or args.repeats < 1:
+        print("bench_matmul_gpu: --size and --repeats must be positive", file=stderr)
+        return 2
+
+    def out(line=""):
+        print(line, file=stdout, flush=True)
+
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        out("bench_matmul_gpu: no GPU visible to JAX; skipped (nothing was measured).")
+        return 0
+    out(f"device: {gpus[0].device_kind}; jax {jax.__version__}; size {args.size}")
+    out()
+    out("| row | case | result |")
+    out("|---|---|---|")
+
+    def row(kind, case, result):
+        out(f"| {kind} | {case} | {result} |")
+
+    rng = np.random.default_rng(0)
+    sweep = [c for c in SWEEP if c[0] in args.presets] if args.sweep else []
+    failures = 0
+    if not args.no_check:
+        cases = [(f"{name} pallas", name, None) for name in args.presets]
+        cases += [(f"{c[0]} {c[1]} {c[2]}x{c[3]} w{c[4]} s{c[5]}", c[0], c[1:]) for c in sweep]
+        failures += check(cases, rng, row)
+
+    size, flops = args.size, 2.0 * args.size**3
+    x = jax.device_put(rng.standard_normal((size, size)).astype(np.float32), gpus[0])
+    w = jax.device_put(rng.standard_normal((size, size)).astype(np.float32), gpus[0])
+
+    def timed(f, *operands):
+        return median_ready(f, *operands, repeats=args.repeats)
+
+    def rate(t, base=None):
+        text = f"{t * 1e3:.1f} ms, {flops / t / 1e12:.2f} TFLOP/s"
+        if base:
+            text += ", " + ", ".join(f"{100 * b / t:.2f} % of {name}" for name, b in base)
+        return text
+
+    native = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    t_bf16 = timed(native, xb, wb)
+    row("ceiling", "native bf16 jnp.dot (f32 results)", rate(t_bf16))
+    del xb, wb
+    highest = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+    t_f32 = timed(highest, x, w)
+    row("ceiling", "float32 jnp.dot, Precision.HIGHEST", rate(t_f32, [("native", t_bf16)]))
+    with jax.enable_x64(True):
+        x64, w64 = x.astype(jnp.float64), w.astype(jnp.float64)
+        t_f64 = timed(jax.jit(jnp.dot), x64, w64)
+        del x64, w64
+    row("ceiling", "float64 jnp.dot", rate(t_f64, [("native", t_bf16)]))
+    base = [("native bf16", t_bf16), ("float64 dot", t_f64)]
+
+    for name in args.presets:
+        spec = preset(name).matmul
+        plan = make_plan(spec, size)
+        emu = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec, impl="pallas", interpret=False))
+        try:
+            result = rate(timed(emu, x, w), base)
+        except Exception as e:
+            failures += 1
+            result = f"ERROR {type(e).__name__}: {str(e)[:120]}"
+        row("emulated", f"{name} (pallas, {choose_variant(plan)})", result)
+    for p, v, bm, bn, nw, ns in sweep:
+        fn = variant_fn(preset(p).matmul, v, bm, bn, nw, ns)
+        try:
+            with jax.enable_x64(True):
+                result = rate(timed(fn, x, w), base)
+        except Exception as e:
+            failures += 1
+            result = f"ERROR {type(e).__name__}: {str(e)[:120]}"
+        row("sweep", f"{p} {v} {bm}x{bn} warps={nw} stages={ns}", result)
+    out()
+    out("all checks gave the reference's bits" if not failures else f"{failures} FAILURES")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
