@@ -215,7 +215,7 @@ def _compiled(devices: tuple, block: int, nested: bool = False):
     )
 
 
-IMPLS = ("auto", "jax", "cpu")
+IMPLS = ("auto", "jax", "cpu", "pallas")
 
 
 def measure(
@@ -234,10 +234,12 @@ def measure(
     (jit-compatible; shards the token axis over ``devices``, default all local devices);
     ``"cpu"`` runs the same pass compiled for the host's cores (``kernels.measure_cpu``; arrays
     only, no tracers), recomputing on the JAX path the rows that it flags (log-domain rows, NaN,
-    no finite maximum); ``"auto"`` (default) takes ``"cpu"`` for arrays when the one device is
-    a CPU, ``"jax"`` for traced values and for several devices (sharded). Shapes and ``block``
-    select the compiled JAX program; the temperature is a traced argument, so new temperatures
-    do not recompile.
+    no finite maximum); ``"pallas"`` runs the chunked kernel of ``kernels.measure_pallas`` on
+    the default device (compiled on a GPU, interpreted elsewhere; jit-compatible), its flagged
+    rows recomputed on the JAX path likewise; ``"auto"`` (default) takes ``"cpu"`` for arrays
+    when the one device is a CPU, ``"pallas"`` when it is a GPU, ``"jax"`` for traced values on
+    a CPU and for several devices (sharded). Shapes and ``block`` select the compiled JAX
+    program; the temperature is a traced argument, so new temperatures do not recompile.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -245,9 +247,10 @@ def measure(
     devices = tuple(jax.local_devices() if devices is None else devices)
     if impl == "cpu" and traced:
         raise ValueError("impl='cpu' measures arrays, not traced values: use impl='jax'")
-    host = impl == "cpu" or (
-        impl == "auto" and not traced and len(devices) == 1 and devices[0].platform == "cpu"
-    )
+    one = devices[0].platform if len(devices) == 1 else None
+    if impl == "pallas" or (impl == "auto" and one == "gpu"):
+        return _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced)
+    host = impl == "cpu" or (impl == "auto" and not traced and one == "cpu")
     if not host:
         return _measure_jax(z_train, z_inf, tokens, temperature, devices, block, traced)
     z_train, z_inf, tokens = (np.asarray(x) for x in (z_train, z_inf, tokens))
@@ -263,6 +266,37 @@ def measure(
         for i, k in enumerate(COLUMNS):
             table[rows, i] = np.asarray(again[k])
     return {k: jnp.asarray(table[:, i]) for i, k in enumerate(COLUMNS)}
+
+
+def _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced: bool):
+    """``kernels.measure_pallas``'s columns, its flagged rows taken from the JAX path: only those
+    rows for arrays; for traced values (no row count to branch on) the JAX path's values of every
+    row, computed only when some row is flagged."""
+    from kernels.measure_pallas import measure_rows as pallas_rows
+
+    z_train = jnp.asarray(z_train, jnp.float32)
+    z_inf = jnp.asarray(z_inf, jnp.float32)
+    tokens = jnp.asarray(tokens, jnp.int32)
+    _check(z_train, z_inf, tokens, temperature)
+    if z_train.shape[0] == 0:
+        return {k: jnp.zeros((0,), jnp.float32) for k in COLUMNS}
+    interpret = jax.default_backend() != "gpu"
+    inv_t = jnp.float32(1.0 / temperature)
+    out, redo = pallas_rows(z_train, z_inf, tokens, inv_t, interpret=interpret)
+    if traced:
+
+        def again(out):
+            slow = _measure_jax(z_train, z_inf, tokens, temperature, devices, block, True)
+            return {k: jnp.where(redo, slow[k], out[k]) for k in COLUMNS}
+
+        return jax.lax.cond(jnp.any(redo), again, lambda out: out, out)
+    rows = np.flatnonzero(np.asarray(redo))
+    if not rows.size:
+        return out
+    again = _measure_jax(
+        z_train[rows], z_inf[rows], tokens[rows], temperature, devices, block, nested=False
+    )
+    return {k: out[k].at[rows].set(again[k]) for k in COLUMNS}
 
 
 def _check(z_train, z_inf, tokens, temperature) -> None:
