@@ -34,6 +34,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from contracts import KernelContractsError
 from verify.monitor.checkpoint import CheckpointError
 from verify.monitor.stream import Position, StreamError
 from verify.monitor.window import MonitorError, Reader, Window, decide_window
@@ -45,7 +46,7 @@ DEFAULT_WINDOW = 100_000
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 
 
-class _Closed(Exception):
+class _Closed(KernelContractsError):
     """The reader of the output went away (a broken pipe)."""
 
 
