@@ -25,10 +25,12 @@ from contracts import KernelContractsError
 from evidence.envelope import observe, settings
 from evidence.table import (
     FULL_VOCAB,
+    LOWER_BOUNDED,
     SAMPLED_ONLY,
     clause_column,
     from_logprobs,
     from_measured,
+    unmeasurable,
     worst,
 )
 
@@ -146,11 +148,7 @@ def tables_source(contract, tables) -> Source:
     thresholds, slices = _needs(contract)
     policy = contract.policy
     declared = policy.logprobs == "processed" and policy.truncated
-    metric_skip = {
-        m: f"{m} needs full-vocabulary logits; sampled-token logs give only log-probs of the "
-        "sampled token"
-        for m in FULL_VOCAB
-    }
+    metric_skip = {m: why for m in FULL_VOCAB if (why := unmeasurable("logprobs", m))}
     files = []
     train = np.concatenate([t.columns["train_logprob"] for t in tables])
     rollout = np.concatenate([t.columns["rollout_logprob"] for t in tables])
@@ -168,20 +166,22 @@ def tables_source(contract, tables) -> Source:
             "does not give log_kept_mass for every token: the kernel gap cannot be separated "
             "from the support shift log S"
         )
-        caveat = dict.fromkeys(SAMPLED_ONLY, reason)
+        caveat = dict.fromkeys((*SAMPLED_ONLY, *LOWER_BOUNDED), reason)
     elif not declared and shift.detected:
         reason = (
             "a truncated-support shift is detected in the log (median rollout − train "
             f"log-prob {shift.median_shift:.3g}) but the contract declares full-vocabulary "
             "log-probs: the kernel gap cannot be separated from it"
         )
-        caveat = dict.fromkeys(SAMPLED_ONLY, reason)
+        caveat = dict.fromkeys((*SAMPLED_ONLY, *LOWER_BOUNDED), reason)
     parts, nonfinite, slice_skip = [], {}, {}
     envelope = [_log_envelope(t) for t in tables]
     for t in tables:
         lt = t.columns["train_logprob"]
         lr = t.columns["rollout_logprob"] + (t.columns["log_kept_mass"] if corrected else 0.0)
-        columns = from_logprobs(lt - lr, lt, t.columns["position"], t.columns["prompt"])
+        columns = from_logprobs(
+            lt - lr, lt, t.columns["position"], t.columns["prompt"], temperature=policy.temperature
+        )
         part, bad, skip = _summarize(columns, t.prompt_names, thresholds, slices, metric_skip)
         parts.append(part)
         slice_skip.update(skip)

@@ -34,6 +34,7 @@ from jaxtyping import Bool, Float
 
 from contracts import KernelContractsError
 from contracts.model import Slice
+from evidence.table import SLICE_RANGES
 
 __all__ = [
     "DEFAULT_CAP",
@@ -265,7 +266,7 @@ def select(
     """
     n = next(iter(columns.values())).shape[0] if columns else 0
     keep = np.ones(n, dtype=bool)
-    for name in ("token_prob", "position", "entropy", "margin"):
+    for name in SLICE_RANGES:
         rng = getattr(sl, name)
         if rng is None:
             continue

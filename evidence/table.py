@@ -7,7 +7,13 @@ A source of evidence is turned into one table per shard, one row per generated t
   holds for either direction;
 - from sampled-token log-probs (a rollout log, a routed batch): ``log_ratio`` = ℓ − ℓ',
   ``abs_log_ratio``, ``token_prob`` = π(y) = e^ℓ, and the ``position`` and ``prompt`` that
-  slices select on. The full-vocabulary metrics (``FULL_VOCAB``) cannot be formed there.
+  slices select on. The full-vocabulary metrics (``FULL_VOCAB``) cannot be formed there, but
+  the two log-probs of the sampled token y bound four of them from below, token by token
+  (``LOWER_BOUNDED``; ``lower_bounds``): such a column can show a clause violated, never held.
+
+Which columns a kind of source gives, exactly or as lower bounds, follows from the kind alone
+(``reading``, ``unmeasurable``, ``slice_columns``): ``verify check`` re-derives it from a
+report.
 
 This module is the only place those derived columns are computed.
 """
@@ -21,11 +27,17 @@ from jaxtyping import Float, Int
 
 __all__ = [
     "FULL_VOCAB",
+    "LOWER_BOUNDED",
     "RANGE",
     "SAMPLED_ONLY",
     "clause_column",
     "from_logprobs",
     "from_measured",
+    "lower_bounds",
+    "reading",
+    "slice_columns",
+    "slice_needs",
+    "unmeasurable",
     "worst",
 ]
 
@@ -35,6 +47,12 @@ RANGE = {"tv": (0.0, 1.0), "top1_flip": (0.0, 1.0)}
 FULL_VOCAB = ("logit_drift", "logit_oscillation", "tv", "kl", "top1_flip")
 # the columns a sampled token alone determines (a truncated-support caveat concerns them)
 SAMPLED_ONLY = ("log_ratio", "abs_log_ratio")
+# full-vocabulary metrics a sampled token bounds from below (``lower_bounds``)
+LOWER_BOUNDED = ("logit_drift", "logit_oscillation", "tv", "kl")
+# the columns a sampled-token table has for slices to select on
+_SAMPLED_SLICE_COLUMNS = frozenset(("token_prob", "position", "prompt"))
+# values are rounded down by this factor so that float rounding never lifts a lower bound
+_DOWN = 1.0 - 2.0**-50
 
 Column = Float[np.ndarray, " tokens"]
 
@@ -53,21 +71,83 @@ def from_measured(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return columns
 
 
+def reading(kind: str, column: str) -> str:
+    """How a source of ``kind`` (``emulate`` | ``logprobs``) gives ``column``: ``"exact"``,
+    ``"lower"`` (a per-token lower bound of the metric) or ``"none"``."""
+    if kind != "logprobs" or column not in FULL_VOCAB:
+        return "exact"
+    return "lower" if column in LOWER_BOUNDED else "none"
+
+
+def unmeasurable(kind: str, column: str) -> str | None:
+    """Why a source of ``kind`` cannot give ``column`` at all, or ``None`` when it can."""
+    if reading(kind, column) != "none":
+        return None
+    return (
+        f"{column} needs full-vocabulary logits; sampled-token logs give only log-probs of the "
+        "sampled token"
+    )
+
+
+SLICE_RANGES = ("token_prob", "position", "entropy", "margin")
+
+
+def slice_needs(sl) -> tuple[str, ...]:
+    """The columns slice ``sl`` (a ``contracts.Slice``) selects on."""
+    needs = tuple(n for n in SLICE_RANGES if getattr(sl, n) is not None)
+    return (*needs, "prompt") if sl.prompt is not None else needs
+
+
+def slice_columns(kind: str) -> frozenset[str] | None:
+    """The columns slices may select on in a source of ``kind``; ``None``: every column."""
+    return _SAMPLED_SLICE_COLUMNS if kind == "logprobs" else None
+
+
+def lower_bounds(log_w: Column, train_logprob: Column, temperature: float) -> dict[str, np.ndarray]:
+    """Per-token lower bounds of the ``LOWER_BOUNDED`` metrics from the sampled token's
+    log-probs ℓ = log π(y) and ℓ' = ℓ − log w, with π = softmax(z/T), π' = softmax(z'/T):
+
+    - oscillation: |log w(y)| = |Δ_y − log Σ π_j e^{Δ_j}|/T ≤ osc/T, so osc ≥ T·|log w(y)|;
+    - drift: osc ≤ 2δ, so δ ≥ T·|log w(y)|/2;
+    - TV: TV = sup_A |π(A) − π'(A)| ≥ |π(y) − π'(y)| (A = {y});
+    - KL, either direction: the KL of the two-set partition {y, rest} is a lower bound (data
+      processing), and that is ≥ 2·(π(y) − π'(y))² (Pinsker on two points).
+
+    The logged values are taken as exact; each bound is then rounded down by one part in 2^50,
+    and a NaN (nothing known) becomes the trivial bound 0.
+    """
+    a = np.abs(log_w)
+    gap = np.abs(np.exp(train_logprob) - np.exp(train_logprob - log_w))
+    bounds = {
+        "logit_oscillation": temperature * a,
+        "logit_drift": temperature * a / 2,
+        "tv": gap,
+        "kl": 2 * gap * gap,
+    }
+    return {k: np.where(np.isnan(v), 0.0, v * _DOWN) for k, v in bounds.items()}
+
+
 def from_logprobs(
     log_w: Column,
     train_logprob: Column,
     position: Int[np.ndarray, " tokens"],
     prompt: Int[np.ndarray, " tokens"],
+    *,
+    temperature: float | None = None,
 ) -> dict[str, np.ndarray]:
     """The token table of sampled tokens: ``log_w`` = ℓ − ℓ' with ℓ = log π(y) by K_train and
-    ℓ' = log π'(y) by K_inf (as the caller measured it), ``train_logprob`` = ℓ."""
-    return {
+    ℓ' = log π'(y) by K_inf (as the caller measured it), ``train_logprob`` = ℓ. With the
+    policy's ``temperature``, also the ``lower_bounds`` of the full-vocabulary metrics."""
+    columns = {
         "log_ratio": log_w,
         "abs_log_ratio": np.abs(log_w),
         "token_prob": np.exp(train_logprob),
         "position": position,
         "prompt": prompt,
     }
+    if temperature is not None:
+        columns |= lower_bounds(log_w, train_logprob, temperature)
+    return columns
 
 
 def worst(col: str, values: Column) -> tuple[Column, int]:

@@ -67,6 +67,14 @@ def _write(tmp_path, abs_log_ratios, *, name="log.jsonl", seq_len=50, kept=None,
     return path
 
 
+def json_lines(path):
+    """(train, rollout) log-probs of every record of a generic log, as written."""
+    import json
+
+    lines = path.read_text().splitlines()
+    return [(rec["train_logprobs"], rec["rollout_logprobs"]) for rec in map(json.loads, lines)]
+
+
 def _by_key(results):
     return {(r.id, r.slice): r for r in results}
 
@@ -92,10 +100,14 @@ def test_numerical_held_violated_and_skipped(tmp_path):
     assert r[("N_ok", "all")].samples == 400
     assert r[("N_bad", "all")].status is Status.VIOLATED
     assert r[("N_bad", "all")].reason == ("max |log ratio| over 400 tokens is 0.03 (limit 0.02)")
-    assert r[("N_tv", "all")].status is Status.SKIPPED
+    # a sampled token bounds the TV from below, TV ≥ |π(y) − π'(y)|: here one exceeds 0.01
+    read = json_lines(tmp_path / "log.jsonl")
+    gap = max(abs(np.exp(a) - np.exp(b)) for t, r in read for a, b in zip(t, r, strict=True))
+    assert r[("N_tv", "all")].status is Status.VIOLATED
+    assert r[("N_tv", "all")].value == pytest.approx(gap, rel=1e-12)
     assert r[("N_tv", "all")].reason == (
-        "tv needs full-vocabulary logits; sampled-token logs give only log-probs of the "
-        "sampled token"
+        f"the sampled tokens' log-probs prove tv ≥ {gap:.6g} on one of 400 tokens, above the "
+        "limit 0.01"
     )
     assert r[("N_flat", "flat")].status is Status.SKIPPED
     assert r[("N_flat", "flat")].reason == (

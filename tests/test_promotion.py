@@ -157,13 +157,19 @@ def test_requirements_not_met_write_a_failed_record_and_exit_1(copy):
 
 def test_min_tokens_and_unmeasured_clauses_are_requirements(tmp_path):
     contract = tmp_path / "c.yaml"
-    drift = "numerical:\n  - {id: N1, metric: logit_drift, max: 0.5}\nstatistical:"
-    contract.write_text(CONTRACT.replace("statistical:", drift))
+    # a top-1 flip needs the whole vocabulary: a sampled-token log cannot measure it at all;
+    # the log bounds a drift only from below, so it cannot hold that either
+    flip = (
+        "numerical:\n  - {id: N1, metric: logit_drift, max: 0.5}\nstatistical:\n"
+        "  - {id: S2, metric: top1_flip, statistic: mean, max: 0.5, confidence: 0.95}"
+    )
+    contract.write_text(CONTRACT.replace("statistical:", flip))
     promo = tmp_path / "promo"
     promo.mkdir()
     code, out, _ = _stage(contract, promo, ["offline_ci"])
     assert code == 1
-    assert "clauses        NOT MET  N1[all] not measured here nor held at an earlier stage\n" in out
+    assert "clauses        NOT MET  N1[all] inconclusive; S2[all] not measured here nor held at " \
+           "an earlier stage\n" in out  # fmt: skip
     code, out, _ = _run(contract, "--stage", "offline_ci", "--promotion-dir", promo, "--quiet")
     assert code == 1 and "min_tokens     met      0 evidence tokens, 0 required\n" in out
 

@@ -21,6 +21,13 @@ quantile                    ``value``, ``bound``,         the ranks (``basis``) 
                             statistics at those ranks     order of the three values
 max                         ``value``: the sample max     ``bound`` = ``value``; no ``lower``
 ==========================  ============================  ====================================
+
+A sampled-token log's columns of per-token *lower bounds* (``evidence.table.LOWER_BOUNDED``)
+have no upper bound (``bound`` null) and only ``lower`` (``recompute_lower``): the
+Clopper–Pearson lower bound from ``basis.count``; the lower rank of a quantile, its order
+statistic raw and at most ``value``; for a mean, the bounded-mean lower bound of E[min(x, M)]
+from ``basis.cut_mean`` and ``basis.cut_variance`` (raw), M fixed by the clause
+(``verify.decide.verdicts.lower_top``); a maximum is its own ``bound``.
 """
 
 from __future__ import annotations
@@ -30,12 +37,14 @@ import math
 from evidence.table import RANGE
 from verify.decide.verdicts import (
     BINARY,
+    lower_mean_bound,
+    lower_top,
     mean_bounds,
     quantile_lower_rank,
     rate_bounds,
 )
 
-__all__ = ["recompute"]
+__all__ = ["recompute", "recompute_lower"]
 
 
 def _int(value) -> bool:
@@ -151,3 +160,72 @@ def recompute(c: dict, clause, column: str, where: str, diff) -> tuple[float, fl
             diff(f"{where}.{key}", f"{got!r} but {how} at confidence {conf:g} gives {shown!r}")
             ok = False
     return want if ok else None
+
+
+def _lower_quantile(c: dict, clause, n: int, where: str, diff) -> float | None:
+    q, conf = float(clause.q), float(clause.confidence)
+    ranks = {"value_rank": max(1, math.ceil(q * n)), "lower_rank": quantile_lower_rank(n, q, conf)}
+    if c.get("basis") != ranks:
+        diff(f"{where}.basis", f"{c.get('basis')!r} but {n} samples at q {q:g} and confidence "
+             f"{conf:g} give {ranks!r}")  # fmt: skip
+        return None
+    lower, value = c.get("lower"), c.get("value")
+    if (lower is None) != (ranks["lower_rank"] is None) or value is None:
+        diff(f"{where}.lower", f"{lower!r} (value {value!r}) but {n} samples give "
+             f"{'no' if ranks['lower_rank'] is None else 'an'} order statistic of rank "
+             f"{ranks['lower_rank']}")  # fmt: skip
+        return None
+    if lower is not None and lower > value:  # lower_rank ≤ value_rank
+        diff(f"{where}.lower", f"{lower!r} is above value {value!r}, an order statistic of a "
+             "higher rank")  # fmt: skip
+        return None
+    return -math.inf if lower is None else lower
+
+
+def _lower_mean(c: dict, clause, column: str, n: int, where: str, diff) -> float | None:
+    basis = c.get("basis")
+    if basis == {"sketch": "histogram"}:
+        return -math.inf
+    keys = {"cut_mean", "cut_variance"}
+    top = lower_top(clause, column)
+    if not isinstance(basis, dict) or set(basis) != keys or not all(map(_float, basis.values())):
+        diff(f"{where}.basis", f"{basis!r} but a mean of lower bounds needs {sorted(keys)}")
+        return None
+    mean, variance = basis["cut_mean"], basis["cut_variance"]
+    if not (0.0 <= mean <= top and variance >= 0):
+        diff(f"{where}.basis", f"{basis!r}: min(x, {top:g}) has a mean in [0, {top:g}] and a "
+             "variance ≥ 0")  # fmt: skip
+        return None
+    return lower_mean_bound(n, mean, variance, top, float(clause.confidence))
+
+
+def recompute_lower(c: dict, clause, column: str, where: str, diff) -> float | None:
+    """The lower confidence bound of a statistical verdict ``c`` decided on per-token lower
+    bounds (−inf where there is none), recomputed from its raw values once ``c``'s ``bound``
+    (null) and ``lower`` are checked against it; None after reporting a difference."""
+    n, conf = c["samples"], float(clause.confidence)
+    basis = c.get("basis")
+    if basis is not None and not isinstance(basis, dict):
+        diff(f"{where}.basis", f"not an object: {basis!r}")
+        return None
+    if c.get("bound") is not None:
+        diff(f"{where}.bound", f"{c.get('bound')!r} but lower bounds of {column} give no upper "
+             "bound")  # fmt: skip
+        return None
+    if clause.statistic == "quantile":
+        return _lower_quantile(c, clause, n, where, diff)
+    if clause.statistic == "exceed_rate":
+        found = _rate(c, n, conf, where, diff)
+        want = None if found is None else found[1]
+        how = "Clopper–Pearson"
+    else:
+        want = _lower_mean(c, clause, column, n, where, diff)
+        how = "the bounded-mean lower bound"
+    if want is None:
+        return None
+    shown = want if math.isfinite(want) else None
+    if c.get("lower") != shown:
+        diff(f"{where}.lower", f"{c.get('lower')!r} but {how} at confidence {conf:g} gives "
+             f"{shown!r}")  # fmt: skip
+        return None
+    return want

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import math
 
-from evidence.table import SAMPLED_ONLY, clause_column
-from verify.check.confidence import recompute
+from evidence.table import (
+    SAMPLED_ONLY,
+    clause_column,
+    reading,
+    slice_columns,
+    slice_needs,
+    unmeasurable,
+)
+from verify.check.confidence import recompute, recompute_lower
 from verify.decide.verdicts import numerical_verdict, statistical_verdict
 from verify.escalation import decide, decision_json
 from verify.render.report import clause_json
@@ -119,7 +126,7 @@ def _number(value, where, diff, *, integer=False) -> bool:
     return False
 
 
-def _measured(c: dict, clause, family: str, sources: dict, where: str, diff) -> None:
+def _measured(c: dict, clause, family: str, sources: dict, where: str, diff, contract) -> None:
     """Check one measured verdict: its labels against the contract, its source against the
     report's evidence, and its status against the verdict its numbers give."""
     label = c.get("status")
@@ -148,20 +155,33 @@ def _measured(c: dict, clause, family: str, sources: dict, where: str, diff) -> 
         return
     if not isinstance(c.get("reason"), str) or (status is not Status.HELD and not c["reason"]):
         diff(f"{where}.reason", f"{label} without a reason")
+    column = clause_column(family, clause.metric)
+    kind = info.get("kind") if isinstance(info, dict) else None
     if skipped:
         if samples or any(c.get(k) is not None for k in ("value", "bound", "lower", "basis")):
             diff(where, "skipped, but it carries measurements")
+        if info is not None and not _may_skip(kind, column, contract, c.get("slice")):
+            diff(f"{where}.status", f"skipped, but a {kind} source measures {column} on slice "
+                 f"{c.get('slice')!r}")  # fmt: skip
         return
-    column = clause_column(family, clause.metric)
+    lower = reading(kind, column) == "lower"
     top = math.inf if bound is None else bound
-    caveat = column in SAMPLED_ONLY and _caveat(info)
+    caveat = (column in SAMPLED_ONLY or lower) and _caveat(info)
     computed = _computed(c, clause, family, samples, caveat, where, diff)
     if computed is None:
         return
     if not computed or caveat:  # no bound computed, or a truncated-support caveat
         allowed = {Status.INCONCLUSIVE}
     elif family == "numerical":
-        allowed = {numerical_verdict(samples, top, clause.max, column)}
+        allowed = {numerical_verdict(samples, top, clause.max, column, lower)}
+    elif lower:  # per-token lower bounds: never held; violated on a lower bound above max
+        found = (
+            top if clause.statistic == "max" else recompute_lower(c, clause, column, where, diff)
+        )
+        if found is None:
+            return
+        allowed = {statistical_verdict(samples, clause.min_samples, math.inf, clause.max,
+                                       lambda: found)}  # fmt: skip
     elif clause.statistic == "max":
         allowed = {statistical_verdict(samples, clause.min_samples, top, clause.max)}
     else:
@@ -200,6 +220,21 @@ def _computed(c: dict, clause, family: str, samples: int, caveat: bool, where, d
                  f"{c.get('value')!r}")  # fmt: skip
             return None
     return True
+
+
+def _may_skip(kind, column: str, contract, slice_name) -> bool:
+    """Whether a source of ``kind`` may skip ``column`` on slice ``slice_name``: it cannot give
+    the column, or the slice selects on a column it does not record."""
+    if unmeasurable(kind, column) is not None:
+        return True
+    allowed = slice_columns(kind)
+    if allowed is None or not isinstance(slice_name, str):
+        return False
+    try:
+        sl = contract.slice(slice_name)
+    except KeyError:
+        return True  # an unknown slice is reported with the list of keys
+    return any(n not in allowed for n in slice_needs(sl))
 
 
 def check_clauses(clauses, contract, evidence, diff) -> list[tuple[str, Status]]:
@@ -245,7 +280,7 @@ def check_clauses(clauses, contract, evidence, diff) -> list[tuple[str, Status]]
                 clause = contract.clause(key[0])
             except KeyError:
                 continue  # reported with the list of keys below
-            _measured(c, clause, key[1], sources, where, diff)
+            _measured(c, clause, key[1], sources, where, diff, contract)
     # several evidence sources give several adjacent verdicts of one (clause, slice)
     keys = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
     expected = clause_keys(contract)

@@ -62,6 +62,10 @@ measured clause bound, lower, basis    recomputed (``verify.check.confidence``, 
                                        from samples, q and confidence (its order statistics are
                                        raw, but must be in rank order); a maximum's bound is its
                                        value; none where no bound was computed
+skipped measured clause                re-derived: a skip is accepted only where the source's
+                                       kind cannot give the metric, or the slice selects on a
+                                       column that kind of source does not record
+                                       (``evidence.table.unmeasurable``, ``slice_columns``)
 measured clause status                 recomputed from samples, the recomputed bound and
                                        lower bound, max and min_samples by
                                        ``verify.decide.verdicts``: exactly one verdict
@@ -70,6 +74,8 @@ evidence                               free (descriptions of the sources), but a
                                        truncated-support shift decides whether log-ratio
                                        verdicts may stay inconclusive
 escalation[]                           recomputed (``verify.escalation.decide``), all fields
+support[]                              recomputed (``verify.support``) from the clause verdicts,
+                                       listed exactly when evidence was given
 =====================================  =========================================================
 """
 
@@ -100,7 +106,7 @@ __all__ = ["CheckResult", "ReportUnreadable", "check_data", "check_main", "check
 FORMAT = "kernel-contracts/report/1"
 _TOP = frozenset(
     ("format", "status", "exit_code", "contract", "toolkit", "python", "solvers",
-     "obligations", "clauses", "evidence", "escalation", "timing")
+     "obligations", "clauses", "evidence", "escalation", "support", "timing")
 )  # fmt: skip
 _CONTRACT = frozenset(("path", "sha256", "canonical", "canonical_sha256", "name"))
 _LABELS = ("proved", "refuted", "unknown")
@@ -305,7 +311,8 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     clause_statuses = check_clauses(data.get("clauses"), contract, evidence, diff)
     check_escalation(data.get("escalation"), contract.escalation,
                      verdicts + clause_statuses, diff)  # fmt: skip
-    overall = worst([s for _, s in verdicts + clause_statuses])
+    supports = _check_support(data.get("support"), contract, evidence, clause_statuses, diff)
+    overall = worst([s for _, s in verdicts + clause_statuses] + supports)
     if data.get("status") != overall.label:
         diff("status", f"{data.get('status')!r} but its parts give {overall.label!r}")
     if data.get("exit_code") != overall.exit_code:
@@ -315,6 +322,21 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     if isinstance(solvers, dict) and solvers.get("z3") != smt.z3_version():
         notes.append(f"report made with z3 {solvers.get('z3')}, re-checked with {smt.z3_version()}")
     return done(queries)
+
+
+def _check_support(recorded, contract, evidence, clause_statuses, diff) -> list[Status]:
+    """Recompute the premise support (``verify.support``) from the report's clause verdicts;
+    it is listed exactly when evidence was given. Returns its statuses."""
+    from verify.support import support, support_json
+
+    given = evidence is not None or bool(contract.evidence.emulate or contract.evidence.logprobs)
+    want = []
+    if given:
+        want = support(((g.id, tuple(g.from_)) for g in contract.guarantees), clause_statuses)
+    if recorded != [support_json(s) for s in want]:
+        diff("support", f"{recorded!r} but the clause verdicts give "
+             f"{[support_json(s) for s in want]!r}")  # fmt: skip
+    return [s.status for s in want]
 
 
 def check_report(path: str, *, timeout_ms: int = 20000) -> CheckResult:

@@ -13,12 +13,14 @@ import math
 
 import numpy as np
 
-from evidence.table import RANGE, SAMPLED_ONLY, clause_column
+from evidence.table import RANGE, SAMPLED_ONLY, clause_column, reading
 from verify.clauses import ClauseResult
 from verify.status import Status
 
 __all__ = [
     "BINARY",
+    "lower_mean_bound",
+    "lower_statistic",
     "mean_bounds",
     "numerical_result",
     "numerical_verdict",
@@ -33,15 +35,18 @@ __all__ = [
 BINARY = frozenset({"top1_flip"})
 
 
-def numerical_verdict(samples: int, maximum: float, limit: float, column: str) -> Status:
+def numerical_verdict(
+    samples: int, maximum: float, limit: float, column: str, lower_only: bool = False
+) -> Status:
     """The verdict of a numerical clause from its numbers (``verify check`` recomputes it):
     no token → inconclusive; the maximum ≤ ``limit`` → held (inconclusive for a column that
-    describes the sampled token only), else violated."""
+    describes the sampled token only, or that bounds the metric from below: ``lower_only``),
+    else violated."""
     if samples == 0:
         return Status.INCONCLUSIVE
     if maximum > limit:
         return Status.VIOLATED
-    return Status.INCONCLUSIVE if column in SAMPLED_ONLY else Status.HELD
+    return Status.INCONCLUSIVE if lower_only or column in SAMPLED_ONLY else Status.HELD
 
 
 def statistical_verdict(
@@ -109,11 +114,16 @@ def numerical_result(clause, source) -> ClauseResult:
             **common,
         )
     bad = source.nonfinite.get((clause.slice, col), 0)
-    status = numerical_verdict(s.count, s.maximum, clause.max, col)
+    lower = reading(source.kind, col) == "lower"
+    status = numerical_verdict(s.count, s.maximum, clause.max, col, lower)
     reason = f"max {what} over {s.count} tokens is {s.maximum:.6g} (limit {clause.max:g})"
+    if lower:
+        reason = _LOWER_NUMERICAL[status is Status.VIOLATED].format(
+            what=what, n=s.count, value=s.maximum, limit=clause.max
+        )
     if bad:
         reason += f"; {bad} tokens had a non-finite value, counted as the worst"
-    if status is Status.INCONCLUSIVE:
+    if status is Status.INCONCLUSIVE and not lower:
         # the proofs read a log-ratio clause over every token of the vocabulary (|log w(y)| ≤ r
         # for all y); the sampled tokens cannot show that, though one of them can refute it
         status = Status.INCONCLUSIVE
@@ -133,6 +143,14 @@ def numerical_result(clause, source) -> ClauseResult:
         reason=reason,
         **common,
     )
+
+
+_LOWER_NUMERICAL = {
+    True: "the sampled tokens' log-probs prove {what} ≥ {value:.6g} on one of {n} tokens, above "
+    "the limit {limit:g}",
+    False: "the sampled tokens' log-probs bound {what} only from below (largest lower bound "
+    "{value:.6g} over {n} tokens, limit {limit:g}): they cannot show the clause holds",
+}
 
 
 def quantile_lower_rank(n: int, q: float, confidence: float) -> int | None:
@@ -217,6 +235,56 @@ def _statistical_bounds(clause, col, s):
     return s.mean, ucb, lcb, f"bounded-mean bound on [{lo:g}, {hi:g}]", (("variance", variance),)
 
 
+def lower_mean_bound(n: int, mean: float, variance: float, top: float, c: float) -> float:
+    """The bounded-mean lower bound of E[min(x, top)] from ``n`` values of min(x, top) with mean
+    ``mean`` and sample variance ``variance``: a lower bound of E[x] for x ≥ 0."""
+    from bounds.stats import mean_ucb_moments
+
+    return -float(mean_ucb_moments(n, -mean, variance, -top, 0.0, c))
+
+
+def lower_top(clause, col: str) -> float:
+    """Where a mean of per-token lower bounds is cut: the metric's upper end where it has one,
+    else 2·max (1 when max is 0), fixed by the clause alone."""
+    return RANGE[col][1] if col in RANGE else (2 * float(clause.max) or 1.0)
+
+
+def lower_statistic(clause, col, s):
+    """(the statistic, a lower confidence bound of it or None, how, basis) for a column of
+    per-token lower bounds of ``col``'s metric (a sampled-token log's ``LOWER_BOUNDED``
+    columns); ``basis`` holds what ``verify check`` needs to recompute the bound.
+
+    Each statistic here is nondecreasing in every token's value, so a lower confidence bound
+    of it computed on the lower bounds is one of the metric's own. A mean is bounded below
+    through min(x, M) ∈ [0, M] (``lower_top``): E[x] ≥ E[min(x, M)]. The maximum has no
+    confidence level: the largest lower bound is itself a bound of the metric's maximum.
+    """
+    c, n = clause.confidence, s.count
+    if clause.statistic == "max":
+        return s.maximum, None, f"the largest per-token lower bound of {col}", ()
+    if clause.statistic == "quantile":
+        q = clause.q
+        rank, k = max(1, math.ceil(q * n)), quantile_lower_rank(n, q, c)
+        value = s.order_statistic(rank)[1]
+        lcb = None if k is None else s.order_statistic(k)[0]
+        return value, lcb, f"the lower bound of the {q:g}-quantile", (
+            ("value_rank", rank), ("lower_rank", k))  # fmt: skip
+    if clause.statistic == "exceed_rate":
+        k = s.exceed_count(float(clause.threshold))
+        how = f"the Clopper–Pearson lower bound of P({col} > {clause.threshold:g}) ({k} of {n})"
+        return k / n, rate_bounds(k, n, c)[1], how, (("count", k),)
+    if not s.is_exact:
+        return s.mean, None, "the mean's lower bound (none: the summary is a histogram)", (
+            ("sketch", "histogram"),)  # fmt: skip
+    top = lower_top(clause, col)
+    cut = np.minimum(s.values, top)
+    mean = float(np.mean(cut))
+    variance = float(np.var(cut, ddof=1)) if n >= 2 else 0.0
+    how = f"the bounded-mean lower bound of E[min({col}, {top:g})]"
+    basis = (("cut_mean", mean), ("cut_variance", variance))
+    return s.mean, lower_mean_bound(n, mean, variance, top, c), how, basis
+
+
 def statistical_result(clause, slice_name: str, source) -> ClauseResult:
     col = clause_column("statistical", clause.metric)
     skipped = _unmeasured(clause, "statistical", col, slice_name, source, clause.statistic)
@@ -248,6 +316,22 @@ def statistical_result(clause, slice_name: str, source) -> ClauseResult:
         return done(Status.INCONCLUSIVE, source.metric_caveat[col])
     bad = source.nonfinite.get((slice_name, col), 0)
     extra = f"; {bad} non-finite values counted as the worst" if bad else ""
+    if reading(source.kind, col) == "lower":
+        value, lcb, how, basis = lower_statistic(clause, col, s)
+        top = value if clause.statistic == "max" else lcb
+        status = statistical_verdict(s.count, clause.min_samples, math.inf, clause.max,
+                                     lambda: -math.inf if top is None else top)  # fmt: skip
+        shown = f"{how} is {'none' if top is None else f'{top:.6g}'}"
+        shown += "" if clause.statistic == "max" else f" at confidence {clause.confidence:g}"
+        shown += f" (limit {clause.max:g})"
+        # a maximum is its own bound (no level, no basis); else only the lower bound exists
+        kept = {"bound": value} if clause.statistic == "max" else {"lower": lcb, "basis": basis}
+        if status is Status.VIOLATED:
+            why = f"{shown}: the sampled tokens' log-probs prove it violated{extra}"
+        else:
+            why = (f"{shown}: the sampled tokens' log-probs bound {col} only from below, so they "
+                   f"cannot show the clause holds{extra}")  # fmt: skip
+        return done(status, why, value, **kept)
     if clause.statistic == "max":
         status = statistical_verdict(s.count, clause.min_samples, s.maximum, clause.max)
         reason = (

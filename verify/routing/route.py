@@ -18,9 +18,10 @@ rule that fires is carried out:
 The tokens a rule's clause flags: for a numerical clause, the response tokens of its slice whose
 metric is above ``max``; for a statistical clause, those above its ``threshold``
 (``exceed_rate``) or ``max`` (other statistics), on the slices whose verdict fired the rule;
-where the clause cannot be measured on the batch (a full-vocabulary metric, a slice on a column
-the batch lacks), and for rules on guarantees, runtime or observability clauses, every response
-token: the batch as a whole is implicated.
+where the clause cannot be measured on the batch token by token (a full-vocabulary metric,
+which sampled tokens at most bound from below, a slice on a column the batch lacks), and for
+rules on guarantees, runtime or observability clauses, every response token: the batch as a
+whole is implicated.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def _table(batch: Batch, columns: dict[str, np.ndarray]):
 def _flagged(router, rule, source, batch, columns, clauses) -> np.ndarray:
     """The response tokens rule ``rule``'s clause flags on this batch (see the module doc)."""
     from evidence.summary import select
-    from evidence.table import clause_column
+    from evidence.table import clause_column, reading
 
     contract, mask = router.contract, batch.mask
     fired_on = {c.slice for c in clauses if c.id == rule.clause and c.status.label in rule.status}
@@ -177,7 +178,7 @@ def _flagged(router, rule, source, batch, columns, clauses) -> np.ndarray:
         return mask
     family = "numerical" if clause in contract.numerical else "statistical"
     col = clause_column(family, clause.metric)
-    if col in source.metric_skip:
+    if reading(source.kind, col) != "exact":  # not measured, or bounded below only: all
         return mask
     limit = clause.threshold if getattr(clause, "statistic", None) == "exceed_rate" else clause.max
     out = np.zeros_like(mask)
