@@ -41,7 +41,12 @@ MEASURED = CONTRACT.replace("check-me", "measure-me").replace(
     "statistical:\n  - {id: S1, metric: tv, statistic: quantile, q: 0.99, max: 0.01, "
     "confidence: 0.95, min_samples: 1000}\nruntime:",
 )
-SOURCE = {"kind": "logprobs", "label": "log.jsonl", "fingerprint": "sha256:" + "ab" * 32}
+# an emulation measures every metric exactly (a log bounds tv and logit_drift only from below)
+SOURCE = {
+    "kind": "emulate",
+    "label": "emulate:tiny-lm/h100-fp8",
+    "fingerprint": "sha256:" + "ab" * 32,
+}
 
 
 def _measured(report: dict) -> dict:
@@ -57,6 +62,12 @@ def _measured(report: dict) -> dict:
                            basis={"value_rank": 4950, "bound_rank": 4962, "lower_rank": 4938},
                            reason="order-statistic bound", **common)  # fmt: skip
     r["status"], r["exit_code"] = "violated", 1
+    # both guarantees rest on N1, which the evidence violates
+    r["support"] = [
+        {"guarantee": g, "status": "violated", "premises": {"N1": "violated"}, "unchecked": [],
+         "reason": "the evidence violates premise(s) N1"}
+        for g in ("G1", "G2")
+    ]  # fmt: skip
     return r
 
 
@@ -265,6 +276,10 @@ REFUTED_MUTATIONS = {
 def _forge_held(r):
     """The review's forged evidence verdict: violated edited to held, statuses to match."""
     r["clauses"][0]["status"] = "held"
+    for part in r["support"]:
+        part.update(
+            status="held", premises={"N1": "held"}, reason="the evidence held every premise"
+        )
     r["status"], r["exit_code"] = "held", 0
 
 

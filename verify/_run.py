@@ -19,8 +19,16 @@ from verify.obligations import Obligation
 from verify.render.report import ContractInfo, Report, python_version
 from verify.solve import smt
 from verify.static_clauses import skipped_measurements, static_clauses
+from verify.support import Support, support
 
-__all__ = ["NO_EVIDENCE_MODULE", "run", "toolkit_version"]
+__all__ = [
+    "NO_EVIDENCE_MODULE",
+    "clause_verdicts",
+    "evidence_given",
+    "premise_support",
+    "run",
+    "toolkit_version",
+]
 
 NO_EVIDENCE_MODULE = "evidence measurement not available"
 
@@ -41,9 +49,13 @@ def _order(contract: Contract) -> dict[tuple[str, str], int]:
     return {k: i for i, k in enumerate(keys)}
 
 
+def evidence_given(contract: Contract, paths: Sequence[str] = ()) -> bool:
+    """Whether a run of ``contract`` with evidence ``paths`` measures evidence."""
+    return bool(paths or contract.evidence.emulate or contract.evidence.logprobs)
+
+
 def _measure(contract, paths, quiet, stderr) -> tuple[tuple[ClauseResult, ...], dict | None]:
-    wanted = paths or contract.evidence.emulate or contract.evidence.logprobs
-    if not wanted:
+    if not evidence_given(contract, paths):
         return skipped_measurements(contract), None
     try:
         from verify import decide as evidence
@@ -51,6 +63,32 @@ def _measure(contract, paths, quiet, stderr) -> tuple[tuple[ClauseResult, ...], 
         return skipped_measurements(contract, NO_EVIDENCE_MODULE), None
     results, info = evidence.evaluate(contract, paths=tuple(paths), quiet=quiet, stderr=stderr)
     return tuple(results), dict(info)
+
+
+def clause_verdicts(
+    contract: Contract, evidence_paths: Sequence[str] = (), *, quiet: bool = True, stderr=None
+) -> tuple[tuple[ClauseResult, ...], dict | None]:
+    """Every clause verdict of a run, in contract order, and the report's ``evidence`` part:
+    one per (clause, slice) and evidence source, the static ones where none was measured.
+    Raises ``verify.decide.EvidenceError`` for unusable evidence."""
+    measured, info = _measure(contract, tuple(evidence_paths), quiet, stderr)
+    found = {(c.id, c.slice) for c in measured}
+    static = static_clauses(contract, info)
+    parts = [*measured, *(c for c in static if (c.id, c.slice) not in found)]
+    order = _order(contract)
+    return tuple(sorted(parts, key=lambda c: order.get((c.id, c.slice), len(order)))), info
+
+
+def premise_support(
+    contract: Contract, evidence_paths: Sequence[str], clauses: Sequence[ClauseResult]
+) -> tuple[Support, ...]:
+    """What the evidence says of each guarantee's premises (``verify.support``); none when the
+    run measures no evidence."""
+    if not evidence_given(contract, evidence_paths):
+        return ()
+    return support(
+        ((g.id, tuple(g.from_)) for g in contract.guarantees), ((c.id, c.status) for c in clauses)
+    )
 
 
 def _versions():
@@ -139,15 +177,10 @@ def run(
     (``verify.replay``); it is not used with a ``derive`` of the caller's."""
     obligations, versions, timing = _obligations(contract, derive, timeout_ms, cache)
     t2 = time.perf_counter()
-    measured, info = _measure(contract, tuple(evidence_paths), quiet, stderr)
+    clauses, info = clause_verdicts(contract, evidence_paths, quiet=quiet, stderr=stderr)
     t3 = time.perf_counter()
-    # one verdict per (clause, slice) and evidence source; the static ones where none measured
-    found = {(c.id, c.slice) for c in measured}
-    static = static_clauses(contract, info)
-    parts = [*measured, *(c for c in static if (c.id, c.slice) not in found)]
-    order = _order(contract)
-    clauses = tuple(sorted(parts, key=lambda c: order.get((c.id, c.slice), len(order))))
     verdicts = [(o.id, o.status) for o in obligations] + [(c.id, c.status) for c in clauses]
+    premises = premise_support(contract, evidence_paths, clauses)
     source = contract.source
     return Report(
         contract=ContractInfo(source.path, source.sha256, source.canonical, contract.name),
@@ -158,5 +191,6 @@ def run(
         clauses=clauses,
         evidence=info,
         escalation=decide(contract.escalation, verdicts),
+        support=premises,
         timing={**timing, "evidence": _ms(t2, t3)},
     )

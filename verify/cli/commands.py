@@ -3,9 +3,11 @@
 
 ``main(argv, *, stdout, stderr) -> int`` never exits and never lets a traceback reach the
 user: usage errors exit 2 with the usage line; an unexpected exception is reported as one
-``verify: internal error: ...`` line and exit 2. Exit codes: 0 all proved and held; 1
-something refuted or violated; 2 unusable input (nothing written); 3 something unknown or
-inconclusive and nothing refuted or violated.
+``verify: internal error: ...`` line and exit 2. Exit codes (``EXIT_CODES``): 0 all proved
+and held; 1 something refuted or violated; 2 unusable input (nothing written); 3 something
+unknown or inconclusive and nothing refuted or violated. With evidence, every guarantee's
+premises count (``verify.support``): a premise the evidence violates is exit 1, one it left
+unchecked exit 3, so exit 0 means the evidence held every premise of every proved guarantee.
 
 The words ``check``, ``synth``, ``schema``, ``monitor`` and ``export`` are reserved as the first
 argument: a contract file with one of those names is given with a directory, e.g. ``./check``.
@@ -97,6 +99,16 @@ def _traffic_share(text: str):
     return traffic_share(text)
 
 
+EXIT_CODES = (
+    "exit codes: 0 every guarantee proved and every clause held (skipped ones say why); with "
+    "evidence (an evidence: section or --evidence), also every premise of every guarantee held "
+    "by that evidence. 1 something refuted or violated, including a premise the evidence "
+    "contradicts. 2 unusable input; no report written. 3 nothing refuted or violated, but "
+    "something unknown or inconclusive, or a guarantee resting on a premise the given evidence "
+    "did not decide (listed under 'premises unchecked' and in the report's support[])."
+)
+
+
 def _main_parser(out, err) -> _Parser:
     p = _Parser(
         prog="python -m verify",
@@ -104,6 +116,7 @@ def _main_parser(out, err) -> _Parser:
         "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ... | "
         "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl | localize CONTRACT.yaml | "
         "conformance CONTRACT.yaml",
+        epilog=EXIT_CODES,
         out=out,
         err=err,
     )
@@ -127,6 +140,17 @@ def _main_parser(out, err) -> _Parser:
     return p
 
 
+_SUPPORT = {"violated": "violated", "inconclusive": "unchecked"}
+
+
+def _support_counts(support) -> list[tuple[str, int]]:
+    counts = {}
+    for p in support:
+        if p.status.label in _SUPPORT:
+            counts[_SUPPORT[p.status.label]] = counts.get(_SUPPORT[p.status.label], 0) + 1
+    return sorted(counts.items())
+
+
 def summary_text(report, quiet: bool) -> str:
     from verify.obligations import decimal
 
@@ -148,6 +172,9 @@ def summary_text(report, quiet: bool) -> str:
                 what += "@" + c.source.split("@", 1)[1]
             detail = c.reason or (f"{c.statistic} bound {c.bound:.6g}" if c.bound else "")
             rows.append((what, c.family, c.status.label, detail))
+        for p in report.support:
+            if p.status.label != "held":
+                rows.append((p.guarantee, "premises", _SUPPORT[p.status.label], p.reason))
     # the first column as wide as its longest entry (at least 14), so every row lines up
     width = max([14, *(len(r[0]) for r in rows)])
     lines = [f"{a:<{width}} {b:<16} {s:<12} {d}" for a, b, s, d in rows]
@@ -155,6 +182,10 @@ def summary_text(report, quiet: bool) -> str:
     lines.append(
         f"verdict: {s.label} (exit {s.exit_code}): {len(report.obligations)} obligations, "
         f"{len(report.clauses)} clause verdicts"
+        + "".join(
+            f", {n} guarantee(s) with {label} premises"
+            for label, n in _support_counts(report.support)
+        )
     )
     return "\n".join(lines) + "\n"
 

@@ -5,11 +5,18 @@ Loads and validates the contract, maps its driving guarantees to the framework's
 settings to standard output or ``--out PATH`` (all or nothing, through ``verify.cli.outputs``: the
 path is checked before any work, may not name the contract, and is replaced atomically).
 
-Exit codes: 0 written; 1 a guarantee a setting rests on is refuted or unknown (nothing
-written); 2 unusable input, nothing written: a usage error (unknown framework or format), a
-missing or invalid contract, an unusable output path, a guarantee the framework has no
-counterpart for, two guarantees that set one key differently, or no guarantee that maps to any
-setting.
+With evidence (the contract's ``evidence:`` section, or ``--evidence PATH ...`` as for a
+run), the clauses are measured first and every setting's guarantees are checked against what
+the evidence says of their premises (``verify.support``): a setting whose proof rests on a
+premise the evidence violates is refused; one that rests on a premise no evidence decided is
+written, and the premise is named.
+
+Exit codes: 0 written (and, with evidence, it held every premise); 1 a guarantee a setting
+rests on is refuted or unknown, or rests on a premise the evidence violates (nothing written);
+2 unusable input, nothing written: a usage error (unknown framework or format), a missing or
+invalid contract, unusable evidence, an unusable output path, a guarantee the framework has
+no counterpart for, two guarantees that set one key differently, or no guarantee that maps to
+any setting; 3 written, but some premise of it stayed unchecked by the given evidence.
 """
 
 from __future__ import annotations
@@ -44,14 +51,27 @@ def _parser(out, err):
                    help="export only this guarantee (repeatable)")  # fmt: skip
     p.add_argument("--timeout-ms", type=_positive, default=5000, metavar="N",
                    help="time budget per obligation (default 5000)")  # fmt: skip
+    p.add_argument("--evidence", metavar="PATH", nargs="+", action="extend", default=[],
+                   help="log(s) to check the premises against (replaces the contract's "
+                   "evidence.logprobs path)")  # fmt: skip
+    p.epilog = (
+        "exit codes: 0 written; 1 a setting's guarantee is refuted or unknown, or rests on a "
+        "premise the evidence violates (nothing written); 2 unusable input (nothing written); "
+        "3 written, but the given evidence left one of its premises unchecked"
+    )
     return p
 
 
 def export_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``export`` command on ``argv`` (the words after ``export``); returns the exit code."""
     from verify.cli import outputs
-    from verify.cli.commands import load_contract, prepare_outputs
-    from verify.export.plan import plan, prove
+    from verify.cli.commands import (
+        declared_evidence_problem,
+        evidence_problem,
+        load_contract,
+        prepare_outputs,
+    )
+    from verify.export.plan import plan, premises_of, prove
     from verify.export.render import render
 
     p = _parser(stdout, stderr)
@@ -62,27 +82,41 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     fmt = args.format or framework.formats[0]
     if fmt not in framework.formats:
         p.error(f"--format {fmt}: {framework.name} reads {' or '.join(framework.formats)}")
-    target = prepare_outputs([("--out", args.out)], [("the contract", args.contract)], stderr)
+    for path in args.evidence:
+        problem = evidence_problem(path, f"--evidence {path}")
+        if problem:
+            stderr.write(f"{problem}\n")
+            return 2
+    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
+    target = prepare_outputs([("--out", args.out)], inputs, stderr)
     if target is None:
         return 2
     with target:
         contract = load_contract(args.contract, stderr)
         if contract is None:
             return 2
+        problem = None if args.evidence else declared_evidence_problem(contract, target)
+        if problem:
+            stderr.write(f"{problem}\n")
+            return 2
         try:
             export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)))
             proved = prove(export, timeout_ms=args.timeout_ms)
+            unchecked = premises_of(export, tuple(args.evidence))
         except ExportError as err:
             stderr.write(f"{err}\n")
             return err.code
         text = render(export, fmt, proved)
+        for line in unchecked:
+            stderr.write(f"note: {line}\n")
+        code = 3 if unchecked else 0
         if args.out is None:
             stdout.write(text)
-            return 0
+            return code
         try:
             target.write([text])
         except outputs.OutputError as err:
             stderr.write(f"verify: {err}\n")
             return 2
     stdout.write(f"wrote {len(export.settings)} {framework.name} settings to {args.out}\n")
-    return 0
+    return code

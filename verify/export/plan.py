@@ -25,7 +25,7 @@ from verify.export.request import (
 )
 from verify.status import Status
 
-__all__ = ["Export", "Setting", "plan", "prove"]
+__all__ = ["Export", "Setting", "plan", "premises_of", "prove"]
 
 
 @dataclass(frozen=True)
@@ -148,3 +148,43 @@ def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, 
     if problems:
         raise ExportError("\n".join(problems), code=1)
     return found
+
+
+def premises_of(export: Export, evidence_paths: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Check the premises of every guarantee ``export`` rests on against the evidence (the
+    contract's ``evidence:`` section, or ``evidence_paths``), as a run would
+    (``verify.support``). Raises ``ExportError`` (exit 1) naming each guarantee that rests on a
+    premise the evidence violates, or (exit 2) for unusable evidence; returns one line for each
+    guarantee whose premises the evidence left unchecked. Without evidence: nothing to say."""
+    from evidence.sources import EvidenceError
+    from verify._run import clause_verdicts, evidence_given, premise_support
+
+    contract = export.contract
+    if not evidence_given(contract, evidence_paths):
+        return ()
+    try:
+        clauses, _ = clause_verdicts(contract, evidence_paths)
+    except EvidenceError as err:
+        raise ExportError(str(err)) from None
+    support = {s.guarantee: s for s in premise_support(contract, evidence_paths, clauses)}
+    reasons = {c.id: c.reason for c in clauses if c.status is Status.VIOLATED}
+    problems, unchecked = [], []
+    for r in export.requests:
+        s = support.get(r.guarantee)
+        if s is None or s.status is Status.HELD:
+            continue
+        if s.status is Status.VIOLATED:
+            why = "; ".join(f"{p}: {reasons.get(p, 'violated')}" for p in s.violated)
+            problems.append(
+                f"{_key(contract, r, 'id')}: {r.guarantee} ({r.summary}) rests on premise(s) "
+                f"{', '.join(s.violated)}, which the evidence violates, so no "
+                f"{export.framework.name} setting is written ({why})"
+            )
+        else:
+            unchecked.append(
+                f"{r.guarantee} ({r.summary}) rests on premise(s) {', '.join(s.unchecked)} that "
+                "the given evidence did not decide: the setting is proved only if they hold"
+            )
+    if problems:
+        raise ExportError("\n".join(problems), code=1)
+    return tuple(unchecked)

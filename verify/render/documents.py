@@ -20,6 +20,7 @@ _COLOURS = {
     "skipped": "#6e7781",
     "unknown": "#9a6700",
     "inconclusive": "#9a6700",
+    "unchecked": "#9a6700",
     "refuted": "#cf222e",
     "violated": "#cf222e",
     "invalid": "#cf222e",
@@ -73,6 +74,14 @@ def _detail_lines(o: Obligation) -> list[tuple[str, str]]:
     return rows
 
 
+_SUPPORT_TEXT = (
+    "What the evidence says of the clauses each guarantee rests on: held (every premise held), "
+    "unchecked (a premise no evidence decided: exit 3), violated (a premise the evidence "
+    "contradicts: exit 1)."
+)
+_SUPPORT_LABEL = {"held": "held", "violated": "violated", "inconclusive": "unchecked"}
+
+
 def to_markdown(report: Report) -> str:
     """The report as Markdown."""
     s = report.status
@@ -124,6 +133,12 @@ def to_markdown(report: Report) -> str:
             f"{r.statistic} | {_num(r.value)} | {_num(r.bound)} | {_num(r.threshold)} | "
             f"{r.samples} | {_cell(r.reason)} |"
         )
+    out += ["", "## Premises", "", _SUPPORT_TEXT, ""]
+    if not report.support:
+        out.append("No evidence was given: the proofs rest on the premises as stated.")
+    for p in report.support:
+        shown = ", ".join(f"{k}: {v.label}" for k, v in p.premises) or "none"
+        out.append(f"- {p.guarantee}: **{_SUPPORT_LABEL[p.status.label]}** ({shown}): {p.reason}")
     out += ["", "## Escalation", ""]
     if not report.escalation:
         out.append("No escalation rules.")
@@ -202,7 +217,14 @@ def to_html(report: Report) -> str:
             f"<td>{_num(r.value)}</td><td>{_num(r.bound)}</td><td>{_num(r.threshold)}</td>"
             f"<td>{r.samples}</td><td>{e(r.reason)}</td></tr>"
         )
-    out.append("</table><h2>Escalation</h2><ul>")
+    out.append(f"</table><h2>Premises</h2><p>{e(_SUPPORT_TEXT)}</p><ul>")
+    if not report.support:
+        out.append("<li>No evidence was given: the proofs rest on the premises as stated.</li>")
+    for p in report.support:
+        shown = ", ".join(f"{k}: {v.label}" for k, v in p.premises) or "none"
+        out.append(f"<li>{e(p.guarantee)}: {_badge(_SUPPORT_LABEL[p.status.label])} "
+                   f"({e(shown)}): {e(p.reason)}</li>")  # fmt: skip
+    out.append("</ul><h2>Escalation</h2><ul>")
     if not report.escalation:
         out.append("<li>No escalation rules.</li>")
     for d in report.escalation:

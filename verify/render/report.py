@@ -17,6 +17,7 @@ from verify.clauses import ClauseResult
 from verify.escalation import Decision, decision_json
 from verify.obligations import Obligation, obligation_json
 from verify.status import Status, worst
+from verify.support import Support, support_json
 
 __all__ = [
     "FORMAT",
@@ -55,6 +56,9 @@ class Report:
     evidence: Mapping[str, object] | None
     escalation: tuple[Decision, ...]
     timing: Mapping[str, float] = field(default_factory=dict)
+    # what the evidence says of each guarantee's premises (``verify.support``); empty when the
+    # run was given no evidence
+    support: tuple[Support, ...] = ()
 
     @property
     def status(self) -> Status:
@@ -66,8 +70,12 @@ class Report:
 
 
 def overall(report: Report) -> Status:
-    """The worst verdict of all obligations and clauses."""
-    return worst([o.status for o in report.obligations] + [c.status for c in report.clauses])
+    """The worst verdict of all obligations, clauses and premise supports."""
+    return worst(
+        [o.status for o in report.obligations]
+        + [c.status for c in report.clauses]
+        + [s.status for s in report.support]
+    )
 
 
 def clause_json(c: ClauseResult) -> Mapping[str, object]:
@@ -98,6 +106,7 @@ def report_json(report: Report) -> dict:
         "clauses": [clause_json(c) for c in report.clauses],
         "evidence": report.evidence,
         "escalation": [decision_json(d) for d in report.escalation],
+        "support": [support_json(s) for s in report.support],
         "timing": dict(report.timing),
     }
 
