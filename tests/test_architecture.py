@@ -276,10 +276,27 @@ def test_the_evidence_package_imports_no_jax():
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        "import verify.decide, verify.check, verify.monitor, verify.routing\n"
+        "import verify.decide, verify.check, verify.monitor, verify.routing, verify.support\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert len(modules) > 8 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_no_decision_depends_on_the_platform():
+    """Verdicts, premise support, re-checks and bounds are functions of the measured numbers
+    and the contract alone: no module that decides asks which machine or device it runs on
+    (the measured values themselves are the kernels' concern, bit-exact on every backend)."""
+    asks = re.compile(r"default_backend|\bplatform\b|\bdevices\(|local_devices|sys\.platform")
+    paths = [*_modules("bounds"), *_modules("evidence"), ROOT / "verify" / "support.py"]
+    paths += [p for room in ("decide", "check", "routing", "promotion", "export")
+              for p in (ROOT / "verify" / room).glob("*.py")]  # fmt: skip
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in paths
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if asks.search(line.split("#")[0])
+    ]
+    assert len(paths) > 40 and found == []
