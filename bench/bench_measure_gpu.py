@@ -172,17 +172,10 @@ def main(argv=None) -> int:
     }
     settings = [dict(GPU_OPTIONS)]
     if args.sweep:
-        for programs in (None, 132, 48, 32):
-            for chunk, warps, stages in ((2048, 8, 2), (4096, 16, 2)):
-                settings.append(
-                    {
-                        **GPU_OPTIONS,
-                        "programs": programs,
-                        "chunk": chunk,
-                        "num_warps": warps,
-                        "num_stages": stages,
-                    }
-                )
+        for programs, chunk, warps in ((132, 2048, 8), (40, 2048, 8), (None, 4096, 16)):
+            settings.append(
+                {**GPU_OPTIONS, "programs": programs, "chunk": chunk, "num_warps": warps}
+            )
         settings.append({**GPU_OPTIONS, "block_rows": 2, "chunk": 1024})
     kernels = {}
     for options in settings:
