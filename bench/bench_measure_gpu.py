@@ -172,11 +172,11 @@ def main(argv=None) -> int:
     }
     settings = [dict(GPU_OPTIONS)]
     if args.sweep:
-        for programs, chunk, warps in ((132, 2048, 8), (40, 2048, 8), (None, 4096, 16)):
+        for chunk, warps, stages in ((4096, 8, 2), (2048, 4, 2), (1024, 4, 2), (2048, 8, 3)):
             settings.append(
-                {**GPU_OPTIONS, "programs": programs, "chunk": chunk, "num_warps": warps}
+                {**GPU_OPTIONS, "chunk": chunk, "num_warps": warps, "num_stages": stages}
             )
-        settings.append({**GPU_OPTIONS, "block_rows": 2, "chunk": 1024})
+        settings.append({**GPU_OPTIONS, "programs": 264})
     kernels = {}
     for options in settings:
         name = ", ".join(f"{k}={val}" for k, val in options.items())

@@ -76,13 +76,23 @@ def _weighted_phi(e, le, x):
 
 
 def _summary(e, le, v):
-    """(S, c, G) of one chunk: Σ e, the e-weighted mean c of v and E_e[φ(v − c)]."""
+    """(S, c, G) of one chunk: Σ e, the e-weighted mean c of v and E_e[φ(v − c)]. Where every
+    |v − c| of the chunk's rows is below ½ (kernels that differ slightly), φ is its series
+    alone and no exponential is taken."""
     s = jnp.sum(e, axis=1)
     safe = jnp.where(s > 0, s, 1.0)
     vv = jnp.where(e > 0, v, 0.0)
     c = jnp.sum(e * vv, axis=1) / safe
-    g = jnp.sum(_weighted_phi(e, le, vv - c[:, None]), axis=1) / safe
-    return s, c, g
+    u = vv - c[:, None]
+    small = jnp.max(jnp.abs(u)) < SERIES_BELOW
+
+    def series():
+        return jnp.sum(e * phi_series(u), axis=1)
+
+    def general():
+        return jnp.sum(_weighted_phi(e, le, u), axis=1)
+
+    return s, c, lax.cond(small, series, general) / safe
 
 
 def _merge(s_a, c_a, g_a, s_b, c_b, g_b):
@@ -149,24 +159,40 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
             nan = jnp.maximum(nan, jnp.max(jnp.where(bad, 1.0, 0.0), axis=1))
             # maxima, first indices, runner-up
             cm = jnp.max(zm, axis=1)
-            ci = jnp.min(jnp.where(zm == cm[:, None], col, vocab), axis=1)
-            crun = jnp.max(jnp.where(col == ci[:, None], _NEG_INF, zm), axis=1)
             new = cm > m
-            runner = jnp.where(new, jnp.maximum(m, crun), jnp.maximum(runner, cm))
+            d_hi, d_lo = _two_sum_drift(z, zp)
+
+            def moved():
+                """A new maximum in some row: its first index, the runner-up, and the pivot
+                d(i₁) there (searched only in the few chunks that raise a maximum)."""
+                ci = jnp.min(jnp.where(zm == cm[:, None], col, vocab), axis=1)
+                crun = jnp.max(jnp.where(col == ci[:, None], _NEG_INF, zm), axis=1)
+                at = col == ci[:, None]
+                q_hi = jnp.sum(jnp.where(at, d_hi, 0.0), axis=1)
+                q_lo = jnp.sum(jnp.where(at, d_lo, 0.0), axis=1)
+                finite = jnp.abs(q_hi) < jnp.inf
+                return (
+                    jnp.where(new, jnp.maximum(m, crun), jnp.maximum(runner, cm)),
+                    jnp.where(new, ci, i1),
+                    jnp.where(new, jnp.where(finite, q_hi, 0.0), p_hi),
+                    jnp.where(new, jnp.where(finite, q_lo, 0.0), p_lo),
+                )
+
+            def kept_top():
+                return jnp.maximum(runner, cm), i1, p_hi, p_lo
+
+            any_new = jnp.max(jnp.where(new, 1, 0)) > 0
+            runner, i1, n_hi, n_lo = lax.cond(any_new, moved, kept_top)
             m_new = jnp.where(new, cm, m)
-            i1 = jnp.where(new, ci, i1)
             cmq = jnp.max(zpm, axis=1)
             newq = cmq > mq
-            j1 = jnp.where(newq, jnp.min(jnp.where(zpm == cmq[:, None], col, vocab), axis=1), j1)
+
+            def moved_q():
+                return jnp.where(newq, jnp.min(jnp.where(zpm == cmq[:, None], col, vocab), 1), j1)
+
+            j1 = lax.cond(jnp.max(jnp.where(newq, 1, 0)) > 0, moved_q, lambda: j1)
             mq_new = jnp.where(newq, cmq, mq)
             # the pivot d(i₁) moves with a new maximum: shift what is kept relative to it
-            d_hi, d_lo = _two_sum_drift(z, zp)
-            at = col == ci[:, None]
-            q_hi = jnp.sum(jnp.where(at, d_hi, 0.0), axis=1)
-            q_lo = jnp.sum(jnp.where(at, d_lo, 0.0), axis=1)
-            finite = jnp.abs(q_hi) < jnp.inf
-            n_hi = jnp.where(new, jnp.where(finite, q_hi, 0.0), p_hi)
-            n_lo = jnp.where(new, jnp.where(finite, q_lo, 0.0), p_lo)
             shift = (p_hi - n_hi) + (p_lo - n_lo)
             w = (d_hi - n_hi[:, None]) + (d_lo - n_lo[:, None])
             w_hi = jnp.maximum(w_hi + shift, jnp.max(jnp.where(valid, w, _NEG_INF), axis=1))

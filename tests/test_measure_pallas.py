@@ -120,7 +120,8 @@ def test_flagged_rows_are_recomputed_on_the_jax_path():
     for key in COLUMNS:
         np.testing.assert_array_equal(got[key][rows], np.asarray(jax_path[key]), err_msg=key)
     kept = [0, 3, 7]
-    want = _reference(z, zp, y, 0.8)
+    with np.errstate(invalid="ignore"):  # the rows left out: NaN and no distribution
+        want = _reference(z, zp, y, 0.8)
     _assert_close({k: v[kept] for k, v in got.items()}, {k: v[kept] for k, v in want.items()}, 0.8)
     assert np.isnan(got["log_ratio"][3]) and np.isfinite(got["tv"][3])
 
