@@ -41,12 +41,11 @@ CHECK_SHAPES = ((256, 1024, 256), (200, 300, 130))  # aligned; ragged in every d
 # (preset, variant, block_m, block_n, num_warps, num_stages) timed by --sweep
 SWEEP = (
     ("h100-fp8", "dot", 64, 64, 4, 2),
-    ("h100-fp8", "dot", 128, 64, 4, 2),
-    ("h100-fp8", "dot", 128, 128, 8, 2),
+    ("h100-fp8", "dot", 32, 64, 4, 2),
     ("h100-fp8", "fma64", 64, 64, 4, 1),
-    ("h100-fp8", "fma64", 64, 128, 8, 1),
     ("bf16", "fma32", 64, 64, 4, 1),
-    ("bf16", "fma32", 128, 128, 8, 1),
+    ("bf16", "fma32", 128, 128, 4, 1),
+    ("bf16", "fma32", 128, 64, 4, 1),
 )
 
 
@@ -198,7 +197,10 @@ def main(argv=None, *, stdout=sys.stdout, stderr=sys.stderr) -> int:
             result = f"ERROR {type(e).__name__}: {str(e)[:120]}"
         row("sweep", f"{p} {v} {bm}x{bn} warps={nw} stages={ns}", result)
     out()
-    out("all checks gave the reference's bits" if not failures else f"{failures} FAILURES")
+    if failures:
+        out(f"{failures} FAILURES")
+    else:
+        out("no checks run" if args.no_check else "all checks gave the reference's bits")
     return 1 if failures else 0
 
 

@@ -59,6 +59,11 @@ __all__ = ["Variant", "choose_variant", "fused_exact", "reduce_quantized_pallas_
 Variant = Literal["dot", "fma64", "fma32"]
 _DOT_K = 16  # the smallest K of a binary64 dot in Triton (MMAv2, m8n8k4 aggregated to k16)
 _FMA_WINDOW = 16  # products per thread and loop iteration on the multiply-add paths
+# (block_m, block_n, num_warps, num_stages) per variant, from bench/bench_matmul_gpu.py at
+# 8192^3 on an H200: "dot" within 10 % for tiles from 32x64 to 128x64; "fma32" 2.2x faster at
+# 128x128 with 4 warps than at 64x64 (and 2.3x faster than with 8 warps); "fma64" at 128x128
+# spills (20x slower than at 64x64)
+_BLOCKS = {"dot": (64, 64, 4, 2), "fma32": (128, 128, 4, 1), "fma64": (64, 64, 4, 1)}
 
 
 def fused_exact(plan: Plan) -> bool:
@@ -266,21 +271,22 @@ def reduce_quantized_pallas_gpu(
     plan: Plan,
     *,
     variant: Variant | None = None,
-    block_m: int = 64,
-    block_n: int = 64,
-    num_warps: int = 4,
-    num_stages: int = 2,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
     interpret: bool | None = None,
 ) -> Float[Array, "m n"]:
     """Steps 2-6 of the definition with the GPU-shaped ``pl.pallas_call``; the float32 total.
 
     ``variant=None`` takes :func:`choose_variant`'s (with the data check for bfloat16); a
     variant the plan does not allow raises ``ValueError``. ``block_m`` and ``block_n`` must be
-    powers of two (16 at least for ``"dot"``). Must be traced with ``jax.enable_x64``.
+    powers of two (16 at least for ``"dot"``); ``None`` takes the variant's measured defaults,
+    as do ``num_warps`` and ``num_stages`` (Triton's). Must be traced with ``jax.enable_x64``.
     ``interpret=None`` compiles on a GPU backend and interprets elsewhere.
     """
     for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if b < 1 or b & (b - 1):
+        if b is not None and (b < 1 or b & (b - 1)):
             raise ValueError(f"{name} must be a power of two, got {b}")
     if variant is not None:
         allowed = {"fma64"}
@@ -292,16 +298,17 @@ def reduce_quantized_pallas_gpu(
             )
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    params = {}
-    if not interpret:
-        from jax.experimental.pallas import triton as pl_triton
-
-        params["compiler_params"] = pl_triton.CompilerParams(
-            num_warps=num_warps, num_stages=num_stages
-        )
 
     def run(v):
-        return _call(xq, sx, wq_t, sw_t, plan, v, block_m, block_n, interpret, params)
+        bm, bn, warps, stages = _BLOCKS[v]
+        params = {}
+        if not interpret:
+            from jax.experimental.pallas import triton as pl_triton
+
+            params["compiler_params"] = pl_triton.CompilerParams(
+                num_warps=num_warps or warps, num_stages=num_stages or stages
+            )
+        return _call(xq, sx, wq_t, sw_t, plan, v, block_m or bm, block_n or bn, interpret, params)
 
     chosen = variant or choose_variant(plan)
     if chosen == "fma32" and not plan.in_range:  # bfloat16: only where the data allow it
