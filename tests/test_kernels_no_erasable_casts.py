@@ -118,7 +118,7 @@ def test_sibling_regions_reuse_names_without_confusing_the_lint():
 
 def _matmul_cases():
     for name, kernel in PRESETS.items():
-        impls = ("jax",) if kernel.matmul.is_int8 else ("jax", "pallas")
+        impls = ("jax",) if kernel.matmul.is_int8 else ("jax", "pallas", "pallas_gpu")
         for impl in impls:
             for splits in (1, 3):
                 yield pytest.param(name, impl, splits, id=f"{name}-{impl}-splits{splits}")
