@@ -1,7 +1,7 @@
 """Evidence sources: a log or an emulation turned into per-slice mergeable summaries.
 
 ``log_source`` reads JSONL logs (``evidence.logs``) as shards of one log; ``emulate_sources``
-runs ``kernels._emulate`` (the only path that imports JAX), once per setting of the runtime
+runs ``kernels.emulation`` (the only path that imports JAX), once per setting of the runtime
 sweep (``evidence.envelope.settings``), one source per setting. All summarise every
 (slice, metric) a contract's clauses need (``evidence.summary``), say which metrics and slices
 they cannot give, and why, and describe the runtime envelope their sequences were gathered
@@ -310,7 +310,7 @@ def _file_sha256(path: str) -> str | None:
 def emulate_sources(contract, stream) -> list[Source]:
     """One source per setting of the runtime sweep (``evidence.envelope.settings``)."""
     try:
-        emulate_module = importlib.import_module("kernels._emulate")
+        from kernels import emulation as emulate_module  # loaded on first use: logs need no JAX
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
     where = contract.source.where("evidence.emulate")

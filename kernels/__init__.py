@@ -6,10 +6,10 @@ proofs-only run of ``verify`` stays light. Public names are re-exported lazily b
 
 from __future__ import annotations
 
-import importlib
+from contracts.lazy import lazy_exports
 
 # public name -> submodule that defines it. Modules whose main function shares their name are
-# private (``kernels._measure``, ``kernels._emulate``, the package ``kernels._matmul``), so the
+# private (``kernels._measure``, the package ``kernels._matmul``), so the
 # function is the public name.
 _EXPORTS = {
     "Ops": "kernels.ops",
@@ -29,7 +29,7 @@ _EXPORTS = {
     "MEASURED_COLUMNS": "kernels.columns",
     "measure": "kernels._measure",
     "measure_numpy": "kernels._measure",
-    "emulate": "kernels._emulate",
+    "emulate": "kernels.emulation",
     "FormatInfo": "kernels.formats",
     "format_info": "kernels.formats",
     "saturating_cast": "kernels.formats",
@@ -65,15 +65,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -22,5 +22,5 @@ MEASURED_COLUMNS = (
     "token_prob",
 )
 
-# a token table, as ``kernels._emulate.emulate`` returns it: the metrics and where the token is
+# a token table, as ``kernels.emulation.emulate`` returns it: the metrics and where the token is
 TABLE_COLUMNS = (*MEASURED_COLUMNS, "position", "prompt", "token")

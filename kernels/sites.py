@@ -33,7 +33,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
-from kernels.transform import _attention_dots, _dims, _float_dot, _has_dot
+from kernels.transform import attention_dots, dot_dims, has_dot, is_float_dot
 
 __all__ = ["Site", "as_batched", "walk"]
 
@@ -179,14 +179,14 @@ class _Walker:
             env[v] = x
         for v, x, name in zip(jaxpr.invars, args, labels, strict=True):
             env[v], lab[v] = x, name
-        attention = _attention_dots(jaxpr) if self.attention == "float32" else frozenset()
+        attention = attention_dots(jaxpr) if self.attention == "float32" else frozenset()
         for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(v) for v in eqn.invars]
             inlabels = [label(v) for v in eqn.invars]
-            if eqn.primitive.name == "dot_general" and _float_dot(eqn) and i not in attention:
+            if eqn.primitive.name == "dot_general" and is_float_dot(eqn) and i not in attention:
                 # outside the equation's context: on_dot's own jitted calls then share their
                 # compiled programs with calls made anywhere else
-                dims = _dims(eqn.params["dimension_numbers"])
+                dims = dot_dims(eqn.params["dimension_numbers"])
                 dtype = eqn.outvars[0].aval.dtype
                 outs = [self._site(invals, inlabels, dims, dtype, layer)]
                 outlabels = [None]
@@ -201,14 +201,14 @@ class _Walker:
     def _eqn(self, eqn, invals, inlabels, layer):
         name = eqn.primitive.name
         nout = len(eqn.outvars)
-        if name == "dot_general" and _float_dot(eqn):  # recognised attention (sites: in run)
-            dims = _dims(eqn.params["dimension_numbers"])
+        if name == "dot_general" and is_float_dot(eqn):  # recognised attention (sites: in run)
+            dims = dot_dims(eqn.params["dimension_numbers"])
             lhs, rhs = (jnp.asarray(x, jnp.float32) for x in invals)
             out = lax.dot_general(
                 lhs, rhs, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32
             )
             return [out.astype(eqn.outvars[0].aval.dtype)], [None]
-        if not _has_dot(eqn):
+        if not has_dot(eqn):
             out = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
             outs = out if eqn.primitive.multiple_results else [out]
             if name in _STRUCTURAL:

@@ -42,7 +42,7 @@ The result can be jitted, differentiated (reverse mode) and vmapped; each call o
 traces ``fn`` again, so wrap it in ``jax.jit`` in loops.
 
 The name: ``on_kernel(fn, spec)`` reads as "``fn`` on kernel ``spec``", and does not clash with
-any submodule of ``kernels`` (``kernels._matmul``, ``kernels._emulate`` must stay modules).
+any submodule of ``kernels`` (``kernels._matmul``, ``kernels.emulation`` must stay modules).
 
 References:
     JAX documentation, "Writing custom Jaxpr interpreters in JAX" (evaluating a jaxpr
@@ -69,7 +69,16 @@ from jax.extend import core as jcore
 from contracts.model import KernelSpec, MatmulSpec
 from contracts.presets import PRESETS
 
-__all__ = ["DotRule", "evaluate", "on_kernel", "resolve_spec"]
+__all__ = [
+    "DotRule",
+    "attention_dots",
+    "dot_dims",
+    "evaluate",
+    "has_dot",
+    "is_float_dot",
+    "on_kernel",
+    "resolve_spec",
+]
 
 Attention = Literal["matmul", "float32"]
 
@@ -195,7 +204,7 @@ def evaluate(jaxpr: jcore.Jaxpr, consts, rule: DotRule, *args) -> list:
         env[v] = x
     for v, x in zip(jaxpr.invars, args, strict=True):
         env[v] = x
-    attention = _attention_dots(jaxpr) if rule.attention == "float32" else frozenset()
+    attention = attention_dots(jaxpr) if rule.attention == "float32" else frozenset()
     for i, eqn in enumerate(jaxpr.eqns):
         invals = [read(v) for v in eqn.invars]
         with eqn.ctx.manager:
@@ -210,9 +219,9 @@ def evaluate(jaxpr: jcore.Jaxpr, consts, rule: DotRule, *args) -> list:
 
 def _apply(eqn, invals: list, rule: DotRule, attention: bool):
     name = eqn.primitive.name
-    if name == "dot_general" and _float_dot(eqn):
+    if name == "dot_general" and is_float_dot(eqn):
         out_dtype = eqn.outvars[0].aval.dtype
-        dims = _dims(eqn.params["dimension_numbers"])
+        dims = dot_dims(eqn.params["dimension_numbers"])
         if attention:
             lhs, rhs = (jnp.asarray(x, jnp.float32) for x in invals)
             out = lax.dot_general(
@@ -220,7 +229,7 @@ def _apply(eqn, invals: list, rule: DotRule, attention: bool):
             )
             return out.astype(out_dtype)
         return _emulated_dot(*invals, dims, rule, out_dtype)
-    if not _has_dot(eqn):
+    if not has_dot(eqn):
         return eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
     return _higher_order(eqn, name, invals, rule)
 
@@ -273,12 +282,14 @@ def _run(body, rule: DotRule, *args) -> list:
 # ---------------------------------------------------------------------------- the dot
 
 
-def _dims(dimension_numbers) -> tuple:
+def dot_dims(dimension_numbers) -> tuple:
+    """A ``dot_general``'s dimension numbers as hashable tuples."""
     (lc, rc), (lb, rb) = dimension_numbers
     return ((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb)))
 
 
-def _float_dot(eqn) -> bool:
+def is_float_dot(eqn) -> bool:
+    """True for a ``dot_general`` equation whose operands and result are all floating point."""
     return all(jnp.issubdtype(v.aval.dtype, jnp.floating) for v in (*eqn.invars, *eqn.outvars))
 
 
@@ -333,18 +344,19 @@ def _primitives(jaxpr: jcore.Jaxpr) -> frozenset[str]:
     """Names of every primitive ``jaxpr`` binds, sub-jaxprs included (float dots only)."""
     names: set[str] = set()
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name != "dot_general" or _float_dot(eqn):
+        if eqn.primitive.name != "dot_general" or is_float_dot(eqn):
             names.add(eqn.primitive.name)
         for sub in _subjaxprs(eqn):
             names |= _primitives(sub)
     return frozenset(names)
 
 
-def _has_dot(eqn) -> bool:
+def has_dot(eqn) -> bool:
+    """True when a sub-jaxpr of ``eqn`` (a call, a loop body) holds a float ``dot_general``."""
     return any("dot_general" in _primitives(sub) for sub in _subjaxprs(eqn))
 
 
-def _attention_dots(jaxpr: jcore.Jaxpr) -> frozenset[int]:
+def attention_dots(jaxpr: jcore.Jaxpr) -> frozenset[int]:
     """Indices of the equations of ``jaxpr`` that are the two products of a softmax attention.
 
     Each value carries the dots it was computed from (since the last dot) and which of
@@ -355,12 +367,12 @@ def _attention_dots(jaxpr: jcore.Jaxpr) -> frozenset[int]:
     found: set[int] = set()
     for i, eqn in enumerate(jaxpr.eqns):
         ins = [marks[v] for v in eqn.invars if not isinstance(v, jcore.Literal) and v in marks]
-        if eqn.primitive.name == "dot_general" and _float_dot(eqn):
+        if eqn.primitive.name == "dot_general" and is_float_dot(eqn):
             for origins, seen in ins:
                 if seen >= _SOFTMAX:
                     found |= origins | {i}
             out = (frozenset({i}), frozenset())
-        elif _has_dot(eqn) or not ins:
+        elif has_dot(eqn) or not ins:
             out = None
         else:
             inner = set().union(*(_primitives(s) for s in _subjaxprs(eqn)))

@@ -20,7 +20,7 @@
 # * **the witness** — an explicit pair of logit vectors (or of sequence laws) built by the
 #   lemma's own witness constructor, with the true quantity measured on it;
 # * **measured** — per-token values of the shipped `tiny-lm` model run through an emulated
-#   inference kernel against the fp32 training kernel (`kernels._emulate`).
+#   inference kernel against the fp32 training kernel (`kernels.emulation`).
 #
 # …over the logit drift δ, the temperature T and the horizon L, with the commonly cited looser
 # forms beside ours. Every number below is computed when the notebook runs.

@@ -44,6 +44,8 @@ def _modules(package: str) -> list[pathlib.Path]:
 
 # calls that import the module named by their first argument
 _IMPORT_CALLS = {"import_module", "__import__", "run_module"}
+# calls that import every module of a lazy table they are given (``contracts.lazy``)
+_LAZY_CALLS = {"lazy_exports"}
 _MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _ENTRY_POINT = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
@@ -77,7 +79,8 @@ def _string_imports(tree: ast.AST) -> list[tuple[str, int]]:
     """Modules named by strings that are imported: arguments of ``importlib.import_module``,
     ``__import__`` and ``runpy.run_module``; the argument after ``"-m"`` in a command list;
     ``"package.module:function"`` entry points; and, in a module that imports by a computed
-    name, lazy tables (dict literals whose values are all module names, as ``_EXPORTS``)."""
+    name (by hand or through ``lazy_exports``), lazy tables (dict literals whose values are all
+    module names, as ``_EXPORTS``)."""
     found: list[tuple[str, int]] = []
     computed = False
     for node in ast.walk(tree):
@@ -86,6 +89,8 @@ def _string_imports(tree: ast.AST) -> list[tuple[str, int]]:
             if name is not None:
                 found.append((name, node.lineno))
             computed |= not isinstance(node.args[0], ast.Constant)
+        elif isinstance(node, ast.Call) and _call_name(node) in _LAZY_CALLS:
+            computed = True
         elif isinstance(node, ast.List | ast.Tuple):
             for flag, arg in zip(node.elts, node.elts[1:], strict=False):
                 if isinstance(flag, ast.Constant) and flag.value == "-m":
@@ -243,6 +248,40 @@ def test_lazy_tables_count_only_where_names_are_imported(tmp_path):
     quiet = tmp_path / "q.py"
     quiet.write_text('SECTIONS = {"train": "kernels.train", "inf": "kernels.inference"}\n')
     assert _imports(quiet) == []
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text(
+        "from contracts.lazy import lazy_exports\n"
+        '_EXPORTS = {"run": "verify.proving.runner"}\n'
+        "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)\n"
+    )
+    assert ("verify.proving.runner", 2) in _imports(lazy)
+
+
+def _private_imports(package: str) -> list[str]:
+    """Imports in ``package`` of another module's private name (``from m import _x``), and of
+    another package's private module (``kernels._emulate``)."""
+    found = []
+    for path in _modules(package):
+        here = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(_parse(path)):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            names = [a.name for a in node.names if a.name.startswith("_")]
+            names = [n for n in names if not n.startswith("__")]
+            if names and node.module != here:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {names}")
+        for name, line in _imports(path):
+            outside = name.split(".")[0] in PACKAGES and name.split(".")[0] != package
+            if outside and any(p.startswith("_") for p in name.split(".")):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["contracts", "kernels", "bounds", "evidence"])
+def test_no_private_name_is_imported_from_another_module(package):
+    """Outside ``verify``, no module imports another module's private ``_name``, nor another
+    package's private module: what modules share is public."""
+    assert _private_imports(package) == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)

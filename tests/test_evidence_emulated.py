@@ -1,6 +1,6 @@
 """Verdicts on an emulated token table: full-vocabulary metrics, bounded means, worst cases.
 
-The emulator is replaced by a constructed token table (same columns as ``kernels._emulate``)
+The emulator is replaced by a constructed token table (same columns as ``kernels.emulation``)
 so each verdict is known in advance; the real emulator runs in the end-to-end tests.
 """
 
@@ -42,7 +42,7 @@ def _table(n=4000, seed=0, tv_scale=0.004, flips=0):
 
 @pytest.fixture
 def fake_emulate(monkeypatch):
-    import kernels._emulate
+    import kernels.emulation
 
     holder = {}
 
@@ -51,7 +51,7 @@ def fake_emulate(monkeypatch):
             progress(1, 1)
         return holder["table"]
 
-    monkeypatch.setattr(kernels._emulate, "emulate", emulate)
+    monkeypatch.setattr(kernels.emulation, "emulate", emulate)
     return holder
 
 

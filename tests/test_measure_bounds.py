@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from contracts import PRESETS
 from contracts.model import Contract, EmulateEvidence, Evidence, KernelPair, Policy, Source
-from kernels._emulate import TABLE_COLUMNS, emulate
 from kernels._measure import measure
+from kernels.emulation import TABLE_COLUMNS, emulate
 
 RTOL = 1e-5  # float32 rounding of the measured metrics; the bounds are evaluated in float64
 TEMPERATURE = 0.8

@@ -10,7 +10,7 @@ import pytest
 from test_measure_bounds import TEMPERATURE, contract_for  # same shapes: compiled once
 
 from contracts.model import RuntimeClause
-from kernels._emulate import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
+from kernels.emulation import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
 from kernels.model import load_pretrained, pretrained_extra
 from kernels.ops import plain_ops
 

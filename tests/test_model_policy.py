@@ -29,8 +29,8 @@ def model():
 def test_importing_kernels_and_emulate_does_not_import_jax():
     code = (
         "import sys, kernels; assert 'jax' not in sys.modules, 'jax imported';"
-        "from kernels._emulate import emulate, TABLE_COLUMNS;"
-        "assert 'jax' not in sys.modules, 'jax imported by kernels._emulate'; print('ok')"
+        "from kernels.emulation import emulate, TABLE_COLUMNS;"
+        "assert 'jax' not in sys.modules, 'jax imported by kernels.emulation'; print('ok')"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False

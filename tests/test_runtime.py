@@ -250,7 +250,7 @@ def test_a_bad_batch_size_is_a_counted_bad_line(tmp_path, value):
 @pytest.fixture
 def fake_emulate(monkeypatch):
     """The emulator replaced by a table whose positions follow the requested length."""
-    import kernels._emulate
+    import kernels.emulation
 
     calls = []
 
@@ -268,8 +268,8 @@ def fake_emulate(monkeypatch):
         table["token"] = np.ones(n, np.int64)
         return table
 
-    monkeypatch.setattr(kernels._emulate, "emulate", emulate)
-    monkeypatch.setattr(kernels._emulate, "length_range", lambda c: (9, 128))
+    monkeypatch.setattr(kernels.emulation, "emulate", emulate)
+    monkeypatch.setattr(kernels.emulation, "length_range", lambda c: (9, 128))
     return calls
 
 

@@ -204,7 +204,7 @@ def test_the_same_kernel_on_both_sides_gives_zero_drift(folder):
     """K_inf decodes by rerunning the model on a padded buffer, K_train teacher-forces the
     finished sequences: with one kernel on both sides every logit must agree exactly, so the
     decoding loop reads the right position at every step."""
-    from kernels._emulate import emulate
+    from kernels.emulation import emulate
 
     path = folder / "c.yaml"
     text = contract_text("user_models_for_tests:bigram", "params.npz", inference="fp32")

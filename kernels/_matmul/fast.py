@@ -51,7 +51,14 @@ from kernels._matmul.rounding import round_accumulator, round_accumulator_in_ran
 from kernels.bitround import round_binary32
 from kernels.formats import flush, format_info
 
-__all__ = ["binary32_exact", "lay_out", "reduce_quantized", "scaled_term", "transposed"]
+__all__ = [
+    "binary32_exact",
+    "for_all",
+    "lay_out",
+    "reduce_quantized",
+    "scaled_term",
+    "transposed",
+]
 
 # products per loop iteration: enough to amortise the loop, few enough that the out-of-order
 # window overlaps consecutive vectors of the dependent rounding chain; for the dot, one or two
@@ -378,13 +385,13 @@ def binary32_exact(
 
 
 @custom_vmap
-def _for_all(flag):
+def for_all(flag):
     """``flag`` itself; under ``vmap`` one flag for the whole batch (their conjunction), so the
     ``lax.cond`` it drives stays a branch instead of becoming a select of both."""
     return flag
 
 
-@_for_all.def_vmap
+@for_all.def_vmap
 def _for_all_vmap(axis_size, in_batched, flag):
     del axis_size, in_batched
     return jnp.all(flag), False
@@ -417,5 +424,5 @@ def reduce_quantized(
     if plan.in_range:
         return run(narrow)
     return lax.cond(
-        _for_all(binary32_exact(xq, wq_t, plan.inputs)), lambda: run(narrow), lambda: run(wide)
+        for_all(binary32_exact(xq, wq_t, plan.inputs)), lambda: run(narrow), lambda: run(wide)
     )

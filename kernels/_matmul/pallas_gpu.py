@@ -49,7 +49,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Float
 
-from kernels._matmul.fast import _for_all, binary32_exact, scaled_term
+from kernels._matmul.fast import binary32_exact, for_all, scaled_term
 from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
 from kernels.formats import flush
@@ -312,7 +312,7 @@ def reduce_quantized_pallas_gpu(
 
     chosen = variant or choose_variant(plan)
     if chosen == "fma32" and not plan.in_range:  # bfloat16: only where the data allow it
-        exact = _for_all(binary32_exact(xq, wq_t, plan.inputs))
+        exact = for_all(binary32_exact(xq, wq_t, plan.inputs))
         total = lax.cond(exact, lambda: run("fma32"), lambda: run("fma64"))
     else:
         total = run(chosen)

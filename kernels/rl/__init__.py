@@ -7,7 +7,7 @@ heavy until a name is used.
 
 from __future__ import annotations
 
-import importlib
+from contracts.lazy import lazy_exports
 
 # public name -> submodule that defines it
 _EXPORTS = {
@@ -45,15 +45,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kernels.rl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

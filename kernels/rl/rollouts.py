@@ -1,7 +1,7 @@
 """Rollouts for bias measurement: held-out prompts, sampled by K_inf, teacher-forced by K_train.
 
 ``held_out_prompts`` cuts prompts at seeded offsets from the shipped model's held-out text (as
-``kernels._emulate`` does). ``rollout_pairs`` serves them through the inference kernel of a
+``kernels.emulation`` does). ``rollout_pairs`` serves them through the inference kernel of a
 preset in batches of a fixed size (a short last batch is filled with copies of its last prompt
 whose rows are dropped, so every row was computed in a batch of that size), samples
 ``new_tokens`` tokens at temperature T, and teacher-forces the finished sequences through the
@@ -24,7 +24,7 @@ def held_out_prompts(
     count: int, length: int, seed: int, model: str = "tiny-lm"
 ) -> Int[np.ndarray, "prompts length"]:
     """``count`` prompts of ``length`` bytes from ``model``'s held-out windows (seeded)."""
-    from kernels._emulate import prompts_from
+    from kernels.emulation import prompts_from
     from kernels.model import pretrained_extra
 
     windows = pretrained_extra(model)["heldout_windows"].astype(np.int32)
