@@ -16,9 +16,18 @@ from decimal import Decimal
 from contracts.document import INVALID
 from contracts.errors import Problem
 
-__all__ = ["ID_PATTERN", "Checker", "describe", "show", "sub"]
+__all__ = ["ID_PATTERN", "Checker", "check_temperature", "describe", "show", "sub"]
 
 ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+def check_temperature(temperature: float) -> float:
+    """``temperature`` when it is a sampling temperature (finite and > 0, as a contract's
+    ``policy.temperature``); a ``ValueError`` quoting it otherwise. For functions that take one
+    as an argument (the kernels' measurement, rollouts and bias estimates)."""
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    return temperature
 
 
 def sub(key: str, name: str | int) -> str:

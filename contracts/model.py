@@ -14,6 +14,8 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
+from contracts.fields import ESTIMATORS
+
 __all__ = [
     "MX_BLOCK",
     "AccumulatorSpec",
@@ -61,10 +63,7 @@ Quantity = Literal[
     "pg_bias",
     "clip_budget",
 ]
-Estimator = Literal[
-    "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
-    "kl_mask",
-]  # fmt: skip
+Estimator = Literal[ESTIMATORS]  # the DSL's estimator names, one tuple in contracts.fields
 Severity = Literal["info", "warn", "critical"]
 Action = Literal[
     "log",

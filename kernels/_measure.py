@@ -51,6 +51,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float, Int
 
+from contracts.checks import check_temperature
 from kernels.columns import MEASURED_COLUMNS
 from kernels.measure_fused import block_metrics, centred_drift, row_maxima
 
@@ -305,8 +306,7 @@ def _check(z_train, z_inf, tokens, temperature) -> None:
             f"expected z_train and z_inf [tokens, vocab] and tokens [tokens]; got "
             f"{z_train.shape}, {z_inf.shape}, {tokens.shape}"
         )
-    if not (temperature > 0 and np.isfinite(temperature)):
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    check_temperature(temperature)
     vocab = z_train.shape[1]
     if vocab < 1:
         raise ValueError("the vocabulary is empty")

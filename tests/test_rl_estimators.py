@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from contracts.fields import ESTIMATORS
 from kernels.rl import ESTIMATOR_NAMES, correction_weights
 
 # two sequences of four positions; the last position of row 1 is padding holding garbage
@@ -82,18 +83,7 @@ def _call(name, log_ratio=LOG_RATIO, mask=MASK, adv=ADV, params=None, **kw):
 
 
 def test_names_are_the_shared_ten():
-    shared = [
-        "plain",
-        "tis",
-        "mis",
-        "ppo_clip",
-        "icepop",
-        "seq_is",
-        "seq_tis",
-        "geo_mask",
-        "tv_mask",
-        "kl_mask",
-    ]
+    shared = list(ESTIMATORS)
     assert tuple(shared) == ESTIMATOR_NAMES
     assert tuple(PARAMS) == ESTIMATOR_NAMES
 

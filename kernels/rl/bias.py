@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from contracts.checks import check_temperature
 from kernels.rl.estimators import check_params, correction_weights
 
 __all__ = [
@@ -215,8 +216,7 @@ def _check_logits(z_train, z_inf, temperature) -> None:
             f"expected z_train and z_inf [prompts, vocab], got {np.shape(z_train)} and "
             f"{np.shape(z_inf)}"
         )
-    if not (temperature > 0 and np.isfinite(temperature)):
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    check_temperature(temperature)
 
 
 def clip_share(
@@ -321,8 +321,7 @@ def sequence_bias(
     """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    if not (temperature > 0 and np.isfinite(temperature)):
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    check_temperature(temperature)
     tokens = jnp.asarray(tokens, jnp.int32)
     if tokens.ndim != 2 or tokens.shape[0] < 3 or tokens.shape[1] < 1:
         raise ValueError(f"expected tokens [seqs >= 3, new >= 1], got {tokens.shape}")

@@ -40,35 +40,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
+
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
 
-ESTIMATOR_NAMES: tuple[str, ...] = (
-    "plain",
-    "tis",
-    "mis",
-    "ppo_clip",
-    "icepop",
-    "seq_is",
-    "seq_tis",
-    "geo_mask",
-    "tv_mask",
-    "kl_mask",
-)
+# the estimator names, in the order of the DSL (``contracts.fields.ESTIMATORS``)
+ESTIMATOR_NAMES: tuple[str, ...] = ESTIMATORS
 
 # estimator -> the parameter keys it requires
 PARAMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "plain": (),
-        "tis": ("cap",),
-        "mis": ("cap",),
-        "ppo_clip": ("clip_epsilon",),
-        "icepop": ("band",),
-        "seq_is": (),
-        "seq_tis": ("cap",),
-        "geo_mask": ("band",),
-        "tv_mask": ("threshold",),
-        "kl_mask": ("threshold",),
-    }
+    {name: ESTIMATOR_PARAMS.get(name, ()) for name in ESTIMATORS}
 )
 
 _NO_PARAMS: Mapping[str, float | tuple] = MappingProxyType({})

@@ -38,6 +38,7 @@ import optax
 from flax import nnx
 from jaxtyping import Array
 
+from contracts.checks import check_temperature
 from contracts.presets import PRESETS, preset
 from kernels._measure import measure
 from kernels.decode import generate, teacher_force
@@ -94,8 +95,7 @@ class RLConfig:
         for name in ("groups", "group_size", "prompt_len", "new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not (self.temperature > 0 and np.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be positive and finite, got {self.temperature}")
+        check_temperature(self.temperature)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.model not in CHECKPOINTS:

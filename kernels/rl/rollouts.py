@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Int
 
+from contracts.checks import check_temperature
 from contracts.presets import preset
 from kernels.decode import PairLogits
 
@@ -61,8 +62,7 @@ def rollout_pairs(
         raise ValueError(f"expected prompts [count >= 1, length >= 1], got {prompts.shape}")
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
-    if not (temperature > 0 and np.isfinite(temperature)):
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    check_temperature(temperature)
     policy = load_pretrained(model)
     count, prompt_len = prompts.shape
     if prompt_len + new_tokens > policy.config.context:
