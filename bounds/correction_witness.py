@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Float
 
 from bounds import measure
+from bounds.search import golden_max
 from bounds.token import tilt_pair
 
 __all__ = [
@@ -118,23 +119,7 @@ def best_iid_seq_tis(s: float, L: int, cap: float) -> tuple[float, float]:
     def value(t: float) -> float:
         return iid_seq_tis_excess(1.0 / (1.0 + math.exp(t)), s, L, cap)
 
-    grid = np.linspace(-30.0, 30.0, 121)
-    vals = [value(t) for t in grid]
-    i = int(np.argmax(vals))
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = value(a), value(b)
-    for _ in range(50):
-        if fa > fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = value(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = value(b)
-    t, best = max([(grid[i], vals[i]), (a, fa), (b, fb)], key=lambda p: p[1])
+    t, best = golden_max(value, np.linspace(-30.0, 30.0, 121), 50)
     return 1.0 / (1.0 + math.exp(t)), best
 
 

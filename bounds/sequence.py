@@ -29,6 +29,7 @@ import sympy
 
 from bounds import measure
 from bounds.lemma import SYMBOLS, Lemma, Witness
+from bounds.search import golden_max
 from bounds.token import kl_tilt_sup
 
 __all__ = ["SEQUENCE_LEMMAS", "best_iid_witness", "sequence_routes", "sequence_tv_bound"]
@@ -76,23 +77,7 @@ def best_iid_witness(s: float, length: int) -> tuple[float, float]:
         p = 1.0 / (1.0 + math.exp(t))
         return measure.binomial_sequence_tv(p, _tilted(p, s), length)
 
-    grid = np.linspace(-8.0, 8.0, 33) - s / 2
-    vals = [value(t) for t in grid]
-    i = int(np.argmax(vals))
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = value(a), value(b)
-    for _ in range(40):
-        if fa > fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = value(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = value(b)
-    best_t, best = max([(grid[i], vals[i]), (a, fa), (b, fb)], key=lambda tv_: tv_[1])
+    best_t, best = golden_max(value, np.linspace(-8.0, 8.0, 33) - s / 2, 40)
     return 1.0 / (1.0 + math.exp(best_t)), best
 
 
