@@ -43,7 +43,7 @@ def _offline(contract_path: str, log: str):
 
 
 def _monitor(contract_path: str, log: str, tmp: str, checkpoint: bool) -> int:
-    from verify.monitor import main
+    from verify.pipeline.monitor import main
 
     out, ck = os.path.join(tmp, "out.jsonl"), os.path.join(tmp, "ck.json")
     for path in (out, ck):

@@ -41,7 +41,7 @@ VARIANTS = ("off", "cold", "warm")
 def per_obligation(runs: int) -> list[tuple[str, str, float, str]]:
     import bounds
     import contracts
-    from verify.obligations import discharge
+    from verify.proving.obligations import discharge
 
     rows = []
     for path in EXAMPLES:

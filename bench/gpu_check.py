@@ -88,7 +88,7 @@ def _comparable(value):
 def measure_verdicts() -> dict:
     """The evidence part of each contract's run: clause verdicts and the evidence record."""
     from contracts import load
-    from verify._run import clause_verdicts
+    from verify.proving.runner import clause_verdicts
 
     out = {}
     for path in CONTRACTS:

@@ -111,7 +111,7 @@ def _contract_text(preset: str, window: int, new_tokens: int) -> str:
 
 def _monitor(contract: pathlib.Path, log: pathlib.Path, decisions: pathlib.Path, batch: int):
     """Run ``python -m verify monitor`` on one log; per step, the clauses it found violated."""
-    from verify.monitor import main as monitor_main
+    from verify.pipeline.monitor import main as monitor_main
 
     decisions.unlink(missing_ok=True)
     err = io.StringIO()

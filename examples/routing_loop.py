@@ -1,4 +1,4 @@
-"""A training loop that lets its kernel contract act, batch by batch (``verify.routing``).
+"""A training loop that lets its kernel contract act, batch by batch (``verify.pipeline.routing``).
 
     python examples/routing_loop.py                  # recorded FP8 rollouts, about 3 s
     python examples/routing_loop.py --source model   # the shipped tiny-lm, about 20 s
@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 import contracts
-from verify import routing
+from verify.pipeline import routing
 
 HERE = pathlib.Path(__file__).resolve().parent
 CONTRACT = HERE / "routing_loop.yaml"

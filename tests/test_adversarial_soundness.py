@@ -21,11 +21,11 @@ import sympy
 import bounds
 from bounds import measure
 from contracts import load, loads
-from verify._run import run
-from verify.check.recheck import check_data
-from verify.obligations import discharge
-from verify.render.report import dumps, report_json
-from verify.status import Status
+from verify.common.status import Status
+from verify.proving.check.recheck import check_data
+from verify.proving.obligations import discharge
+from verify.proving.render.report import dumps, report_json
+from verify.proving.runner import run
 
 mpmath.mp.dps = 50
 _HEAD = """contract: 1
@@ -227,7 +227,7 @@ def _forged(tmp_path, change, monkeypatch) -> tuple[str, ...]:
 
 
 def _obligation(d):
-    from verify.obligations import obligation_json
+    from verify.proving.obligations import obligation_json
 
     return obligation_json(discharge(d))
 

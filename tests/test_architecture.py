@@ -155,6 +155,83 @@ def test_import_directions(package):
     assert bad == []
 
 
+# the rooms inside verify -> the rooms each may import (verify/__init__.py: one-way doors)
+ROOMS = {
+    "common": set(),
+    "decide": {"common"},
+    "proving": {"common", "decide"},
+    "pipeline": {"common", "decide", "proving"},
+    "diagnostics": {"common"},
+    "cli": {"common", "decide", "proving", "pipeline", "diagnostics"},
+}
+
+
+def _room_violations(path: pathlib.Path, room: str) -> list[str]:
+    """Where the module at ``path``, in ``room``, imports a room it may not."""
+    bad = []
+    for name, line in _imports(path):
+        parts = name.split(".")
+        inside = parts[0] == "verify" and len(parts) > 1 and parts[1] in ROOMS
+        if inside and parts[1] != room and parts[1] not in ROOMS[room]:
+            bad.append(f"{path.name}:{line}: imports {name}")
+    return bad
+
+
+def _private_names(path: pathlib.Path) -> list[str]:
+    """Where the module at ``path`` imports another module's private (``_``) name."""
+    bad = []
+    for node in ast.walk(_parse(path)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    bad.append(f"{path.name}:{node.lineno}: imports {node.module}.{alias.name}")
+    return bad
+
+
+def test_verify_is_built_of_rooms():
+    rooms = {p.name for p in (ROOT / "verify").iterdir() if (p / "__init__.py").is_file()}
+    loose = {p.name for p in (ROOT / "verify").glob("*.py")}
+    assert rooms == set(ROOMS) and loose == {"__init__.py", "__main__.py"}
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_rooms_import_only_the_rooms_below_them(room):
+    """A room imports only the rooms it may; the front door (``cli``) is imported by none."""
+    bad = []
+    for path in sorted((ROOT / "verify" / room).rglob("*.py")):
+        bad += [f"{room}/{v}" for v in _room_violations(path, room)]
+    assert bad == []
+
+
+def test_no_module_in_verify_imports_a_private_name():
+    bad = [f"{p.relative_to(ROOT)}: {v}" for p in _modules("verify") for v in _private_names(p)]
+    assert bad == []
+
+
+def test_room_checker_sees_violations(tmp_path):
+    """The room and private-name checks themselves must be able to fail."""
+    bad = tmp_path / "m.py"
+    bad.write_text(
+        "import importlib\n"
+        "from verify.cli.commands import main\n"
+        "from verify.pipeline.promotion.chain import _read, link\n"
+        'importlib.import_module("verify.diagnostics.localize")\n'
+        "from verify.common.status import Status\n"
+        "from verify import Status as S\n",
+        encoding="utf-8",
+    )
+    assert _room_violations(bad, "proving") == [
+        "m.py:2: imports verify.cli.commands",
+        "m.py:2: imports verify.cli.commands.main",
+        "m.py:3: imports verify.pipeline.promotion.chain",
+        "m.py:3: imports verify.pipeline.promotion.chain._read",
+        "m.py:3: imports verify.pipeline.promotion.chain.link",
+        "m.py:4: imports verify.diagnostics.localize",
+    ]
+    assert _room_violations(bad, "cli") == []
+    assert _private_names(bad) == ["m.py:3: imports verify.pipeline.promotion.chain._read"]
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_string_imports_name_existing_modules(package):
     """A lazy table or ``import_module`` string of ours must name a module that exists."""
@@ -219,8 +296,8 @@ def test_import_checker_sees_violations(tmp_path):
         'importlib.import_module("bounds.apriori")\n'
         'importlib.import_module(f"verify.{sys.argv[1]}")\n'
         '__import__("kernels" + ".ops")\n'
-        '_EXPORTS = {"run": "verify._run", "Ops": "kernels.ops"}\n'
-        'subprocess.run([sys.executable, "-m", "verify.solve._worker", "3"])\n'
+        '_EXPORTS = {"run": "verify.proving.runner", "Ops": "kernels.ops"}\n'
+        'subprocess.run([sys.executable, "-m", "verify.proving.solve._worker", "3"])\n'
         'ENTRY = "bounds.derive:derive"\n'
         'NOT_AN_IMPORT = {"key": "kernels.train", "note": "see kernels.matmul"}\n'
         '"""kernels.train is only a docstring here"""\n',
@@ -235,9 +312,9 @@ def test_import_checker_sees_violations(tmp_path):
             ("bounds.apriori", 4),
             ("verify", 5),
             ("kernels", 6),
-            ("verify._run", 7),
+            ("verify.proving.runner", 7),
             ("kernels.ops", 7),
-            ("verify.solve._worker", 8),
+            ("verify.proving.solve._worker", 8),
             ("bounds.derive", 9),
         ]
     )
@@ -315,7 +392,8 @@ def test_the_evidence_package_imports_no_jax():
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        "import verify.decide, verify.check, verify.monitor, verify.routing, verify.support\n"
+        "import verify.decide, verify.proving.check, verify.pipeline.monitor\n"
+        "import verify.pipeline.routing, verify.common.support\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
     )
     out = subprocess.run(
@@ -329,8 +407,9 @@ def test_no_decision_depends_on_the_platform():
     and the contract alone: no module that decides asks which machine or device it runs on
     (the measured values themselves are the kernels' concern, bit-exact on every backend)."""
     asks = re.compile(r"default_backend|\bplatform\b|\bdevices\(|local_devices|sys\.platform")
-    paths = [*_modules("bounds"), *_modules("evidence"), ROOT / "verify" / "support.py"]
-    paths += [p for room in ("decide", "check", "routing", "promotion", "export")
+    paths = [*_modules("bounds"), *_modules("evidence"), ROOT / "verify/common/support.py"]
+    paths += [p for room in ("decide", "proving/check", "pipeline/routing", "pipeline/promotion",
+                             "pipeline/export")
               for p in (ROOT / "verify" / room).glob("*.py")]  # fmt: skip
     found = [
         f"{p.relative_to(ROOT)}:{i}"

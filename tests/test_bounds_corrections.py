@@ -30,8 +30,8 @@ from bounds import corrections as C
 from bounds.correction_witness import band_dropped_mass, geo_dropped_mass
 from bounds.token import kl_tilt_sup
 from contracts.canonical import from_canonical
-from verify.obligations import discharge
-from verify.status import Status
+from verify.common.status import Status
+from verify.proving.obligations import discharge
 
 TOL = 1e-10
 _x, _y = sympy.Symbol("x", nonnegative=True), sympy.Symbol("y", nonnegative=True)

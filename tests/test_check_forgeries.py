@@ -19,8 +19,8 @@ from test_promotion import CONTRACT as PROMOTED
 from test_promotion import _run, _sha, _stage
 
 from contracts.canonical import from_canonical
-from verify.check.recheck import check_data
-from verify.promotion.record import checks, held, sha256_text
+from verify.pipeline.promotion.record import checks, held, sha256_text
+from verify.proving.check.recheck import check_data
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "contracts" / "examples"
 RATE = "S_large_ratio_rate"

@@ -18,9 +18,9 @@ from kernels._matmul import matmul
 from kernels.faults import FAULTS, applies, designed_check, inject
 from kernels.ulp import identical
 from verify.cli.commands import main
-from verify.conformance import CHECKS, Model, Observed, run_suite
-from verify.conformance.checks import Baseline, sign_test
-from verify.conformance.probes import boundary_position, probes
+from verify.diagnostics.conformance import CHECKS, Model, Observed, run_suite
+from verify.diagnostics.conformance.checks import Baseline, sign_test
+from verify.diagnostics.conformance.probes import boundary_position, probes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"

@@ -13,8 +13,8 @@ import pytest
 
 import contracts
 from kernels.columns import TABLE_COLUMNS as COLUMNS
+from verify.common.status import Status
 from verify.decide import evaluate
-from verify.status import Status
 
 
 def _table(n=4000, seed=0, tv_scale=0.004, flips=0):

@@ -11,8 +11,8 @@ import pytest
 
 import contracts
 from evidence.logs import LoggedSequence, write_log
+from verify.common.status import Status
 from verify.decide import EvidenceError, evaluate
-from verify.status import Status
 
 HEAD = """contract: 1
 name: evidence-test

@@ -12,8 +12,8 @@ import sys
 import contracts
 from evidence.logs import read_log
 from verify.cli.commands import main
+from verify.common.status import Status
 from verify.decide import evaluate
-from verify.status import Status
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"

@@ -17,8 +17,8 @@ import pytest
 from contracts.model import StatisticalClause
 from evidence.sources import Source
 from evidence.summary import summarize
+from verify.common.status import Status
 from verify.decide.verdicts import statistical_result
-from verify.status import Status
 
 TRIALS = 300
 

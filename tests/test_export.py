@@ -24,9 +24,9 @@ import yaml
 
 import contracts
 from verify.cli.commands import main
-from verify.export import FRAMEWORKS, ExportError, NoCounterpart, Request, plan
-from verify.export.render import scalar
-from verify.export.request import DRIVING
+from verify.pipeline.export import FRAMEWORKS, ExportError, NoCounterpart, Request, plan
+from verify.pipeline.export.render import scalar
+from verify.pipeline.export.request import DRIVING
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "contracts" / "examples" / "fp8-rollout.yaml"
@@ -170,7 +170,7 @@ def test_out_writes_the_stdout_text(tmp_path, yaml_texts):
 
 def test_export_imports_no_jax_nor_kernels():
     """A proofs-only export must not import JAX: the export modules import neither it nor
-    ``kernels`` (the proof path, ``bounds`` and ``verify.obligations``, is the plain run's,
+    ``kernels`` (the proof path, ``bounds`` and ``verify.proving.obligations``, is the plain run's,
     whose import of JAX ``test_verify_cli`` checks in a fresh interpreter)."""
     for path in sorted((ROOT / "verify" / "export").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -489,11 +489,11 @@ def _bad_input_cases(tmp_path):
 def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, monkeypatch):
     ro, cases = _bad_input_cases(tmp_path)
     if os.geteuid() == 0:  # root writes anywhere: deny the read-only directory as a user is
-        import verify.cli.outputs
+        import verify.common.outputs
 
         real, denied = os.access, os.path.realpath(ro)
         monkeypatch.setattr(
-            verify.cli.outputs.os, "access", lambda p, m: p != denied and real(p, m)
+            verify.common.outputs.os, "access", lambda p, m: p != denied and real(p, m)
         )
     before = EXAMPLE.read_bytes()
     for argv, message in cases:

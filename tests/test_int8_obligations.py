@@ -11,9 +11,9 @@ import pytest
 
 import contracts
 from bounds import intexact
-from verify._run import run
-from verify.check.recheck import check_data
-from verify.render.report import report_json
+from verify.proving.check.recheck import check_data
+from verify.proving.render.report import report_json
+from verify.proving.runner import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "contracts" / "examples" / "int8-serving.yaml"
@@ -201,7 +201,7 @@ def test_kernel_obligations_do_not_import_jax():
     them, lazy imports included."""
     import ast
 
-    for path in ("verify/kernel_obligations.py", "bounds/intexact.py", "bounds/apriori.py"):
+    for path in ("verify/proving/kernel_obligations.py", "bounds/intexact.py", "bounds/apriori.py"):
         tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]

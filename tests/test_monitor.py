@@ -17,7 +17,7 @@ import pytest
 import contracts
 from verify.cli.commands import main
 from verify.decide import evaluate
-from verify.monitor import sample_mask
+from verify.pipeline.monitor import sample_mask
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"
@@ -40,7 +40,7 @@ def _window(tokens: int, rate: float = 1.0) -> str:
 
 
 def _monitor(*args, stdin_fd: int = 0):
-    from verify.monitor import main as monitor_main
+    from verify.pipeline.monitor import main as monitor_main
 
     out, err = io.StringIO(), io.StringIO()
     if stdin_fd:
@@ -298,9 +298,10 @@ def test_a_truncated_last_line_waits_for_its_newline_when_following(tmp_path):
 
 
 def test_memory_does_not_grow_with_the_stream(tmp_path, monkeypatch):
-    import verify.monitor.stream
+    import verify.pipeline.monitor.stream
 
-    monkeypatch.setattr(verify.monitor.stream, "_CHUNK", 1 << 16)  # both streams span chunks
+    # both streams span chunks
+    monkeypatch.setattr(verify.pipeline.monitor.stream, "_CHUNK", 1 << 16)
     contract = _contract(tmp_path, _window(2000))
     line = LINES[0]
     _monitor(contract, "--stream", SAMPLE, "--no-follow", "--out", tmp_path / "warm.jsonl")
@@ -422,7 +423,7 @@ def test_a_directory_resumes_after_a_finished_file_even_when_it_was_deleted(tmp_
 
 
 def test_a_position_after_a_finished_rotated_file_resumes_at_the_next_name(tmp_path):
-    from verify.monitor.stream import Position, open_stream
+    from verify.pipeline.monitor.stream import Position, open_stream
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_bytes(b"".join(LINES[:3]).rstrip(b"\n"))

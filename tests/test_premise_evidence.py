@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from evidence.logs import LoggedSequence, write_log
 from evidence.table import lower_bounds
-from verify.check.recheck import check_data
 from verify.cli.commands import main
+from verify.proving.check.recheck import check_data
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "contracts" / "examples"
 HEAD = """\

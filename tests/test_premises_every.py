@@ -25,11 +25,11 @@ import bounds
 from bounds import LEMMAS, measure
 from bounds.premises import covers_every_token
 from contracts import Slice, exact, loads
-from verify.check.recheck import check_data
 from verify.cli.commands import main
-from verify.obligations import discharge
-from verify.solve.encoding import encode
-from verify.status import Status
+from verify.common.status import Status
+from verify.proving.check.recheck import check_data
+from verify.proving.obligations import discharge
+from verify.proving.solve.encoding import encode
 
 _HEAD = """contract: 1
 name: every-premise

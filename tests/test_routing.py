@@ -1,5 +1,6 @@
-"""``verify.routing``: each action on a hand-computed batch, the proved TIS cap (and its refusal),
-verdicts equal to the offline evaluation's, and bad batches refused with the argument named."""
+"""``verify.pipeline.routing``: each action on a hand-computed batch, the proved TIS cap (and its
+refusal), verdicts equal to the offline evaluation's, and bad batches refused with the argument
+named."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import numpy as np
 import pytest
 
 import contracts
-from verify import routing
-from verify.routing import PromotionState, RoutingError
-from verify.status import Status
+from verify.common.status import Status
+from verify.pipeline import routing
+from verify.pipeline.routing import PromotionState, RoutingError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -267,9 +268,8 @@ def test_a_report_of_another_contract_is_refused(tmp_path, contract):
     assert str(err.value) == (
         f"report: {tmp_path / 'report.json'} is not a report of this contract ('routing-test')"
     )
-    # the function, not the module of the same name (``verify._run`` is the module once any
-    # code has imported ``verify._run``)
-    from verify._run import run
+    # the function (``verify.run`` is the function ``verify.proving.runner.run``)
+    from verify.proving.runner import run
 
     report = run(contract)
     assert routing.prepare(contract, report=report).cap == Fraction(2)
@@ -368,7 +368,9 @@ def test_bad_batches_name_the_argument(router):
     assert _error(router, *ok, promotion="halted") == (
         "promotion: expected a PromotionState, got str"
     )
-    assert _error("router", *ok).startswith("router: expected verify.routing.prepare(contract)")
+    assert _error("router", *ok).startswith(
+        "router: expected verify.pipeline.routing.prepare(contract)"
+    )
 
 
 def test_every_problem_is_named_at_once(router):
@@ -396,7 +398,7 @@ def test_padding_may_hold_anything(router):
 def test_routing_numpy_batches_never_imports_jax():
     code = (
         "import sys, numpy as np, contracts\n"
-        "from verify import routing\n"
+        "from verify.pipeline import routing\n"
         "c = contracts.load('contracts/examples/rollout-log.yaml')\n"
         "d = routing.route(routing.prepare(c), np.full((2, 3), -1.0), np.full((2, 3), -1.1),"
         " np.ones((2, 3), bool))\n"

@@ -1,5 +1,5 @@
-"""``verify.routing`` with JAX arrays: the array functions under ``jax.jit`` and without it give
-identical arrays, and a batch of JAX arrays gets the decision its numpy twin gets."""
+"""``verify.pipeline.routing`` with JAX arrays: the array functions under ``jax.jit`` and without it
+give identical arrays, and a batch of JAX arrays gets the decision its numpy twin gets."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from test_routing import GUARANTEES, HEAD, INFER, MASK, RULES, TRAIN, _load
 
-from verify import routing
-from verify.routing import RoutingError
+from verify.pipeline import routing
+from verify.pipeline.routing import RoutingError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_a_loop_that_imported_jax_first_still_gets_its_proved_cap(tmp_path):
     script.write_text(
         "import jax.numpy as jnp\n"
         "import contracts\n"
-        "from verify import routing\n"
+        "from verify.pipeline import routing\n"
         "if __name__ == '__main__':\n"
         f"    c = contracts.load({str(ROOT / 'examples' / 'routing_loop.yaml')!r})\n"
         "    r = routing.prepare(c, timeout_ms=2000)\n"

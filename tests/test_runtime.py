@@ -14,8 +14,8 @@ import contracts
 from evidence.envelope import observe, points, settings
 from kernels.columns import TABLE_COLUMNS
 from verify.cli.commands import main
-from verify.static_clauses import static_clauses
-from verify.status import Status
+from verify.common.static_clauses import static_clauses
+from verify.common.status import Status
 
 BASE = """\
 contract: 1

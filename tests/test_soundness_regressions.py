@@ -16,8 +16,8 @@ import pytest
 import bounds
 from bounds import LEMMAS, measure
 from contracts import loads
-from verify.obligations import discharge
-from verify.status import Status
+from verify.common.status import Status
+from verify.proving.obligations import discharge
 
 mpmath.mp.dps = 50
 _HEAD = """contract: 1
@@ -196,8 +196,8 @@ def test_huge_horizons_and_tiny_temperatures_end_within_the_budget(T, L):
 def test_a_solver_that_ignores_its_limit_is_stopped():
     import time
 
-    from verify.solve import smt
-    from verify.solve.encoding import encode
+    from verify.proving.solve import smt
+    from verify.proving.solve.encoding import encode
 
     # T = 0.05, L = 4096: the coupling route squares 12 times, a degree-4096 polynomial on
     # which z3's own (cooperative) time limit is not looked at for minutes
@@ -219,7 +219,7 @@ def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
     import time
     from fractions import Fraction
 
-    from verify.solve import intervals
+    from verify.proving.solve import intervals
 
     x = (Fraction(999, 1000), Fraction(9999, 10000))
     start = time.perf_counter()
@@ -281,7 +281,8 @@ def test_a_clip_share_beyond_the_float_range_is_refuted_with_its_rational_bound(
 
 def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
     # no fork beside JAX's threads, and no re-import of the caller's main script (an
-    # unguarded training script would run again): the solver is `python -m verify.solve._worker`
+    # unguarded training script would run again): the solver is
+    # `python -m verify.proving.solve._worker`
     import subprocess
     import sys
 
@@ -289,7 +290,7 @@ def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
     script.write_text(
         "import jax  # noqa: F401\n"
         "print('main ran', flush=True)\n"
-        "from verify.solve import smt\n"
+        "from verify.proving.solve import smt\n"
         "a = smt.z3_check('(declare-const x Real)(assert (> x 1.0))(check-sat)', timeout_ms=100)\n"
         "print(a.answer, smt._worker.popen is not None, flush=True)\n"
     )

@@ -18,13 +18,13 @@ from typing import NamedTuple
 import pytest
 
 import contracts
-from verify import _run as run_module
-from verify import cache, replay
 from verify.cli.commands import main
-from verify.render import documents as render
-from verify.render.report import dumps
-from verify.solve import smt
-from verify.status import Status
+from verify.common.status import Status
+from verify.proving import cache, replay
+from verify.proving import runner as run_module
+from verify.proving.render import documents as render
+from verify.proving.render.report import dumps
+from verify.proving.solve import smt
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -292,7 +292,7 @@ def test_code_that_may_differ_from_its_files_stores_nothing(small, tmp_path, mon
 
 _WRITER = """
 import json, pathlib, sys, time
-from verify import cache
+from verify.proving import cache
 directory, material, stamps, tag = json.loads(sys.argv[1])
 k = cache.Key("0" * 64, material, tuple(tuple(s) for s in stamps))
 payload = {"writer": tag, "filler": [tag] * 5000}

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from verify.check.recheck import ReportUnreadable, check_data, check_report
 from verify.cli.commands import main
+from verify.proving.check.recheck import ReportUnreadable, check_data, check_report
 
 CONTRACT = """\
 contract: 1

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from verify.cli import outputs as outputs_module
 from verify.cli.commands import main
+from verify.common import outputs as outputs_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -137,7 +137,7 @@ def test_unwritable_report_path_exits_2_before_work(tmp_path):
 
 
 def test_internal_error_is_one_line(tmp_path, monkeypatch):
-    from verify import _run as run
+    from verify.proving import runner as run
 
     def boom(*a, **k):
         raise RuntimeError("simulated failure")

@@ -10,8 +10,8 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verify.solve.enclosures import enclose
-from verify.solve.intervals import ExprError, evaluate, func_down, func_up
+from verify.proving.solve.enclosures import enclose
+from verify.proving.solve.intervals import ExprError, evaluate, func_down, func_up
 
 DOMAINS = {
     "exp": (F(-50), F(50)),

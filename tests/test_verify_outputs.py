@@ -18,9 +18,9 @@ import time
 import pytest
 
 import contracts
-from verify import _run as run_module
-from verify.cli import outputs
 from verify.cli.commands import main
+from verify.common import outputs
+from verify.proving import runner as run_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

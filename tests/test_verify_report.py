@@ -9,13 +9,13 @@ import sympy
 
 import contracts
 from bounds.derivation import Derivation, Variable
-from verify.clauses import ClauseResult
-from verify.escalation import decide
-from verify.obligations import discharge
-from verify.render.documents import to_html, to_markdown
-from verify.render.report import ContractInfo, Report, report_json
-from verify.static_clauses import NO_EVIDENCE, skipped_measurements, static_clauses
-from verify.status import Status
+from verify.common.clauses import ClauseResult
+from verify.common.escalation import decide
+from verify.common.static_clauses import NO_EVIDENCE, skipped_measurements, static_clauses
+from verify.common.status import Status
+from verify.proving.obligations import discharge
+from verify.proving.render.documents import to_html, to_markdown
+from verify.proving.render.report import ContractInfo, Report, report_json
 
 BASE = """\
 contract: 1

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bounds.derivation import Derivation, Variable
-from verify.obligations import discharge
-from verify.solve.encoding import encode
-from verify.solve.solver import Step, prove
-from verify.status import Status
+from verify.common.status import Status
+from verify.proving.obligations import discharge
+from verify.proving.solve.encoding import encode
+from verify.proving.solve.solver import Step, prove
 
 delta, T = sympy.symbols("delta_N1 T", nonnegative=True)
 TOKEN_TV = sympy.tanh(2 * delta / (4 * T))

@@ -1,17 +1,26 @@
 """verify: z3 obligations, proof-carrying reports, the re-checker and the command line.
 
 Importing ``verify`` is light: the solver, sympy and the measuring code load on first use.
-Concerns have their packages (``solve``, ``check``, ``render``, ``cli``, ``decide`` for the
-evidence clauses, and the running pipeline's ``monitor``, ``routing``, ``promotion``); a module
-whose main function shares its name is private (``verify._run`` defines ``run``).
+Inside, rooms with one-way doors; a room imports only the rooms listed before it:
+
+- ``common``: what every room shares (status, clause results, escalation decisions, premise
+  support, static clauses, inputs and outputs of a command, every argument parser);
+- ``decide``: the evidence clauses measured and decided;
+- ``proving``: obligations, the solver, a whole run, reports, the re-checker, synthesis;
+- ``pipeline``: the monitor, routing, promotion stages and export, at run time;
+- ``diagnostics`` (after ``common`` only): localize and conformance, for kernels;
+- ``cli``: the front door, a dispatch table into the rooms. No room imports it.
+
+No module imports another module's private (``_``) name. A module whose main function shares
+its name is named otherwise (``verify.proving.runner`` defines ``run``).
 """
 
 from __future__ import annotations
 
 import importlib
 
-from verify.clauses import ClauseResult
-from verify.status import Status, worst
+from verify.common.clauses import ClauseResult
+from verify.common.status import Status, worst
 
 __all__ = [
     "ClauseResult",
@@ -36,21 +45,21 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Obligation": "verify.obligations",
-    "discharge": "verify.obligations",
-    "Report": "verify.render.report",
-    "report_json": "verify.render.report",
-    "enclose": "verify.solve.enclosures",
-    "encode": "verify.solve.encoding",
-    "export_main": "verify.export",
-    "localize_main": "verify.localize.command",
-    "conformance_main": "verify.conformance.command",
-    "prove": "verify.solve.solver",
-    "run": "verify._run",
-    "to_html": "verify.render.documents",
-    "to_markdown": "verify.render.documents",
-    "check_report": "verify.check.recheck",
-    "synthesize": "verify.synth",
+    "Obligation": "verify.proving.obligations",
+    "discharge": "verify.proving.obligations",
+    "Report": "verify.proving.render.report",
+    "report_json": "verify.proving.render.report",
+    "enclose": "verify.proving.solve.enclosures",
+    "encode": "verify.proving.solve.encoding",
+    "export_main": "verify.pipeline.export",
+    "localize_main": "verify.diagnostics.localize.command",
+    "conformance_main": "verify.diagnostics.conformance.command",
+    "prove": "verify.proving.solve.solver",
+    "run": "verify.proving.runner",
+    "to_html": "verify.proving.render.documents",
+    "to_markdown": "verify.proving.render.documents",
+    "check_report": "verify.proving.check.recheck",
+    "synthesize": "verify.proving.synth",
     "main": "verify.cli.commands",
 }
 

@@ -1,7 +1,7 @@
-"""The command line (``commands``: ``python -m verify`` and its subcommands) and where it writes
-(``outputs``: every target checked before any work, all written at the end or none)."""
+"""The front door: ``python -m verify`` and its subcommands (``commands``: a dispatch table
+from the first word to the room that does the work; every parser is built by
+``verify.common.arguments``). No room imports the command line."""
 
 from verify.cli.commands import SUBCOMMANDS, main
-from verify.cli.outputs import OutputError, prepare
 
-__all__ = ["SUBCOMMANDS", "OutputError", "main", "prepare"]
+__all__ = ["SUBCOMMANDS", "main"]

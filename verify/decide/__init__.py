@@ -31,7 +31,7 @@ import os
 import sys
 
 from evidence.sources import EvidenceError, emulate_sources, log_source
-from verify.clauses import ClauseResult
+from verify.common.clauses import ClauseResult
 from verify.decide.verdicts import numerical_result, statistical_result
 
 __all__ = ["ASSUMPTIONS", "EvidenceError", "evaluate"]

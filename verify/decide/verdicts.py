@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from evidence.table import RANGE, SAMPLED_ONLY, clause_column, reading
-from verify.clauses import ClauseResult
-from verify.status import Status
+from verify.common.clauses import ClauseResult
+from verify.common.status import Status
 
 __all__ = [
     "BINARY",
@@ -199,7 +199,7 @@ def mean_bounds(n: int, mean: float, variance: float, col: str, c: float) -> tup
 def _statistical_bounds(clause, col, s):
     """(point estimate, upper bound, lower bound, how, basis) of the clause's statistic;
     ``basis`` holds what ``verify check`` needs beyond the count and the point estimate to
-    recompute both bounds (``verify.check.confidence``)."""
+    recompute both bounds (``verify.proving.check.confidence``)."""
     from bounds.stats import quantile_ucb_rank
 
     c, n = clause.confidence, s.count

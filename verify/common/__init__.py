@@ -1,0 +1,11 @@
+"""What every room of ``verify`` shares: the ordered ``status``, clause results (``clauses``),
+the escalation decision (``escalation``), premise support (``support``), the clauses decided
+without evidence (``static_clauses``) and the all-or-nothing output plan (``outputs``).
+
+This room imports no other room of ``verify``.
+"""
+
+from verify.common.clauses import ClauseResult
+from verify.common.status import Status, worst
+
+__all__ = ["ClauseResult", "Status", "worst"]

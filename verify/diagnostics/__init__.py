@@ -1,0 +1,7 @@
+"""Kernel diagnostics: ``localize`` (which matmul of a model moves the logits) and
+``conformance`` (which check detects which injected fault).
+
+Imports the ``common`` room only. Importing it loads none of its modules.
+"""
+
+__all__: list[str] = []

@@ -1,6 +1,0 @@
-"""Where two kernels diverge, matmul by matmul (``python -m verify localize``)."""
-
-from verify.localize.command import localize_main
-from verify.localize.model import Chosen, ModelError, choose_model, token_rows
-
-__all__ = ["Chosen", "ModelError", "choose_model", "localize_main", "token_rows"]

@@ -1,0 +1,93 @@
+"""``python -m verify export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl``: proved settings out.
+
+Loads and validates the contract, maps its driving guarantees to the framework's keys
+(``verify.pipeline.export.plan``), proves every guarantee a setting rests on, and only then writes
+the settings to standard output or ``--out PATH`` (all or nothing, through
+``verify.common.outputs``: the path is checked before any work, may not name the contract,
+and is replaced atomically).
+
+With evidence (the contract's ``evidence:`` section, or ``--evidence PATH ...`` as for a
+run), the clauses are measured first and every setting's guarantees are checked against what
+the evidence says of their premises (``verify.common.support``): a setting whose proof rests on a
+premise the evidence violates is refused; one that rests on a premise no evidence decided is
+written, and the premise is named.
+
+Exit codes: 0 written (and, with evidence, it held every premise); 1 a guarantee a setting
+rests on is refuted or unknown, or rests on a premise the evidence violates (nothing written);
+2 unusable input, nothing written: a usage error (unknown framework or format), a missing or
+invalid contract, unusable evidence, an unusable output path, a guarantee the framework has
+no counterpart for, two guarantees that set one key differently, or no guarantee that maps to
+any setting; 3 written, but some premise of it stayed unchecked by the given evidence.
+"""
+
+from __future__ import annotations
+
+from verify.pipeline.export import nemo_rl, skyrl, trl, verl
+from verify.pipeline.export.request import ExportError, Framework
+
+__all__ = ["FRAMEWORKS", "export_main"]
+
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f for f in (verl.FRAMEWORK, nemo_rl.FRAMEWORK, trl.FRAMEWORK, skyrl.FRAMEWORK)
+}
+
+
+def export_main(argv: list[str], *, stdout, stderr) -> int:
+    """The ``export`` command on ``argv`` (the words after ``export``); returns the exit code."""
+    from verify.common import outputs
+    from verify.common.arguments import export_parser
+    from verify.common.inputs import (
+        declared_evidence_problem,
+        evidence_problem,
+        load_contract,
+        prepare_outputs,
+    )
+    from verify.pipeline.export.plan import plan, premises_of, prove
+    from verify.pipeline.export.render import render
+
+    p = export_parser(stdout, stderr, frameworks=", ".join(FRAMEWORKS))
+    args = p.parse_args(argv)
+    framework = FRAMEWORKS.get(args.to)
+    if framework is None:
+        p.error(f"--to {args.to}: unknown framework (choose from {', '.join(FRAMEWORKS)})")
+    fmt = args.format or framework.formats[0]
+    if fmt not in framework.formats:
+        p.error(f"--format {fmt}: {framework.name} reads {' or '.join(framework.formats)}")
+    for path in args.evidence:
+        problem = evidence_problem(path, f"--evidence {path}")
+        if problem:
+            stderr.write(f"{problem}\n")
+            return 2
+    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
+    target = prepare_outputs([("--out", args.out)], inputs, stderr)
+    if target is None:
+        return 2
+    with target:
+        contract = load_contract(args.contract, stderr)
+        if contract is None:
+            return 2
+        problem = None if args.evidence else declared_evidence_problem(contract, target)
+        if problem:
+            stderr.write(f"{problem}\n")
+            return 2
+        try:
+            export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)))
+            proved = prove(export, timeout_ms=args.timeout_ms)
+            unchecked = premises_of(export, tuple(args.evidence))
+        except ExportError as err:
+            stderr.write(f"{err}\n")
+            return err.code
+        text = render(export, fmt, proved)
+        for line in unchecked:
+            stderr.write(f"note: {line}\n")
+        code = 3 if unchecked else 0
+        if args.out is None:
+            stdout.write(text)
+            return code
+        try:
+            target.write([text])
+        except outputs.OutputError as err:
+            stderr.write(f"verify: {err}\n")
+            return 2
+    stdout.write(f"wrote {len(export.settings)} {framework.name} settings to {args.out}\n")
+    return code

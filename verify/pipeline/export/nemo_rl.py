@@ -1,0 +1,79 @@
+"""NeMo-RL's spelling of the corrections: the ``loss_fn`` keys of ``ClippedPGLossFn``.
+
+Keys and semantics are those of NVIDIA-NeMo/RL ``nemo_rl/algorithms/loss_functions.py`` @
+005a098a (``ClippedPGLossConfig``, read from the ``loss_fn:`` section of a GRPO config such as
+``examples/configs/grpo_math_1B.yaml``): ``use_importance_sampling_correction``,
+``truncated_importance_sampling_ratio`` (the upper bound, > 0),
+``truncated_importance_sampling_ratio_min``, ``truncated_importance_sampling_type`` (``tis``:
+weights clamped from above; ``icepop``: weights outside [min, max] set to 0; ``seq-mask-tis``:
+a sequence whose geometric-mean weight lies outside [min, max] gets weight 0, the others keep
+their untruncated token weights), ``sequence_level_importance_ratios``, and the PPO clip
+``ratio_clip_min`` / ``ratio_clip_max`` (the ratio is clamped to [1 − min, 1 + max]).
+
+The weight is exp(prev_logprobs − generation_logprobs): the training kernel's log-probs over
+the inference kernel's, the contract's w, with no clamp of the log-ratio (a weight that
+overflows to inf is set to 0 by ``nan_to_num``). ``mis`` is ``icepop`` with lower bound 0 (the
+comparison is ``>=``, so nothing is dropped from below).
+
+No counterpart: ``seq_is`` and ``seq_tis`` (``sequence_level_importance_ratios`` applies W, but
+it also turns the PPO ratio into the sequence's geometric mean (GSPO) and requires a
+sequence-level loss, so no setting applies W alone), ``ppo_clip`` (the PPO ratio is taken
+against ``prev_logprobs``, the training kernel's, and no setting makes the inference kernel
+the old policy), ``tv_mask`` and ``kl_mask`` (no mask compares the distributions).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
+
+__all__ = ["FRAMEWORK", "settings"]
+
+LOSS = "loss_fn."
+
+
+def _truncation(kind: str, upper: Fraction, lower: Fraction | None = None):
+    return (
+        (LOSS + "use_importance_sampling_correction", True),
+        (LOSS + "sequence_level_importance_ratios", False),
+        (LOSS + "truncated_importance_sampling_type", kind),
+        (LOSS + "truncated_importance_sampling_ratio", upper),
+        (LOSS + "truncated_importance_sampling_ratio_min", lower),
+    )
+
+
+def settings(r: Request) -> tuple[tuple[str, Value], ...]:
+    """NeMo-RL's ``(key, value)`` pairs for request ``r``; raises ``NoCounterpart``."""
+    if r.what == "clip_budget":
+        eps = r.clip_epsilon
+        return ((LOSS + "ratio_clip_min", eps), (LOSS + "ratio_clip_max", eps))
+    if r.what == "tis":
+        return _truncation("tis", r.cap)
+    if r.what == "mis":
+        return _truncation("icepop", r.cap, Fraction(0))
+    if r.what == "icepop":
+        return _truncation("icepop", r.band[1], r.band[0])
+    if r.what == "geo_mask":
+        return _truncation("seq-mask-tis", r.band[1], r.band[0])
+    if r.what in ("seq_is", "seq_tis"):
+        raise NoCounterpart(
+            "sequence_level_importance_ratios applies W but also makes the PPO ratio the "
+            "sequence's geometric mean and the loss sequence-level, so no setting applies W alone"
+        )
+    if r.what == "ppo_clip":
+        raise NoCounterpart(
+            "the PPO ratio is taken against prev_logprobs (the training kernel's); no setting "
+            "makes the inference kernel the old policy"
+        )
+    if r.what in ("tv_mask", "kl_mask"):
+        raise NoCounterpart("no loss_fn setting masks by a distance between the distributions")
+    raise NoCounterpart(f"no NeMo-RL mapping is known for estimator {r.what}")
+
+
+FRAMEWORK = Framework(
+    name="nemo-rl",
+    source="NVIDIA-NeMo/RL nemo_rl/algorithms/loss_functions.py@005a098a (loss_fn)",
+    formats=("yaml", "overrides"),
+    settings=settings,
+)

@@ -1,0 +1,191 @@
+"""From a contract to one framework's settings: every request mapped, merged and proved.
+
+``plan`` maps each driving guarantee (``verify.pipeline.export.request``) through the framework and
+merges the ``(key, value)`` pairs; it refuses, with every problem at once, a guarantee the
+framework has no counterpart for, a cap of 0, and two guarantees that set one key to different
+values (a run uses one estimator; ``--guarantee`` picks which). ``prove`` then discharges the
+obligations of exactly those guarantees (``bounds.derive``,
+``verify.proving.obligations.discharge``: z3 and sympy, never JAX) and names each one that is not
+``proved``. Messages are
+``file:line:col: guarantees[i].key: message``, as contract errors are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from contracts import Contract
+from verify.common.status import Status
+from verify.pipeline.export.request import (
+    ExportError,
+    Framework,
+    NoCounterpart,
+    Request,
+    Value,
+    requests_of,
+)
+
+__all__ = ["Export", "Setting", "plan", "premises_of", "prove"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One framework key, its value and the guarantees it comes from."""
+
+    key: str
+    value: Value
+    guarantees: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Export:
+    """The settings of one contract for one framework, in the order the framework lists them."""
+
+    contract: Contract
+    framework: Framework
+    requests: tuple[Request, ...]
+    settings: tuple[Setting, ...]
+
+
+def _where(contract: Contract, key: str) -> str:
+    """``file:line:col: key`` (or ``file: key``) for a key path of the contract."""
+    at = contract.source.where(key)
+    place = f"{contract.source.path}:{at[0]}:{at[1]}" if at else contract.source.path
+    return f"{place}: {key}"
+
+
+def _index(contract: Contract, gid: str) -> int:
+    return next(i for i, g in enumerate(contract.guarantees) if g.id == gid)
+
+
+def _key(contract: Contract, r: Request, field: str) -> str:
+    return _where(contract, f"guarantees[{_index(contract, r.guarantee)}].{field}")
+
+
+def _same(a: Value, b: Value) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _shown(v: Value) -> str:
+    from verify.pipeline.export.render import scalar
+
+    return scalar(v)
+
+
+def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ()) -> Export:
+    """The settings ``framework`` needs for ``contract``'s driving guarantees (those named in
+    ``wanted``, or all). Raises ``ExportError`` (exit 2) naming every problem."""
+    requests = requests_of(contract, wanted)
+    if not requests:
+        raise ExportError(
+            f"{_where(contract, 'guarantees')}: no guarantee maps to a {framework.name} setting "
+            "(export takes pg_bias guarantees with an estimator other than plain, and "
+            "clip_budget guarantees)"
+        )
+    problems: list[str] = []
+    merged: dict[str, tuple[Value, list[str]]] = {}
+    for r in requests:
+        if r.cap is not None and r.cap == 0:
+            problems.append(f"{_key(contract, r, 'cap')}: cap 0 makes every weight 0, so the "
+                            f"estimator learns nothing; no {framework.name} setting is written "
+                            "for it")  # fmt: skip
+            continue
+        try:
+            pairs = framework.settings(r)
+        except NoCounterpart as why:
+            field = "quantity" if r.what == "clip_budget" else "estimator"
+            problems.append(f"{_key(contract, r, field)}: {framework.name} has no counterpart "
+                            f"for {r.summary}: {why}")  # fmt: skip
+            continue
+        for key, value in pairs:
+            if key not in merged:
+                merged[key] = (value, [r.guarantee])
+            elif _same(merged[key][0], value):
+                merged[key][1].append(r.guarantee)
+            else:
+                before = merged[key][1][0]
+                problems.append(
+                    f"{_key(contract, r, 'id')}: {r.guarantee} sets {key} to {_shown(value)} "
+                    f"but {before} sets it to {_shown(merged[key][0])}; a run uses one "
+                    "correction, so export one of them with --guarantee"
+                )
+    if problems:
+        raise ExportError("\n".join(dict.fromkeys(problems)))
+    settings = tuple(Setting(k, v, tuple(ids)) for k, (v, ids) in merged.items())
+    return Export(contract, framework, requests, settings)
+
+
+def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, str]]:
+    """Discharge the obligation of every guarantee ``export`` rests on: ``{id: (status,
+    reason)}``. Raises ``ExportError`` (exit 1) naming each one that is not ``proved``."""
+    import bounds
+    from verify.proving.obligations import decimal, discharge
+
+    contract = export.contract
+    ids = {r.guarantee for r in export.requests}
+    # one guarantee's derivation reads the contract and that guarantee alone: derive only these
+    needed = dataclasses.replace(
+        contract, guarantees=tuple(g for g in contract.guarantees if g.id in ids)
+    )
+    found = {}
+    for d in bounds.derive(needed):
+        if d.guarantee in ids:
+            o = discharge(d, timeout_ms=timeout_ms)
+            detail = o.reason
+            if o.bound_interval is not None:
+                bound = decimal(sum(o.bound_interval) / 2)
+                detail = "; ".join(filter(None, [f"bound {bound} vs max {decimal(o.threshold)}",
+                                                 detail]))  # fmt: skip
+            found[o.id] = (o.status, detail)
+    problems = []
+    for r in export.requests:
+        status, reason = found.get(r.guarantee, (Status.UNKNOWN, "no obligation was derived"))
+        if status is not Status.PROVED:
+            problems.append(
+                f"{_key(contract, r, 'id')}: {r.guarantee} ({r.summary}) is {status.label}, so "
+                f"no {export.framework.name} setting is written" + (f": {reason}" if reason else "")
+            )
+    if problems:
+        raise ExportError("\n".join(problems), code=1)
+    return found
+
+
+def premises_of(export: Export, evidence_paths: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Check the premises of every guarantee ``export`` rests on against the evidence (the
+    contract's ``evidence:`` section, or ``evidence_paths``), as a run would
+    (``verify.common.support``). Raises ``ExportError`` (exit 1) naming each guarantee that rests on
+    a premise the evidence violates, or (exit 2) for unusable evidence; returns one line for each
+    guarantee whose premises the evidence left unchecked. Without evidence: nothing to say."""
+    from evidence.sources import EvidenceError
+    from verify.proving.runner import clause_verdicts, evidence_given, premise_support
+
+    contract = export.contract
+    if not evidence_given(contract, evidence_paths):
+        return ()
+    try:
+        clauses, _ = clause_verdicts(contract, evidence_paths)
+    except EvidenceError as err:
+        raise ExportError(str(err)) from None
+    support = {s.guarantee: s for s in premise_support(contract, evidence_paths, clauses)}
+    reasons = {c.id: c.reason for c in clauses if c.status is Status.VIOLATED}
+    problems, unchecked = [], []
+    for r in export.requests:
+        s = support.get(r.guarantee)
+        if s is None or s.status is Status.HELD:
+            continue
+        if s.status is Status.VIOLATED:
+            why = "; ".join(f"{p}: {reasons.get(p, 'violated')}" for p in s.violated)
+            problems.append(
+                f"{_key(contract, r, 'id')}: {r.guarantee} ({r.summary}) rests on premise(s) "
+                f"{', '.join(s.violated)}, which the evidence violates, so no "
+                f"{export.framework.name} setting is written ({why})"
+            )
+        else:
+            unchecked.append(
+                f"{r.guarantee} ({r.summary}) rests on premise(s) {', '.join(s.unchecked)} that "
+                "the given evidence did not decide: the setting is proved only if they hold"
+            )
+    if problems:
+        raise ExportError("\n".join(problems), code=1)
+    return tuple(unchecked)

@@ -1,0 +1,118 @@
+"""An export as the text a framework reads: YAML, Hydra command-line overrides, or JSON.
+
+Every text opens with its provenance: the contract's name, path and sha256, the framework code
+the keys were taken from, each guarantee the settings rest on with its verdict, and for each
+key the guarantees it comes from. YAML and overrides carry it as ``#`` comment lines; JSON,
+which has no comments, as the ``contract``, ``framework``, ``guarantees`` and ``from`` members
+beside ``settings`` (so a TRL config is ``GRPOConfig(**doc["settings"])``).
+
+Scalars are written so that YAML 1.1 and 1.2 readers (PyYAML, OmegaConf) and Hydra's override
+grammar read them back as the same value: numbers as the shortest decimal of the double, with a
+``.`` in the mantissa (``1.0e-09``, not ``1e-09``, which YAML 1.1 reads as a string); strings
+quoted; ``null``, ``true`` and ``false`` for ``None`` and the booleans.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+from verify.common.status import Status
+from verify.pipeline.export.plan import Export
+from verify.pipeline.export.request import Value, number
+
+__all__ = ["render", "scalar"]
+
+
+def _float_text(v: Fraction) -> str:
+    text = number(v)
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
+
+
+def scalar(v: Value, *, quote: str = '"') -> str:
+    """``v`` as a YAML (``quote='"'``) or Hydra override (``quote="'"``) scalar."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Fraction):
+        return _float_text(v)
+    if quote == "'":
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return json.dumps(v, ensure_ascii=False)
+
+
+def _header(export: Export, proved: dict[str, tuple[Status, str]]) -> list[str]:
+    c = export.contract
+    lines = [
+        f"{export.framework.name} settings proved by a kernel contract (python -m verify export)",
+        f"contract: {c.name} ({c.source.path})",
+        f"sha256: {c.source.sha256}",
+        f"keys as spelt in: {export.framework.source}",
+    ]
+    for r in export.requests:
+        status = proved.get(r.guarantee, (Status.UNKNOWN, ""))[0]
+        lines.append(f"guarantee {r.guarantee} ({r.summary}): {status.label}")
+    lines += [f"{s.key} <- {', '.join(s.guarantees)}" for s in export.settings]
+    return [f"# {line}" for line in lines]
+
+
+def _nested(export: Export) -> dict:
+    tree: dict = {}
+    for s in export.settings:
+        *parents, leaf = s.key.split(".")
+        node = tree
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = s.value
+    return tree
+
+
+def _yaml_lines(tree: dict, indent: int = 0) -> list[str]:
+    lines = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            lines.append(" " * indent + f"{key}:")
+            lines += _yaml_lines(value, indent + 2)
+        else:
+            lines.append(" " * indent + f"{key}: {scalar(value)}")
+    return lines
+
+
+def _json(export: Export, proved: dict[str, tuple[Status, str]]) -> str:
+    c = export.contract
+
+    def plain(v: Value):
+        return float(v) if isinstance(v, Fraction) else v
+
+    doc = {
+        "contract": {"name": c.name, "path": c.source.path, "sha256": c.source.sha256},
+        "framework": {"name": export.framework.name, "source": export.framework.source},
+        "guarantees": {
+            r.guarantee: {
+                "summary": r.summary,
+                "status": proved.get(r.guarantee, (Status.UNKNOWN, ""))[0].label,
+            }
+            for r in export.requests
+        },
+        "settings": {s.key: plain(s.value) for s in export.settings},
+        "from": {s.key: list(s.guarantees) for s in export.settings},
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def render(export: Export, fmt: str, proved: dict[str, tuple[Status, str]]) -> str:
+    """The text of ``export`` in format ``fmt`` (``yaml``, ``overrides`` or ``json``)."""
+    if fmt == "json":
+        return _json(export, proved)
+    lines = _header(export, proved)
+    if fmt == "yaml":
+        lines += _yaml_lines(_nested(export))
+    elif fmt == "overrides":
+        lines += [f"{s.key}={scalar(s.value, quote=chr(39))}" for s in export.settings]
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""SkyRL's spelling of the corrections: ``trainer.algorithm.off_policy_correction`` and the clip.
+
+Keys and semantics are those of NovaSky-AI/SkyRL: ``skyrl/train/config/config.py``
+(``OffPolicyCorrectionConfig``: ``tis_ratio_type`` (``token`` | ``sequence`` | null),
+``token_tis_ratio_clip_high``, ``sequence_tis_ratio_clip_high``, ``sequence_mask_metric``
+(``geometric`` | ``product`` | null), ``geo_mask_low`` / ``geo_mask_high``,
+``token_mask_is_threshold_low`` / ``_high``, ``outlier_token_is_threshold_low`` / ``_high``;
+``AlgorithmConfig``: ``eps_clip_low`` / ``eps_clip_high``) as read by
+``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py`` @ e9bca5e7.
+
+What the mapping relies on, read from that code: the weight is exp(old − rollout log-probs),
+the training kernel's over the inference kernel's (the contract's w), computed from the
+log-ratio clamped to [−20, 20] (``safe_exp_delta(..., clip=20.0)``), so an exported weight
+equals the estimator's wherever |log w| ≤ 20 and a clip of 5e8 (> e^20) truncates nothing. The
+token mask keeps ``low <= w <= high`` and needs both ends; the geometric sequence mask keeps
+``geo_mask_low <= exp(mean log w) <= geo_mask_high``; masked tokens and sequences leave the
+loss through its loss mask, and the TIS weight multiplies what is left.
+
+No counterpart: ``seq_is`` (the sequence weight is always clipped), ``tv_mask`` and ``kl_mask``
+(``policy_loss_type: dppo`` with ``binary_tv`` / ``binary_kl`` replaces the whole loss with a
+trust region on the sampled token's probabilities, not a mask by the distributions' distance),
+``ppo_clip`` (the PPO ratio is taken against the old policy's log-probs, the training
+kernel's).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
+
+__all__ = ["FRAMEWORK", "settings"]
+
+OPC = "trainer.algorithm.off_policy_correction."
+ALGO = "trainer.algorithm."
+NO_TRUNCATION = Fraction(5 * 10**8)  # > e^20, the greatest weight SkyRL computes
+
+
+def _correction(
+    tis: str | None = None,
+    *,
+    token_clip: Fraction | None = None,
+    sequence_clip: Fraction | None = None,
+    token_mask: tuple[Fraction, Fraction] | None = None,
+    geo_mask: tuple[Fraction, Fraction] | None = None,
+):
+    pairs: list[tuple[str, Value]] = [(OPC + "tis_ratio_type", tis)]
+    if token_clip is not None:
+        pairs.append((OPC + "token_tis_ratio_clip_high", token_clip))
+    if sequence_clip is not None:
+        pairs.append((OPC + "sequence_tis_ratio_clip_high", sequence_clip))
+    pairs.append((OPC + "sequence_mask_metric", "geometric" if geo_mask else None))
+    if geo_mask:
+        pairs += [(OPC + "geo_mask_low", geo_mask[0]), (OPC + "geo_mask_high", geo_mask[1])]
+    low, high = token_mask if token_mask else (None, None)
+    pairs += [
+        (OPC + "token_mask_is_threshold_low", low),
+        (OPC + "token_mask_is_threshold_high", high),
+        (OPC + "outlier_token_is_threshold_low", None),
+        (OPC + "outlier_token_is_threshold_high", None),
+    ]
+    return tuple(pairs)
+
+
+def settings(r: Request) -> tuple[tuple[str, Value], ...]:
+    """SkyRL's ``(key, value)`` pairs for request ``r``; raises ``NoCounterpart``."""
+    if r.what == "clip_budget":
+        return ((ALGO + "eps_clip_low", r.clip_epsilon), (ALGO + "eps_clip_high", r.clip_epsilon))
+    if r.what == "tis":
+        return _correction("token", token_clip=r.cap)
+    if r.what == "mis":
+        return _correction("token", token_clip=r.cap, token_mask=(Fraction(0), r.cap))
+    if r.what == "icepop":
+        return _correction("token", token_clip=r.band[1], token_mask=r.band)
+    if r.what == "seq_tis":
+        return _correction("sequence", sequence_clip=r.cap)
+    if r.what == "geo_mask":
+        return _correction("token", token_clip=NO_TRUNCATION, geo_mask=r.band)
+    if r.what == "seq_is":
+        raise NoCounterpart("the sequence weight is always clipped at sequence_tis_ratio_clip_high")
+    if r.what in ("tv_mask", "kl_mask"):
+        raise NoCounterpart(
+            "dppo's binary_tv and binary_kl replace the loss with a trust region on the sampled "
+            "token's probabilities; no setting masks by a distance between the distributions"
+        )
+    if r.what == "ppo_clip":
+        raise NoCounterpart(
+            "the PPO ratio is taken against the old policy's log-probs (the training kernel's); "
+            "no setting makes the inference kernel the old policy"
+        )
+    raise NoCounterpart(f"no SkyRL mapping is known for estimator {r.what}")
+
+
+FRAMEWORK = Framework(
+    name="skyrl",
+    source="NovaSky-AI/SkyRL skyrl/train/config/config.py (OffPolicyCorrectionConfig), "
+    "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py@e9bca5e7",
+    formats=("yaml", "overrides"),
+    settings=settings,
+)

@@ -1,0 +1,24 @@
+"""The online monitor: a contract's clauses decided window by window over a growing rollout
+log, with the escalation policy applied, exactly once across restarts.
+
+``main`` is ``python -m verify monitor``; ``stream`` reads the lines, ``window`` decides the
+windows, ``checkpoint`` keeps where a restart resumes.
+"""
+
+from verify.pipeline.monitor.checkpoint import CheckpointError
+from verify.pipeline.monitor.command import DEFAULT_WINDOW, main
+from verify.pipeline.monitor.stream import MAX_LINE, Line, Position, StreamError
+from verify.pipeline.monitor.window import MAX_PENDING, MonitorError, sample_mask
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "MAX_LINE",
+    "MAX_PENDING",
+    "CheckpointError",
+    "Line",
+    "MonitorError",
+    "Position",
+    "StreamError",
+    "main",
+    "sample_mask",
+]

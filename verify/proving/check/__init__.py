@@ -1,0 +1,17 @@
+"""``python -m verify check REPORT.json``: re-check a report without trusting it.
+
+``recheck`` rebuilds the contract from the report's canonical form and re-derives everything
+else; ``parts`` re-checks clause verdicts, escalation decisions and the re-derivable fields of
+obligations; ``query`` re-runs one obligation's queries; ``recompute`` is an independent route
+to a report's numbers through mpmath's interval type.
+"""
+
+from verify.proving.check.recheck import (
+    CheckResult,
+    ReportUnreadable,
+    check_data,
+    check_main,
+    check_report,
+)
+
+__all__ = ["CheckResult", "ReportUnreadable", "check_data", "check_main", "check_report"]

@@ -1,0 +1,356 @@
+"""Running SMT-LIB2 text in z3 (and cvc5, where installed): the toolkit's only solver calls.
+
+Each call builds a fresh solver in a fresh context from the query's text alone, so what is
+solved is exactly what a report stores and what a re-checker re-runs.
+
+Both solvers' time limits are cooperative, and some nonlinear procedures never look at them
+(z3 on a degree-4096 polynomial ran for minutes past a 500 ms limit). So every call runs in a
+solver process of its own (:class:`_Worker`, started once and reused): a call that has not
+answered shortly after its limit has the process killed and answers ``unknown``; the next call
+starts a new process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+__all__ = [
+    "KILL_GRACE_MS",
+    "Answer",
+    "cvc5_check",
+    "cvc5_version",
+    "serve",
+    "z3_check",
+    "z3_check_tracked",
+    "z3_version",
+]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A solver's answer to one query: ``sat``, ``unsat``, ``unknown`` or ``error``."""
+
+    answer: str
+    core: tuple[str, ...] = ()
+    model: dict[str, Fraction] = field(default_factory=dict)
+    reason: str = ""
+    time_ms: float = 0.0
+
+
+def z3_version() -> str:
+    import z3
+
+    return z3.get_version_string()
+
+
+def cvc5_version() -> str | None:
+    """cvc5's version, or ``None`` when its Python package is not installed."""
+    from importlib import metadata
+    from importlib.util import find_spec
+
+    if find_spec("cvc5") is None:
+        return None
+    try:
+        return metadata.version("cvc5")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _z3_value(v) -> Fraction | None:
+    import z3
+
+    if z3.is_rational_value(v):
+        return Fraction(v.numerator_as_long(), v.denominator_as_long())
+    if z3.is_algebraic_value(v):
+        return Fraction(v.approx(40).as_fraction())
+    return None
+
+
+def _bare(name: str) -> str:
+    return name[1:-1] if name.startswith("|") and name.endswith("|") else name
+
+
+_CORE_OPTION = "(set-option :produce-unsat-cores true)"
+
+
+def _z3_run(text: str, timeout_ms: float):
+    import z3
+
+    solver = z3.Solver(ctx=z3.Context())
+    solver.set("timeout", max(1, int(timeout_ms)))
+    solver.from_string(text)
+    return solver, solver.check()
+
+
+def z3_check(text: str, *, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
+    """Check ``text`` with z3 within ``timeout_ms``; on sat, the values of ``want``."""
+    return _guarded(_z3_check, text, timeout_ms, tuple(want))
+
+
+def _z3_check(text: str, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
+    """``z3_check`` in this process.
+
+    Tracking named assertions slows z3's nonlinear search, so the answer comes from the
+    assertions without core tracking; an ``unsat`` is then re-derived with tracking on, for
+    its core (both runs see the same assertions).
+    """
+    import z3
+
+    start = time.perf_counter()
+    try:
+        solver, result = _z3_run(text.replace(_CORE_OPTION, ""), timeout_ms)
+        if result == z3.unsat and _CORE_OPTION in text:
+            left = timeout_ms - (time.perf_counter() - start) * 1000
+            solver, again = _z3_run(text, max(left, 1))
+            if again != z3.unsat:
+                reason = f"z3: unsat, but {again} when tracking the core"
+                return Answer("unknown", reason=reason, time_ms=_ms(start))
+    except z3.Z3Exception as err:
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    if result == z3.unsat:
+        core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
+        return Answer("unsat", core=core, time_ms=_ms(start))
+    if result == z3.sat:
+        model = solver.model()
+        wanted = {_bare(n) for n in want}
+        values = {}
+        for decl in model.decls():
+            if decl.name() in wanted:
+                value = _z3_value(model[decl])
+                if value is not None:
+                    values[decl.name()] = value
+        return Answer("sat", model=values, time_ms=_ms(start))
+    return Answer("unknown", reason=f"z3: {solver.reason_unknown()}", time_ms=_ms(start))
+
+
+def z3_check_tracked(text: str, *, timeout_ms: int) -> Answer:
+    """``z3_check`` in one run, with the core tracking ``text`` asks for: for a query whose
+    answer should be ``unsat`` (a cached derivation's, ``verify.proving.replay``), the answer and
+    the core of ``z3_check``'s second run without its first. Anything but ``unsat`` is answered
+    ``unknown`` (a model of a tracked run is not the one ``z3_check`` would give)."""
+    return _guarded(_z3_check_tracked, text, timeout_ms)
+
+
+def _z3_check_tracked(text: str, timeout_ms: int) -> Answer:
+    import z3
+
+    start = time.perf_counter()
+    try:
+        solver, result = _z3_run(text, timeout_ms)
+    except z3.Z3Exception as err:
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    if result == z3.unsat:
+        core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
+        return Answer("unsat", core=core, time_ms=_ms(start))
+    return Answer("unknown", reason=f"z3: {result} when tracking the core", time_ms=_ms(start))
+
+
+def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answer:
+    """Re-check ``text`` keeping only the named assertions in ``core`` (expect ``unsat``)."""
+    return _guarded(_z3_core_suffices, text, timeout_ms, tuple(core))
+
+
+def _z3_core_suffices(text: str, timeout_ms: int, core: Sequence[str]) -> Answer:
+    import z3
+
+    start = time.perf_counter()
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", max(1, int(timeout_ms)))
+    keep = set(core)
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("(assert (! ") and line.rsplit(":named ", 1)[-1][:-2] not in keep:
+            continue
+        lines.append(line)
+    try:
+        solver.from_string("\n".join(lines))
+        result = solver.check()
+    except z3.Z3Exception as err:
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    return Answer(str(result), time_ms=_ms(start))
+
+
+def cvc5_check(text: str, *, timeout_ms: int) -> Answer | None:
+    """Check ``text`` with cvc5's own SMT-LIB2 parser; ``None`` if cvc5 is not installed."""
+    from importlib.util import find_spec
+
+    if find_spec("cvc5") is None:
+        return None
+    return _guarded(_cvc5_check, text, timeout_ms)
+
+
+def _cvc5_check(text: str, timeout_ms: int) -> Answer:
+    import cvc5
+
+    start = time.perf_counter()
+    try:
+        tm = cvc5.TermManager()
+        solver = cvc5.Solver(tm)
+        solver.setOption("tlimit-per", str(max(1, int(timeout_ms))))
+        symbols = cvc5.SymbolManager(tm)
+        parser = cvc5.InputParser(solver, symbols)
+        parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, "query")
+        answer = "unknown"
+        while True:
+            command = parser.nextCommand()
+            if command.isNull():
+                break
+            if str(command).startswith("(check-sat"):
+                answer = command.invoke(solver, symbols).strip() or "unknown"
+                break
+            command.invoke(solver, symbols)
+    except Exception as err:  # cvc5 raises its own RuntimeError subclasses
+        return Answer("error", reason=f"cvc5: {err}".splitlines()[0], time_ms=_ms(start))
+    if answer not in ("sat", "unsat"):
+        answer = "unknown"
+    return Answer(answer, time_ms=_ms(start))
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
+# ---- the solver process ----------------------------------------------------------------------
+KILL_GRACE_MS = 250.0  # past its own limit, a call gets this long before its process is killed
+_START_S = 120.0  # the most a new solver process may take to import its solvers
+
+
+def serve(inbox, outbox) -> None:
+    """A solver process's loop: (function, args) in, its Answer out, until the pipe closes.
+
+    It says it is ready once the solvers are imported, so that a call's limit never pays for
+    the process's start."""
+    import z3  # noqa: F401  (imported before the first call's clock runs)
+
+    outbox.send("ready")
+    while True:
+        try:
+            fn, args = inbox.recv()
+        except EOFError:
+            return
+        try:
+            got = fn(*args)
+        except Exception as err:  # answered, not raised: the caller decides what it means
+            got = Answer("error", reason=f"{type(err).__name__}: {err}".splitlines()[0])
+        outbox.send(got)
+
+
+class _Worker:
+    """One solver process reached over pipes, replaced when a call overruns.
+
+    Forked where that is safe and cheap (it inherits the imports). A process running JAX's
+    threads must not fork, and multiprocessing's fork server or spawn would re-import the
+    caller's main module (re-running an unguarded training script), so there the solver is a
+    fresh interpreter running ``verify.proving.solve._worker`` on two inherited pipe descriptors.
+    """
+
+    def __init__(self, wait: bool = True) -> None:
+        if "jax" not in sys.modules and "fork" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("fork")
+            self.inbox, child = ctx.Pipe()
+            self.outbox = self.inbox
+            self.process = ctx.Process(target=serve, args=(child, child), daemon=True)
+            self.process.start()
+            child.close()
+            self.popen = None
+        else:
+            self.process = None
+            self.popen, self.inbox, self.outbox = _start_interpreter()
+        self.ready = False
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until the process has imported its solvers (once)."""
+        if self.ready:
+            return
+        if not self.inbox.poll(_START_S) or self.inbox.recv() != "ready":
+            self.stop()
+            raise RuntimeError(f"the solver process did not start within {_START_S} s")
+        self.ready = True
+
+    def alive(self) -> bool:
+        return self.process.is_alive() if self.process else self.popen.poll() is None
+
+    def call(self, fn: Callable, args: tuple, limit_s: float) -> Answer | None:
+        """``fn(*args)`` in the process; ``None`` if no answer within ``limit_s``."""
+        self.outbox.send((fn, args))
+        if self.inbox.poll(limit_s):
+            try:
+                return self.inbox.recv()
+            except EOFError:  # the process died (e.g. out of memory)
+                return None
+        return None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.join(5)
+        else:
+            self.popen.kill()
+            self.popen.wait(5)
+        for conn in {self.inbox, self.outbox}:
+            conn.close()
+
+
+def _start_interpreter():
+    """``python -m verify.proving.solve._worker`` with a pipe each way; (Popen, inbox, outbox)."""
+    import os
+    import subprocess
+    from multiprocessing.connection import Connection
+
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    argv = [
+        sys.executable,
+        "-m",
+        "verify.proving.solve._worker",
+        str(to_child_r),
+        str(from_child_w),
+    ]
+    try:
+        popen = subprocess.Popen(
+            argv, pass_fds=(to_child_r, from_child_w), env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        os.close(to_child_r)
+        os.close(from_child_w)
+    return popen, Connection(from_child_r, writable=False), Connection(to_child_w, readable=False)
+
+
+_worker: _Worker | None = None
+
+
+def prestart() -> None:
+    """Start the solver process now, without waiting while it imports its solvers, so that
+    this process's own work (loading a contract) overlaps that; the first call waits for it."""
+    global _worker
+    if _worker is None or not _worker.alive():
+        _worker = _Worker(wait=False)
+
+
+def _guarded(fn: Callable, text: str, timeout_ms: int, *rest) -> Answer:
+    """``fn(text, timeout_ms, *rest)`` in the solver process, ended if it overruns its limit."""
+    global _worker
+    start = time.perf_counter()
+    if _worker is None or not _worker.alive():
+        _worker = _Worker()
+    _worker.wait_ready()
+    got = _worker.call(fn, (text, timeout_ms, *rest), (timeout_ms + KILL_GRACE_MS) / 1000)
+    if got is None:
+        _worker.stop()
+        _worker = None
+        name = "cvc5" if fn is _cvc5_check else "z3"
+        reason = f"{name}: no answer within its {timeout_ms} ms limit; the solver was stopped"
+        return Answer("unknown", reason=reason, time_ms=_ms(start))
+    return got
