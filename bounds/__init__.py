@@ -10,8 +10,8 @@ from bounds.apriori import DriftBound, MatmulError, apriori_logit_drift, matmul_
 from bounds.catalog import LEMMAS
 from bounds.derivation import Alternative, Derivation, Variable
 from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.pg_evaluate import pg_bias_bound, pg_bias_supremum
-from bounds.stats import (
+from bounds.pg.evaluate import pg_bias_bound, pg_bias_supremum
+from bounds.stats.confidence import (
     clopper_pearson_upper,
     mean_ucb,
     min_samples_quantile,

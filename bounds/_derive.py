@@ -23,12 +23,12 @@ import sympy
 
 from bounds._evaluate import evaluate
 from bounds.derivation import Alternative, Derivation, Variable
-from bounds.pg_routes import pg_bias_notes, pg_bias_routes
+from bounds.pg.links import clip_budget_drift
+from bounds.pg.routes import pg_bias_notes, pg_bias_routes
 from bounds.premises import Fact, Premises, gather, truncation_blocks, truncation_notes
-from bounds.rl import clip_budget_drift
 from bounds.route import NoLemma, Route, combine
-from bounds.sequence import sequence_routes
-from bounds.token import kl_tilt_sup
+from bounds.sequence.lemmas import sequence_routes
+from bounds.token.lemmas import kl_tilt_sup
 from contracts import Contract, Guarantee, exact
 
 __all__ = ["derive"]

@@ -10,9 +10,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from bounds.lemma import Lemma
-from bounds.rl import RL_LEMMAS
-from bounds.sequence import SEQUENCE_LEMMAS
-from bounds.token import TOKEN_LEMMAS
+from bounds.pg.links import RL_LEMMAS
+from bounds.sequence.lemmas import SEQUENCE_LEMMAS
+from bounds.token.lemmas import TOKEN_LEMMAS
 
 __all__ = ["LEMMAS"]
 
@@ -25,7 +25,7 @@ class _Registry(Mapping[str, Lemma]):
 
     def _all(self) -> Mapping[str, Lemma]:
         if self._lemmas is None:
-            from bounds.correction_lemmas import CORRECTION_LEMMAS
+            from bounds.pg.lemmas import CORRECTION_LEMMAS
 
             every = (*TOKEN_LEMMAS, *SEQUENCE_LEMMAS, *RL_LEMMAS, *CORRECTION_LEMMAS)
             self._lemmas = MappingProxyType({lemma.name: lemma for lemma in every})

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import bounds
 import contracts
 from bounds import LEMMAS, measure
-from bounds import corrections as C
-from bounds.correction_witness import band_dropped_mass, geo_dropped_mass
+from bounds.pg import closed_forms as C
+from bounds.pg.witnesses import band_dropped_mass, geo_dropped_mass
 from bounds.token import kl_tilt_sup
 from contracts.canonical import from_canonical
 from verify.common.status import Status

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bounds import LEMMAS, measure
-from bounds.rl import mis_drift, mis_ratio, tis_drift, tis_ratio
+from bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.sequence import sequence_routes
 from bounds.token import kl_tilt_sup
 

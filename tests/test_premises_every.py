@@ -433,7 +433,7 @@ def test_extreme_parameters_give_a_verdict_under_verify_and_synth(tmp_path, guar
 
 
 def test_kl_anchor_of_a_huge_cap_is_certified():
-    from bounds.corrections import kl_anchor
+    from bounds.pg.closed_forms import kl_anchor
 
     for cap in (Fraction(4 * 10**10), Fraction(10**300)):
         anchor = kl_anchor(cap)

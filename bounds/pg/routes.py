@@ -4,9 +4,9 @@ Token-level estimators get a route per per-token fact (oscillation → the tilt 
 the ratio form, a TV clause → the TV form); only without per-token facts do expectation
 premises come in (an exceedance split, or a mean-TV form). Sequence-level estimators (``seq_is``,
 ``seq_tis``) scale by L = ``policy.max_new_tokens`` (less where a runtime clause in ``from``
-bounds the sequence length). Forms and their suprema are in
-``bounds.rl`` (plain, TIS c > 1, MIS) and ``bounds.corrections`` (the rest); a route is marked
-attained where its form is the supremum at the clauses' maxima.
+bounds the sequence length). Forms and their suprema are in ``bounds.pg.links`` (plain,
+TIS c > 1, MIS) and ``bounds.pg.closed_forms`` (the rest); a route is marked attained where its
+form is the supremum at the clauses' maxima.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import mpmath
 import sympy
 
 from bounds._evaluate import evaluate
-from bounds.corrections import (
+from bounds.pg.closed_forms import (
     band_drift,
     band_ratio,
     band_tv,
@@ -33,8 +33,8 @@ from bounds.corrections import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
+from bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.premises import Fact
-from bounds.rl import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.route import NoLemma, Route, combine
 from contracts import exact
 
@@ -357,7 +357,7 @@ def _tv_mask(ctx, GA) -> list[Route]:
 
 
 def _kl_mask(ctx, GA) -> list[Route]:
-    from bounds.token import kl_tilt_sup
+    from bounds.token.lemmas import kl_tilt_sup
 
     tau = ctx.const("tau", _need(ctx, "threshold", "threshold: τ"))
     out = _mask(ctx, GA, "pg_bias_kl_mask", ctx.kl_routes(), tau)

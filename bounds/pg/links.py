@@ -1,7 +1,7 @@
 """RL links: reward drift, policy-gradient bias (plain, TIS with c > 1, MIS), PPO clip budget,
 and the statistical premise folded into expectations. The other estimators (TIS with c ≤ 1,
-ppo_clip, icepop, geo_mask, tv_mask, kl_mask, seq_is, seq_tis) are in ``bounds.corrections``
-(forms and exact suprema) and ``bounds.correction_lemmas`` (lemmas and witnesses).
+ppo_clip, icepop, geo_mask, tv_mask, kl_mask, seq_is, seq_tis) are in ``bounds.pg.closed_forms``
+(forms and exact suprema) and ``bounds.pg.lemmas`` (lemmas and witnesses).
 
 Setting: rollouts sample from π' (inference kernel); the learner wants E_π (training kernel);
 w = π/π'. With a per-token tilt range s = osc/T, w ∈ [e^{−s}, e^{s}]. The policy-gradient
@@ -22,7 +22,7 @@ import sympy
 
 from bounds import measure
 from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.token import tilt_pair
+from bounds.token.lemmas import tilt_pair
 
 __all__ = [
     "RL_LEMMAS",

@@ -1,7 +1,7 @@
 """Explicit instances for the correction lemmas: the true discrepancy on logits or sequence laws.
 
 Each function builds the pair of logits (or the sequence law pair) that attains or approaches
-one supremum of ``bounds.corrections`` and measures the true quantity on it in float64 (log
+one supremum of ``bounds.pg.closed_forms`` and measures the true quantity on it in float64 (log
 space where it matters). Notation as in ``bounds.measure``: ``z`` training logits, ``z_prime``
 inference logits, π = softmax(z/T), π' = softmax(z'/T), w = π/π'.
 """
@@ -16,7 +16,7 @@ from jaxtyping import Float
 
 from bounds import measure
 from bounds.search import golden_max
-from bounds.token import tilt_pair
+from bounds.token.lemmas import tilt_pair
 
 __all__ = [
     "band_dropped_mass",

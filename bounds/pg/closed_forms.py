@@ -1,6 +1,6 @@
 """Closed forms for the off-policy corrections beyond plain/TIS/MIS, and their exact suprema.
 
-Setting as in ``bounds.rl``: rollouts sample from π' (inference), the learner wants E_π
+Setting as in ``bounds.pg.links``: rollouts sample from π' (inference), the learner wants E_π
 (training), w = π/π'. A token-level estimator multiplies ∇log π(y)·A(y) by a weight ω(y); its
 bias at one position is ‖E_π'[(ω − w)·g]‖ ≤ G·A·E_π'|ω − w|, attained when g = ∇log π·A has norm
 G·A and points the same way wherever ω ≠ w. Every form below is the supremum (or a bound on it)

@@ -2,7 +2,7 @@
 
 Token-level estimators (``tis`` with c ≤ 1, ``icepop``, ``ppo_clip``, ``geo_mask``, ``tv_mask``,
 ``kl_mask``) are analysed per position, the context fixed: bias ≤ G·A·D with D the supremum of
-E_π'|ω − w| (see ``bounds.corrections``), under per-token ‖∇log π(y)‖ ≤ G and |A(y)| ≤ A.
+E_π'|ω − w| (see ``bounds.pg.closed_forms``), under per-token ‖∇log π(y)‖ ≤ G and |A(y)| ≤ A.
 Sequence-level estimators (``seq_is``, ``seq_tis``) weight a whole sequence y of at most L
 tokens: bias = ‖E_π'[ω(y)·g(y)] − E_π[g(y)]‖ with g(y) = Σ_t ∇log π(y_t | y_<t)·A(y), and the
 per-sequence assumption ‖Σ_t ∇log π(y_t | y_<t)‖ ≤ L·G (each of at most L terms ≤ G) and
@@ -22,19 +22,8 @@ import sympy
 
 from bounds import measure
 from bounds._evaluate import evaluate
-from bounds.correction_witness import (
-    band_dropped_mass,
-    band_pair,
-    best_iid_seq_tis,
-    geo_dropped_mass,
-    iid_excess,
-    low_pair,
-    raised_pair,
-    ratio_band_laws,
-    seq_is_bias,
-    tv_band_laws,
-)
-from bounds.corrections import (
+from bounds.lemma import SYMBOLS, Lemma, Witness
+from bounds.pg.closed_forms import (
     band_drift,
     band_ratio,
     band_tv,
@@ -46,9 +35,20 @@ from bounds.corrections import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
-from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.sequence import sequence_tv_bound
-from bounds.token import kl_tilt_sup, tilt_pair
+from bounds.pg.witnesses import (
+    band_dropped_mass,
+    band_pair,
+    best_iid_seq_tis,
+    geo_dropped_mass,
+    iid_excess,
+    low_pair,
+    raised_pair,
+    ratio_band_laws,
+    seq_is_bias,
+    tv_band_laws,
+)
+from bounds.sequence.lemmas import sequence_tv_bound
+from bounds.token.lemmas import kl_tilt_sup, tilt_pair
 
 __all__ = ["CORRECTION_LEMMAS"]
 

@@ -5,7 +5,7 @@ its premise is a logit-drift (oscillation) clause: pass ``osc`` = 2δ for a drif
 computed at 50 digits from the sympy form, so a plotted number and a proved bound agree.
 ``pg_bias_supremum`` is the exact supremum of the bias over the kernel pairs that premise
 allows (jumps included), where it is known; for ``seq_tis`` with L > 1 it is not, and the
-function returns ``None`` (``bounds.correction_witness.best_iid_seq_tis`` gives a lower end).
+function returns ``None`` (``bounds.pg.witnesses.best_iid_seq_tis`` gives a lower end).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import math
 import mpmath
 import sympy
 
-from bounds import corrections as C
 from bounds._evaluate import evaluate
-from bounds.rl import mis_drift, tis_drift
-from bounds.sequence import sequence_tv_bound
-from bounds.token import kl_tilt_sup
+from bounds.pg import closed_forms as C
+from bounds.pg.links import mis_drift, tis_drift
+from bounds.sequence.lemmas import sequence_tv_bound
+from bounds.token.lemmas import kl_tilt_sup
 
 __all__ = ["pg_bias_bound", "pg_bias_supremum"]
 

@@ -30,7 +30,7 @@ import sympy
 from bounds import measure
 from bounds.lemma import SYMBOLS, Lemma, Witness
 from bounds.search import golden_max
-from bounds.token import kl_tilt_sup
+from bounds.token.lemmas import kl_tilt_sup
 
 __all__ = ["SEQUENCE_LEMMAS", "best_iid_witness", "sequence_routes", "sequence_tv_bound"]
 
