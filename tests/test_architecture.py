@@ -177,14 +177,29 @@ def _room_violations(path: pathlib.Path, room: str) -> list[str]:
     return bad
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def _private_names(path: pathlib.Path) -> list[str]:
-    """Where the module at ``path`` imports another module's private (``_``) name."""
-    bad = []
+    """Where the module at ``path`` imports another module's private (``_``) name, or reads
+    one from a module of ours it imported (``intervals._mul``)."""
+    bad, modules = [], {}
     for node in ast.walk(_parse(path)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for alias in node.names:
-                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                if _private(alias.name):
                     bad.append(f"{path.name}:{node.lineno}: imports {node.module}.{alias.name}")
+                elif node.module.split(".")[0] in PACKAGES:
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PACKAGES and alias.asname:
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(_parse(path)):
+        named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        if named and node.value.id in modules and _private(node.attr):
+            bad.append(f"{path.name}:{node.lineno}: reads {modules[node.value.id]}.{node.attr}")
     return bad
 
 
@@ -217,7 +232,9 @@ def test_room_checker_sees_violations(tmp_path):
         "from verify.pipeline.promotion.chain import _read, link\n"
         'importlib.import_module("verify.diagnostics.localize")\n'
         "from verify.common.status import Status\n"
-        "from verify import Status as S\n",
+        "from verify import Status as S\n"
+        "from verify.proving.solve import intervals\n"
+        "intervals._mul(S, Status)\n",
         encoding="utf-8",
     )
     assert _room_violations(bad, "proving") == [
@@ -229,7 +246,10 @@ def test_room_checker_sees_violations(tmp_path):
         "m.py:4: imports verify.diagnostics.localize",
     ]
     assert _room_violations(bad, "cli") == []
-    assert _private_names(bad) == ["m.py:3: imports verify.pipeline.promotion.chain._read"]
+    assert _private_names(bad) == [
+        "m.py:3: imports verify.pipeline.promotion.chain._read",
+        "m.py:8: reads verify.proving.solve.intervals._mul",
+    ]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

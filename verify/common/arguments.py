@@ -186,7 +186,7 @@ def schema_parser(out, err) -> Parser:
     return Parser(prog="python -m verify schema", out=out, err=err)
 
 
-def export_parser(out, err, frameworks: str = "verl, nemo-rl, trl, skyrl") -> Parser:
+def export_parser(out, err, *, frameworks: str) -> Parser:
     """``export``; ``frameworks`` lists the names ``--to`` takes."""
     p = Parser(
         prog="python -m verify export",

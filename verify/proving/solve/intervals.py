@@ -31,7 +31,11 @@ __all__ = [
     "evaluate",
     "func_down",
     "func_up",
+    "int_power",
     "integer_exponent",
+    "inverse",
+    "mul",
+    "power",
     "round_down",
     "round_up",
     "to_fraction",
@@ -143,20 +147,23 @@ def _out(lo: Fraction, hi: Fraction) -> Interval:
     return round_down(lo), round_up(hi)
 
 
-def _mul(a: Interval, b: Interval) -> Interval:
+def mul(a: Interval, b: Interval) -> Interval:
+    """The product of two intervals, rounded outward."""
     products = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
     return _out(min(products), max(products))
 
 
-def _inverse(a: Interval, what: object) -> Interval:
+def inverse(a: Interval, what: object) -> Interval:
+    """1 / ``a``, rounded outward; ``ExprError`` naming ``what`` when ``a`` may hold zero."""
     if a[0] <= 0 <= a[1]:
         raise ExprError(f"division by {what}, which may be zero on [{a[0]}, {a[1]}]")
     return _out(1 / a[1], 1 / a[0])
 
 
-def _int_power(a: Interval, n: int, what: object) -> Interval:
+def int_power(a: Interval, n: int, what: object) -> Interval:
+    """``a`` to the integer power ``n``, rounded outward."""
     if n < 0:
-        return _int_power(_inverse(a, what), -n, what)
+        return int_power(inverse(a, what), -n, what)
     if n == 0:
         return Fraction(1), Fraction(1)
     lo, hi = a
@@ -236,9 +243,9 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Interval], memo: dict | None = 
         elif isinstance(e, sympy.Mul):
             r = (Fraction(1), Fraction(1))
             for a in e.args:
-                r = _mul(r, walk(a))
+                r = mul(r, walk(a))
         elif isinstance(e, sympy.Pow):
-            r = _power(walk(e.args[0]), integer_exponent(e.args[1], env), e.args[0])
+            r = power(walk(e.args[0]), integer_exponent(e.args[1], env), e.args[0])
         elif e.func in _FUNCS:
             r = _monotone(_FUNCS[e.func], walk(e.args[0]))
         elif isinstance(e, sympy.Min | sympy.Max):
@@ -273,9 +280,10 @@ class _Root:
         return f"sqrt({self.what})"
 
 
-def _power(base: Interval, exponent: sympy.Expr, what: object) -> Interval:
+def power(base: Interval, exponent: sympy.Expr, what: object) -> Interval:
+    """``base`` to an integer or half-integer ``exponent``, rounded outward."""
     if not isinstance(exponent, sympy.Rational) or exponent.q not in (1, 2):
         raise ExprError(f"unsupported exponent {exponent} (integers and halves only)")
     if exponent.q == 1:
-        return _int_power(base, int(exponent.p), what)
-    return _int_power(_monotone("sqrt", base), int(exponent.p), _Root(what))
+        return int_power(base, int(exponent.p), what)
+    return int_power(_monotone("sqrt", base), int(exponent.p), _Root(what))

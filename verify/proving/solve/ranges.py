@@ -57,7 +57,7 @@ def _meet(a: Interval, b: Interval) -> Interval:
 
 
 def _mul(a: Interval, b: Interval) -> Interval:
-    return intervals._mul(a, b)
+    return intervals.mul(a, b)
 
 
 class _Pass:
@@ -119,7 +119,7 @@ class _Pass:
             if n == 0:
                 return _ZERO
             # d(b^n) = n·b^(n−1)·db, with b^(n−1) from the same vocabulary
-            lower = intervals._power(base, n - 1, e.args[0])
+            lower = intervals.power(base, n - 1, e.args[0])
             k = intervals.number(n)
             return _mul(_mul((k, k), lower), db)
         if e.func is sympy.exp:
@@ -127,10 +127,10 @@ class _Pass:
             return _mul(v, da)
         if e.func is sympy.log:
             (a, da) = args[0]
-            return _mul(intervals._inverse(a, e.args[0]), da)
+            return _mul(intervals.inverse(a, e.args[0]), da)
         if e.func is sympy.tanh:
             (_, da), v = args[0], self.value[e]
-            sq = intervals._int_power(v, 2, "tanh")
+            sq = intervals.int_power(v, 2, "tanh")
             return _mul(_add(_ONE, _neg(sq)), da)
         if isinstance(e, sympy.Min | sympy.Max):
             pick = min if isinstance(e, sympy.Min) else max
