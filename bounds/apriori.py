@@ -117,7 +117,7 @@ def _steps(spec: MatmulSpec, k: int, splits: int) -> tuple[tuple[str, int, float
     acc = spec.accumulator
     u_acc = unit_roundoff(acc.mantissa_bits, acc.rounding)
     chunk = k if spec.promote_every is None else min(spec.promote_every, k)
-    scaling = spec.scaling_mode
+    scaling = spec.scaling
     blocked = scaling.varies_along_k
     if blocked:  # a chunk never straddles a scale block
         chunk = min(chunk, scaling.block)
@@ -219,7 +219,7 @@ def _int8_error(spec: MatmulSpec, k: int, model: Model) -> MatmulError:
     for _, m, u, _rn in steps:
         det *= 1 + _gamma(m, u)
     notes = _INT8_ASSUMPTIONS
-    if spec.scaling_mode.kind == "per_tensor":  # one scale: the tensor's largest value sets it
+    if spec.scaling.kind == "per_tensor":  # one scale: the tensor's largest value sets it
         notes += (
             "int8 per_tensor: x_norm and w_norm must also bound the largest |value| of the "
             "whole tensor, which sets the shared scale",

@@ -139,9 +139,9 @@ def _matmul(ck: Checker, value, key, base: KernelSpec | None, changed: list[str]
     return out
 
 
-def _scaling(ck: Checker, value, key) -> str | None:
-    """The DSL spelling, kept as written once ``Scaling.parse`` accepts it (so the canonical
-    form shows it); MX scaling is offered with its standard block only."""
+def _scaling(ck: Checker, value, key) -> Scaling | None:
+    """The scaling parsed (``Scaling.parse``; its spelling is the text as written, which the
+    canonical form shows); MX scaling is offered with its standard block only."""
     text = ck.string(value, key)
     if text is None:
         return None
@@ -155,7 +155,7 @@ def _scaling(ck: Checker, value, key) -> str | None:
             f"expected per_tensor, per_row, block:N (N >= 1) or mx:{MX_BLOCK}; got {show(text)}",
         )
         return None
-    return text
+    return parsed
 
 
 def _accumulator(ck: Checker, value, key, start: AccumulatorSpec) -> AccumulatorSpec | None:
@@ -236,7 +236,7 @@ def _consistent(ck: Checker, mm: MatmulSpec, key: str) -> bool:
         return _report_sorted(ck, found)
     if not int_acc:
         report(sub(key, "accumulator"), "int8 inputs are accumulated in {dtype: int32}")
-    if mm.scaling_mode.kind not in ("per_row", "per_tensor"):
+    if mm.scaling.kind not in ("per_row", "per_tensor"):
         report(
             sub(key, "scaling"),
             "int8 inputs take per_row (per-token activation and per-channel weight scales) "

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from contracts.fields import ESTIMATORS
 
@@ -161,34 +161,65 @@ MX_BLOCK = 32  # the block of OCP Microscaling (MX) formats, the only MX block t
 _SCALING = re.compile(r"(per_tensor|per_row)|(block|mx):([1-9][0-9]*)")
 
 
-class Scaling(NamedTuple):
-    """A matmul's scale granularity: ``MatmulSpec.scaling`` parsed (``Scaling.parse``).
+class Scaling(str):
+    """A matmul's scale granularity, parsed once: what ``MatmulSpec.scaling`` holds.
 
     ``kind``: ``per_tensor`` (one scale), ``per_row`` (one per row of the left operand and per
     column of the right one), ``block`` (one per run of ``block`` elements along K) or ``mx``
     (as ``block``, with power-of-two E8M0 scales). ``block`` is ``None`` for the first two.
-    ``str(s)`` is the DSL spelling and ``Scaling.parse(str(s)) == s``. The record and the
-    emulated kernels take any MX block; a contract may only name ``mx:32`` (``MX_BLOCK``).
+    ``Scaling("block", 128)`` builds one from its parts, ``Scaling.parse("block:128")`` from
+    its DSL spelling. The record is that spelling (a ``str``), so it compares, hashes and is
+    written exactly as a contract writes it: ``Scaling.parse(s) == s`` and ``s == "block:128"``.
+    The record and the emulated kernels take any MX block; a contract may only name ``mx:32``
+    (``MX_BLOCK``).
     """
 
-    kind: ScalingKind
-    block: int | None = None
+    __slots__ = ("_block", "_kind")
+
+    def __new__(cls, kind: ScalingKind, block: int | None = None) -> Scaling:
+        blocked = kind in ("block", "mx")
+        if kind not in ("per_tensor", "per_row", "block", "mx") or (
+            blocked != (isinstance(block, int) and not isinstance(block, bool) and block >= 1)
+        ):
+            raise ValueError(f"no scaling {kind!r} with block {block!r}")
+        self = super().__new__(cls, f"{kind}:{block}" if blocked else kind)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_block", block if blocked else None)
+        return self
 
     @classmethod
     def parse(cls, text: str) -> Scaling:
         """``per_tensor``, ``per_row``, ``block:N`` or ``mx:N`` (N a positive integer written
         without leading zeros) as a record; a ``ValueError`` quoting ``text`` otherwise."""
+        if isinstance(text, Scaling):
+            return text
         if not isinstance(text, str):
             raise ValueError(f"scaling must be a string, got {text!r}")
         return _parse_scaling(text)
 
     @property
+    def kind(self) -> ScalingKind:
+        """``per_tensor``, ``per_row``, ``block`` or ``mx``."""
+        return self._kind
+
+    @property
+    def block(self) -> int | None:
+        """The run length along K of one scale (``block`` and ``mx``); ``None`` otherwise."""
+        return self._block
+
+    @property
     def varies_along_k(self) -> bool:
         """True when the scale changes along the reduction axis (block and MX scaling)."""
-        return self.kind in ("block", "mx")
+        return self._kind in ("block", "mx")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Scaling is immutable: cannot set {name!r}")
+
+    def __reduce__(self):
+        return Scaling, (self._kind, self._block)
 
     def __str__(self) -> str:
-        return self.kind if self.block is None else f"{self.kind}:{self.block}"
+        return str.__str__(self)
 
 
 @functools.lru_cache(maxsize=256)
@@ -204,12 +235,17 @@ def _parse_scaling(text: str) -> Scaling:
     return Scaling(m[2], int(m[3]))
 
 
+_PER_TENSOR = Scaling("per_tensor")
+
+
 @dataclass(frozen=True)
 class MatmulSpec:
     """The arithmetic of one emulated matmul (DESIGN §7)."""
 
     inputs: InputFormat = "float32"
-    scaling: str = "per_tensor"  # the DSL spelling (per_tensor | per_row | block:N | mx:32)
+    # parsed when the record is built; given as text (per_tensor | per_row | block:N | mx:32)
+    # or as a Scaling, a ValueError when malformed
+    scaling: Scaling = _PER_TENSOR
     accumulator: AccumulatorSpec | IntAccumulatorSpec = AccumulatorSpec()
     group: int = 1
     promote_every: int | None = None  # None: never promoted
@@ -223,10 +259,9 @@ class MatmulSpec:
         """True for int8 inputs with an exact int32 accumulator and an explicit epilogue."""
         return self.inputs == "int8"
 
-    @property
-    def scaling_mode(self) -> Scaling:
-        """``scaling`` as a record; a ``ValueError`` when it is malformed."""
-        return Scaling.parse(self.scaling)
+    def __post_init__(self) -> None:
+        if type(self.scaling) is not Scaling:
+            object.__setattr__(self, "scaling", Scaling.parse(self.scaling))
 
 
 @dataclass(frozen=True)

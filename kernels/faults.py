@@ -104,7 +104,7 @@ def applies(name: str, spec: MatmulSpec) -> bool:
         return True
     if name == "scale_bf16":  # MX scales are powers of two, which bfloat16 holds exactly
         return (int8 and spec.epilogue.scales != "bfloat16") or (
-            not int8 and format_info(spec.inputs).is_fp8 and not spec.scaling.startswith("mx:")
+            not int8 and format_info(spec.inputs).is_fp8 and spec.scaling.kind != "mx"
         )
     if name in ("double_rounding", "truncation"):
         return _narrow_output(spec) and _nearest_output(spec)
@@ -117,7 +117,7 @@ def applies(name: str, spec: MatmulSpec) -> bool:
 
 def designed_check(name: str, spec: MatmulSpec) -> str:
     """The check designed to detect fault ``name`` in an implementation of ``spec``."""
-    ties = spec.inputs in ("bfloat16", "float16") or spec.scaling.startswith("mx:")
+    ties = spec.inputs in ("bfloat16", "float16") or spec.scaling.kind == "mx"
     boundaries = spec.is_int8 or _narrow_output(spec) or ties  # probes that can see a 1-ulp change
     return {
         "null": "",
@@ -211,7 +211,7 @@ def _float32_accumulation(spec: MatmulSpec) -> MatmulImpl:
     def run(x, w, splits):
         with jax.enable_x64(True):
             x, w = jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)
-            return _float32_sums(x, w, spec.scaling == "per_tensor", code)
+            return _float32_sums(x, w, spec.scaling.kind == "per_tensor", code)
 
     return run
 

@@ -127,6 +127,6 @@ def rescaled_matmul(
         if spec.is_int8:
             check_int8_spec(spec, int(k))
             code = epilogue_code(spec.epilogue, spec.output)
-            return _int8_rescaled(x, w, spec.scaling == "per_tensor", code, transform)
+            return _int8_rescaled(x, w, spec.scaling.kind == "per_tensor", code, transform)
         make_plan(spec, int(k), splits)  # validate before tracing
         return _float_rescaled(x, w, spec, splits, transform)

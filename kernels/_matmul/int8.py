@@ -48,7 +48,7 @@ def check_int8_spec(spec: MatmulSpec, k: int) -> None:
     ep = spec.epilogue
     if getattr(spec.accumulator, "dtype", None) != "int32":
         problems.append("matmul.accumulator: int8 inputs are accumulated in int32")
-    if spec.scaling not in ("per_row", "per_tensor"):
+    if spec.scaling.kind not in ("per_row", "per_tensor"):
         problems.append(f"matmul.scaling: {spec.scaling!r} is not per_row or per_tensor")
     if spec.output not in ("float32", "bfloat16", "float16"):
         problems.append(f"matmul.output: {spec.output!r} is not float32, bfloat16 or float16")
@@ -119,7 +119,7 @@ def int8_matmul(
         zeros = jnp.zeros((m, n), jnp.int64)
         return Int8Product(jnp.zeros((m, n), jnp.float32), zeros, zeros, zeros != 0)
     with jax.enable_x64(True):
-        pt = spec.scaling == "per_tensor"
+        pt = spec.scaling.kind == "per_tensor"
         x, w = jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)
         if specialize:
             static = (epilogue_code(spec.epilogue, spec.output), pt)

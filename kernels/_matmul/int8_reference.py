@@ -76,7 +76,7 @@ def epilogue_np(acc: int, sx: float, sw: float, ep: EpilogueSpec, output: str) -
 def int8_matmul_reference(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> Int8Product:
     """The definition on NumPy arrays ``x`` (M, K) and ``w`` (K, N)."""
     x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
-    per_tensor = spec.scaling == "per_tensor"
+    per_tensor = spec.scaling.kind == "per_tensor"
     xq, sx = quantize_rows_int8_np(x, per_tensor, spec.epilogue.scales)
     wq_t, sw = quantize_rows_int8_np(w.T, per_tensor, spec.epilogue.scales)
     m, n = x.shape[0], w.shape[1]

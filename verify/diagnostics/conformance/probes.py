@@ -125,7 +125,7 @@ def _int8_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
 def _float_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
     from kernels._matmul import matmul
 
-    search = spec if spec.scaling != "per_tensor" else replace(spec, scaling="per_row")
+    search = spec if spec.scaling.kind != "per_tensor" else replace(spec, scaling="per_row")
     return np.asarray(matmul(x, w, replace(search, output="float32")), np.float64)
 
 
@@ -157,7 +157,7 @@ def tie_weights(rng, spec: MatmulSpec, k: int, cols: int) -> np.ndarray | None:
     if spec.is_int8:
         return None
     info = format_info(spec.inputs)
-    if spec.inputs == "float32" or (info.is_fp8 and not spec.scaling.startswith("mx:")):
+    if spec.inputs == "float32" or (info.is_fp8 and spec.scaling.kind != "mx"):
         return None
     sign = rng.choice([-1.0, 1.0], (cols, k))
     if not info.is_fp8:  # midpoints of two neighbours in the format's normal range
@@ -166,7 +166,7 @@ def tie_weights(rng, spec: MatmulSpec, k: int, cols: int) -> np.ndarray | None:
         frac = rng.integers(0, 2**info.mantissa_bits, (cols, k))
         mid = (1 + (frac + 0.5) / 2**info.mantissa_bits) * np.exp2(e)
         return (sign * mid).T.astype(np.float32)
-    block = int(spec.scaling.split(":")[1])
+    block = spec.scaling.block
     top = 1.5 * 2.0**info.emax  # each block's largest value, exact in the format
     values = _values(spec.inputs)
     below = values[values < top]
@@ -192,7 +192,7 @@ def probes(spec: MatmulSpec, seed: int = 0) -> Probes:
 
 def _unit_scale(spec: MatmulSpec) -> float:
     """The stored scale of a run whose largest magnitude is 1."""
-    pt = spec.scaling == "per_tensor"
+    pt = spec.scaling.kind == "per_tensor"
     return float(
         quantize_rows_int8_np(np.ones((1, 1), np.float32), pt, spec.epilogue.scales)[1][0, 0]
     )
@@ -245,7 +245,7 @@ def exactness_operands(spec: MatmulSpec, k: int, seed: int = 0) -> tuple[np.ndar
     count = min(EXACT_PAIRS, 2**20 // k) if k >= 3 else 0  # at most ~2**20 values per side
     pairs = [p for p in (_on_boundary(rng, spec, k, c) for _ in range(count)) if p is not None]
     if pairs:  # keep the pairs the quantizer reads as built
-        pt, scales = spec.scaling == "per_tensor", spec.epilogue.scales
+        pt, scales = spec.scaling.kind == "per_tensor", spec.epilogue.scales
         qx = quantize_rows_int8_np(np.stack([p[0] for p in pairs]), pt, scales)[0]
         qw = quantize_rows_int8_np(np.stack([p[1] for p in pairs]), pt, scales)[0]
         for i, (px, pw, want_x, want_w) in enumerate(pairs):
