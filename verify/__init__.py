@@ -17,8 +17,7 @@ its name is named otherwise (``verify.proving.runner`` defines ``run``).
 
 from __future__ import annotations
 
-import importlib
-
+from contracts.lazy import lazy_exports
 from verify.common.clauses import ClauseResult
 from verify.common.status import Status, worst
 
@@ -64,7 +63,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'verify' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from contracts import Contract, Guarantee, KernelContractsError, exact
+from contracts.fields import ESTIMATORS
 
 __all__ = [
     "DRIVING",
@@ -29,11 +30,8 @@ __all__ = [
     "requests_of",
 ]
 
-# the names of the shared estimator table (names.md of issue 11), and the one non-estimator
-DRIVING = (
-    "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask", "kl_mask",
-    "clip_budget",
-)  # fmt: skip
+# every estimator but plain (contracts.fields.ESTIMATORS), and the one non-estimator
+DRIVING = (*(name for name in ESTIMATORS if name != "plain"), "clip_budget")
 
 Value = str | bool | Fraction | None  # what a setting holds; a Fraction is written as a number
 
