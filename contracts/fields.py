@@ -29,6 +29,8 @@ __all__ = [
     "OBJECTS",
     "OBSERVABLE",
     "QUANTITIES",
+    "QUANTITY_FIELDS",
+    "QUANTITY_REQUIRED",
     "ROUNDINGS",
     "SCALE_FORMATS",
     "SEVERITIES",
@@ -75,6 +77,20 @@ ESTIMATOR_PARAMS = MappingProxyType(
     {"tis": ("cap",), "mis": ("cap",), "seq_tis": ("cap",), "ppo_clip": ("clip_epsilon",),
      "icepop": ("band",), "geo_mask": ("band",), "tv_mask": ("threshold",),
      "kl_mask": ("threshold",)}
+)  # fmt: skip
+# quantity -> the optional fields a guarantee of it takes beyond id, quantity, max, from, assume
+QUANTITY_FIELDS = MappingProxyType(
+    {"token_tv": ("scope",), "token_log_ratio": ("scope",), "token_kl": ("scope",),
+     "sequence_tv": ("scope", "horizon"),
+     "reward_drift": ("scope", "horizon", "reward_range"),
+     "pg_bias": ("scope", "score_norm", "advantage", "estimator", "cap", "clip_epsilon", "band",
+                 "threshold"),
+     "clip_budget": ("scope", "clip_epsilon")}
+)  # fmt: skip
+# quantity -> those of its fields it requires
+QUANTITY_REQUIRED = MappingProxyType(
+    {"reward_drift": ("reward_range",), "pg_bias": ("score_norm", "advantage"),
+     "clip_budget": ("clip_epsilon",)}
 )  # fmt: skip
 ASSUMPTIONS = ("support_overlap",)
 SEVERITIES = ("info", "warn", "critical")

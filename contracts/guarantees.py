@@ -12,36 +12,20 @@ Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``hori
 from __future__ import annotations
 
 from contracts.checks import Checker, show, sub
-from contracts.fields import ASSUMPTIONS, ESTIMATOR_PARAMS, ESTIMATORS, OBJECTS, QUANTITIES
+from contracts.fields import (
+    ASSUMPTIONS,
+    ESTIMATOR_PARAMS,
+    ESTIMATORS,
+    OBJECTS,
+    QUANTITIES,
+    QUANTITY_FIELDS,
+    QUANTITY_REQUIRED,
+)
 from contracts.model import Guarantee, Policy
 from contracts.sections import Names
 
 __all__ = ["read_guarantee"]
 
-# quantity -> the optional fields it takes beyond id, quantity, max, from, assume
-_EXTRA = {
-    "token_tv": {"scope"},
-    "token_log_ratio": {"scope"},
-    "token_kl": {"scope"},
-    "sequence_tv": {"scope", "horizon"},
-    "reward_drift": {"scope", "horizon", "reward_range"},
-    "pg_bias": {
-        "scope",
-        "score_norm",
-        "advantage",
-        "estimator",
-        "cap",
-        "clip_epsilon",
-        "band",
-        "threshold",
-    },
-    "clip_budget": {"scope", "clip_epsilon"},
-}
-_REQUIRED = {
-    "reward_drift": ("reward_range",),
-    "pg_bias": ("score_norm", "advantage"),
-    "clip_budget": ("clip_epsilon",),
-}
 _SCOPES = {q: ("token",) for q in QUANTITIES} | {
     "sequence_tv": ("sequence",),
     "reward_drift": ("token", "sequence"),
@@ -74,7 +58,7 @@ def read_guarantee(
         got["assume"] = _assumptions(ck, m["assume"], sub(key, "assume"))
     got.update(_fields(ck, m, key, quantity))
     if quantity is not None:
-        for field in _REQUIRED.get(quantity, ()):
+        for field in QUANTITY_REQUIRED.get(quantity, ()):
             if field not in m:
                 ck.report(sub(key, field), f"missing required key: quantity {quantity} needs it")
     if "scope" in m:
@@ -129,8 +113,8 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
     for field, read in readers.items():
         if field not in m:
             continue
-        if quantity is not None and field not in _EXTRA[quantity]:
-            users = [q for q in QUANTITIES if field in _EXTRA[q]]
+        if quantity is not None and field not in QUANTITY_FIELDS[quantity]:
+            users = [q for q in QUANTITIES if field in QUANTITY_FIELDS[q]]
             ck.report(sub(key, field), f"not used by quantity {quantity} (only {', '.join(users)})")
             continue
         got[field] = read(m[field], sub(key, field))

@@ -14,7 +14,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Literal
 
-from contracts.fields import ESTIMATORS
+from contracts import fields as F
 
 __all__ = [
     "MX_BLOCK",
@@ -43,37 +43,22 @@ __all__ = [
     "exact",
 ]
 
-Rounding = Literal["nearest_even", "toward_zero"]
+# each Literal below is built from the DSL's one list of its values (contracts.fields)
+Rounding = Literal[F.ROUNDINGS]
 ScalingKind = Literal["per_tensor", "per_row", "block", "mx"]
-Format = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
-InputFormat = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8"]
-ScaleFormat = Literal["float32", "bfloat16", "float16"]
-EpilogueOrder = Literal["acc_sx_sw", "acc_sw_sx", "acc_sxsw"]
-NumericalMetric = Literal["logit_drift", "logit_oscillation", "log_ratio", "tv"]
-StatisticalMetric = Literal[
-    "logit_drift", "logit_oscillation", "log_ratio", "abs_log_ratio", "tv", "kl", "top1_flip"
-]
-Statistic = Literal["quantile", "mean", "exceed_rate", "max"]
-Quantity = Literal[
-    "token_tv",
-    "token_log_ratio",
-    "token_kl",
-    "sequence_tv",
-    "reward_drift",
-    "pg_bias",
-    "clip_budget",
-]
-Estimator = Literal[ESTIMATORS]  # the DSL's estimator names, one tuple in contracts.fields
-Severity = Literal["info", "warn", "critical"]
-Action = Literal[
-    "log",
-    "alert",
-    "mask_tokens",
-    "tis_correct",
-    "route_to_train_kernel",
-    "halt_promotion",
-    "rollback",
-]
+Format = Literal[F.FORMATS]
+InputFormat = Literal[F.INPUT_FORMATS]
+ScaleFormat = Literal[F.SCALE_FORMATS]
+EpilogueOrder = Literal[F.EPILOGUE_ORDERS]
+NumericalMetric = Literal[F.NUMERICAL_METRICS]
+StatisticalMetric = Literal[F.STATISTICAL_METRICS]
+Statistic = Literal[F.STATISTICS]
+Quantity = Literal[F.QUANTITIES]
+Estimator = Literal[F.ESTIMATORS]
+Severity = Literal[F.SEVERITIES]
+Action = Literal[F.ACTIONS]
+Stage = Literal[F.STAGES]
+EvidenceFormat = Literal[F.EVIDENCE_FORMATS]
 
 
 def exact(x: float | int) -> Fraction:
@@ -116,7 +101,7 @@ class Policy:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    logprobs: Literal["full_vocab", "processed"] = "full_vocab"
+    logprobs: Literal[F.LOGPROBS] = "full_vocab"
     vocab_size: int = 32000
     max_new_tokens: int = 512
 
@@ -138,7 +123,7 @@ class AccumulatorSpec:
 class IntAccumulatorSpec:
     """An integer accumulator: exact products and sums, two's-complement wrap past its range."""
 
-    dtype: Literal["int32"] = "int32"
+    dtype: Literal[F.INT_ACCUMULATORS] = "int32"
 
 
 @dataclass(frozen=True)
@@ -379,7 +364,7 @@ class EscalationRule:
 
 @dataclass(frozen=True)
 class PromotionStage:
-    name: Literal["offline_ci", "shadow", "canary", "full"]
+    name: Stage
     min_tokens: int = 0
     traffic: float | None = None
 
@@ -400,7 +385,7 @@ class EmulateEvidence:
 @dataclass(frozen=True)
 class LogprobsEvidence:
     path: str
-    format: Literal["generic", "verl", "trl"] = "generic"
+    format: EvidenceFormat = "generic"
 
 
 @dataclass(frozen=True)

@@ -210,22 +210,12 @@ _SLICE = _obj(
     minProperties=1,
 )  # fmt: skip
 
-_PER_QUANTITY = {  # quantity -> (required extra fields, allowed extra fields)
-    "token_tv": ((), ("scope",)),
-    "token_log_ratio": ((), ("scope",)),
-    "token_kl": ((), ("scope",)),
-    "sequence_tv": ((), ("scope", "horizon")),
-    "reward_drift": (("reward_range",), ("scope", "horizon", "reward_range")),
-    "pg_bias": (("score_norm", "advantage"), ("scope", "score_norm", "advantage", "estimator",
-                                              "cap", "clip_epsilon", "band", "threshold")),
-    "clip_budget": (("clip_epsilon",), ("scope", "clip_epsilon")),
-}  # fmt: skip
-_EXTRAS = ("scope", "horizon", "reward_range", "score_norm", "advantage", "estimator", "cap",
-           "clip_epsilon", "band", "threshold")  # fmt: skip
+# every field some quantity takes, in the order of contracts.fields.QUANTITY_FIELDS
+_EXTRAS = tuple(dict.fromkeys(f for fields in F.QUANTITY_FIELDS.values() for f in fields))
 
 
 def _quantity_rule(quantity: str) -> dict:
-    required, allowed = _PER_QUANTITY[quantity]
+    required, allowed = F.QUANTITY_REQUIRED.get(quantity, ()), F.QUANTITY_FIELDS[quantity]
     then: dict = {"properties": {f: False for f in _EXTRAS if f not in allowed}}
     if required:
         then["required"] = list(required)

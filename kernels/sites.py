@@ -33,12 +33,18 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
-from kernels.transform import attention_dots, dot_dims, has_dot, is_float_dot
+from kernels.transform import (
+    CALL_BODIES,
+    CALLS,
+    REMATS,
+    attention_dots,
+    dot_dims,
+    has_dot,
+    is_float_dot,
+)
 
 __all__ = ["Site", "as_batched", "walk"]
 
-_CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call")
-_CALL_BODY = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 # primitives whose output is (a view of) their first operand: the label follows it
 _STRUCTURAL = frozenset(
     {
@@ -234,10 +240,10 @@ class _Walker:
 
     def _higher_order(self, eqn, name, invals, inlabels, layer):
         p = eqn.params
-        if name in _CALLS:
-            body = next(p[key] for key in _CALL_BODY if key in p)
+        if name in CALLS:
+            body = next(p[key] for key in CALL_BODIES if key in p)
             return self.run(body, (), invals, inlabels, layer)
-        if name in ("remat", "remat2", "checkpoint"):
+        if name in REMATS:
             return self.run(p["jaxpr"], (), invals, inlabels, layer)
         if name == "cond":
             index = int(np.asarray(invals[0]))

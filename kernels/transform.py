@@ -70,6 +70,9 @@ from contracts.model import KernelSpec, MatmulSpec
 from contracts.presets import PRESETS
 
 __all__ = [
+    "CALLS",
+    "CALL_BODIES",
+    "REMATS",
     "DotRule",
     "attention_dots",
     "dot_dims",
@@ -82,8 +85,10 @@ __all__ = [
 
 Attention = Literal["matmul", "float32"]
 
-_CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call")
-_CALL_BODY = ("jaxpr", "call_jaxpr", "fun_jaxpr")  # where a call keeps its body
+# primitives that call a jaxpr, where a call keeps its body, and the checkpoint (remat) ones
+CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call")
+CALL_BODIES = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+REMATS = ("remat", "remat2", "checkpoint")
 _SOFTMAX = frozenset({"exp", "reduce_sum"})
 
 
@@ -236,8 +241,8 @@ def _apply(eqn, invals: list, rule: DotRule, attention: bool):
 
 def _higher_order(eqn, name: str, invals: list, rule: DotRule) -> list:
     p = eqn.params
-    if name in _CALLS:
-        body = next(p[key] for key in _CALL_BODY if key in p)
+    if name in CALLS:
+        body = next(p[key] for key in CALL_BODIES if key in p)
         return _run(body, rule, *invals)
     if name == "scan":
         nc, ncarry = p["num_consts"], p["num_carry"]
@@ -263,7 +268,7 @@ def _higher_order(eqn, name: str, invals: list, rule: DotRule) -> list:
         index, *ops = invals
         branches = [functools.partial(_run, br, rule) for br in p["branches"]]
         return lax.switch(index, branches, *ops)
-    if name in ("remat", "remat2", "checkpoint"):
+    if name in REMATS:
         body = functools.partial(_run, p["jaxpr"], rule)
         return jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])(*invals)
     raise NotImplementedError(
