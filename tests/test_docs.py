@@ -264,3 +264,40 @@ def test_listed_examples_exist():
     shipped = {p.name for p in (ROOT / "contracts" / "examples").glob("*.yaml")}
     assert shipped, "no shipped examples found"
     assert shipped <= listed, sorted(shipped - listed)
+
+
+PACKAGES = ("contracts", "kernels", "evidence", "bounds", "verify")
+REPORT_KEYS = {"evidence.sweep"}  # a key of the report, named like a module
+
+
+def _module_file(dotted: list[str]) -> pathlib.Path | None:
+    base = ROOT.joinpath(*dotted)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _names_in(path: pathlib.Path, name: str) -> bool:
+    pattern = rf"^(?:def |class |async def )?{re.escape(name)}\b|['\"]{re.escape(name)}['\"]"
+    return bool(re.search(pattern, path.read_text(encoding="utf-8"), re.M))
+
+
+def test_every_path_and_module_named_exists():
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    missing = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        tops = "|".join((*PACKAGES, "tests", "bench", "examples", "notebooks"))
+        for path in set(re.findall(rf"`((?:{tops})/[\w/.-]*\w/?)`", text)):
+            if not (ROOT / path).exists():
+                missing.append(f"{page.name}: {path}")
+        for dotted in set(re.findall(rf"\b((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)", text)):
+            parts = dotted.split(".")
+            if dotted in REPORT_KEYS or parts[-1] in {"md", "py", "yaml", "json"}:
+                continue
+            k = max(k for k in range(1, len(parts) + 1) if _module_file(parts[:k]))
+            rest = parts[k:]
+            if rest and not _names_in(_module_file(parts[:k]), rest[0]):
+                missing.append(f"{page.name}: {dotted}")
+    assert not missing, missing
