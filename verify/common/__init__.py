@@ -1,6 +1,7 @@
 """What every room of ``verify`` shares: the ordered ``status``, clause results (``clauses``),
 the escalation decision (``escalation``), premise support (``support``), the clauses decided
-without evidence (``static_clauses``) and the all-or-nothing output plan (``outputs``).
+without evidence (``static_clauses``), every command's parser (``arguments``), what a command
+reads first (``inputs``) and the all-or-nothing output plan (``outputs``).
 
 This room imports no other room of ``verify``.
 """

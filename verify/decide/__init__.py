@@ -23,6 +23,7 @@ unless the log carries log S per token (DESIGN §5). Tokens are treated as indep
 (stated in the report); no correction is made for testing several clauses and slices.
 
 JAX is imported only by the emulate source; logs-only and proofs-only runs never import it.
+This room imports the ``common`` room only.
 """
 
 from __future__ import annotations
