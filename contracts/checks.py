@@ -12,11 +12,22 @@ import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from decimal import Decimal
+from typing import NamedTuple
 
 from contracts.document import INVALID
 from contracts.errors import Problem
 
-__all__ = ["ID_PATTERN", "Checker", "check_temperature", "describe", "show", "sub"]
+__all__ = [
+    "ID_PATTERN",
+    "Checker",
+    "Interval",
+    "check_temperature",
+    "describe",
+    "param_range",
+    "show",
+    "sub",
+    "valid_band",
+]
 
 ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
@@ -86,6 +97,47 @@ def _interval(lo, hi, lo_open, hi_open) -> str:
     if lo is not None:
         return f"{'>' if lo_open else '>='} {_bound(lo)}"
     return f"{'<' if hi_open else '<='} {_bound(hi)}"
+
+
+class Interval(NamedTuple):
+    """The values a number may take: ``str`` is how messages say it (``> 1``, ``in (0, 1)``)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        lo, hi = self.lo, self.hi
+        low = lo is not None and (value <= lo if self.lo_open else value < lo)
+        high = hi is not None and (value >= hi if self.hi_open else value > hi)
+        return not (low or high)
+
+    def __str__(self) -> str:
+        return _interval(self.lo, self.hi, self.lo_open, self.hi_open)
+
+
+# (estimator, parameter) -> the values the parameter may take; the estimator "" stands for
+# every estimator without an entry of its own. mis masks w > c, so its cap must exceed 1;
+# truncation takes any c >= 0 (c = 0 gives weight 0). A band (lo, hi) needs 0 <= lo < 1 < hi.
+_PARAM_RANGES = {
+    ("mis", "cap"): Interval(1, None, lo_open=True),
+    ("", "cap"): Interval(0),
+    ("", "clip_epsilon"): Interval(0, 1, lo_open=True, hi_open=True),
+    ("tv_mask", "threshold"): Interval(0, 1, lo_open=True, hi_open=True),
+    ("", "threshold"): Interval(0, None, lo_open=True),
+}
+
+
+def param_range(estimator: str | None, key: str) -> Interval:
+    """The values the numeric parameter ``key`` (``cap``, ``clip_epsilon``, ``threshold``) may
+    take with ``estimator``: the one rule the contract reader and the kernels' estimators apply."""
+    return _PARAM_RANGES.get((estimator or "", key)) or _PARAM_RANGES["", key]
+
+
+def valid_band(lo: float, hi: float) -> bool:
+    """The rule of a ``band`` (lo, hi): 0 <= lo < 1 < hi."""
+    return 0 <= lo < 1 < hi
 
 
 class Checker:

@@ -11,7 +11,7 @@ Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``hori
 
 from __future__ import annotations
 
-from contracts.checks import Checker, show, sub
+from contracts.checks import Checker, param_range, show, sub, valid_band
 from contracts.fields import (
     ASSUMPTIONS,
     ESTIMATOR_PARAMS,
@@ -96,19 +96,10 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
         "score_norm": lambda v, k: ck.number(v, k, 0, lo_open=True),
         "advantage": lambda v, k: ck.number(v, k, 0, lo_open=True),
         "estimator": lambda v, k: ck.choice(v, k, ESTIMATORS),
-        # mis masks w > c, so its cap must exceed 1; truncation takes any c ≥ 0 (c = 0: ω = 0)
-        "cap": lambda v, k: (
-            ck.number(v, k, 1, lo_open=True)
-            if got.get("estimator") == "mis"
-            else ck.number(v, k, 0)
-        ),
-        "clip_epsilon": lambda v, k: ck.number(v, k, 0, 1, lo_open=True, hi_open=True),
+        "cap": lambda v, k: _param(ck, v, k, got.get("estimator"), "cap"),
+        "clip_epsilon": lambda v, k: _param(ck, v, k, got.get("estimator"), "clip_epsilon"),
         "band": lambda v, k: _band(ck, v, k),
-        "threshold": lambda v, k: (
-            ck.number(v, k, 0, 1, lo_open=True, hi_open=True)
-            if got.get("estimator") == "tv_mask"
-            else ck.number(v, k, 0, lo_open=True)
-        ),
+        "threshold": lambda v, k: _param(ck, v, k, got.get("estimator"), "threshold"),
     }
     for field, read in readers.items():
         if field not in m:
@@ -137,9 +128,15 @@ def _reward_range(ck: Checker, value, key) -> tuple[float, float] | None:
     return pair
 
 
+def _param(ck: Checker, value, key, estimator: str | None, name: str) -> float | None:
+    """An estimator's numeric parameter, within ``param_range``."""
+    r = param_range(estimator, name)
+    return ck.number(value, key, r.lo, r.hi, lo_open=r.lo_open, hi_open=r.hi_open)
+
+
 def _band(ck: Checker, value, key) -> tuple[float, float] | None:
     pair = ck.pair(value, key, lambda v, k: ck.number(v, k, 0), open_ends=False)
-    if pair is not None and not pair[0] < 1 < pair[1]:
+    if pair is not None and not valid_band(*pair):
         ck.report(key, f"needs 0 <= lo < 1 < hi, got [{show(pair[0])}, {show(pair[1])}]")
         return None
     return pair

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from contracts.checks import param_range, valid_band
 from contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
@@ -87,21 +88,14 @@ def check_params(name: str, params: Mapping[str, float | tuple]) -> dict[str, ob
             if not isinstance(value, tuple | list) or len(value) != 2:
                 raise ValueError(f"estimator {name!r}: band must be a pair (lo, hi), got {value!r}")
             lo, hi = _number(name, "band[0]", value[0]), _number(name, "band[1]", value[1])
-            if not 0.0 <= lo < 1.0 < hi:
+            if not valid_band(lo, hi):
                 raise ValueError(f"estimator {name!r}: band needs 0 <= lo < 1 < hi, got {value!r}")
             out[key] = (lo, hi)
             continue
         v = _number(name, key, value)
-        if key == "cap" and name == "mis" and not v > 1.0:
-            raise ValueError(f"estimator 'mis': cap must be > 1, got {v!r}")
-        if key == "cap" and not v >= 0.0:
-            raise ValueError(f"estimator {name!r}: cap must be >= 0, got {v!r}")
-        if key == "clip_epsilon" and not 0.0 < v < 1.0:
-            raise ValueError(f"estimator 'ppo_clip': clip_epsilon must be in (0, 1), got {v!r}")
-        if key == "threshold" and name == "tv_mask" and not 0.0 < v < 1.0:
-            raise ValueError(f"estimator 'tv_mask': threshold must be in (0, 1), got {v!r}")
-        if key == "threshold" and not v > 0.0:
-            raise ValueError(f"estimator {name!r}: threshold must be > 0, got {v!r}")
+        allowed = param_range(name, key)
+        if v not in allowed:
+            raise ValueError(f"estimator {name!r}: {key} must be {allowed}, got {v!r}")
         out[key] = v
     return out
 
