@@ -223,6 +223,25 @@ def test_no_module_in_verify_imports_a_private_name():
     assert bad == []
 
 
+def test_the_main_command_has_one_body():
+    """``python -m verify CONTRACT.yaml`` and a promotion stage run the same function, and only
+    it runs a contract and renders its reports."""
+    body = "verify.proving.command.verify_main"
+    callers = {
+        str(p.relative_to(ROOT))
+        for p in _modules("verify")
+        if any(name == body for name, _ in _imports(p))
+    }
+    assert callers == {"verify/cli/commands.py", "verify/pipeline/promotion/stage.py"}
+    renders = {
+        str(p.relative_to(ROOT))
+        for p in _modules("verify")
+        if any(name.endswith(".run_and_render") for name, _ in _imports(p))
+        or "def run_and_render" in p.read_text(encoding="utf-8")
+    }
+    assert renders == {"verify/proving/command.py"}
+
+
 def test_room_checker_sees_violations(tmp_path):
     """The room and private-name checks themselves must be able to fail."""
     bad = tmp_path / "m.py"
