@@ -275,10 +275,7 @@ def _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced:
     row, computed only when some row is flagged."""
     from kernels.measure_pallas import measure_rows as pallas_rows
 
-    z_train = jnp.asarray(z_train, jnp.float32)
-    z_inf = jnp.asarray(z_inf, jnp.float32)
-    tokens = jnp.asarray(tokens, jnp.int32)
-    _check(z_train, z_inf, tokens, temperature)
+    z_train, z_inf, tokens = _inputs(z_train, z_inf, tokens, temperature)
     if z_train.shape[0] == 0:
         return {k: jnp.zeros((0,), jnp.float32) for k in COLUMNS}
     interpret = jax.default_backend() != "gpu"
@@ -300,6 +297,15 @@ def _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced:
     return {k: out[k].at[rows].set(again[k]) for k in COLUMNS}
 
 
+def _inputs(z_train, z_inf, tokens, temperature) -> tuple[Array, Array, Array]:
+    """The logits as float32 and the tokens as int32 arrays, checked (``_check``)."""
+    z_train = jnp.asarray(z_train, jnp.float32)
+    z_inf = jnp.asarray(z_inf, jnp.float32)
+    tokens = jnp.asarray(tokens, jnp.int32)
+    _check(z_train, z_inf, tokens, temperature)
+    return z_train, z_inf, tokens
+
+
 def _check(z_train, z_inf, tokens, temperature) -> None:
     if z_train.ndim != 2 or z_train.shape != z_inf.shape or tokens.shape != z_train.shape[:1]:
         raise ValueError(
@@ -318,10 +324,7 @@ def _check(z_train, z_inf, tokens, temperature) -> None:
 
 def _measure_jax(z_train, z_inf, tokens, temperature, devices, block, nested: bool):
     """The XLA program's columns; ``nested``: the inputs are traced (a caller's ``jax.jit``)."""
-    z_train = jnp.asarray(z_train, jnp.float32)
-    z_inf = jnp.asarray(z_inf, jnp.float32)
-    tokens = jnp.asarray(tokens, jnp.int32)
-    _check(z_train, z_inf, tokens, temperature)
+    z_train, z_inf, tokens = _inputs(z_train, z_inf, tokens, temperature)
     if z_train.shape[0] == 0:
         return {k: jnp.zeros((0,), jnp.float32) for k in COLUMNS}
     n = z_train.shape[0]

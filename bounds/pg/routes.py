@@ -144,14 +144,18 @@ def _per_token(
     return out
 
 
+def _tails(ctx):
+    """(fact, ρ, s) for every tail fact P(drift > level) ≤ ρ, s = the level's oscillation / T."""
+    for f in ctx.premises.of("etv"):
+        if f.tail is not None:
+            rho, osc = f.tail
+            yield f, rho, osc / ctx.T
+
+
 def _exceedance(ctx, GA, lemma: str, tilt: Form, exact_s: Exact = _ALWAYS, geo_L=None) -> list:
     """E[bias] from P(drift > level) ≤ ρ: the per-position form at the level, 1 above it."""
     out = []
-    for f in ctx.premises.of("etv"):
-        if f.tail is None:
-            continue
-        rho, osc = f.tail
-        s = osc / ctx.T
+    for f, rho, s in _tails(ctx):
         share = rho if geo_L is None else sympy.Min(1, geo_L * rho)
         split = "pg_bias_correction_exceedance" if geo_L is None else "pg_bias_geo_mask_exceedance"
         chain = (*f.chain[: f.chain.index("token_tv_tanh")], lemma, split)
@@ -242,11 +246,7 @@ def _capped(ctx, GA, c, tis: bool) -> list[Route]:
 def _capped_exceedance(ctx, GA, c, tis: bool) -> list[Route]:
     """TIS/MIS from P(drift > level) ≤ ρ: the capped form below the level, 1 above it."""
     out = []
-    for f in ctx.premises.of("etv"):
-        if f.tail is None:
-            continue
-        rho, osc = f.tail
-        s = osc / ctx.T
+    for f, rho, s in _tails(ctx):
         form, lemma = (
             (tis_drift(s, c), "pg_bias_tis_exceedance")
             if tis
