@@ -24,7 +24,7 @@ from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator
 from kernels.formats import flush
 
-__all__ = ["reduce_quantized_pallas"]
+__all__ = ["pad_to", "reduce_quantized_pallas"]
 
 
 def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan):
@@ -66,7 +66,8 @@ def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan):
     o_ref[...] = lax.fori_loop(0, plan.parts, part_body, jnp.zeros((bm, bn), jnp.float32))
 
 
-def _pad_to(a, axis: int, multiple: int, value=0.0):
+def pad_to(a, axis: int, multiple: int, value=0.0):
+    """``a`` padded with ``value`` at the end of ``axis`` to a multiple of ``multiple``."""
     extra = -a.shape[axis] % multiple
     if not extra:
         return a
@@ -96,10 +97,10 @@ def reduce_quantized_pallas(
         interpret = jax.default_backend() != "gpu"
     m, n = xq.shape[0], wq_t.shape[0]
     slots = plan.steps * plan.group
-    x = _pad_to(lay_out(xq, plan).reshape(slots, m).T, 0, block_m)  # (Mp, slots)
-    w = _pad_to(lay_out(wq_t, plan).reshape(slots, n), 1, block_n)  # (slots, Np)
-    sxp = _pad_to(sx, 0, block_m, 1.0)
-    swp = _pad_to(sw_t.T, 1, block_n, 1.0)
+    x = pad_to(lay_out(xq, plan).reshape(slots, m).T, 0, block_m)  # (Mp, slots)
+    w = pad_to(lay_out(wq_t, plan).reshape(slots, n), 1, block_n)  # (slots, Np)
+    sxp = pad_to(sx, 0, block_m, 1.0)
+    swp = pad_to(sw_t.T, 1, block_n, 1.0)
     mp, np_ = x.shape[0], w.shape[1]
     runs = sx.shape[1]
     params = {}

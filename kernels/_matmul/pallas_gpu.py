@@ -50,6 +50,7 @@ from jax.experimental import pallas as pl
 from jaxtyping import Array, Float
 
 from kernels._matmul.fast import binary32_exact, for_all, scaled_term
+from kernels._matmul.pallas import pad_to
 from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
 from kernels.formats import flush
@@ -220,29 +221,20 @@ def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan, lay: _Layout, va
     o_ref[...] = lax.fori_loop(0, plan.parts, part_body, jnp.zeros((bm, bn), jnp.float32))
 
 
-def _pad_to(a, axis: int, multiple: int, value=0.0):
-    extra = -a.shape[axis] % multiple
-    if not extra:
-        return a
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (0, extra)
-    return jnp.pad(a, widths, constant_values=jnp.asarray(value, a.dtype))
-
-
 def _call(xq, sx, wq_t, sw_t, plan: Plan, variant: Variant, block_m, block_n, interpret, params):
     lay = _layout(plan, variant)
     pos = _positions(plan, lay)
     dtype = jnp.float32 if variant == "fma32" else jnp.float64
-    x = _pad_to(_k_major(xq, pos, plan.k, dtype), 1, block_m)  # (slots, Mp)
-    w = _pad_to(_k_major(wq_t, pos, plan.k, dtype), 1, block_n)  # (slots, Np)
+    x = pad_to(_k_major(xq, pos, plan.k, dtype), 1, block_m)  # (slots, Mp)
+    w = pad_to(_k_major(wq_t, pos, plan.k, dtype), 1, block_n)  # (slots, Np)
     slots = pos.size
     if variant == "dot":  # x row-major: a window is a contiguous row segment per tile row
         x = x.T
         x_spec = pl.BlockSpec((block_m, slots), lambda i, j: (i, 0))
     else:  # x K-major: a slot is a contiguous row segment of the tile's rows
         x_spec = pl.BlockSpec((slots, block_m), lambda i, j: (0, i))
-    sxp = _pad_to(sx, 0, block_m, 1.0)
-    swp = _pad_to(sw_t.T, 1, block_n, 1.0)
+    sxp = pad_to(sx, 0, block_m, 1.0)
+    swp = pad_to(sw_t.T, 1, block_n, 1.0)
     mp, np_ = sxp.shape[0], swp.shape[1]
     runs = sx.shape[1]
     m, n = xq.shape[0], wq_t.shape[0]
