@@ -155,7 +155,7 @@ def _paged(x: np.ndarray, w: np.ndarray, start: int, count: int = COLS):
 def _pairs(impl, spec: MatmulSpec, batching: str, x, w) -> np.ndarray:
     """Output i of ``x[i] @ w[:, i]`` for every pair, computed in batches of ``ROWS`` rows; a
     per-tensor spec computes each pair alone (its scales would see the other rows)."""
-    if spec.scaling == "per_tensor":
+    if spec.scaling.kind == "per_tensor":
         return _pairs_alone(impl, batching, x, w, x.shape[0])
     out = []
     for start in range(0, x.shape[0], COLS):
@@ -189,7 +189,7 @@ def _logits(impl, batching: str, model: Model | None) -> np.ndarray | None:
 
 def _exact_epilogue(spec: MatmulSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The epilogue of the exact (never wrapped) integer sum of every pair."""
-    pt = spec.scaling == "per_tensor"
+    pt = spec.scaling.kind == "per_tensor"
     xq, sx = quantize_rows_int8_np(x, pt, spec.epilogue.scales)
     wq, sw = quantize_rows_int8_np(w.T, pt, spec.epilogue.scales)
     sums = [int(xq[i].astype(np.int64) @ wq[i].astype(np.int64)) for i in range(x.shape[0])]
@@ -257,7 +257,7 @@ def _bound(spec: MatmulSpec, x: np.ndarray, w: np.ndarray, splits: int):
     """(y*, θ·Σ|terms|, slack) of every output (checks docstring, ``apriori_bound``)."""
     k = x.shape[1]
     if spec.is_int8:
-        pt = spec.scaling == "per_tensor"
+        pt = spec.scaling.kind == "per_tensor"
         xq, sx = quantize_rows_int8_np(x, pt, spec.epilogue.scales)
         wq, sw = quantize_rows_int8_np(w.T, pt, spec.epilogue.scales)
         scale = sx.astype(np.float64) * sw.astype(np.float64).T
