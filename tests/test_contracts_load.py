@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -11,7 +12,7 @@ import pathlib
 import pytest
 
 import contracts
-from contracts import PRESETS, AccumulatorSpec, ContractError
+from contracts import PRESETS, AccumulatorSpec, ContractError, MatmulSpec, Scaling
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -105,6 +106,25 @@ def test_kernel_overrides_merge_over_the_preset():
     assert k.preset == "h100-fp8"
     assert k.provenance.startswith(base.provenance)
     assert "Overridden by the contract: matmul.group, matmul.promote_every" in k.provenance
+
+
+def test_the_scaling_is_parsed_once_when_the_record_is_built():
+    """``MatmulSpec.scaling`` holds a ``Scaling`` (kind and block read out), written and
+    compared as its DSL spelling; malformed text is refused when the record is built."""
+    text = MINIMAL.replace(
+        "  inference: {preset: h100-fp8}\n",
+        "  inference:\n    preset: h100-fp8\n    matmul:\n      scaling: block:64\n",
+    )
+    c = contracts.loads(text)
+    k = c.kernels.inference
+    assert type(k.matmul.scaling) is Scaling
+    assert (k.matmul.scaling.kind, k.matmul.scaling.block) == ("block", 64)
+    assert k.matmul.scaling == "block:64" and Scaling.parse(k.matmul.scaling) is k.matmul.scaling
+    assert '"scaling":"block:64"' in c.source.canonical.replace(" ", "")
+    spec = dataclasses.replace(PRESETS["h100-fp8"].matmul, scaling="mx:32")
+    assert (spec.scaling.kind, spec.scaling.block) == ("mx", 32)
+    with pytest.raises(ValueError, match="'block:0'"):
+        MatmulSpec(scaling="block:0")
 
 
 def test_accumulator_partial_override_keeps_the_preset_rounding():
