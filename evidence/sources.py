@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -291,7 +290,9 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
 def _checkpoint_sha256(model: str) -> str | None:
     """sha256 of the shipped checkpoint file of ``model``; ``None`` when there is none."""
     try:
-        files = importlib.import_module("kernels.model").CHECKPOINTS[model]
+        from kernels.model import CHECKPOINTS  # loaded on first use: logs need no JAX
+
+        files = CHECKPOINTS[model]
         data = resources.files("kernels").joinpath("checkpoints", files[0]).read_bytes()
     except (KeyError, AttributeError, OSError):
         return None
