@@ -400,6 +400,22 @@ def test_no_private_name_is_imported_from_another_module(package):
     assert _private_imports(package) == []
 
 
+def test_every_lazy_package_loads_through_the_one_helper():
+    """No package ``__init__`` writes its own module ``__getattr__``: the lazy ones (``kernels``,
+    ``kernels.rl``, ``verify``) take theirs from ``contracts.lazy.lazy_exports``."""
+    own, shared = [], []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("__init__.py"):
+            tree = _parse(path)
+            if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+                own.append(str(path.relative_to(ROOT)))
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            if any(_call_name(n) == "lazy_exports" for n in calls):
+                shared.append(str(path.relative_to(ROOT)))
+    assert own == []
+    assert sorted(shared) == ["kernels/__init__.py", "kernels/rl/__init__.py", "verify/__init__.py"]
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_public_name_resolves(package):
     module = importlib.import_module(package)
