@@ -1,5 +1,11 @@
 """bounds: the lemmas of the bound chain, their symbolic derivation, witnesses and statistics.
 
+Grouped by subject: ``bounds.token`` (logit drift to per-token log ratio, TV and KL),
+``bounds.sequence`` (token to sequence TV), ``bounds.stats`` (confidence bounds and sample
+sizes) and ``bounds.pg`` (policy-gradient bias for every estimator, the clip budget). The chain
+itself (lemmas, premises, routes, derivation, evaluation, synthesis) and the kernels' a priori
+drift (``apriori``, ``intexact``) sit at the top.
+
 Importing this package does not import JAX: JAX is loaded only by :func:`jax_function` (and
 ``Lemma.jax``) when a JAX evaluator is built.
 """
