@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import settings
 from hypothesis import strategies as st
 
 
@@ -40,3 +41,9 @@ def logit_pairs(draw, vocabs, temperatures, deltas):
     else:  # raise the likely tokens, lower the rest: the extremal tilt direction
         d = np.where(z >= np.median(z), delta, -delta)
     return z, z + d, T, delta
+
+
+def examples(n: int) -> settings:
+    """Settings for ``n`` examples under the quick hypothesis profile, scaled with the loaded
+    profile's ``max_examples`` (ten times under the thorough one); see ``conftest.py``."""
+    return settings(max_examples=max(1, n * settings.default.max_examples // 100))

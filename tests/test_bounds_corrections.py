@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 import strategies
 import sympy
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 import bounds
 import contracts
@@ -221,7 +222,7 @@ BAND_PARAMS = st.tuples(st.sampled_from([0.0, 0.5, 0.9, 0.99]) | st.floats(0, 0.
                         st.sampled_from([1.01, 1.2, 2.0, 5.0]) | st.floats(1.001, 10))  # fmt: skip
 
 
-@settings(max_examples=120, deadline=None)
+@examples(120)
 @given(pairs(), st.floats(0.0, 1.0), BAND_PARAMS, st.floats(1e-3, 0.999))
 def test_token_corrections_are_sound(case, cap, lohi, tau):
     z, zp, T = case
@@ -245,7 +246,7 @@ def test_token_corrections_are_sound(case, cap, lohi, tau):
     assert _ok(dropped_kl, step(r * math.tanh(r / 2), tau))
 
 
-@settings(max_examples=120, deadline=None)
+@examples(120)
 @given(pairs(), BAND_PARAMS, st.sampled_from([1, 2, 3, 16, 512]), st.data())
 def test_geo_mask_is_sound(case, lohi, L, data):
     """One position of a sequence of n ≤ L tokens: the other n − 1 log ratios anywhere in the
@@ -292,7 +293,7 @@ def _autoregressive(vocab, length, T, delta, rng):
     return np.array(list(lp.values())), np.array(list(lq.values())), worst_s, worst_tv, worst_kl
 
 
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(
     st.integers(2, 3),
     st.integers(1, 5),
@@ -330,7 +331,7 @@ def test_sequence_estimators_are_sound(vocab, length, T, delta, cap, seed):
     assert bias <= 1e-12 * (1 + np.abs(g).sum())
 
 
-@settings(max_examples=40, deadline=None)
+@examples(40)
 @given(st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.floats(0.1, 3.0), st.integers(0, 2**32 - 1))
 def test_exceedance_split_is_sound(rho, level, T, seed):
     """Mean discrepancy over positions, a ρ-share drifting arbitrarily: ≤ (1 − ρ)·D + ρ."""

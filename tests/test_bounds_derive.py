@@ -12,8 +12,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import sympy
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 import bounds
 from bounds import derive, evaluate, loosest
@@ -268,7 +269,7 @@ def test_import_does_not_load_jax():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-@settings(max_examples=40, deadline=None)
+@examples(40)
 @given(
     st.sampled_from([0.001, 0.02, 0.3, 2.0]),
     st.sampled_from([0.1, 0.7, 1.0, 5.0]),

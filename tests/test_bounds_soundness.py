@@ -15,8 +15,9 @@ import math
 import numpy as np
 import strategies
 import sympy
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from bounds import LEMMAS, measure
 from bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
@@ -60,7 +61,7 @@ def logit_pairs():
     )
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(logit_pairs())
 def test_token_links_are_sound(case):
     z, zp, T, _ = case
@@ -84,7 +85,7 @@ def test_token_links_are_sound(case):
         assert _ok(measure.clip_share(z, zp, T, 0.2), math.expm1(s) / 0.2 * slack)  # clip_budget
 
 
-@settings(max_examples=200, deadline=None)
+@examples(200)
 @given(logit_pairs(), st.sampled_from([1.0001, 1.02, 1.2, 2.0, 3.0, 10.0]) | st.floats(1.0001, 20))
 def test_importance_sampling_links_are_sound(case, cap):
     z, zp, T, _ = case
@@ -102,7 +103,7 @@ def test_importance_sampling_links_are_sound(case, cap):
     assert _ok(masked, min(1.0, tv * cap / (cap - 1)))  # pg_bias_tv_capped (MIS)
 
 
-@settings(max_examples=150, deadline=None)
+@examples(150)
 @given(logit_pairs(), st.integers(0, 2**32 - 1))
 def test_reward_and_plain_gradient_links_are_sound(case, seed):
     z, zp, T, _ = case
@@ -133,7 +134,7 @@ def _sequence_tv(step_p, step_q, vocab: int, length: int) -> float:
     return total / 2
 
 
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(
     st.integers(2, 3),
     st.integers(1, 5),
@@ -159,7 +160,7 @@ def test_sequence_routes_are_sound_for_adaptive_laws(vocab, length, T, delta, se
         assert _ok(tv_seq, float(expr.evalf(30))), name
 
 
-@settings(max_examples=100, deadline=None)
+@examples(100)
 @given(st.floats(0.0, 1.0), st.floats(0.0, 5.0), st.floats(0.05, 5.0), st.integers(0, 2**32 - 1))
 def test_statistical_premise_is_sound(rho, threshold, T, seed):
     """Mean TV over tokens where a ρ-fraction exceeds the drift threshold (arbitrarily)."""

@@ -4,7 +4,6 @@ checks and faults on hand-made cases; ``python -m verify conformance`` and its b
 
 from __future__ import annotations
 
-import io
 import json
 import pathlib
 from dataclasses import replace
@@ -12,12 +11,12 @@ from dataclasses import replace
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from contracts.presets import PRESETS
 from kernels._matmul import matmul
 from kernels.faults import FAULTS, applies, designed_check, inject
 from kernels.ulp import identical
-from verify.cli.commands import main
 from verify.diagnostics.conformance import CHECKS, Model, Observed, run_suite
 from verify.diagnostics.conformance.checks import Baseline, sign_test
 from verify.diagnostics.conformance.probes import boundary_position, probes
@@ -184,9 +183,7 @@ def test_boundary_position_hand_values():
 
 
 def _run(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["conformance", *map(str, argv)], stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli("conformance", *argv)
 
 
 def test_cli_table_for_a_float32_kernel(tmp_path):

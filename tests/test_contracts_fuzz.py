@@ -9,6 +9,7 @@ import pathlib
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 import contracts
 from contracts import ContractError
@@ -22,7 +23,7 @@ SOURCES = [
         ROOT / "tests" / "data" / "valid" / "kitchen_sink.yaml",
     ]
 ]
-FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(examples(150), suppress_health_check=[HealthCheck.too_slow])
 
 
 def _check(data: str | bytes) -> contracts.Contract | None:
@@ -142,7 +143,7 @@ def test_mutated_shipped_contracts(which, edits):
     _check("\n".join(lines) + "\n")
 
 
-@settings(deadline=None, max_examples=200)
+@examples(200)
 @given(st.floats(min_value=0, allow_nan=False, allow_infinity=False))
 def test_thresholds_read_back_exactly(x):
     text = (
@@ -154,7 +155,7 @@ def test_thresholds_read_back_exactly(x):
     assert math.copysign(1, c.clause("N1").max) == math.copysign(1, x)
 
 
-@settings(deadline=None, max_examples=100)
+@examples(100)
 @given(st.sampled_from(QUANTITIES), st.floats(min_value=0, max_value=10))
 def test_any_quantity_with_its_fields_loads(quantity, bound):
     extra = {

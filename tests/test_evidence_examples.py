@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import contracts
 from evidence.logs import read_log
 from verify.cli.commands import main
@@ -107,6 +109,7 @@ def test_logs_only_evaluation_imports_no_jax():
     assert run.stdout.strip() == "False", run.stderr
 
 
+@pytest.mark.slow
 def test_fp8_emulated_example_as_shipped(tmp_path):
     """Real emulation through both kernels, through the command line, and the report re-checks
     (the slowest test here: ~55 s on 2 cores, five settings of the runtime sweep)."""

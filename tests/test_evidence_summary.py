@@ -6,8 +6,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from contracts.model import Slice
 from evidence.summary import EDGES, MissingColumn, merge, merge_all, select, summarize
@@ -33,7 +34,7 @@ values = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@examples(80)
 @given(values, values, values, st.sampled_from([4, 50, 1000]))
 def test_merge_is_associative_commutative_and_equals_unsharded(a, b, c, cap):
     sa, sb, sc = (summarize(np.array(v), thresholds=THRESHOLDS, cap=cap) for v in (a, b, c))
@@ -130,7 +131,7 @@ def test_select_slices():
     assert str(err.value) == "entropy"
 
 
-@settings(max_examples=150, deadline=None)
+@examples(150)
 @given(
     st.lists(
         st.one_of(

@@ -21,6 +21,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 import yaml
+from cli_runner import run_cli
 
 import contracts
 from verify.cli.commands import main
@@ -35,9 +36,7 @@ MALFORMED = ROOT / "tests" / "data" / "malformed"
 
 
 def _run(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["export", *map(str, argv)], stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli("export", *argv)
 
 
 def _contract(tmp_path, text=TEXT, name="c.yaml") -> str:

@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from bounds import matmul_error
 from bounds.intexact import Claim, witness
@@ -64,7 +65,7 @@ def operands(seed: int, spread: float, special: str):
     return x.astype(np.float32), w.astype(np.float32)
 
 
-@settings(max_examples=25, deadline=None)
+@examples(25)
 @given(
     spec=specs,
     seed=st.integers(0, 2**31),
@@ -190,7 +191,7 @@ def test_conversion_to_float32_is_exact_up_to_k_1040_only():
         assert (float(out.y[0, 0]) == total) == exact
 
 
-@settings(max_examples=15, deadline=None)
+@examples(15)
 @given(
     spec=specs,
     k=st.sampled_from([7, 512, 1100]),

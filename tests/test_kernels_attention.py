@@ -109,6 +109,7 @@ def test_adaptive_tiles_grow_with_length():
         tile_pages(jnp.int32(5), AttentionSpec("float32", 16, "big"), 8)
 
 
+@pytest.mark.slow
 def test_tile_size_changes_bits_and_jit_agrees():
     rng = np.random.default_rng(2)
     k = rng.standard_normal((1, 200, 2, 16)).astype(np.float32)

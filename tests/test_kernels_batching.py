@@ -59,6 +59,7 @@ def test_matmul_batch_variance(spec):
     assert np.array_equal(fixed_alone, fixed_crowded)
 
 
+@pytest.mark.slow
 def test_attention_batch_variance():
     rng = np.random.default_rng(1)
     spec = AttentionSpec(kv_cache="float8_e4m3fn", page_size=16, tiles="adaptive")

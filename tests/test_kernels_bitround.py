@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from kernels.bitround import encode, reciprocal, round_binary32
 from kernels.formats import (
@@ -162,7 +163,7 @@ def test_reciprocal_at_the_edges_of_the_range():
     assert same_bits(_recip(jnp.asarray(s)), _recip_np(s))
 
 
-@settings(max_examples=200, deadline=None)
+@examples(200)
 @given(st.integers(min_value=1, max_value=252), st.integers(min_value=0, max_value=2**23 - 1))
 def test_reciprocal_against_exact_fractions(biased, frac):
     # |s| < 2**126: the reciprocal is a normal number
@@ -222,13 +223,13 @@ def test_round_binary32_is_the_ieee_conversion_then_the_flush():
     assert _same64(_round_binary32(v), _round_binary32_np(v))
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(st.floats(allow_nan=True, allow_infinity=True, width=64))
 def test_round_binary32_on_random_doubles(v):
     assert _same64(_round_binary32(np.float64([v])), _round_binary32_np(np.float64([v])))
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(st.floats(width=32), st.sampled_from(NARROW))
 def test_casts_on_random_floats(x, fmt):
     a = np.float32([x, -x])

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from contracts import FLOAT_FORMATS
 from kernels.formats import (
@@ -110,7 +111,7 @@ _out = jax.jit(cast_output, static_argnums=1)
 _quant = jax.jit(quantize_rows, static_argnums=(1, 2))
 
 
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(st.lists(floats32, min_size=64, max_size=64), st.sampled_from(FMTS))
 def test_casts_jax_equals_numpy(values, fmt):
     x = np.array(values, np.float32)
@@ -139,7 +140,7 @@ def test_parse_scaling():
 SCALINGS = ["per_tensor", "per_row", "block:4", "block:16", "mx:32", "mx:8"]
 
 
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(
     st.sampled_from([1, 3]),
     st.sampled_from([1, 33]),

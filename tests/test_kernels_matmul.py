@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from strategies import examples
 
 from contracts import AccumulatorSpec, MatmulSpec, preset
 from kernels._matmul import (
@@ -60,7 +61,7 @@ def test_rounding_named_cases():
         assert same_bits(round_jax(tiny, 10, rz), round_accumulator_np(tiny, 10, rz))
 
 
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(
     st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=32, max_size=32),
     # one fraction bit at least: with none, ties-to-even has no even digit to choose
@@ -124,7 +125,8 @@ def check_agree(x, w, spec, splits, impls=("jax",), more=()):
 specials = st.lists(st.sampled_from([np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-40, 0.0]), max_size=3)
 
 
-@settings(max_examples=16, deadline=None)
+@pytest.mark.slow
+@examples(16)
 @given(
     seed=st.integers(0, 2**31),
     shape=st.tuples(st.integers(1, 4), st.integers(1, 70), st.integers(1, 5)),
@@ -149,7 +151,7 @@ def test_fp8_jax_equals_reference(
     check_agree(x, w, spec, splits, more=more)
 
 
-@settings(max_examples=10, deadline=None)
+@examples(10)
 @given(
     seed=st.integers(0, 2**31),
     shape=st.tuples(st.integers(1, 4), st.integers(1, 50), st.integers(1, 5)),
@@ -179,7 +181,7 @@ def test_pallas_interpret_presets(name, splits):
     check_agree(x, w, preset(name).matmul, splits, impls=("jax", "pallas"))
 
 
-@settings(max_examples=2, deadline=None)
+@examples(2)
 @given(
     seed=st.integers(0, 2**31),
     k=st.integers(1, 40),

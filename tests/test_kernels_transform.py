@@ -150,6 +150,7 @@ def linen_mlp_by_hand(v, x):
 # ---------------------------------------------------------------- (a) fp32 is identity
 
 
+@pytest.mark.slow
 def test_fp32_spec_is_the_function_itself():
     block = LinenBlock()
     x = rand(4, 2, 4, 8)

@@ -3,7 +3,6 @@ cases, the ulp distance, the site walker, and ``python -m verify localize`` with
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import pathlib
@@ -13,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from contracts.presets import PRESETS
 from kernels._matmul import matmul
@@ -21,7 +21,6 @@ from kernels.localization import kernel_logits, localize, replay
 from kernels.rescale import pow2_ceil, rescaled_matmul
 from kernels.sites import walk
 from kernels.ulp import coarser, ulp_distance, ulp_summary
-from verify.cli.commands import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MALFORMED = ROOT / "tests" / "data" / "malformed"
@@ -291,9 +290,7 @@ def _contract(tmp_path, k_max: int = 4096) -> pathlib.Path:
 
 
 def _run(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["localize", *map(str, argv)], stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli("localize", *argv)
 
 
 def test_cli_writes_the_tables_and_the_json(tmp_path):

@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from evidence.logs import framework_metrics, support_shift, token_metrics
 
@@ -125,7 +126,7 @@ def test_verl_counts_sequences_whose_response_mask_is_all_zero():
         framework_metrics(train, rollout, shifted, sequences=total)
 
 
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(
     st.lists(
         st.tuples(st.floats(-30, 0, allow_nan=False), st.floats(-30, 0, allow_nan=False)),

@@ -190,6 +190,7 @@ def test_dot_path_with_whole_chunks_per_dot():
     check(spec, (3, 64, 5))
 
 
+@pytest.mark.slow
 def test_transposed_orientation_and_tile_padding():
     spec = dataclasses.replace(preset("h100-fp8").matmul, output="float32")
     # with w transposed (N × K): w broadcast and x streamed, the result transposed; with w as

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from contracts import PRESETS
 from contracts.model import Contract, EmulateEvidence, Evidence, KernelPair, Policy, Source
@@ -78,7 +79,8 @@ def test_bounds_hold_on_every_token_of_the_trained_model(preset_table):
         assert drift.max() < 1e-3, drift.max()
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.slow
+@examples(150)
 @given(
     seed=st.integers(0, 2**32 - 1),
     vocab=st.sampled_from([2, 3, 17, 256]),

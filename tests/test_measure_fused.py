@@ -221,6 +221,7 @@ def test_extreme_rows_are_flagged_and_recomputed_in_the_log_domain(impl):
     _assert_close(_table(z, zp, y, 1.0, impl), _reference(z, zp, y, 1.0), 1.0)
 
 
+@pytest.mark.slow
 def test_without_jit_every_path_agrees_with_jit():
     """Eager and compiled runs of the fused pass, the log-domain path (row 1), the one-sided
     −inf path (row 2, summed directly), a token masked by both (row 3) and ties (row 0). The

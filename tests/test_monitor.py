@@ -13,9 +13,9 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import contracts
-from verify.cli.commands import main
 from verify.decide import evaluate
 from verify.pipeline.monitor import sample_mask
 
@@ -42,11 +42,10 @@ def _window(tokens: int, rate: float = 1.0) -> str:
 def _monitor(*args, stdin_fd: int = 0):
     from verify.pipeline.monitor import main as monitor_main
 
+    if not stdin_fd:
+        return run_cli("monitor", *args)
     out, err = io.StringIO(), io.StringIO()
-    if stdin_fd:
-        code = monitor_main([str(a) for a in args], stdout=out, stderr=err, stdin_fd=stdin_fd)
-    else:
-        code = main(["monitor", *map(str, args)], stdout=out, stderr=err)
+    code = monitor_main([str(a) for a in args], stdout=out, stderr=err, stdin_fd=stdin_fd)
     return code, out.getvalue(), err.getvalue()
 
 

@@ -3,14 +3,12 @@ or key), never a traceback, and neither the output nor the checkpoint created or
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pathlib
 
 import pytest
-
-from verify.cli.commands import main
+from cli_runner import run_cli
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"
@@ -32,9 +30,7 @@ def _contract(tmp_path, extra: str = "", *, evidence: bool = True) -> pathlib.Pa
 
 
 def _run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["monitor", *map(str, args)], stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli("monitor", *args)
 
 
 def _untouched(tmp_path, before: dict) -> None:

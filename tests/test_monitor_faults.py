@@ -5,7 +5,6 @@ directory (renaming and copy-truncate), a full disk, a closed standard output, a
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pathlib
@@ -15,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from verify.cli.commands import main
+from cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).parent.parent
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -33,9 +32,7 @@ def _contract(tmp_path, tokens: int = 1000) -> pathlib.Path:
 
 
 def _monitor(*args):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["monitor", *map(str, args)], stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli("monitor", *args)
 
 
 def _command(contract, *args) -> list[str]:

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from cli_runner import run_cli
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from evidence.logs import LoggedSequence, write_log
 from evidence.table import lower_bounds
@@ -77,18 +79,13 @@ def _log(path, log_w, *, seq_len=64, seed=0):
 
 def _run(tmp_path, text, *extra):
     (tmp_path / "contract.yaml").write_text(text)
-    out, err = io.StringIO(), io.StringIO()
-    code = main([str(tmp_path / "contract.yaml"), "--json", str(tmp_path / "r.json"), *extra],
-                stdout=out, stderr=err)  # fmt: skip
+    code, out, err = run_cli(tmp_path / "contract.yaml", "--json", tmp_path / "r.json", *extra)
     report = json.loads((tmp_path / "r.json").read_text()) if code != 2 else None
-    return code, report, out.getvalue(), err.getvalue()
+    return code, report, out, err
 
 
 def _export(tmp_path, *extra):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["export", str(tmp_path / "contract.yaml"), "--to", "verl", *extra],
-                stdout=out, stderr=err)  # fmt: skip
-    return code, out.getvalue(), err.getvalue()
+    return run_cli("export", tmp_path / "contract.yaml", "--to", "verl", *extra)
 
 
 def _clause(report, cid):
@@ -265,7 +262,7 @@ def _metrics(z, zp, T):
     return np.abs(d).max(), d.max() - d.min(), 0.5 * np.abs(p - q).sum(), kl, p, q
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(
     st.integers(2, 40),
     st.floats(0.05, 20.0),

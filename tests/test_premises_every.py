@@ -18,8 +18,10 @@ import mpmath
 import numpy as np
 import pytest
 import strategies
-from hypothesis import given, settings
+from cli_runner import run_cli
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 import bounds
 from bounds import LEMMAS, measure
@@ -58,10 +60,9 @@ def _cli(tmp_path, text: str) -> tuple[int, dict, str]:
     path = tmp_path / "contract.yaml"
     path.write_text(text, encoding="utf-8")
     report = tmp_path / "report.json"
-    out, err = io.StringIO(), io.StringIO()
-    code = main([str(path), "--json", str(report), "--quiet"], stdout=out, stderr=err)
-    assert "internal error" not in err.getvalue(), err.getvalue()
-    return code, json.loads(report.read_text(encoding="utf-8")), err.getvalue()
+    code, _, err = run_cli(path, "--json", report, "--quiet")
+    assert "internal error" not in err, err
+    return code, json.loads(report.read_text(encoding="utf-8")), err
 
 
 def _statuses(report: dict) -> dict[str, str]:
@@ -267,7 +268,7 @@ def test_signed_ratio_witness_satisfies_its_premise_and_approaches_the_bound(the
 _pairs = strategies.logit_pairs([2, 3, 16], ([0.5, 1.0], (0.05, 5.0)), ([0.01, 0.5], (0.0, 3.0)))
 
 
-@settings(max_examples=150, deadline=None)
+@examples(150)
 @given(st.lists(_pairs, min_size=1, max_size=4), st.data())
 def test_mean_kl_to_tv_is_sound(positions, data):
     """Positions drawn with weights: the weighted mean TV never exceeds √(E[kl]/2)."""
@@ -281,7 +282,7 @@ def test_mean_kl_to_tv_is_sound(positions, data):
     assert float(weights @ tv) <= bound * (1 + 1e-9) + 1e-12
 
 
-@settings(max_examples=150, deadline=None)
+@examples(150)
 @given(_pairs)
 def test_signed_ratio_to_tv_is_sound(case):
     """θ = the largest log w over the vocabulary (P(log w > θ) = 0): TV ≤ 1 − e^{−θ}."""
@@ -327,7 +328,7 @@ def _extra_clause(draw) -> tuple[str, str, str]:
     return family, _stat("E", metric, statistic, maximum, f"{extra}, slices: {sl}"), maximum
 
 
-@settings(max_examples=25, deadline=None)
+@examples(25)
 @given(
     st.sampled_from(_GUARANTEES),
     st.sampled_from(["0.01", "0.05", "0.3"]),

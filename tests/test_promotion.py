@@ -5,14 +5,12 @@ and exit code, records bound to the contract, the report and the previous record
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import pathlib
 import shutil
 
 import pytest
-
-from verify.cli.commands import main
+from cli_runner import run_cli
 
 SAMPLE = pathlib.Path(__file__).parent.parent / "contracts" / "examples" / "rollout-sample.jsonl"
 CONTRACT = """\
@@ -35,9 +33,7 @@ STAGES = (["offline_ci"], ["shadow"], ["canary", "--traffic", "0.1"], ["full"])
 
 
 def _run(*args):
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = main([str(a) for a in args], stdout=stdout, stderr=stderr)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_cli(*args)
 
 
 def _stage(contract, directory, stage, *extra):

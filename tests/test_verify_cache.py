@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import pathlib
@@ -16,9 +15,9 @@ import time
 from typing import NamedTuple
 
 import pytest
+from cli_runner import run_cli
 
 import contracts
-from verify.cli.commands import main
 from verify.common.status import Status
 from verify.proving import cache, replay
 from verify.proving import runner as run_module
@@ -328,8 +327,7 @@ def test_the_location_comes_from_the_environment():
 def _cli(*argv, env: dict, monkeypatch):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    out, err = io.StringIO(), io.StringIO()
-    return main(list(argv), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+    return run_cli(*argv)
 
 
 def test_off_and_no_cache_read_and_write_nothing(where, tmp_path, hits, monkeypatch):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pathlib
@@ -10,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from cli_runner import run_cli
 
-from verify.cli.commands import main
 from verify.common import outputs as outputs_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,15 +42,7 @@ UNKNOWN = PROVED.replace(
 
 
 def _run(*argv, cwd=None):
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    try:
-        if cwd:
-            os.chdir(cwd)
-        code = main(list(argv), stdout=out, stderr=err)
-    finally:
-        os.chdir(old)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli(*argv, cwd=cwd)
 
 
 def _write(tmp_path, text, name="c.yaml"):

@@ -7,8 +7,9 @@ from fractions import Fraction as F
 import mpmath
 import pytest
 import sympy
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from verify.proving.solve.enclosures import enclose
 from verify.proving.solve.intervals import ExprError, evaluate, func_down, func_up
@@ -46,7 +47,7 @@ def _point_in(draw, func):
 
 
 @pytest.mark.parametrize("func", sorted(DOMAINS))
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(data=st.data())
 def test_enclosure_admits_the_true_graph(func, data):
     a = data.draw(_point_in(func))
@@ -65,7 +66,7 @@ def test_enclosure_admits_the_true_graph(func, data):
 
 
 @pytest.mark.parametrize("func", ["exp", "tanh"])
-@settings(max_examples=60, deadline=None)
+@examples(60)
 @given(data=st.data())
 def test_explicit_bounds_bracket_the_value(func, data):
     a = data.draw(_point_in(func))
@@ -114,7 +115,7 @@ def test_domains_are_checked():
         enclose("exp", F(1), F(0))
 
 
-@settings(max_examples=80, deadline=None)
+@examples(80)
 @given(
     x=st.fractions(F(-60), F(60), max_denominator=10**9),
     func=st.sampled_from(["exp", "tanh", "log", "sqrt"]),
@@ -140,7 +141,7 @@ EXPRS = [
 
 
 @pytest.mark.parametrize("expr", EXPRS, ids=str)
-@settings(max_examples=30, deadline=None)
+@examples(30)
 @given(
     a=st.fractions(F(0), F(3), max_denominator=1000),
     b=st.fractions(F(1, 10), F(3), max_denominator=1000),

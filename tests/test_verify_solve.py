@@ -7,8 +7,9 @@ from fractions import Fraction as F
 import mpmath
 import pytest
 import sympy
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from bounds.derivation import Derivation, Variable
 from verify.common.status import Status
@@ -136,7 +137,7 @@ EXPRS = [
 
 
 @pytest.mark.parametrize("expr", EXPRS, ids=lambda e: sympy.sstr(e)[:40])
-@settings(max_examples=6, deadline=None)
+@examples(6)
 @given(
     hi=st.fractions(F(1, 1000), F(1, 4), max_denominator=1000),
     temperature=st.sampled_from([F(1, 2), F(1), F(2)]),
