@@ -5,13 +5,13 @@ and to declare every option the page passes it."""
 
 from __future__ import annotations
 
-import io
 import pathlib
 import re
 import shlex
 import shutil
 
 import pytest
+from cli_runner import run_cli
 
 import contracts
 
@@ -115,14 +115,6 @@ def _test_file(name: str) -> pathlib.Path:
     return found[0]
 
 
-def _verify(argv: list[str]) -> tuple[int, str, str]:
-    import verify
-
-    out, err = io.StringIO(), io.StringIO()
-    code = verify.main(argv, stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """A directory that sees the repository's contracts and examples, as the pages assume."""
@@ -190,7 +182,7 @@ def test_synopses_name_only_options_their_command_takes():
             continue
         sub = words[3] if words[3] in {"check", "synth", "schema", "export", "localize",
                                         "conformance", "monitor"} else None  # fmt: skip
-        code, usage, _ = _verify([sub, "--help"] if sub else ["--help"])
+        code, usage, _ = run_cli(*([sub, "--help"] if sub else ["--help"]))
         assert code == 0, command
         for option in re.findall(r"--[\w-]+", command):
             assert option in usage, (command, option)
@@ -209,7 +201,7 @@ def test_cheap_commands_run(workdir):
     shown = _commands()
     for command, code in expected.items():  # in order: check reads the report written before
         assert command in shown, command
-        assert _verify(shlex.split(command)[3:])[0] == code, command
+        assert run_cli(*shlex.split(command)[3:])[0] == code, command
 
 
 def test_shards_command_runs(workdir):
@@ -221,8 +213,8 @@ def test_shards_command_runs(workdir):
     pathlib.Path("b.jsonl").write_text("".join(lines[20:]))
     command = "python -m verify contract.yaml --evidence a.jsonl b.jsonl"
     assert command in _commands()
-    code, out, _ = _verify(shlex.split(command)[3:])
-    whole = _verify(["contracts/examples/rollout-log.yaml"])
+    code, out, _ = run_cli(*shlex.split(command)[3:])
+    whole = run_cli("contracts/examples/rollout-log.yaml")
     assert (code, out.splitlines()[-1]) == (whole[0], whole[1].splitlines()[-1])
 
 
@@ -241,7 +233,7 @@ def test_promotion_demo_runs(workdir):
         else:
             words = [env.get(w[1:], w) if w.startswith("$") else w for w in shlex.split(line)]
             assert words[:3] == ["python", "-m", "verify"], line
-            code, out, err = _verify(words[3:])
+            code, out, err = run_cli(*words[3:])
             assert code == 0, (line, out, err)
     assert pathlib.Path("out/promo/full.json").is_file()
 

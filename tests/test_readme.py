@@ -9,6 +9,8 @@ import io
 import pathlib
 import re
 
+from cli_runner import run_cli
+
 import contracts
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,15 +45,12 @@ def test_ci_builds_the_docs_strictly():
 
 
 def test_the_main_job_prints_what_the_readme_shows(tmp_path, monkeypatch):
-    import verify
-
     (shown,) = [body for lang, body in FENCE.findall(_section("Set up")) if lang == "text"]
     argv = _setup_commands()[0].split("python -m verify ", 1)[1].split()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()
-    out = io.StringIO()
-    code = verify.main([str(ROOT / argv[0]), *argv[1:]], stdout=out, stderr=io.StringIO())
-    assert (code, out.getvalue()) == (0, shown)
+    code, out, _ = run_cli(ROOT / argv[0], *argv[1:])
+    assert (code, out) == (0, shown)
     assert {p.name for p in (tmp_path / "out").iterdir()} == {
         "report.json",
         "report.md",
