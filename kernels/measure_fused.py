@@ -113,8 +113,8 @@ def _first_max(x):
     chunk = jnp.take_along_axis(chunks, k[:, None, None], axis=1)[:, 0, :]
     jidx = jnp.arange(width, dtype=jnp.float32)
     j = jnp.min(jnp.where(chunk == top, jidx, width), axis=1).astype(jnp.int32)
-    others = jnp.max(jnp.where(kidx == k[:, None], -jnp.inf, cmax), axis=1)
-    inside = jnp.max(jnp.where(jidx == j[:, None], -jnp.inf, chunk), axis=1)
+    others = jnp.max(jnp.where(kidx == k[:, None].astype(kidx.dtype), -jnp.inf, cmax), axis=1)
+    inside = jnp.max(jnp.where(jidx == j[:, None].astype(jidx.dtype), -jnp.inf, chunk), axis=1)
     return k * width + j, top[:, 0], jnp.maximum(others, inside)
 
 

@@ -1,4 +1,8 @@
-"""Test-wide settings: the hypothesis profiles and the CLI runner.
+"""Test-wide settings: strict JAX dtype promotion, the hypothesis profiles and the CLI runner.
+
+Every test runs under ``jax.numpy_dtype_promotion("strict")`` (a mixed-dtype operation must
+cast explicitly) except those marked ``standard_promotion``: they train through optax, whose
+Adam raises a Python float to an int32 step count.
 
 Hypothesis profiles: ``quick`` (the default) and ``thorough``, ten times the examples, chosen by
 ``KERNEL_CONTRACTS_HYPOTHESIS=thorough``. A test asks for its share with
@@ -11,6 +15,7 @@ import os
 import pathlib
 import sys
 
+import jax
 import pytest
 from hypothesis import settings
 
@@ -29,3 +34,12 @@ settings.load_profile(os.environ.get("KERNEL_CONTRACTS_HYPOTHESIS", "quick"))
 def cli():
     """``cli(*argv, cwd=None)``: exit code, stdout and stderr of ``python -m verify``."""
     return run_cli
+
+
+@pytest.fixture(autouse=True)
+def _strict_dtype_promotion(request):
+    if request.node.get_closest_marker("standard_promotion"):
+        yield
+        return
+    with jax.numpy_dtype_promotion("strict"):
+        yield

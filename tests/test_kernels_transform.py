@@ -302,7 +302,7 @@ def test_grad_is_straight_through(linen_mlp):
     pre = emu(X, p["Dense_0"]["kernel"]) + p["Dense_0"]["bias"]
     h = jax.nn.relu(pre)
     dy = 2 * (emu(h, p["Dense_1"]["kernel"]) + p["Dense_1"]["bias"])
-    dpre = jnp.matmul(dy, p["Dense_1"]["kernel"].T, precision=hi) * (pre > 0)
+    dpre = jnp.matmul(dy, p["Dense_1"]["kernel"].T, precision=hi) * (pre > 0).astype(pre.dtype)
     want = {
         "Dense_0": {"kernel": jnp.matmul(X.T, dpre, precision=hi), "bias": dpre.sum(0)},
         "Dense_1": {"kernel": jnp.matmul(h.T, dy, precision=hi), "bias": dy.sum(0)},

@@ -101,6 +101,7 @@ def test_corpus_split_is_deterministic_and_by_file(tmp_path):
     assert load_corpus(str(root)).fingerprint != a.fingerprint
 
 
+@pytest.mark.standard_promotion  # optax's Adam: a Python float to an int32 power
 def test_short_training_run_and_checkpoint_round_trip(tmp_path):
     corpus = load_corpus(str(_tiny_stdlib(tmp_path)))
     cfg = ModelConfig(d_model=32, layers=1, heads=2, d_ff=64, context=16)

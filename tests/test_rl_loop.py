@@ -115,6 +115,7 @@ def _counters():
     return dict(grpo.TRACES), dict(decode.TRACES), dict(measure_module.TRACES)
 
 
+@pytest.mark.standard_promotion  # optax's Adam: a Python float to an int32 power
 def test_steps_reuse_one_compilation_and_sample_current_weights():
     config = RLConfig(preset="h100-fp8", estimator="tis", params=(("cap", 2.0),), **TINY)
     session = start_session(config)
@@ -153,6 +154,7 @@ def test_steps_reuse_one_compilation_and_sample_current_weights():
     ] * 2
 
 
+@pytest.mark.standard_promotion  # optax's Adam: a Python float to an int32 power
 def test_the_weights_scale_the_update():
     config = RLConfig(preset="fp32", **TINY)  # the loop's optimizer: shares its compiled update
     tokens = jnp.asarray(group_prompts(1, 4, 8, seed=1))
@@ -185,6 +187,7 @@ def test_the_weights_scale_the_update():
     assert float(single.loss) == pytest.approx(-float(adv[0] * taken[0, 1]) / 16, rel=1e-5)
 
 
+@pytest.mark.standard_promotion  # optax's Adam: a Python float to an int32 power
 def test_the_policy_learns_the_task():
     records = run_rl(RLConfig(preset="fp32", **TINY), 6).records
     rewards = [r.reward_mean for r in records]
