@@ -10,6 +10,7 @@ import stat
 __all__ = [
     "declared_evidence_problem",
     "evidence_problem",
+    "given_evidence_problem",
     "load_contract",
     "prepare_outputs",
     "run_inputs",
@@ -28,6 +29,16 @@ def evidence_problem(path: str, shown: str) -> str | None:
     from contracts import file_kind
 
     return f"{shown}: is {file_kind(mode)}, not a log file"
+
+
+def given_evidence_problem(paths) -> str | None:
+    """The first problem of the ``--evidence`` files ``paths`` (``evidence_problem``), or
+    ``None``."""
+    for path in paths:
+        problem = evidence_problem(path, f"--evidence {path}")
+        if problem:
+            return problem
+    return None
 
 
 def _declared_evidence(contract) -> tuple[str, str] | None:

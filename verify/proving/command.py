@@ -15,7 +15,7 @@ from typing import Protocol
 
 from verify.common.inputs import (
     declared_evidence_problem,
-    evidence_problem,
+    given_evidence_problem,
     load_contract,
     prepare_outputs,
     run_inputs,
@@ -142,8 +142,7 @@ def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = N
     from verify.common import outputs
 
     problem = stage.usage() if stage is not None else None
-    for path in args.evidence:
-        problem = problem or evidence_problem(path, f"--evidence {path}")
+    problem = problem or given_evidence_problem(args.evidence)
     if problem:
         stderr.write(f"verify: {problem}\n" if stage is not None else f"{problem}\n")
         return 2

@@ -38,9 +38,10 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     from verify.common.arguments import export_parser
     from verify.common.inputs import (
         declared_evidence_problem,
-        evidence_problem,
+        given_evidence_problem,
         load_contract,
         prepare_outputs,
+        run_inputs,
     )
     from verify.pipeline.export.plan import plan, premises_of, prove
     from verify.pipeline.export.render import render
@@ -53,13 +54,11 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     fmt = args.format or framework.formats[0]
     if fmt not in framework.formats:
         p.error(f"--format {fmt}: {framework.name} reads {' or '.join(framework.formats)}")
-    for path in args.evidence:
-        problem = evidence_problem(path, f"--evidence {path}")
-        if problem:
-            stderr.write(f"{problem}\n")
-            return 2
-    inputs = [("the contract", args.contract)] + [("an evidence file", e) for e in args.evidence]
-    target = prepare_outputs([("--out", args.out)], inputs, stderr)
+    problem = given_evidence_problem(args.evidence)
+    if problem:
+        stderr.write(f"{problem}\n")
+        return 2
+    target = prepare_outputs([("--out", args.out)], run_inputs(args), stderr)
     if target is None:
         return 2
     with target:
