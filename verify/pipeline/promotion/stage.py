@@ -11,6 +11,8 @@ written together, all or nothing (``verify.common.outputs``; the run itself is
 ``verify.proving.command.verify_main``): the report ``DIR/STAGE.report.json``
 and the record ``DIR/STAGE.json`` bound to it.
 
+``DIR`` is created (with its missing parents) when it does not exist.
+
 Exit codes: 0 the stage passed; 1 the stage ran and its requirements are not met (a record
 with ``passed: false`` is written: it blocks the next stage); 2 refused, nothing written: a
 usage error, a stage the contract does not declare, a missing previous record (a skipped
@@ -50,8 +52,12 @@ def _usage(args) -> str | None:
         return f"--stage {args.stage} needs --promotion-dir DIR (where stage records are kept)"
     if args.traffic is not None and args.stage in _NO_TRAFFIC:
         return f"--traffic applies to the shadow and canary stages, not {args.stage}"
-    if not os.path.isdir(args.promotion_dir):
-        return f"--promotion-dir {args.promotion_dir}: no such directory"
+    if os.path.lexists(args.promotion_dir) and not os.path.isdir(args.promotion_dir):
+        return f"--promotion-dir {args.promotion_dir}: not a directory"
+    try:  # a missing directory (and its missing parents) is created
+        os.makedirs(args.promotion_dir, exist_ok=True)
+    except OSError as err:
+        return f"--promotion-dir {args.promotion_dir}: cannot create it ({err.strerror})"
     return None
 
 
