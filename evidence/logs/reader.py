@@ -32,9 +32,11 @@ __all__ = [
     "LogError",
     "LogTable",
     "Problem",
+    "Reading",
     "TableBuilder",
     "add_joined",
     "add_split",
+    "open_log",
     "parse_line",
     "prompt_key",
     "read_log",
@@ -438,6 +440,106 @@ def add_split(
     )
 
 
+class Reading:
+    """The per-record half of reading a log, shared by every file reader (JSONL, Parquet, Arrow).
+
+    A reader hands each decoded record to ``take`` with its 1-based line (or row) number and
+    counts what it could not decode with ``bad``; ``table`` then builds the ``LogTable`` or
+    raises ``LogError`` as ``read_log`` does. ``unit`` is how messages name a record's place.
+    """
+
+    def __init__(self, path: str, format: str | None, vocab_size: int | None, unit: str = "line"):
+        if format is not None and format not in FORMATS:
+            raise LogError(
+                f"{path}: unknown log format {format!r} (expected one of: {', '.join(FORMATS)})"
+            )
+        self.path, self.vocab_size, self.unit = path, vocab_size, unit
+        self.fmt = FORMATS[format] if format is not None else None
+        self.builder, self.pending = TableBuilder(), {}
+        self.malformed, self.mismatches = _Problems(), _Problems()
+        self.first_keys: dict | None = None
+
+    def bad(self, line: int, reason: str) -> None:
+        self.malformed.add(line, reason)
+
+    def take(self, record: object, line: int) -> None:
+        """Validate one decoded record and add its sequence, or count why not."""
+        if not isinstance(record, dict):
+            self.malformed.add(line, f"not a JSON object (got {type(record).__name__})")
+            return
+        if self.first_keys is None:
+            self.first_keys = record
+            if self.fmt is None:
+                name = detect_format(record)
+                if name is None:
+                    raise LogError(f"{self.path}:{line}: {unknown_fields(record)}")
+                self.fmt = FORMATS[name]
+        fmt, vocab = self.fmt, self.vocab_size
+        try:
+            if fmt.side is not None and fmt.side in record:
+                add_split(record, fmt, self.pending, self.builder, line, self.mismatches, vocab)
+            else:
+                missing = [k for k in fmt.required if k not in record]
+                if missing:
+                    raise BadRecord(f"missing key '{missing[0]}' ({fmt.name} format)")
+                add_joined(record, fmt, self.builder, line, self.mismatches, vocab)
+        except BadRecord as bad:
+            self.malformed.add(line, str(bad))
+
+    def table(self, sha256: str, lines: int, blank: int = 0, kind: str = "JSON") -> LogTable:
+        """The token table of every record taken; ``LogError`` when none gave a sequence."""
+        path, fmt, builder = self.path, self.fmt, self.builder
+        malformed, mismatches, pending = self.malformed, self.mismatches, self.pending
+        if self.first_keys is None and malformed.count == 0:
+            raise LogError(
+                f"{path}: no {kind} record in the file ({lines} {self.unit}s, 0 invalid)"
+            )
+        if (
+            self.first_keys is not None
+            and builder.sequences == 0
+            and mismatches.count == 0
+            and not pending
+        ):
+            guess = detect_format(self.first_keys)
+            if guess is not None and guess != fmt.name:
+                raise LogError(
+                    f"{path}: no record has the {fmt.name} fields; the records look like the "
+                    f"{guess} format (declare format: {guess})"
+                )
+        unpaired = _Problems()
+        for (prompt, _), entry in sorted(pending.items(), key=lambda kv: kv[1][6]):
+            sample = entry[7]
+            missing = "train" if entry[0] == "rollout" else "rollout"
+            unpaired.add(
+                entry[6],
+                f"{entry[0]} record for prompt {prompt!r} sample {sample!r} has no {missing} "
+                "record",
+            )
+        if builder.sequences == 0:
+            raise LogError(
+                _no_usable(path, lines - blank, malformed, mismatches, unpaired, self.unit)
+            )
+        columns = builder.columns()
+        return LogTable(
+            path=path,
+            format=fmt.name,
+            sha256=sha256,
+            columns=MappingProxyType(columns),
+            prompt_names=tuple(builder.prompts),
+            lines=lines,
+            blank_lines=blank,
+            sequences=builder.sequences,
+            padding_tokens=builder.padding,
+            malformed=tuple(malformed.listed),
+            malformed_count=malformed.count,
+            mismatches=tuple(mismatches.listed),
+            mismatch_count=mismatches.count,
+            unpaired=tuple(unpaired.listed),
+            unpaired_count=unpaired.count,
+            has_kept_mass=builder.kept_mass_seen,
+        )
+
+
 def read_log(
     path: str | os.PathLike,
     format: str | None = "generic",
@@ -452,27 +554,9 @@ def read_log(
     ``LogError`` when the file holds no usable record.
     """
     path = os.fspath(path)
-    if format is not None and format not in FORMATS:
-        raise LogError(
-            f"{path}: unknown log format {format!r} (expected one of: {', '.join(FORMATS)})"
-        )
-    try:
-        total = os.path.getsize(path)
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        raise LogError(f"{path}: evidence file not found") from None
-    except IsADirectoryError:
-        raise LogError(f"{path}: is a directory, not a log file") from None
-    except OSError as err:
-        raise LogError(f"{path}: cannot read: {err.strerror}") from None
-    if total == 0:
-        handle.close()
-        raise LogError(f"{path}: the log file is empty")
+    reading = Reading(path, format, vocab_size)
+    handle, total = open_log(path)
     digest = hashlib.sha256()
-    builder, pending = TableBuilder(), {}
-    malformed, mismatches = _Problems(), _Problems()
-    fmt = FORMATS[format] if format is not None else None
-    first_keys: dict | None = None
     lines = blank = done = 0
     step = total // 100 + 1  # about a hundred progress calls per file
     mark = step
@@ -498,74 +582,35 @@ def read_log(
             except json.JSONDecodeError as err:
                 cut = not raw.endswith(b"\n") and done == total
                 why = "truncated record at end of file" if cut else "invalid JSON"
-                malformed.add(lines, f"{why}: {err.msg} (column {err.colno})")
+                reading.bad(lines, f"{why}: {err.msg} (column {err.colno})")
                 continue
             except BadRecord as bad:
-                malformed.add(lines, str(bad))
+                reading.bad(lines, str(bad))
                 continue
-            if not isinstance(record, dict):
-                malformed.add(lines, f"not a JSON object (got {type(record).__name__})")
-                continue
-            if first_keys is None:
-                first_keys = record
-                if fmt is None:
-                    name = detect_format(record)
-                    if name is None:
-                        raise LogError(f"{path}:{lines}: {unknown_fields(record)}")
-                    fmt = FORMATS[name]
-            try:
-                if fmt.side is not None and fmt.side in record:
-                    add_split(record, fmt, pending, builder, lines, mismatches, vocab_size)
-                else:
-                    missing = [k for k in fmt.required if k not in record]
-                    if missing:
-                        raise BadRecord(f"missing key '{missing[0]}' ({fmt.name} format)")
-                    add_joined(record, fmt, builder, lines, mismatches, vocab_size)
-            except BadRecord as bad:
-                malformed.add(lines, str(bad))
+            reading.take(record, lines)
     if progress is not None:
         progress(total, total)
-    if first_keys is None and malformed.count == 0:
-        raise LogError(f"{path}: no JSON record in the file ({lines} lines, 0 invalid)")
-    if first_keys is not None and builder.sequences == 0 and mismatches.count == 0 and not pending:
-        guess = detect_format(first_keys)
-        if guess is not None and guess != fmt.name:
-            raise LogError(
-                f"{path}: no record has the {fmt.name} fields; the records look like the "
-                f"{guess} format (declare format: {guess})"
-            )
-    unpaired = _Problems()
-    for (prompt, _), entry in sorted(pending.items(), key=lambda kv: kv[1][6]):
-        sample = entry[7]
-        missing = "train" if entry[0] == "rollout" else "rollout"
-        unpaired.add(
-            entry[6],
-            f"{entry[0]} record for prompt {prompt!r} sample {sample!r} has no {missing} record",
-        )
-    if builder.sequences == 0:
-        raise LogError(_no_usable(path, lines - blank, malformed, mismatches, unpaired))
-    columns = builder.columns()
-    return LogTable(
-        path=path,
-        format=fmt.name,
-        sha256=digest.hexdigest(),
-        columns=MappingProxyType(columns),
-        prompt_names=tuple(builder.prompts),
-        lines=lines,
-        blank_lines=blank,
-        sequences=builder.sequences,
-        padding_tokens=builder.padding,
-        malformed=tuple(malformed.listed),
-        malformed_count=malformed.count,
-        mismatches=tuple(mismatches.listed),
-        mismatch_count=mismatches.count,
-        unpaired=tuple(unpaired.listed),
-        unpaired_count=unpaired.count,
-        has_kept_mass=builder.kept_mass_seen,
-    )
+    return reading.table(digest.hexdigest(), lines, blank)
 
 
-def _no_usable(path: str, records: int, malformed, mismatches, unpaired) -> str:
+def open_log(path: str):
+    """``(binary handle, size)`` of a log file; ``LogError`` when it is missing or empty."""
+    try:
+        total = os.path.getsize(path)
+        handle = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        raise LogError(f"{path}: evidence file not found") from None
+    except IsADirectoryError:
+        raise LogError(f"{path}: is a directory, not a log file") from None
+    except OSError as err:
+        raise LogError(f"{path}: cannot read: {err.strerror}") from None
+    if total == 0:
+        handle.close()
+        raise LogError(f"{path}: the log file is empty")
+    return handle, total
+
+
+def _no_usable(path: str, records: int, malformed, mismatches, unpaired, unit="line") -> str:
     """The one-line error for a log of which no record gave a sequence, quoting bad lines."""
     kinds = (
         (malformed.count, "malformed"),
@@ -574,10 +619,11 @@ def _no_usable(path: str, records: int, malformed, mismatches, unpaired) -> str:
     )
     counts = ", ".join(f"{n} {what}" for n, what in kinds if n)
     listed = sorted((*malformed.listed, *mismatches.listed, *unpaired.listed), key=lambda p: p.line)
-    quoted = "".join(f"; line {p.line}: {p.reason}" for p in listed[:QUOTED])
+    quoted = "".join(f"; {unit} {p.line}: {p.reason}" for p in listed[:QUOTED])
     more = malformed.count + mismatches.count + unpaired.count - len(listed[:QUOTED])
     rest = f" (and {more} more)" if more > 0 else ""
-    lines = f"{records} non-blank line" + ("" if records == 1 else "s")
+    noun = f"non-blank {unit}" if unit == "line" else unit
+    lines = f"{records} {noun}" + ("" if records == 1 else "s")
     return f"{path}: no usable record in {lines} ({counts}){quoted}{rest}"
 
 
