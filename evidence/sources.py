@@ -101,10 +101,13 @@ def _summarize(columns, prompt_names, thresholds, slices, metric_skip, cap=None)
 
 
 class Progress:
-    """A one-line progress bar on a text stream (the CLI's stderr); silent when off."""
+    """A one-line progress bar on a text stream (the CLI's stderr), drawn only when that stream
+    is a terminal: into a file or a pipe, carriage-return updates would pile up as text, so
+    there it is silent, as it is when off (``stream`` None)."""
 
     def __init__(self, stream, label: str) -> None:
-        self.stream, self.label, self.shown = stream, label, -1
+        tty = stream is not None and callable(getattr(stream, "isatty", None)) and stream.isatty()
+        self.stream, self.label, self.shown = stream if tty else None, label, -1
 
     def __call__(self, done, total=None, *_) -> None:
         if self.stream is None or not total:
