@@ -16,7 +16,7 @@ integer-to-float conversion), so every backend computes the same bits:
   narrow format, for storing it in that format's container without a float conversion.
 
 Float32 inputs are read with their subnormals flushed (a binary32 subnormal counts as zero),
-as everywhere in ``kernels`` (:mod:`kernels.formats`). ``tests/test_kernels_bitround.py``
+as everywhere in ``kernels`` (:mod:`kernels.formats`). ``tests/kernels/test_bitround.py``
 compares every function with ``ml_dtypes`` / NumPy conversions and exact rational arithmetic.
 """
 

@@ -55,7 +55,7 @@ so ``C · 448**2 · (1 + 2**-(m+1))**ceil(C / group) < 2**35`` suffices. All pre
 (``h100-fp8``: C = 128; ``h100-fp8-fast-accum``: C = K ≤ 2**17; ``mxfp8``: C = 32, m = 23).
 For e5m2, bfloat16, float16 and float32 inputs the terms can span more than 53 bits; the sum is
 then the binary64 sum written above, which can differ from the real sum
-(``tests/test_kernels_matmul_exact.py`` compares with exact rational arithmetic).
+(``tests/kernels/test_matmul_exact.py`` compares with exact rational arithmetic).
 
 Int8 inputs
 -----------

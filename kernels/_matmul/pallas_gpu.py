@@ -33,7 +33,7 @@ kernel converts nothing per product. Block shapes are powers of two.
 Written for the Triton lowering (only ref loads and stores, ``lax.dot_general``, elementwise
 and bit operations, and ``fori_loop``: no gather, no slicing of values); ``interpret=True``
 runs the same kernel body on the CPU. Tested against
-:func:`kernels._matmul.reference.reduce_quantized_np` (``tests/test_kernels_matmul_pallas_gpu.py``).
+:func:`kernels._matmul.reference.reduce_quantized_np` (``tests/kernels/test_matmul_pallas_gpu.py``).
 """
 
 from __future__ import annotations

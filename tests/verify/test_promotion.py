@@ -12,7 +12,9 @@ import shutil
 import pytest
 from cli_runner import run_cli
 
-SAMPLE = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples" / "rollout-sample.jsonl"
+SAMPLE = (
+    pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples" / "rollout-sample.jsonl"
+)
 CONTRACT = """\
 contract: 1
 name: promo

@@ -1,0 +1,175 @@
+"""The notebooks run top to bottom, their plots render, and they use only the public API.
+
+Each jupytext file in ``notebooks/`` is converted to a notebook and executed with nbclient in
+a kernel running this interpreter (a kernel spec written to a temporary directory, so the
+test does not depend on which kernels the machine has registered). A cell that raises fails
+the test. Every PNG the notebook displays is decoded and must not be blank, and each notebook
+must display at least one. The kernels share a JAX compilation cache in a temporary
+directory, so a kernel pair that two notebooks emulate is compiled once per test run.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import importlib
+import io
+import json
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+import pytest
+
+jupytext = pytest.importorskip("jupytext", reason="the test extra (jupytext) is not installed")
+nbclient = pytest.importorskip("nbclient", reason="the test extra (nbclient) is not installed")
+pytest.importorskip("ipykernel", reason="the test extra (ipykernel) is not installed")
+mpl_image = pytest.importorskip("matplotlib.image", reason="matplotlib is not installed")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
+OURS = ("contracts", "kernels", "bounds", "verify")
+KERNEL_NAME = "kernel-contracts-test"
+# the notebooks that run emulated kernels; CI runs them, `-m "not slow"` skips them locally
+SLOW = {"01_bound_tightness.py", "02_where_divergence_concentrates.py", "04_rl_bias.py"}
+
+
+def _code(path: pathlib.Path) -> str:
+    nb = jupytext.read(path)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory):
+    """Environment for a kernel that runs this interpreter with the repository importable."""
+    home = tmp_path_factory.mktemp("jupyter")
+    spec = home / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "kernel-contracts test kernel",
+                "language": "python",
+            }
+        )
+    )
+    env = {
+        "JUPYTER_PATH": str(home),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # plots become PNG outputs
+        # notebooks 1 and 2 emulate some of the same kernel pairs: compile them once per run
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax-cache")),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _images(nb) -> list[np.ndarray]:
+    found = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png is not None:
+                found.append(mpl_image.imread(io.BytesIO(base64.b64decode(png)), format="png"))
+    return found
+
+
+def _blank(img: np.ndarray) -> bool:
+    """True when the image is (nearly) one colour: no plot was drawn."""
+    rgb = img[..., :3].reshape(-1, 3)
+    colours = np.unique(np.round(rgb * 255).astype(np.uint8), axis=0)
+    background = np.mean(np.all(np.isclose(rgb, np.median(rgb, axis=0), atol=1 / 255), axis=1))
+    return len(colours) < 8 or background > 0.995
+
+
+def test_blank_detector():
+    """The blank check itself rejects a uniform image and accepts a drawn one."""
+    white = np.ones((50, 80, 4))
+    assert _blank(white)
+    drawn = white.copy()
+    drawn[10:40, 5:75, :3] = np.linspace(0, 1, 70)[None, :, None]
+    assert not _blank(drawn)
+
+
+def test_three_notebooks_and_readme():
+    names = [p.name for p in NOTEBOOKS]
+    assert names == [
+        "01_bound_tightness.py",
+        "02_where_divergence_concentrates.py",
+        "03_contract_end_to_end.py",
+        "04_rl_bias.py",
+    ]
+    readme = (NOTEBOOK_DIR / "README.md").read_text(encoding="utf-8")
+    for name in names:
+        assert name in readme, f"notebooks/README.md does not mention {name}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_public_api_only(path):
+    """Only exported names of our packages (or of their documented submodules) are used."""
+    tree = ast.parse(_code(path), filename=str(path))
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in OURS and "." in alias.name:
+                    problems.append(f"line {node.lineno}: import {alias.name} (a submodule)")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in OURS:
+            if any(part.startswith("_") for part in node.module.split(".")):
+                problems.append(f"line {node.lineno}: from {node.module} (a private module)")
+                continue
+            # a package, or a documented submodule (e.g. kernels.emulation): its __all__ rules
+            exported = getattr(importlib.import_module(node.module), "__all__", ())
+            problems += [
+                f"line {node.lineno}: {node.module}.{a.name} is not exported"
+                for a in node.names
+                if a.name not in exported
+            ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in OURS
+        ):
+            module = importlib.import_module(node.value.id)
+            public = {*module.__all__, "__file__", "__name__"}
+            if node.attr not in public:
+                problems.append(f"line {node.lineno}: {node.value.id}.{node.attr} is not exported")
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
+def test_notebook_runs_and_plots(path, kernel_env, tmp_path):
+    nb = jupytext.read(path)
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name=KERNEL_NAME,
+        timeout=600,
+        resources={"metadata": {"path": str(ROOT)}},
+    )
+    start = time.perf_counter()
+    client.execute()  # raises CellExecutionError on the first failing cell
+    elapsed = time.perf_counter() - start
+    errors = [
+        out for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"
+    ]
+    assert not errors, errors
+    images = _images(nb)
+    assert images, f"{path.name} displayed no image"
+    for i, img in enumerate(images):
+        mpl_image.imsave(tmp_path / f"{path.stem}_{i:02d}.png", img)
+        assert not _blank(img), f"{path.name}: image {i} is blank"
+    print(f"{path.name}: {elapsed:.1f} s, {len(images)} images")
