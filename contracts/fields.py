@@ -25,6 +25,7 @@ __all__ = [
     "INPUT_FORMATS",
     "INT_ACCUMULATORS",
     "LOGPROBS",
+    "LOG_FILE_FORMATS",
     "NUMERICAL_METRICS",
     "OBJECTS",
     "OBSERVABLE",
@@ -102,6 +103,8 @@ CLAUSE_STATUSES = ("held", "violated", "inconclusive", "skipped")
 GUARANTEE_STATUSES = ("proved", "refuted", "unknown")
 STAGES = ("offline_ci", "shadow", "canary", "full")
 EVIDENCE_FORMATS = ("generic", "verl", "trl")
+# how a log is stored (unset: chosen by the file name's ending)
+LOG_FILE_FORMATS = ("jsonl", "parquet", "arrow")
 
 
 class Fields(NamedTuple):
@@ -199,6 +202,6 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
         "stage": Fields(("min_tokens", "traffic")),
         "evidence": Fields(("emulate", "logprobs")),
         "emulate": Fields(("model", "params", "prompts", "max_new_tokens", "seed")),
-        "logprobs": Fields(("path", "format"), ("path",)),
+        "logprobs": Fields(("path", "format", "file_format"), ("path",)),
     }
 )

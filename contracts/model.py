@@ -59,6 +59,7 @@ Severity = Literal[F.SEVERITIES]
 Action = Literal[F.ACTIONS]
 Stage = Literal[F.STAGES]
 EvidenceFormat = Literal[F.EVIDENCE_FORMATS]
+LogFileFormat = Literal[F.LOG_FILE_FORMATS]
 
 
 def exact(x: float | int) -> Fraction:
@@ -386,6 +387,8 @@ class EmulateEvidence:
 class LogprobsEvidence:
     path: str
     format: EvidenceFormat = "generic"
+    # None: the file name's ending chooses (.parquet/.pq, .arrow/.feather, else JSONL)
+    file_format: LogFileFormat | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

@@ -320,10 +320,12 @@ _EVIDENCE = _obj(
             "max_new_tokens": _int("Tokens per prompt.", minimum=1, maximum=2**32 - 1),
             "seed": _int("Random seed.", minimum=0, maximum=2**32 - 1),
         }), {"type": "null"}]},
-        "logprobs": _obj("Logged log-probs (JSONL).", {
+        "logprobs": _obj("Logged log-probs (JSONL, Parquet or Arrow).", {
             "path": {"type": "string", "minLength": 1,
                      "description": "Relative to the contract file's directory."},
             "format": _enum("Log format.", F.EVIDENCE_FORMATS),
+            "file_format": _enum("How the log is stored; default: by the file name's ending.",
+                                 F.LOG_FILE_FORMATS),
         }, ("path",)),
     },
     minProperties=1,

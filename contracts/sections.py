@@ -14,6 +14,7 @@ from contracts.fields import (
     EVIDENCE_FORMATS,
     FORMATS,
     GUARANTEE_STATUSES,
+    LOG_FILE_FORMATS,
     LOGPROBS,
     NUMERICAL_METRICS,
     OBJECTS,
@@ -381,7 +382,10 @@ def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | Non
             fmt = "generic"
             if "format" in lp:
                 fmt = ck.choice(lp["format"], sub(lkey, "format"), EVIDENCE_FORMATS)
+            stored = None
+            if "file_format" in lp:
+                stored = ck.choice(lp["file_format"], sub(lkey, "file_format"), LOG_FILE_FORMATS)
             if path is not None and fmt is not None:
                 resolved = os.path.normpath(os.path.join(base_dir, path))
-                logprobs = LogprobsEvidence(path=resolved, format=fmt)
+                logprobs = LogprobsEvidence(path=resolved, format=fmt, file_format=stored)
     return Evidence(emulate=emulate, logprobs=logprobs) if _ok(ck, mark) else None
