@@ -1,11 +1,11 @@
 """Evidence sources: a log or an emulation turned into per-slice mergeable summaries.
 
-``log_source`` reads JSONL logs (``evidence.logs``) as shards of one log; ``emulate_sources``
-runs ``kernels.emulation`` (the only path that imports JAX), once per setting of the runtime
-sweep (``evidence.envelope.settings``), one source per setting. All summarise every
-(slice, metric) a contract's clauses need (``evidence.summary``), say which metrics and slices
-they cannot give, and why, and describe the runtime envelope their sequences were gathered
-in (``info["runtime"]``, ``evidence.envelope.observe``).
+``log_source`` reads logs (``evidence.logs``: JSONL, Parquet, Arrow) as shards of one log;
+``emulate_sources`` runs ``kernels.emulation`` (the only path that imports JAX), once per
+setting of the runtime sweep (``evidence.envelope.settings``), one source per setting. All
+summarise every (slice, metric) a contract's clauses need (``evidence.summary``), say which
+metrics and slices they cannot give, and why, and describe the runtime envelope their sequences
+were gathered in (``info["runtime"]``, ``evidence.envelope.observe``).
 """
 
 from __future__ import annotations
@@ -123,17 +123,22 @@ class Progress:
         self.stream.flush()
 
 
-def log_source(contract, paths: tuple[tuple[str, str | None, str], ...], stream) -> Source:
+def log_source(
+    contract, paths: tuple[tuple[str, str | None, str, str | None], ...], stream
+) -> Source:
+    """The evidence of the logs ``(path, format, where, file_format)``, read as shards of one
+    log (``file_format`` ``None``: by the file name's ending)."""
     from evidence.logs import LogError, read_log
 
     tables = []
-    for path, fmt, where in paths:
+    for path, fmt, where, stored in paths:
         try:
             table = read_log(
                 path,
                 fmt,
                 vocab_size=contract.policy.vocab_size,
                 progress=Progress(stream, f"reading {path}"),
+                file_format=stored,
             )
         except LogError as err:
             raise EvidenceError(f"{where}{err}") from None

@@ -1,12 +1,14 @@
-"""Evidence from users' RL stacks: JSONL log readers and sampled-token metrics (numpy only)."""
+"""Evidence from users' RL stacks: log readers (JSONL; Parquet and Arrow through pyarrow) and
+sampled-token metrics (numpy only)."""
 
 from evidence.logs.metrics import IS_RATIO_QUANTILES, framework_metrics, token_metrics
 from evidence.logs.reader import LOGPROB_TOLERANCE, LogError, LogTable, Problem, read_log
-from evidence.logs.schema import FORMATS, LogFormat, detect_format
+from evidence.logs.schema import FILE_FORMATS, FORMATS, LogFormat, detect_format, file_format_of
 from evidence.logs.shift import SupportShift, support_shift
 from evidence.logs.writer import LoggedSequence, record, write_log
 
 __all__ = [
+    "FILE_FORMATS",
     "FORMATS",
     "IS_RATIO_QUANTILES",
     "LOGPROB_TOLERANCE",
@@ -17,6 +19,7 @@ __all__ = [
     "Problem",
     "SupportShift",
     "detect_format",
+    "file_format_of",
     "framework_metrics",
     "read_log",
     "record",

@@ -12,14 +12,18 @@ understood; docs/evidence-schema.md is the user-facing description of each.
 - ``trl``: the names of TRL's ``GRPOTrainer`` on its vLLM importance-sampling path
   (``completion_ids``, ``old_per_token_logps``, ``sampling_per_token_logps``,
   ``completion_mask``), one completion per line.
+
+How the records are stored is a second, independent choice (``FILE_FORMATS``): JSONL text, or
+Parquet or Arrow (IPC) files with one row per sequence and the same names as columns.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["FORMATS", "LogFormat", "detect_format"]
+__all__ = ["FILE_FORMATS", "FORMATS", "LogFormat", "detect_format", "file_format_of"]
 
 
 @dataclass(frozen=True)
@@ -109,3 +113,14 @@ def detect_format(record: dict) -> str | None:
     if generic.side in record and generic.logprobs in record and generic.ids in record:
         return "generic"
     return None
+
+
+# How a log's records are stored, and the file name endings that select each.
+FILE_FORMATS = ("jsonl", "parquet", "arrow")
+_ENDINGS = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow"}
+
+
+def file_format_of(path: str) -> str:
+    """The file format a log's name selects: ``.parquet``/``.pq`` Parquet, ``.arrow``/``.feather``
+    Arrow IPC, anything else JSONL."""
+    return _ENDINGS.get(os.path.splitext(path)[1].lower(), "jsonl")

@@ -43,16 +43,19 @@ ASSUMPTIONS = (
 )
 
 
-def _log_paths(contract, paths) -> tuple[tuple[str, str | None, str], ...]:
+def _log_paths(contract, paths) -> tuple[tuple[str, str | None, str, str | None], ...]:
+    """``(path, format, where, file_format)`` of each log: a ``--evidence`` path is stored as
+    its name's ending says, the contract's as its ``file_format`` says (else the same)."""
     declared = contract.evidence.logprobs
     if paths:
         fmt = declared.format if declared is not None else None
-        return tuple((os.fspath(p), fmt, "--evidence ") for p in paths)
+        return tuple((os.fspath(p), fmt, "--evidence ", None) for p in paths)
     if declared is None:
         return ()
     where = contract.source.where("evidence.logprobs.path")
     prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
-    return ((declared.path, declared.format, f"{prefix}evidence.logprobs.path: "),)
+    where = f"{prefix}evidence.logprobs.path: "
+    return ((declared.path, declared.format, where, declared.file_format),)
 
 
 def evaluate(

@@ -1,0 +1,149 @@
+"""Read a log stored as Parquet or Arrow (IPC) into a token table, streaming by record batch.
+
+Columnar logs are what verl's datasets and Hugging Face ``datasets`` write: one row per
+sequence, list columns for the per-token arrays, under the key names of one of the log formats
+(``evidence.logs.schema``). Each row goes through the same record validation as a JSONL line
+(``evidence.logs.reader.Reading``), so a bad row is counted with its 1-based row number and the
+reason, exactly as a bad line is: a null in a required column, a list of strings where
+log-probs belong, a token id out of the vocabulary. A null in an optional column (a mask, a
+prompt id) means the row does not say. A file that cannot be read at all (no Parquet footer,
+not an Arrow file, no known column set) raises ``LogError``; a row group or record batch that
+is cut off or corrupt counts its rows as bad, and reading goes on with the next one.
+
+This module is the project's only importer of pyarrow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from evidence.logs.reader import LogError, LogTable, Reading, open_log
+from evidence.logs.schema import FORMATS, detect_format
+
+__all__ = ["BATCH_ROWS", "read_columnar_log"]
+
+# Rows decoded at a time: memory stays bounded however large the file.
+BATCH_ROWS = 1024
+_CHUNK = 1 << 20
+_FAILURES = (pa.ArrowException, OSError, ValueError)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _why(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _parquet_batches(path: str) -> tuple[pa.Schema, int, Iterator]:
+    try:
+        file = pq.ParquetFile(path)
+    except _FAILURES as err:
+        raise LogError(
+            f"{path}: not a readable Parquet file ({_why(err)}); a file cut off while being "
+            "written has no footer"
+        ) from None
+    total = file.metadata.num_rows
+
+    def batches():
+        for group in range(file.num_row_groups):
+            rows = file.metadata.row_group(group).num_rows
+            try:
+                yield from file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group])
+            except _FAILURES as err:
+                yield (f"row group {group} cannot be read ({_why(err)})", rows)
+
+    return file.schema_arrow, total, batches()
+
+
+def _arrow_batches(path: str) -> tuple[pa.Schema, int | None, Iterator]:
+    source = pa.memory_map(path)
+    try:
+        reader = ipc.open_file(source)
+    except _FAILURES:
+        try:
+            stream = ipc.open_stream(source)
+        except _FAILURES as err:
+            raise LogError(f"{path}: not a readable Arrow file or stream ({_why(err)})") from None
+
+        def batches():
+            try:
+                yield from stream
+            except _FAILURES as err:  # a stream cut off while being written
+                yield (f"record batch cut off at end of file ({_why(err)})", 1)
+
+        return stream.schema, None, batches()
+
+    def file_batches():
+        for i in range(reader.num_record_batches):
+            try:
+                yield reader.get_batch(i)
+            except _FAILURES as err:
+                yield (f"record batch {i} cannot be read ({_why(err)})", 1)
+
+    return reader.schema, None, file_batches()
+
+
+def read_columnar_log(
+    path: str | os.PathLike,
+    format: str | None = "generic",
+    *,
+    file_format: str = "parquet",
+    vocab_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> LogTable:
+    """Read the Parquet (``file_format="parquet"``) or Arrow IPC (``"arrow"``) log at ``path``.
+
+    ``format`` names the key spelling of the columns (``None``: detect from the column names);
+    ``vocab_size`` and ``progress(rows_read, rows_total)`` are as for ``read_log``. Raises
+    ``LogError`` when the file holds no usable row.
+    """
+    path = os.fspath(path)
+    reading = Reading(path, format, vocab_size, unit="row")
+    open_log(path)[0].close()  # missing, a directory, empty: the JSONL reader's messages
+    if file_format == "parquet":
+        schema, total, batches = _parquet_batches(path)
+    elif file_format == "arrow":
+        schema, total, batches = _arrow_batches(path)
+    else:
+        raise LogError(f"{path}: unknown file format {file_format!r} (parquet or arrow)")
+    if reading.fmt is None:
+        name = detect_format(dict.fromkeys(schema.names))
+        if name is None:
+            known = "; ".join(f"{n}: {', '.join(f.required)}" for n, f in FORMATS.items())
+            raise LogError(
+                f"{path}: the columns are none of the known field sets ({known}); its "
+                f"columns: {', '.join(schema.names[:8]) or 'none'}"
+            )
+        reading.fmt = FORMATS[name]
+    required = frozenset(reading.fmt.required)
+    rows = 0
+    for batch in batches:
+        if isinstance(batch, tuple):  # (reason, rows) of a part that cannot be read
+            reason, lost = batch
+            for _ in range(lost):
+                rows += 1
+                reading.bad(rows, reason)
+            continue
+        for row in batch.to_pylist():
+            rows += 1
+            nulls = [k for k, v in row.items() if v is None and k in required]
+            if nulls:
+                reading.bad(rows, f"'{nulls[0]}' is null: a required column")
+                continue
+            reading.take({k: v for k, v in row.items() if v is not None}, rows)
+        if progress is not None and total:
+            progress(rows, total)
+    return reading.table(_sha256(path), rows, kind=file_format.capitalize())
