@@ -71,13 +71,15 @@ QUANTITIES = (
 )  # fmt: skip
 ESTIMATORS = (
     "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
-    "kl_mask",
+    "kl_mask", "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
 )  # fmt: skip
 # estimator -> the parameter fields of a pg_bias guarantee it requires
 ESTIMATOR_PARAMS = MappingProxyType(
     {"tis": ("cap",), "mis": ("cap",), "seq_tis": ("cap",), "ppo_clip": ("clip_epsilon",),
      "icepop": ("band",), "geo_mask": ("band",), "tv_mask": ("threshold",),
-     "kl_mask": ("threshold",)}
+     "kl_mask": ("threshold",), "dppo_tv": ("threshold",), "dppo_kl": ("threshold",),
+     "dual_clip": ("clip_epsilon", "cap"), "seq_mask": ("band",), "seq_outlier": ("band",),
+     "tis_mask": ("cap", "band"), "opsm": ("threshold",)}
 )  # fmt: skip
 # quantity -> the optional fields a guarantee of it takes beyond id, quantity, max, from, assume
 QUANTITY_FIELDS = MappingProxyType(

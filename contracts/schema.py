@@ -252,13 +252,14 @@ _GUARANTEE = _obj(
         "score_norm": _num("G >= |grad log pi| per token (assumption).", exclusiveMinimum=0),
         "advantage": _num("A_max >= |A| (assumption).", exclusiveMinimum=0),
         "estimator": _enum("Policy-gradient estimator.", F.ESTIMATORS),
-        "cap": _num("Importance-ratio cap: c >= 0 for tis and seq_tis, c > 1 for mis.",
-                    minimum=0),
-        "band": dict(_pair("Kept ratio band [lo, hi], 0 <= lo < 1 < hi, for icepop and "
-                           "geo_mask.", {"type": "number"}, False),
+        "cap": _num("Importance-ratio cap: c >= 0 for tis, seq_tis and tis_mask, c > 1 for mis "
+                    "and dual_clip.", minimum=0),
+        "band": dict(_pair("Kept ratio band [lo, hi], 0 <= lo < 1 < hi, for icepop, geo_mask, "
+                           "seq_mask, seq_outlier and tis_mask.", {"type": "number"}, False),
                      prefixItems=[{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                                   {"type": "number", "exclusiveMinimum": 1}]),
-        "threshold": _num("Divergence threshold: tv_mask in (0, 1), kl_mask > 0.",
+        "threshold": _num("Divergence threshold: tv_mask and dppo_tv in (0, 1), kl_mask, "
+                          "dppo_kl and opsm > 0.",
                           exclusiveMinimum=0),
         "clip_epsilon": _num("PPO clip range in (0, 1).", exclusiveMinimum=0,
                              exclusiveMaximum=1),
@@ -268,9 +269,11 @@ _GUARANTEE = _obj(
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]
     + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold")]
-    + [{"if": {"properties": {"estimator": {"const": "mis"}}, "required": ["estimator"]},
+    + [{"if": {"properties": {"estimator": {"enum": ["mis", "dual_clip"]}},
+               "required": ["estimator"]},
         "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},
-       {"if": {"properties": {"estimator": {"const": "tv_mask"}}, "required": ["estimator"]},
+       {"if": {"properties": {"estimator": {"enum": ["tv_mask", "dppo_tv"]}},
+               "required": ["estimator"]},
         "then": {"properties": {"threshold": {"exclusiveMaximum": 1}}}}],
 )  # fmt: skip
 _ESCALATION = _obj(

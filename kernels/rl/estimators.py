@@ -18,6 +18,22 @@ by name (``ESTIMATOR_NAMES``):
   [lo, hi] gets ω = 0; inside, ω = w per token.
 - ``tv_mask`` (``threshold`` τ in (0, 1)): ω = 0 where TV(π(·|ctx), π'(·|ctx)) > τ, else w.
 - ``kl_mask`` (``threshold`` τ > 0): ω = 0 where KL(π'‖π) at the position > τ, else w.
+- ``dppo_tv`` (``threshold`` τ in (0, 1)): sign-aware, on the sampled token only (DPPO's
+  binary TV): ω = 0 where A > 0 and π(y) − π'(y) > τ, or A < 0 and π'(y) − π(y) > τ; else w.
+  ``tv_mask`` drops on the full-vocabulary distance whatever the advantage.
+- ``dppo_kl`` (``threshold`` τ > 0): ω = 0 where the binary KL
+  π'(y)·log(π'(y)/π(y)) + (1 − π'(y))·log((1 − π'(y))/(1 − π(y))) exceeds τ and the advantage
+  pushes π(y) further from π'(y) (A > 0 with π(y) > π'(y), or A < 0 with π(y) < π'(y)); else w.
+- ``dual_clip`` (``clip_epsilon`` ε, ``cap`` c > 1): ``ppo_clip``, and also ω = 0 where A < 0
+  and w > c (the dual-clip surrogate is the constant c·A there).
+- ``seq_mask`` (``band`` (lo, hi)): ω = W on every token of a sequence whose W lies in
+  [lo, hi], 0 on the others.
+- ``seq_outlier`` (``band`` (lo, hi)): a sequence with one token whose w lies outside [lo, hi]
+  gets ω = 0; inside, ω = w per token.
+- ``tis_mask`` (``cap`` c ≥ 0, ``band`` (lo, hi)): ω = min(w, c) where lo ≤ w ≤ hi, else 0.
+- ``opsm`` (``threshold`` δ > 0): a sequence with A < 0 whose mean of log(π'/π) over its
+  tokens exceeds δ gets ω = 0; otherwise ω = w per token (the advantage is read per token, so
+  a sequence-level advantage is given on each of its tokens).
 
 Products over a sequence are sums of log-ratios; a weight is exponentiated only after capping
 its logarithm, so long sequences neither overflow nor produce NaN. ``seq_is`` has no cap: its
@@ -27,6 +43,8 @@ log-ratio is ignored, whatever it holds.
 References:
     Espeholt et al., "IMPALA" (2018) — truncated importance sampling.
     Schulman et al., "Proximal Policy Optimization Algorithms" (2017) — the clipped surrogate.
+    Ye et al., "Mastering Complex Control in MOBA Games with Deep RL" (2019) — dual clip.
+    DeepSeek-AI, "DeepSeek-V3.2" (2025) — the off-policy sequence mask (``opsm``).
 """
 
 from __future__ import annotations
@@ -112,6 +130,40 @@ def _saturating_exp(log_value: Array) -> Array:
     return jnp.minimum(jnp.exp(log_value), jnp.finfo(log_value.dtype).max)
 
 
+def _advantages(advantages, lr: Array) -> Array:
+    adv = jnp.asarray(advantages, lr.dtype)
+    if adv.shape != lr.shape:
+        raise ValueError(f"advantages shape {adv.shape} differs from {lr.shape}")
+    return adv
+
+
+def _dppo_dropped(
+    name: str,
+    tau: float,
+    lr: Float[Array, "batch time"],
+    advantages: Float[Array, "batch time"],
+    logp_inf: Float[Array, "batch time"] | None,
+) -> Array:
+    """Where DPPO's binary TV or KL mask drops a token: the divergence of the sampled token's
+    Bernoulli laws exceeds τ and the advantage pushes π(y) further from π'(y)."""
+    if logp_inf is None:
+        raise ValueError(f"estimator {name!r} needs logp_inf (log π_inf of the sampled tokens)")
+    adv = _advantages(advantages, lr)
+    lq = jnp.asarray(logp_inf, lr.dtype)
+    if lq.shape != lr.shape:
+        raise ValueError(f"logp_inf shape {lq.shape} differs from {lr.shape}")
+    lq = jnp.minimum(lq, 0.0)
+    lp = jnp.minimum(lq + lr, 0.0)
+    q, pr = jnp.exp(lq), jnp.exp(lp)
+    up, down = pr > q, pr < q
+    if name == "dppo_tv":
+        return ((adv > 0) & (pr - q > tau)) | ((adv < 0) & (q - pr > tau))
+    # binary KL(π'(y) ‖ π(y)); where π(y) = 1 its second term is +inf (a certain drop)
+    kl = q * (lq - lp) + (1 - q) * (jnp.log1p(-q) - jnp.log1p(-pr))
+    far = kl > tau
+    return ((adv > 0) & up & far) | ((adv < 0) & down & far)
+
+
 def correction_weights(
     name: str,
     log_ratio: Float[Array, "batch time"],
@@ -121,13 +173,15 @@ def correction_weights(
     params: Mapping[str, float | tuple] = _NO_PARAMS,
     token_tv: Float[Array, "batch time"] | None = None,
     token_kl: Float[Array, "batch time"] | None = None,
+    logp_inf: Float[Array, "batch time"] | None = None,
 ) -> Float[Array, "batch time"]:
     """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
 
     ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
     real tokens and 0 on padding (ω = 0 there). ``advantages`` matters only to ``ppo_clip``;
     ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
-    full-vocabulary divergences at each position. ``name`` and ``params`` are static (Python
+    full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
+    log π_inf(y_t) at the sampled tokens. ``name`` and ``params`` are static (Python
     values); the arrays may be traced, so the function works under ``jax.jit``.
     """
     p = check_params(name, params)
@@ -150,13 +204,32 @@ def correction_weights(
         omega = _capped_exp(lr, p["cap"])
     elif name == "mis":
         omega = jnp.where(lr <= math.log(p["cap"]), w, 0.0)
-    elif name == "ppo_clip":
-        adv = jnp.asarray(advantages, dtype)
-        if adv.shape != lr.shape:
-            raise ValueError(f"advantages shape {adv.shape} differs from {lr.shape}")
+    elif name in ("ppo_clip", "dual_clip"):
+        adv = _advantages(advantages, lr)
         eps = p["clip_epsilon"]
         clipped = ((adv > 0) & (w > 1.0 + eps)) | ((adv < 0) & (w < 1.0 - eps))
+        if name == "dual_clip":
+            clipped |= (adv < 0) & (w > p["cap"])
         omega = jnp.where(clipped, 0.0, w)
+    elif name in ("dppo_tv", "dppo_kl"):
+        omega = jnp.where(_dppo_dropped(name, p["threshold"], lr, advantages, logp_inf), 0.0, w)
+    elif name == "tis_mask":
+        lo, hi = p["band"]
+        omega = jnp.where((w >= lo) & (w <= hi), _capped_exp(lr, p["cap"]), 0.0)
+    elif name == "seq_mask":
+        lo, hi = p["band"]
+        log_seq = jnp.sum(lr, axis=1, keepdims=True)
+        keep = (log_seq >= (math.log(lo) if lo > 0 else -math.inf)) & (log_seq <= math.log(hi))
+        omega = jnp.where(keep, jnp.broadcast_to(_capped_exp(log_seq, hi), lr.shape), 0.0)
+    elif name == "seq_outlier":
+        lo, hi = p["band"]
+        outside = valid & ((w < lo) | (w > hi))
+        omega = jnp.where(jnp.any(outside, axis=1, keepdims=True), 0.0, w)
+    elif name == "opsm":
+        adv = _advantages(advantages, lr)
+        n = jnp.sum(valid, axis=1, keepdims=True)
+        mean_k1 = -jnp.sum(lr, axis=1, keepdims=True) / jnp.maximum(n, 1).astype(dtype)
+        omega = jnp.where((adv < 0) & (mean_k1 > p["threshold"]), 0.0, w)
     elif name == "icepop":
         lo, hi = p["band"]
         omega = jnp.where((w >= lo) & (w <= hi), w, 0.0)
