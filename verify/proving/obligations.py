@@ -231,17 +231,22 @@ def _not_attained(d: Derivation, point: str) -> str:
     premise counts: a counterexample must satisfy each of them), or a bound above the
     supremum."""
     where = f"the bound exceeds max at {point}" if point else "the bound exceeds max"
+    hint = (
+        "; python -m verify synth on this contract gives the largest premise max that proves it"
+        if d.variables
+        else ""
+    )
     unused = tuple(d.extra.get("unused", ()))
     if unused:
         return (
             f"{where}, but route {d.route!r} does not rest on every clause named in `from` "
             f"({'; '.join(unused)}), so a counterexample to it need not satisfy them and the "
-            "guarantee is not refuted; a lemma that uses them is needed to decide it"
+            "guarantee is not refuted; a lemma that uses them is needed to decide it" + hint
         )
     return (
         f"{where}, but route {d.route!r} is not attained there (its bound lies above the "
         "supremum the premises allow), so the guarantee is not refuted; a tighter lemma is "
-        "needed to decide it"
+        "needed to decide it" + hint
     )
 
 

@@ -3,12 +3,16 @@
 For each guarantee the chain is inverted (``bounds.loosest``: for each premise variable, the
 largest short rational such that the bound stays within the guarantee's max), the value is
 written as an exact decimal, and the obligation with that premise range is proved by z3 before
-anything is printed. The output is a YAML snippet to paste into the contract.
+anything is printed. When the loosest value is not proved within the time budget, a few
+short decimals up to 10% below it are tried, and the first one proved is printed with a note;
+when none is, the note says which budget to give or which value to set. The output is a YAML
+snippet to paste into the contract.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -82,16 +86,55 @@ def synthesize(contract: Contract, *, timeout_ms: int = 5000) -> tuple[Synthesis
                 )
                 out.append(Synthesis(d.guarantee, v.clause, family, None, Status.UNKNOWN, note))
                 continue
-            value = _short(Fraction(best[v.name]))
-            loosened = tuple(
-                dataclasses.replace(w, hi=value) if w.name == v.name else w for w in d.variables
-            )
-            ob = discharge(dataclasses.replace(d, variables=loosened), timeout_ms=timeout_ms)
-            note = f"{d.quantity} ≤ {float(d.threshold):.6g} proved with {v.name} ≤ {value}"
-            if ob.status is not Status.PROVED:
-                note = f"not proved ({ob.status.label}: {ob.reason})"
-            out.append(Synthesis(d.guarantee, v.clause, family, value, ob.status, note))
+            loosest = _short(Fraction(best[v.name]))
+            value, status, note = loosest, Status.UNKNOWN, ""
+            for candidate in _candidates(loosest):
+                loosened = tuple(
+                    dataclasses.replace(w, hi=candidate) if w.name == v.name else w
+                    for w in d.variables
+                )
+                ob = discharge(dataclasses.replace(d, variables=loosened), timeout_ms=timeout_ms)
+                if ob.status is Status.PROVED:
+                    value, status = candidate, ob.status
+                    note = f"{d.quantity} ≤ {float(d.threshold):.6g} proved with {v.name} ≤ "
+                    note += f"{decimal_text(candidate)}"
+                    if candidate != loosest:
+                        note += (
+                            f" (the loosest value, {decimal_text(loosest)}, was not proved "
+                            f"within {timeout_ms} ms)"
+                        )
+                    break
+            else:
+                note = _not_proved(v.name, loosest, timeout_ms)
+            out.append(Synthesis(d.guarantee, v.clause, family, value, status, note))
     return tuple(out)
+
+
+# how far below the loosest value synth tries when the loosest one is not proved in time
+_FALLBACKS = (Fraction(999, 1000), Fraction(99, 100), Fraction(9, 10))
+
+
+def _candidates(loosest: Fraction) -> list[Fraction]:
+    """The loosest value, then a few short decimals a little below it (a value on the edge can
+    outlast the solver's time budget where a slightly smaller one is proved at once)."""
+    out = [loosest]
+    for factor in _FALLBACKS:
+        v = loosest * factor
+        digits = max(0, 3 - math.floor(math.log10(v))) if v > 0 else 0
+        shorter = Fraction(math.floor(v * 10**digits), 10**digits)
+        if 0 < shorter < out[-1]:
+            out.append(shorter)
+    return out
+
+
+def _not_proved(name: str, loosest: Fraction, timeout_ms: int) -> str:
+    """What to do when neither the loosest value nor one a little below it was proved."""
+    return (
+        f"the chain's bound allows {name} ≤ {decimal_text(loosest)}, but neither that value nor "
+        f"one up to 10% below it was proved within {timeout_ms} ms per try; run synth again "
+        f"with a larger budget (--timeout-ms {max(4 * timeout_ms, 5000)}), or set this "
+        f"clause's max below {decimal_text(loosest)} and run python -m verify on the contract"
+    )
 
 
 def render(results: tuple[Synthesis, ...]) -> str:

@@ -108,7 +108,10 @@ def _z3_check(text: str, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
             left = timeout_ms - (time.perf_counter() - start) * 1000
             solver, again = _z3_run(text, max(left, 1))
             if again != z3.unsat:
-                reason = f"z3: unsat, but {again} when tracking the core"
+                reason = (
+                    f"z3 proved the query, but answered {again} when repeating the proof to "
+                    "record which premises it used (a larger --timeout-ms may settle it)"
+                )
                 return Answer("unknown", reason=reason, time_ms=_ms(start))
     except z3.Z3Exception as err:
         return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
@@ -147,7 +150,8 @@ def _z3_check_tracked(text: str, timeout_ms: int) -> Answer:
     if result == z3.unsat:
         core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
         return Answer("unsat", core=core, time_ms=_ms(start))
-    return Answer("unknown", reason=f"z3: {result} when tracking the core", time_ms=_ms(start))
+    reason = f"z3 answered {result} when repeating the proof to record which premises it used"
+    return Answer("unknown", reason=reason, time_ms=_ms(start))
 
 
 def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answer:
