@@ -133,11 +133,13 @@ def bandit_weights(
     token_tv: Float[Array, " prompts"],
     token_kl: Float[Array, " prompts"],
     params: Mapping[str, float | tuple] = _NO_PARAMS,
+    logp_inf: Float[Array, "prompts vocab"] | None = None,
 ) -> Float[Array, "prompts vocab"]:
     """ω(y) of every candidate token y, each scored as a one-token rollout of its prompt.
 
     The weights come from ``correction_weights`` itself (one row per candidate, one time
-    step), so they are the weights the training update applies.
+    step), so they are the weights the training update applies. ``logp_inf`` is log π'(y) of
+    every candidate (the DPPO masks read it).
     """
     prompts, vocab = log_w.shape
     flat = (prompts * vocab, 1)
@@ -150,6 +152,7 @@ def bandit_weights(
         params=params,
         token_tv=per_prompt(token_tv),
         token_kl=per_prompt(token_kl),
+        logp_inf=None if logp_inf is None else jnp.asarray(logp_inf, log_w.dtype).reshape(flat),
     )
     return omega.reshape(log_w.shape)
 
@@ -169,7 +172,10 @@ def _bandit(name, params, z_train, z_inf, reward, temperature):
     p, q, log_w = div["p"], div["q"], div["log_w"]
     r = jnp.broadcast_to(jnp.asarray(reward, jnp.float32), p.shape)
     adv = r - jnp.sum(q * r, axis=-1, keepdims=True)
-    omega = bandit_weights(name, log_w, adv, div["tv"], div["kl_inf_train"], dict(params))
+    log_q = jax.nn.log_softmax(z_inf / temperature, axis=-1)
+    omega = bandit_weights(
+        name, log_w, adv, div["tv"], div["kl_inf_train"], dict(params), logp_inf=log_q
+    )
     w = jnp.exp(log_w)
     coef = q * (omega - w) * adv  # π'(ω − w)·A, the bias's weight on g(y)
     bias = (coef - p * jnp.sum(coef, axis=-1, keepdims=True)) / temperature
@@ -267,6 +273,8 @@ def _sequences(name, params, tokens, z_train, z_inf, reward_table, temperature, 
     div = divergences(z_train.reshape(-1, vocab), z_inf.reshape(-1, vocab), temperature)
     flat_y = tokens.reshape(-1)
     log_ratio = div["log_w"][jnp.arange(flat_y.shape[0]), flat_y].reshape(seqs, new)
+    log_q = jax.nn.log_softmax(z_inf.reshape(-1, vocab) / temperature, axis=-1)
+    logp_inf = log_q[jnp.arange(flat_y.shape[0]), flat_y].reshape(seqs, new)
     reward = reward_table[tokens].mean(axis=1)
     adv = reward - (jnp.mean(reward) if baseline is None else baseline)
     mask = jnp.ones((seqs, new), jnp.float32)
@@ -278,6 +286,7 @@ def _sequences(name, params, tokens, z_train, z_inf, reward_table, temperature, 
         params=dict(params),
         token_tv=div["tv"].reshape(seqs, new),
         token_kl=div["kl_inf_train"].reshape(seqs, new),
+        logp_inf=logp_inf,
     )
     gap = omega - correction_weights("seq_is", log_ratio, mask, mask)  # ω_t − W
     # x_i = A_i/T · Σ_t (ω_t − W)(e_{y_t} − π_t): the bias's sample, one vector per sequence

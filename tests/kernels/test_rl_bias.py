@@ -28,6 +28,13 @@ PARAMS = {
     "geo_mask": {"band": (0.9, 1.1)},
     "tv_mask": {"threshold": 0.05},
     "kl_mask": {"threshold": 0.005},
+    "dppo_tv": {"threshold": 0.05},
+    "dppo_kl": {"threshold": 0.005},
+    "dual_clip": {"clip_epsilon": 0.1, "cap": 1.05},
+    "seq_mask": {"band": (0.9, 1.1)},
+    "seq_outlier": {"band": (0.9, 1.1)},
+    "tis_mask": {"cap": 1.05, "band": (0.9, 1.1)},
+    "opsm": {"threshold": 0.05},
 }
 T = 0.7
 
@@ -74,6 +81,9 @@ def test_one_token_special_cases():
     assert np.all(np.asarray(b["seq_is"].discrepancy) < 1e-6)
     np.testing.assert_allclose(b["seq_tis"].realised, b["tis"].realised, rtol=1e-6)
     np.testing.assert_allclose(b["geo_mask"].realised, b["icepop"].realised, rtol=1e-6)
+    # and so is the W band (seq_mask) or one outlier token (seq_outlier), same band
+    for name in ("seq_mask", "seq_outlier"):
+        np.testing.assert_allclose(b[name].realised, b["icepop"].realised, rtol=1e-6)
     # a position mask keeps the prompt (bias 0) or drops it (bias = the whole gradient,
     # discrepancy E_π' w = 1)
     tv = np.asarray(divergences(z, zp, T)["tv"])

@@ -21,6 +21,7 @@ MASK = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
 ADV = np.array([[1.0, -1.0, 1.0, -1.0], [-1.0, 1.0, -1.0, 1.0]])
 TV = np.array([[0.01, 0.2, 0.05, 0.3], [0.0, 0.1, 0.5, 0.9]])
 KL = np.array([[0.001, 0.04, 0.2, 0.0], [0.3, 0.0, 0.05, 0.9]])
+Q = np.array([[0.5, 0.2, 0.4, 0.1], [0.3, 0.1, 0.6, 0.5]])  # π'(y_t); π(y_t) = w·π'(y_t)
 
 PARAMS = {
     "plain": {},
@@ -33,7 +34,18 @@ PARAMS = {
     "geo_mask": {"band": (0.8, 1.3)},
     "tv_mask": {"threshold": 0.15},
     "kl_mask": {"threshold": 0.1},
+    "dppo_tv": {"threshold": 0.1},
+    "dppo_kl": {"threshold": 0.02},
+    "dual_clip": {"clip_epsilon": 0.2, "cap": 2.0},
+    "seq_mask": {"band": (0.5, 2.4)},
+    "seq_outlier": {"band": (0.4, 2.8)},
+    "tis_mask": {"cap": 1.2, "band": (0.6, 2.0)},
+    "opsm": {"threshold": 0.05},
 }
+
+
+def _binary_kl(q: float, p: float) -> float:
+    return q * math.log(q / p) + (1 - q) * math.log((1 - q) / (1 - p))
 
 
 def _expected(name: str) -> np.ndarray:
@@ -66,6 +78,24 @@ def _expected(name: str) -> np.ndarray:
                 out[b, t] = 0.0 if TV[b, t] > 0.15 else w
             elif name == "kl_mask":
                 out[b, t] = 0.0 if KL[b, t] > 0.1 else w
+            elif name == "dppo_tv":
+                d = (w - 1) * Q[b, t]  # π(y) − π'(y)
+                out[b, t] = 0.0 if (a > 0 and d > 0.1) or (a < 0 and -d > 0.1) else w
+            elif name == "dppo_kl":
+                far = _binary_kl(Q[b, t], w * Q[b, t]) > 0.02
+                out[b, t] = 0.0 if far and ((a > 0 and w > 1) or (a < 0 and w < 1)) else w
+            elif name == "dual_clip":
+                clipped = (a > 0 and w > 1.2) or (a < 0 and (w < 0.8 or w > 2.0))
+                out[b, t] = 0.0 if clipped else w
+            elif name == "seq_mask":
+                out[b, t] = seq if 0.5 <= seq <= 2.4 else 0.0
+            elif name == "seq_outlier":
+                out[b, t] = w if all(0.4 <= W[b, u] <= 2.8 for u in real) else 0.0
+            elif name == "tis_mask":
+                out[b, t] = min(w, 1.2) if 0.6 <= w <= 2.0 else 0.0
+            elif name == "opsm":
+                dropped = a < 0 and -math.log(seq) / len(real) > 0.05
+                out[b, t] = 0.0 if dropped else w
     return out
 
 
@@ -78,11 +108,12 @@ def _call(name, log_ratio=LOG_RATIO, mask=MASK, adv=ADV, params=None, **kw):
         params=PARAMS[name] if params is None else params,
         token_tv=jnp.asarray(TV, jnp.float32),
         token_kl=jnp.asarray(KL, jnp.float32),
+        logp_inf=jnp.asarray(np.log(Q), jnp.float32),
         **kw,
     )
 
 
-def test_names_are_the_shared_ten():
+def test_names_are_the_shared_ones():
     shared = list(ESTIMATORS)
     assert tuple(shared) == ESTIMATOR_NAMES
     assert tuple(PARAMS) == ESTIMATOR_NAMES
@@ -100,7 +131,7 @@ def test_expected_values_are_not_trivial():
     # the hand-made inputs make each rule differ from plain token IS somewhere
     token_is = np.where(MASK > 0, W, 0.0)
     for name in ESTIMATOR_NAMES:
-        if name not in ("seq_is",):
+        if name not in ("seq_is", "opsm"):  # both rows have W > 1: opsm drops nothing here
             assert not np.allclose(_expected(name), token_is), name
     assert _expected("geo_mask")[0].sum() > 0 and _expected("geo_mask")[1].sum() == 0
 
@@ -108,11 +139,11 @@ def test_expected_values_are_not_trivial():
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)
 def test_jit_matches_eager(name):
     fn = jax.jit(
-        lambda lr, m, a, tv, kl: correction_weights(
-            name, lr, m, a, params=PARAMS[name], token_tv=tv, token_kl=kl
+        lambda lr, m, a, tv, kl, lq: correction_weights(
+            name, lr, m, a, params=PARAMS[name], token_tv=tv, token_kl=kl, logp_inf=lq
         )
     )
-    args = [jnp.asarray(x, jnp.float32) for x in (LOG_RATIO, MASK, ADV, TV, KL)]
+    args = [jnp.asarray(x, jnp.float32) for x in (LOG_RATIO, MASK, ADV, TV, KL, np.log(Q))]
     np.testing.assert_allclose(np.asarray(fn(*args)), np.asarray(_call(name)), rtol=1e-6)
 
 
@@ -194,6 +225,9 @@ def test_bfloat16_log_ratios_give_float32_weights():
         ("geo_mask", {"band": 0.5}, "band must be a pair (lo, hi)"),
         ("tv_mask", {"threshold": 1.5}, "threshold must be in (0, 1), got 1.5"),
         ("kl_mask", {"threshold": 0.0}, "threshold must be > 0, got 0.0"),
+        ("dppo_tv", {"threshold": 1.0}, "threshold must be in (0, 1), got 1.0"),
+        ("dual_clip", {"clip_epsilon": 0.2, "cap": 1.0}, "cap must be > 1, got 1.0"),
+        ("tis_mask", {"cap": 2.0}, "estimator 'tis_mask': missing parameter(s) band"),
         ("seq_tis", {"cap": float("nan")}, "cap must be finite"),
         ("tis", {"cap": "2"}, "cap must be a number"),
     ],
@@ -212,3 +246,6 @@ def test_masks_need_their_divergence():
         correction_weights("tv_mask", z, z + 1, z, params={"threshold": 0.1})
     with pytest.raises(ValueError, match="needs token_kl"):
         correction_weights("kl_mask", z, z + 1, z, params={"threshold": 0.1})
+    for name in ("dppo_tv", "dppo_kl"):
+        with pytest.raises(ValueError, match="needs logp_inf"):
+            correction_weights(name, z, z + 1, z, params={"threshold": 0.1})
