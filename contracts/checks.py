@@ -23,6 +23,7 @@ __all__ = [
     "Interval",
     "check_temperature",
     "describe",
+    "did_you_mean",
     "param_range",
     "show",
     "sub",
@@ -46,6 +47,16 @@ def sub(key: str, name: str | int) -> str:
     if isinstance(name, int):
         return f"{key}[{name}]"
     return f"{key}.{name}" if key else name
+
+
+def did_you_mean(name: str, choices) -> str:
+    """`` (did you mean 'X'?)`` for the choice closest to ``name`` (letter case aside), or
+    ``""`` when none is close."""
+    by_lower = {}
+    for choice in sorted(choices):
+        by_lower.setdefault(choice.lower(), choice)
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
 
 
 def show(value: object) -> str:

@@ -11,7 +11,7 @@ Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``hori
 
 from __future__ import annotations
 
-from contracts.checks import Checker, param_range, show, sub, valid_band
+from contracts.checks import Checker, did_you_mean, param_range, show, sub, valid_band
 from contracts.fields import (
     ASSUMPTIONS,
     ESTIMATOR_PARAMS,
@@ -155,7 +155,8 @@ def _premises(ck: Checker, value, key: str, names: Names) -> tuple[str, ...] | N
         elif clause in names.guarantees:
             ck.report(where, f"{show(clause)} is a guarantee; from names clauses")
         elif family is None:
-            ck.report(where, f"unknown clause {show(clause)}")
+            premises = [c for c, f in names.clauses.items() if f in _PREMISE_FAMILIES]
+            ck.report(where, f"unknown clause {show(clause)}{did_you_mean(clause, premises)}")
         elif family not in _PREMISE_FAMILIES:
             ck.report(where, f"{show(clause)} is an {family} clause, which cannot be a premise")
         seen.add(clause)

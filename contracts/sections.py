@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from contracts.checks import Checker, show, sub
+from contracts.checks import Checker, did_you_mean, show, sub
 from contracts.fields import (
     ACTIONS,
     CLAUSE_STATUSES,
@@ -286,7 +286,8 @@ def read_escalation(ck: Checker, value, key: str, names: Names) -> EscalationRul
                 and target not in names.clauses
                 and target not in names.guarantees
             ):
-                ck.report(ckey, f"unknown clause {show(target)}")
+                hint = did_you_mean(target, [*names.clauses, *names.guarantees])
+                ck.report(ckey, f"unknown clause {show(target)}{hint}")
                 target = None
         statuses = GUARANTEE_STATUSES if target in names.guarantees else CLAUSE_STATUSES
         if when is not None and "status" in when:
