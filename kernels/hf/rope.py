@@ -1,0 +1,66 @@
+"""Rotary position embeddings: the inverse frequencies of a ``RopeConfig`` and their rotation.
+
+Inverse frequencies, for ``i = 0, 2, ..., head_dim - 2``: ``f_i = 1 / theta^(i / head_dim)``,
+computed in float32 as the reference implementation does. ``llama3`` scaling (the Llama 3.1
+recipe) rescales them by wavelength ``w = 2π / f`` against the pre-training context ``L``:
+``f / factor`` where ``w > L / low_freq_factor``; ``f`` unchanged where
+``w < L / high_freq_factor``; in between the blend ``(1 - s) f / factor + s f`` with
+``s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+
+A vector ``x`` of ``head_dim`` entries at position ``p`` becomes ``x cos(θ) + rot(x) sin(θ)``
+with ``θ = p · [f, f]`` (the frequencies repeated for both halves) and
+``rot([a, b]) = [-b, a]`` on the halves, all in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from kernels.hf.config import RopeConfig
+
+__all__ = ["cos_sin", "inverse_frequencies", "rotate"]
+
+
+def inverse_frequencies(rope: RopeConfig, head_dim: int) -> np.ndarray:
+    """The ``head_dim // 2`` float32 inverse frequencies of ``rope``."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv = np.float32(1.0) / np.power(np.float32(rope.theta), exponents, dtype=np.float32)
+    if rope.kind == "default":
+        return inv.astype(np.float32)
+    if rope.kind != "llama3":
+        raise ValueError(f"unsupported rope type {rope.kind!r}")
+    factor = np.float32(rope.factor)
+    old = rope.original_max_position_embeddings
+    low_wavelen = old / rope.low_freq_factor
+    high_wavelen = old / rope.high_freq_factor
+    wavelen = np.float32(2 * math.pi) / inv
+    scaled = np.where(wavelen > low_wavelen, inv / factor, inv).astype(np.float32)
+    smooth = (
+        (np.float32(old) / wavelen - np.float32(rope.low_freq_factor))
+        / np.float32(rope.high_freq_factor - rope.low_freq_factor)
+    ).astype(np.float32)
+    smoothed = ((1 - smooth) * scaled / factor + smooth * scaled).astype(np.float32)
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def cos_sin(
+    positions: Float[Array, " seq"] | Array, inv_freq: Float[Array, " half"]
+) -> tuple[Float[Array, "seq dim"], Float[Array, "seq dim"]]:
+    """``cos θ`` and ``sin θ`` of every position (float32), ``θ = p · [f, f]``."""
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+    angles = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def rotate(
+    x: Float[Array, "... heads dim"], cos: Float[Array, "... dim"], sin: Float[Array, "... dim"]
+) -> Float[Array, "... heads dim"]:
+    """``x`` rotated by the angles whose cosines and sines are given (broadcast over heads)."""
+    half = x.shape[-1] // 2
+    turned = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[..., None, :] + turned * sin[..., None, :]
