@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 
 from verify.proving.obligations import Obligation, decimal, expr_mathml, expr_text, rational
+from verify.proving.render.evidence import evidence_html, evidence_markdown
 from verify.proving.render.report import Report
 
 __all__ = ["to_html", "to_markdown"]
@@ -139,6 +140,7 @@ def to_markdown(report: Report) -> str:
     for p in report.support:
         shown = ", ".join(f"{k}: {v.label}" for k, v in p.premises) or "none"
         out.append(f"- {p.guarantee}: **{_SUPPORT_LABEL[p.status.label]}** ({shown}): {p.reason}")
+    out += ["", *evidence_markdown(report.evidence)]
     out += ["", "## Escalation", ""]
     if not report.escalation:
         out.append("No escalation rules.")
@@ -151,15 +153,25 @@ def to_markdown(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
+# The page never scrolls sideways: tables take the page's width and wrap long words in their
+# cells; a table or formula still too wide scrolls inside its own box (.wide). Formulas keep a
+# readable size: a browser shrinks every nested script and fraction level by about 0.7, which
+# makes a long bound's innermost terms a few pixels high, so here only scripts shrink, once per
+# level, and never below 12px.
 _CSS = """
 body{font:15px/1.5 system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em;color:#1f2328}
 h1{font-size:1.6em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #d0d7de;padding:.25em .6em;
-text-align:left;vertical-align:top}th{background:#f6f8fa}
+.wide{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;margin:.5em 0;width:100%}td,th{border:1px solid #d0d7de;
+padding:.25em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
 .badge{color:#fff;border-radius:1em;padding:.05em .7em;font-weight:600;white-space:nowrap}
 .verdict{font-size:1.3em}pre{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:12px}
-dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0}
-code{font-size:.92em}math{font-size:1.15em}
+dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.2em 1em}dt{font-weight:600}
+dd{margin:0;overflow-wrap:anywhere}code{font-size:.92em}
+math{font-size:18px;math-style:normal}math *{font-size:inherit}
+msub>:not(:first-child),msup>:not(:first-child),msubsup>:not(:first-child),
+munder>:not(:first-child),mover>:not(:first-child),munderover>:not(:first-child),
+mmultiscripts>:not(:first-child),mroot>:last-child{font-size:max(12px,.8em)}
 """
 
 
@@ -170,7 +182,7 @@ def _badge(label: str) -> str:
 
 def _mathml(o: Obligation) -> str:
     body = expr_mathml(o.expr) if o.expr is not None else None
-    return "" if body is None else f'<math display="block">{body}</math>'
+    return "" if body is None else f'<div class="wide"><math display="block">{body}</math></div>'
 
 
 def to_html(report: Report) -> str:
@@ -187,7 +199,8 @@ def to_html(report: Report) -> str:
         f'<p class="verdict">Verdict: {_badge(s.label)} (exit code {s.exit_code})</p>',
         f"<p>contract <code>{e(c.path)}</code>, sha256 <code>{e(c.sha256)}</code><br>",
         f"toolkit {e(report.toolkit)}, Python {e(report.python)}, {e(solvers)}</p>",
-        "<h2>Obligations</h2><table><tr><th>id</th><th>quantity</th><th>verdict</th>",
+        '<h2>Obligations</h2><div class="wide"><table><tr><th>id</th><th>quantity</th>',
+        "<th>verdict</th>",
         "<th>bound</th><th>threshold</th><th>time (ms)</th></tr>",
     ]
     for o in report.obligations:
@@ -195,7 +208,7 @@ def to_html(report: Report) -> str:
             f"<tr><td>{e(o.id)}</td><td>{e(o.quantity)}</td><td>{_badge(o.status.label)}</td>"
             f"<td>{_num(o.bound)}</td><td>{_num(o.threshold)}</td><td>{o.time_ms:.1f}</td></tr>"
         )
-    out.append("</table>")
+    out.append("</table></div>")
     for o in report.obligations:
         out.append(f"<h3>{e(o.id)}: {e(o.quantity)} {_badge(o.status.label)}</h3>")
         out.append(_mathml(o))
@@ -207,7 +220,9 @@ def to_html(report: Report) -> str:
                 f"<details><summary>SMT-LIB2 query {i}: expected {e(q.expected)}, got "
                 f"{e(q.answer)}</summary><pre>{e(q.text)}</pre></details>"
             )
-    out.append("<h2>Clauses</h2><table><tr><th>id</th><th>family</th><th>slice</th>")
+    out.append(
+        '<h2>Clauses</h2><div class="wide"><table><tr><th>id</th><th>family</th><th>slice</th>'
+    )
     out.append("<th>verdict</th><th>metric</th><th>statistic</th><th>value</th><th>bound</th>")
     out.append("<th>max</th><th>samples</th><th>reason</th></tr>")
     for r in report.clauses:
@@ -217,14 +232,16 @@ def to_html(report: Report) -> str:
             f"<td>{_num(r.value)}</td><td>{_num(r.bound)}</td><td>{_num(r.threshold)}</td>"
             f"<td>{r.samples}</td><td>{e(r.reason)}</td></tr>"
         )
-    out.append(f"</table><h2>Premises</h2><p>{e(_SUPPORT_TEXT)}</p><ul>")
+    out.append(f"</table></div><h2>Premises</h2><p>{e(_SUPPORT_TEXT)}</p><ul>")
     if not report.support:
         out.append("<li>No evidence was given: the proofs rest on the premises as stated.</li>")
     for p in report.support:
         shown = ", ".join(f"{k}: {v.label}" for k, v in p.premises) or "none"
         out.append(f"<li>{e(p.guarantee)}: {_badge(_SUPPORT_LABEL[p.status.label])} "
                    f"({e(shown)}): {e(p.reason)}</li>")  # fmt: skip
-    out.append("</ul><h2>Escalation</h2><ul>")
+    out.append("</ul>")
+    out += evidence_html(report.evidence)
+    out.append("<h2>Escalation</h2><ul>")
     if not report.escalation:
         out.append("<li>No escalation rules.</li>")
     for d in report.escalation:
