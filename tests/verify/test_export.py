@@ -79,7 +79,8 @@ EXPECTED = {
     "trl": {
         "vllm_importance_sampling_correction": True,
         "vllm_importance_sampling_mode": "token_truncate",
-        "vllm_importance_sampling_cap": 2.0,
+        "vllm_importance_sampling_clip_max": 2.0,
+        "vllm_importance_sampling_clip_min": None,
         "epsilon": 0.2,
         "epsilon_high": 0.2,
     },
@@ -135,6 +136,8 @@ def test_the_example_exports_its_proved_tis_cap_and_clip_range(yaml_texts, name)
     assert f"# contract: fp8-rollout-vs-fp32-train ({EXAMPLE})" in header
     assert "# guarantee G_pg_tis (pg_bias, estimator tis, cap 2.0): proved" in header
     assert "# guarantee G_clip (clip_budget, clip_epsilon 0.2): proved" in header
+    low, high = FRAMEWORKS[name].versions
+    assert f"# keys checked against: {name} {low} to {high}" in header
     for key in _flat(EXPECTED[name]):  # each key names the guarantee it comes from
         source = "G_clip" if key.rsplit(".", 1)[-1] in CLIP_KEYS else "G_pg_tis"
         assert f"# {key} <- {source}" in header
@@ -157,6 +160,7 @@ def test_overrides_and_json_carry_the_same_settings(tmp_path, yaml_texts):
     assert doc["from"]["epsilon"] == ["G_clip"]
     assert doc["guarantees"]["G_pg_tis"]["status"] == "proved"
     assert doc["contract"]["sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+    assert doc["framework"]["versions"] == {"min": "1.6", "max": "1.10"}
 
 
 def test_out_writes_the_stdout_text(tmp_path, yaml_texts):
@@ -226,6 +230,8 @@ def _reference(r: Request, logw: np.ndarray) -> np.ndarray:
         return w * ((lo <= w) & (w <= hi))
     if r.what == "seq_tis":
         return np.minimum(np.exp(logw.sum(-1, keepdims=True)), float(r.cap)) * np.ones_like(w)
+    if r.what == "seq_is":
+        return np.exp(logw.sum(-1, keepdims=True)) * np.ones_like(w)
     if r.what == "geo_mask":
         lo, hi = map(float, r.band)
         g = np.exp(logw.mean(-1, keepdims=True))
@@ -268,9 +274,17 @@ def _nemo(s: dict, logw: np.ndarray) -> np.ndarray:
 
 
 def _trl(s: dict, logw: np.ndarray) -> np.ndarray:
-    mode, cap = s["vllm_importance_sampling_mode"], float(s["vllm_importance_sampling_cap"])
+    """GRPOTrainer's vLLM correction: clamp to [C_min, C_max] (truncate) or zero outside it
+    (mask), a None bound being no bound (``vllm_importance_sampling_cap`` is never read)."""
+    assert "vllm_importance_sampling_cap" not in s
+    mode = s["vllm_importance_sampling_mode"]
+    lo, hi = s["vllm_importance_sampling_clip_min"], s["vllm_importance_sampling_clip_max"]
+    lo, hi = -np.inf if lo is None else float(lo), np.inf if hi is None else float(hi)
     ratio = np.exp(logw.sum(-1, keepdims=True) if mode.startswith("sequence") else logw)
-    ratio = np.minimum(ratio, cap) if mode.endswith("truncate") else ratio * (ratio <= cap)
+    if mode.endswith("truncate"):
+        ratio = np.clip(ratio, lo, hi)
+    else:
+        ratio = ratio * ((lo <= ratio) & (ratio <= hi))
     return ratio * np.ones_like(logw)
 
 
@@ -299,6 +313,7 @@ REQUESTS = [
     Request("G", "icepop", band=(F(1, 2), F(5, 2))),
     Request("G", "icepop", band=(F(0), F(3, 2))),
     Request("G", "seq_tis", cap=F(4)),
+    Request("G", "seq_is"),
     Request("G", "geo_mask", band=(F(4, 5), F(3, 2))),  # asymmetric in log: 1/hi != lo
     Request("G", "geo_mask", band=(F(999, 1000), F(1001, 1000))),
 ]
@@ -322,14 +337,14 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
     got = SIMULATE[name](settings, logw)
     want = _reference(request_, logw)
     assert np.allclose(got, want, rtol=1e-12, atol=0)
-    assert 0 < np.count_nonzero(want) < want.size or request_.what in ("tis", "seq_tis")
+    assert 0 < np.count_nonzero(want) < want.size or request_.what in ("tis", "seq_tis", "seq_is")
 
 
 COUNTERPARTS = {  # framework -> the estimators it carries out exactly
-    "verl": {"tis", "mis", "icepop", "seq_tis", "geo_mask", "ppo_clip", "clip_budget"},
+    "verl": {"tis", "mis", "icepop", "seq_tis", "ppo_clip", "clip_budget"},
     "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "clip_budget"},
-    "trl": {"tis", "mis", "seq_tis", "clip_budget"},
-    "skyrl": {"tis", "mis", "icepop", "seq_tis", "geo_mask", "clip_budget"},
+    "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "clip_budget"},
+    "skyrl": {"tis", "mis", "icepop", "seq_tis", "clip_budget"},
 }
 
 
@@ -556,13 +571,32 @@ def test_each_estimator_of_the_example_maps_or_names_its_line(rl_contract, name)
         assert all(s.guarantees == (gid,) for s in export.settings)
 
 
-def test_the_verl_geo_mask_band_is_written_as_reciprocal_k1_bounds(rl_contract):
-    export = plan(rl_contract, FRAMEWORKS["verl"], ("G_geo_mask",))
-    s = {x.key: x.value for x in export.settings}
-    assert s["algorithm.rollout_correction.rollout_rs"] == "seq_mean_k1"
-    lower, upper = map(float, s["algorithm.rollout_correction.rollout_rs_threshold"].split("_"))
-    assert (lower, upper) == (float(1 / F("1.11")), float(1 / F("0.9")))  # nearest doubles
-    assert lower != 1 / 1.11  # the reciprocal of the exact 1.11, not of the double nearest it
+@pytest.mark.parametrize("name", ["verl", "skyrl"])
+def test_the_log_ratio_clamp_refuses_seq_is_and_geo_mask_for_one_reason(name):
+    """verl and SkyRL compute every weight from log w clamped to [-20, 20]: an estimator that
+    keeps a weight above e^20 (W of seq_is; a token of a geo_mask sequence inside its band; a
+    cap or band end above e^20) is refused with the same reason, one at or below e^20 maps."""
+    settings = FRAMEWORKS[name].settings
+    reasons = set()
+    e20 = F(np.exp(20))
+    for r in (
+        Request("G", "seq_is"),
+        Request("G", "geo_mask", band=(F(9, 10), F(111, 100))),
+        Request("G", "tis", cap=e20 + 1),
+        Request("G", "mis", cap=e20 * 2),
+        Request("G", "seq_tis", cap=F(10**9)),
+        Request("G", "icepop", band=(F(1, 2), e20 + F(1, 10))),
+    ):
+        with pytest.raises(NoCounterpart) as why:
+            settings(r)
+        reasons.add(str(why.value))
+    assert len(reasons) == 1
+    assert reasons.pop().endswith("and no lemma bounds the clamped estimator")
+    for r in (Request("G", "tis", cap=e20), Request("G", "icepop", band=(F(0), e20))):
+        assert settings(r)  # a weight the estimator keeps is at most e^20: the clamp is exact
+    logw = np.array([[25.0, -0.1, -0.1, -0.1, -0.1] + [-0.2] * 120])  # geometric mean ≈ 1.0
+    assert abs(logw.mean()) < 0.01  # kept by a band around 1, yet one weight exceeds e^20:
+    assert not np.allclose(np.exp(np.clip(logw, -20, 20)), np.exp(logw))  # clamping changes it
 
 
 def test_the_whole_example_needs_a_choice_of_correction(tmp_path):
@@ -570,21 +604,31 @@ def test_the_whole_example_needs_a_choice_of_correction(tmp_path):
     lines = err.splitlines()
     assert (code, out) == (2, "")
     assert all(line.startswith(f"{RL}:") for line in lines)
-    # ppo_clip twice, tv_mask twice, kl_mask, seq_is, icepop from 0.5 and geo_mask
-    assert sum("has no counterpart" in line for line in lines) == 8
-    # G_tis_one, G_mis and G_seq_tis each set a key G_tis sets otherwise
-    assert sum("export one of them with --guarantee" in line for line in lines) == 3
+    # ppo_clip twice, tv_mask twice, kl_mask and geo_mask
+    assert sum("has no counterpart" in line for line in lines) == 6
+    # each of these sets a key G_tis sets otherwise
+    conflicting = {line.split(" sets ")[0].rsplit(" ", 1)[1] for line in lines
+                   if line.endswith("export one of them with --guarantee")}  # fmt: skip
+    assert conflicting == {"G_tis_one", "G_mis", "G_icepop", "G_seq_is", "G_seq_tis"}
     assert any(line.endswith("cap 0 makes every weight 0, so the estimator learns nothing; no trl "
                              "setting is written for it") for line in lines)  # fmt: skip
 
 
 def test_a_proved_geo_mask_exports_and_a_cap_of_0_does_not(tmp_path):
-    code, out, err = _run(RL, "--to", "skyrl", "--guarantee", "G_geo_mask")
+    code, out, err = _run(RL, "--to", "nemo-rl", "--guarantee", "G_geo_mask")
     flat = _flat(yaml.safe_load(out))
-    opc = "trainer.algorithm.off_policy_correction."
     assert (code, err) == (0, "")
-    got = {k: flat[opc + k] for k in ("sequence_mask_metric", "geo_mask_low", "geo_mask_high")}
-    assert got == {"sequence_mask_metric": "geometric", "geo_mask_low": 0.9, "geo_mask_high": 1.11}
+    got = {
+        k: flat["loss_fn." + k]
+        for k in (
+            "truncated_importance_sampling_type",
+            "truncated_importance_sampling_ratio_min",
+            "truncated_importance_sampling_ratio",
+        )
+    }
+    assert got == {"truncated_importance_sampling_type": "seq-mask-tis",
+                   "truncated_importance_sampling_ratio_min": 0.9,
+                   "truncated_importance_sampling_ratio": 1.11}  # fmt: skip
     assert "# guarantee G_geo_mask (pg_bias, estimator geo_mask, band [0.9, 1.11]): proved" in out
     code, out, err = _run(RL, "--to", "skyrl", "--guarantee", "G_tis_zero")
     assert (code, out) == (2, "")

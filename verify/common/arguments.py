@@ -203,12 +203,16 @@ def export_parser(out, err, *, frameworks: str) -> Parser:
                    "(default) or json")  # fmt: skip
     p.add_argument("--guarantee", metavar="ID", action="append", default=[],
                    help="export only this guarantee (repeatable)")  # fmt: skip
+    p.add_argument("--check-version", metavar="X.Y",
+                   help="the framework release the settings are for: refused (exit 2) outside "
+                   "the releases the keys were checked against")  # fmt: skip
     timeout(p)
     evidence(p, help="log(s) to check the premises against (replaces the contract's "
              "evidence.logprobs path)")  # fmt: skip
     p.epilog = (
         "exit codes: 0 written; 1 a setting's guarantee is refuted or unknown, or rests on a "
-        "premise the evidence violates (nothing written); 2 unusable input (nothing written); "
+        "premise the evidence violates (nothing written); 2 unusable input, or a "
+        "--check-version outside the checked releases (nothing written); "
         "3 written, but the given evidence left one of its premises unchecked"
     )
     return p

@@ -12,9 +12,15 @@ the evidence says of their premises (``verify.common.support``): a setting whose
 premise the evidence violates is refused; one that rests on a premise no evidence decided is
 written, and the premise is named.
 
+``--check-version X.Y`` names the framework release the settings are for: a release outside
+the range the framework's keys were checked against (``Framework.versions``, also written in
+the output's provenance), or one that is not written ``X.Y`` or ``X.Y.Z``, is refused before
+anything else is read.
+
 Exit codes: 0 written (and, with evidence, it held every premise); 1 a guarantee a setting
 rests on is refuted or unknown, or rests on a premise the evidence violates (nothing written);
-2 unusable input, nothing written: a usage error (unknown framework or format), a missing or
+2 unusable input, nothing written: a usage error (unknown framework or format, a malformed
+``--check-version``, or a release outside the checked range), a missing or
 invalid contract, unusable evidence, an unusable output path, a guarantee the framework has
 no counterpart for, two guarantees that set one key differently, or no guarantee that maps to
 any setting; 3 written, but some premise of it stayed unchecked by the given evidence.
@@ -45,6 +51,7 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     )
     from verify.pipeline.export.plan import plan, premises_of, prove
     from verify.pipeline.export.render import render
+    from verify.pipeline.export.request import check_version
 
     p = export_parser(stdout, stderr, frameworks=", ".join(FRAMEWORKS))
     args = p.parse_args(argv)
@@ -54,6 +61,12 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     fmt = args.format or framework.formats[0]
     if fmt not in framework.formats:
         p.error(f"--format {fmt}: {framework.name} reads {' or '.join(framework.formats)}")
+    if args.check_version is not None:
+        try:
+            check_version(framework, args.check_version)
+        except ExportError as err:
+            stderr.write(f"{err}\n")
+            return err.code
     problem = given_evidence_problem(args.evidence)
     if problem:
         stderr.write(f"{problem}\n")

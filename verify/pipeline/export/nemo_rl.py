@@ -1,12 +1,16 @@
 """NeMo-RL's spelling of the corrections: the ``loss_fn`` keys of ``ClippedPGLossFn``.
 
-Keys and semantics are those of NVIDIA-NeMo/RL ``nemo_rl/algorithms/loss_functions.py`` @
-005a098a (``ClippedPGLossConfig``, read from the ``loss_fn:`` section of a GRPO config such as
-``examples/configs/grpo_math_1B.yaml``): ``use_importance_sampling_correction``,
+Keys and semantics are those of NVIDIA-NeMo/RL ``nemo_rl/algorithms/loss/loss_functions.py`` @
+7ea279ab (``ClippedPGLossConfig``, read from the ``loss_fn:`` section of a GRPO config such as
+``examples/configs/grpo_math_1B.yaml``; the module lay at
+``nemo_rl/algorithms/loss_functions.py`` before v0.6.0), checked against NeMo-RL 0.6 to 0.7
+(tags v0.6.0, v0.7.0). From 0.7 the config is a pydantic model that accepts unknown keys
+silently, so a misspelt key would be ignored without a word: the test suite pins every key
+written here against the model's field list: ``use_importance_sampling_correction``,
 ``truncated_importance_sampling_ratio`` (the upper bound, > 0),
 ``truncated_importance_sampling_ratio_min``, ``truncated_importance_sampling_type`` (``tis``:
-weights clamped from above; ``icepop``: weights outside [min, max] set to 0; ``seq-mask-tis``:
-a sequence whose geometric-mean weight lies outside [min, max] gets weight 0, the others keep
+weights clamped from above; ``icepop``: weights outside [min, max] set to 0; ``seq-mask-tis``: a
+sequence whose geometric-mean weight lies outside [min, max] gets weight 0, the others keep
 their untruncated token weights), ``sequence_level_importance_ratios``, and the PPO clip
 ``ratio_clip_min`` / ``ratio_clip_max`` (the ratio is clamped to [1 − min, 1 + max]).
 
@@ -73,7 +77,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
 
 FRAMEWORK = Framework(
     name="nemo-rl",
-    source="NVIDIA-NeMo/RL nemo_rl/algorithms/loss_functions.py@005a098a (loss_fn)",
+    source="NVIDIA-NeMo/RL nemo_rl/algorithms/loss/loss_functions.py@7ea279ab (loss_fn)",
     formats=("yaml", "overrides"),
     settings=settings,
+    versions=("0.6", "0.7"),
 )

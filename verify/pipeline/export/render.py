@@ -1,10 +1,11 @@
 """An export as the text a framework reads: YAML, Hydra command-line overrides, or JSON.
 
 Every text opens with its provenance: the contract's name, path and sha256, the framework code
-the keys were taken from, each guarantee the settings rest on with its verdict, and for each
-key the guarantees it comes from. YAML and overrides carry it as ``#`` comment lines; JSON,
-which has no comments, as the ``contract``, ``framework``, ``guarantees`` and ``from`` members
-beside ``settings`` (so a TRL config is ``GRPOConfig(**doc["settings"])``).
+the keys were taken from and the range of its releases they were checked against, each guarantee
+the settings rest on with its verdict, and for each key the guarantees it comes from. YAML and
+overrides carry it as ``#`` comment lines; JSON, which has no comments, as the ``contract``,
+``framework``, ``guarantees`` and ``from`` members beside ``settings`` (so a TRL config is
+``GRPOConfig(**doc["settings"])``).
 
 Scalars are written so that YAML 1.1 and 1.2 readers (PyYAML, OmegaConf) and Hydra's override
 grammar read them back as the same value: numbers as the shortest decimal of the double, with a
@@ -52,6 +53,7 @@ def _header(export: Export, proved: dict[str, tuple[Status, str]]) -> list[str]:
         f"contract: {c.name} ({c.source.path})",
         f"sha256: {c.source.sha256}",
         f"keys as spelt in: {export.framework.source}",
+        f"keys checked against: {export.framework.checked}",
     ]
     for r in export.requests:
         status = proved.get(r.guarantee, (Status.UNKNOWN, ""))[0]
@@ -90,7 +92,11 @@ def _json(export: Export, proved: dict[str, tuple[Status, str]]) -> str:
 
     doc = {
         "contract": {"name": c.name, "path": c.source.path, "sha256": c.source.sha256},
-        "framework": {"name": export.framework.name, "source": export.framework.source},
+        "framework": {
+            "name": export.framework.name,
+            "source": export.framework.source,
+            "versions": {"min": export.framework.versions[0], "max": export.framework.versions[1]},
+        },
         "guarantees": {
             r.guarantee: {
                 "summary": r.summary,

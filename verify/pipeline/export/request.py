@@ -11,6 +11,7 @@ as the same double (``number``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -25,7 +26,9 @@ __all__ = [
     "NoCounterpart",
     "Request",
     "Value",
+    "check_version",
     "number",
+    "parse_version",
     "request_of",
     "requests_of",
 ]
@@ -78,12 +81,45 @@ class Request:
 class Framework:
     """A training framework's spelling of the corrections: ``settings`` maps a request to
     ``(key, value)`` pairs or raises ``NoCounterpart``; ``formats`` are the output formats it
-    reads, the first the default; ``source`` names the code the keys were taken from."""
+    reads, the first the default; ``source`` names the code the keys were taken from;
+    ``versions`` is the range of the framework's releases, ``("X.Y", "X.Y")`` with both ends
+    included, whose code was read for every key and value the mapping writes."""
 
     name: str
     source: str
     formats: tuple[str, ...]
     settings: Callable[[Request], tuple[tuple[str, Value], ...]]
+    versions: tuple[str, str]
+
+    @property
+    def checked(self) -> str:
+        """E.g. ``verl 0.8 to 0.10``: the releases the keys were checked against."""
+        return f"{self.name} {self.versions[0]} to {self.versions[1]}"
+
+
+_VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?")
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``(X, Y)`` of a release written ``X.Y`` or ``X.Y.Z`` (the patch level is ignored);
+    raises ``ExportError`` (exit 2) for anything else."""
+    m = _VERSION.fullmatch(text)
+    if m is None:
+        raise ExportError(
+            f"--check-version {text}: not a release number; write it as X.Y (e.g. 0.9) or X.Y.Z"
+        )
+    return int(m.group(1)), int(m.group(2))
+
+
+def check_version(framework: Framework, text: str) -> None:
+    """Raise ``ExportError`` (exit 2) unless release ``text`` lies in ``framework.versions``."""
+    low, high = (parse_version(v) for v in framework.versions)
+    if not low <= parse_version(text) <= high:
+        raise ExportError(
+            f"--check-version {text}: the {framework.name} settings were checked against "
+            f"{framework.checked} only (their keys, values and meaning); nothing is written "
+            f"for {framework.name} {text}"
+        )
 
 
 def number(v: Fraction | float) -> str:

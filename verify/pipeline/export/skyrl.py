@@ -11,12 +11,18 @@ Keys and semantics are those of NovaSky-AI/SkyRL: ``skyrl/train/config/config.py
 What the mapping relies on, read from that code: the weight is exp(old − rollout log-probs),
 the training kernel's over the inference kernel's (the contract's w), computed from the
 log-ratio clamped to [−20, 20] (``safe_exp_delta(..., clip=20.0)``), so an exported weight
-equals the estimator's wherever |log w| ≤ 20 and a clip of 5e8 (> e^20) truncates nothing. The
-token mask keeps ``low <= w <= high`` and needs both ends; the geometric sequence mask keeps
-``geo_mask_low <= exp(mean log w) <= geo_mask_high``; masked tokens and sequences leave the
-loss through its loss mask, and the TIS weight multiplies what is left.
+equals the estimator's wherever |log w| ≤ 20. Above, a weight over e^20 becomes e^20: an
+estimator whose kept weights are at most a cap or band end c ≤ e^20 (``tis``, ``mis``,
+``icepop``, ``seq_tis``) gives SkyRL's weight; one that keeps weights above e^20 does not, and
+no lemma bounds the clamped estimator, so each is refused with one reason (``CLAMPED``):
+``seq_is``, ``geo_mask`` (a sequence whose geometric mean lies in the band may hold a token
+weight above e^20) and a cap or upper band end above e^20. Below, a kept weight under
+e^−20 ≈ 2.06e−9 is raised to e^−20 (by less than 2.1e−9). The token mask keeps
+``low <= w <= high`` and needs both ends; masked tokens leave the loss through its loss mask,
+and the TIS weight multiplies what is left. The keys are checked against SkyRL 0.2 to 0.3
+(tags skyrl-v0.2.0, skyrl-v0.3.0 and the commit above).
 
-No counterpart: ``seq_is`` (the sequence weight is always clipped), ``tv_mask`` and ``kl_mask``
+No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``), ``tv_mask`` and ``kl_mask``
 (``policy_loss_type: dppo`` with ``binary_tv`` / ``binary_kl`` replaces the whole loss with a
 trust region on the sampled token's probabilities, not a mask by the distributions' distance),
 ``ppo_clip`` (the PPO ratio is taken against the old policy's log-probs, the training
@@ -25,15 +31,22 @@ kernel's).
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
 
-__all__ = ["FRAMEWORK", "settings"]
+__all__ = ["CLAMPED", "FRAMEWORK", "settings"]
 
 OPC = "trainer.algorithm.off_policy_correction."
 ALGO = "trainer.algorithm."
-NO_TRUNCATION = Fraction(5 * 10**8)  # > e^20, the greatest weight SkyRL computes
+CLAMP_TOP = Fraction(math.exp(20))  # the double nearest e^20, the greatest weight SkyRL computes
+CLAMPED = (
+    "SkyRL computes every weight from the log-ratio clamped to [-20, 20], so it changes each "
+    "weight above e^20 that the estimator keeps (seq_is: any W; geo_mask: a token of a "
+    "sequence inside the band; a cap or band end above e^20), and no lemma bounds the "
+    "clamped estimator"
+)
 
 
 def _correction(
@@ -64,6 +77,9 @@ def _correction(
 
 def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     """SkyRL's ``(key, value)`` pairs for request ``r``; raises ``NoCounterpart``."""
+    top = r.band[1] if r.band is not None else r.cap
+    if r.what in ("seq_is", "geo_mask") or (top is not None and top > CLAMP_TOP):
+        raise NoCounterpart(CLAMPED)
     if r.what == "clip_budget":
         return ((ALGO + "eps_clip_low", r.clip_epsilon), (ALGO + "eps_clip_high", r.clip_epsilon))
     if r.what == "tis":
@@ -74,10 +90,6 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _correction("token", token_clip=r.band[1], token_mask=r.band)
     if r.what == "seq_tis":
         return _correction("sequence", sequence_clip=r.cap)
-    if r.what == "geo_mask":
-        return _correction("token", token_clip=NO_TRUNCATION, geo_mask=r.band)
-    if r.what == "seq_is":
-        raise NoCounterpart("the sequence weight is always clipped at sequence_tis_ratio_clip_high")
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
             "dppo's binary_tv and binary_kl replace the loss with a trust region on the sampled "
@@ -97,4 +109,5 @@ FRAMEWORK = Framework(
     "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py@e9bca5e7",
     formats=("yaml", "overrides"),
     settings=settings,
+    versions=("0.2", "0.3"),
 )

@@ -1,19 +1,30 @@
 """TRL's spelling of the corrections: keyword arguments of ``GRPOConfig``.
 
-Keys and semantics are those of huggingface/trl ``trl/trainer/grpo_config.py`` @ 006d32c9:
-``vllm_importance_sampling_correction`` (bool), ``vllm_importance_sampling_mode``
-(``token_truncate``: token weights clipped from above at C; ``token_mask``: token weights
-above C set to 0; ``sequence_truncate``: the sequence weight W clipped at C; ``sequence_mask``:
-sequences with W above C masked out), ``vllm_importance_sampling_cap`` (C), and the PPO clip
-``epsilon`` / ``epsilon_high``. The weight is exp(old − sampling log-probs): the trainer's
-log-probs over vLLM's, the contract's w. The correction acts only when ``use_vllm`` is true.
+Keys and semantics are those of huggingface/trl ``trl/trainer/grpo_config.py`` and
+``trl/trainer/grpo_trainer.py`` @ f2cd5771 (1.10.0.dev0), unchanged since v1.6.0, which
+introduced the two bounds: ``vllm_importance_sampling_correction`` (bool),
+``vllm_importance_sampling_mode`` (``token_truncate``: token weights clamped to
+[C_min, C_max]; ``token_mask``: token weights outside [C_min, C_max] set to 0;
+``sequence_truncate`` and ``sequence_mask``: the same on the sequence weight W, the product of
+the token weights, applied to every token), ``vllm_importance_sampling_clip_max`` (C_max, None
+for no upper bound; its default is 3.0, so it is always written) and
+``vllm_importance_sampling_clip_min`` (C_min, None for no lower bound), and the PPO clip
+``epsilon`` / ``epsilon_high``. ``vllm_importance_sampling_cap`` is the deprecated spelling of
+C_max (a warning since 1.6, to be removed in 2.0): it is never written. The weight is
+exp(old − sampling log-probs): the trainer's log-probs over vLLM's, the contract's w, with no
+clamp of the log-ratio. The correction acts only when ``use_vllm`` is true.
 
-No counterpart: ``icepop`` with a positive lower end (TRL's masks are one-sided; a band from 0
-is ``token_mask``), ``seq_is`` (every sequence mode clips or masks at C), ``geo_mask`` (no
-geometric-mean mode), ``tv_mask`` and ``kl_mask`` (``off_policy_mask_threshold`` masks
-sequences with negative advantage by a sampled-token KL estimate, not by the distributions'
-distance), ``ppo_clip`` (the PPO ratio is taken against the trainer's old log-probs; no setting
-makes vLLM's the old policy).
+The mapping: ``tis`` is ``token_truncate`` with C_max = c; ``mis`` is ``token_mask`` with
+C_max = c; ``icepop`` [lo, hi] is ``token_mask`` with C_min = lo (None when lo = 0: a ratio is
+never below 0) and C_max = hi (TRL keeps C_min ≤ w ≤ C_max, the band's closed ends);
+``seq_tis`` is ``sequence_truncate`` with C_max = c; ``seq_is`` is ``sequence_truncate`` with
+C_min = 0 and C_max = None, a clamp that changes nothing (TRL requires one bound for a truncate
+mode).
+
+No counterpart: ``geo_mask`` (no geometric-mean mode), ``tv_mask`` and ``kl_mask``
+(``off_policy_mask_threshold`` masks sequences with negative advantage by a sampled-token KL
+estimate, not by the distributions' distance), ``ppo_clip`` (the PPO ratio is taken against
+the trainer's old log-probs; no setting makes vLLM's the old policy).
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ from verify.pipeline.export.request import Framework, NoCounterpart, Request, Va
 __all__ = ["FRAMEWORK", "settings"]
 
 
-def _mode(mode: str, cap: Fraction):
+def _mode(mode: str, clip_max: Fraction | None, clip_min: Fraction | None = None):
     return (
         ("vllm_importance_sampling_correction", True),
         ("vllm_importance_sampling_mode", mode),
-        ("vllm_importance_sampling_cap", cap),
+        ("vllm_importance_sampling_clip_max", clip_max),
+        ("vllm_importance_sampling_clip_min", clip_min),
     )
 
 
@@ -44,11 +56,10 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     if r.what == "seq_tis":
         return _mode("sequence_truncate", r.cap)
     if r.what == "icepop":
-        if r.band[0] > 0:
-            raise NoCounterpart("TRL's token_mask drops only weights above the cap")
-        return _mode("token_mask", r.band[1])
+        lo, hi = r.band
+        return _mode("token_mask", hi, lo if lo > 0 else None)
     if r.what == "seq_is":
-        raise NoCounterpart("every sequence mode clips or masks W at the cap")
+        return _mode("sequence_truncate", None, Fraction(0))
     if r.what == "geo_mask":
         raise NoCounterpart("no vllm_importance_sampling_mode uses the geometric mean")
     if r.what in ("tv_mask", "kl_mask"):
@@ -66,7 +77,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
 
 FRAMEWORK = Framework(
     name="trl",
-    source="huggingface/trl trl/trainer/grpo_config.py@006d32c9 (GRPOConfig)",
+    source="huggingface/trl trl/trainer/grpo_config.py@f2cd5771 (GRPOConfig)",
     formats=("yaml", "json"),
     settings=settings,
+    versions=("1.6", "1.10"),
 )

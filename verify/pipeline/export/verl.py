@@ -1,7 +1,7 @@
 """verl's spelling of the corrections: ``algorithm.rollout_correction`` and the actor's clip.
 
 Keys and semantics are those of verl-project/verl at these commits (the repository formerly
-volcengine/verl):
+volcengine/verl), unchanged from v0.8.0 to 1dda039b (0.10.0.dev):
 
 - ``verl/trainer/config/algorithm.py`` @ 0482624a: ``RolloutCorrectionConfig`` with
   ``rollout_is`` (``token`` | ``sequence`` | null), ``rollout_is_threshold`` (a number: TIS,
@@ -20,34 +20,48 @@ What the mapping relies on, read from that code:
   training kernel's log-probs at the rollout's weights: the contract's w. Every ratio is
   computed as exp of the log-ratio clamped to [−20, 20] (``SAFETY_BOUND``), so an exported
   weight equals the estimator's wherever |log w| ≤ 20 (|log W| for a sequence weight).
-- That clamp puts every weight in [e^−20, e^20] ≈ [2.06e−9, 4.85e8]. So an IcePop lower bound
-  of 1e−9 drops nothing (it stands for the lower end 0 of ``mis`` and of an ``icepop`` band
-  from 0, since verl requires a positive lower bound), and a threshold of 5e8 truncates
-  nothing (untruncated token IS, and dual clip switched off through ``clip_ratio_c``).
-- ``rollout_rs`` options ending in ``k1`` bound −log w (``token_k1 = -log_ratio``) between
-  the logarithms of ``"lower_upper"``: they keep 1/upper ≤ w ≤ 1/lower. A ``geo_mask`` band
-  [lo, hi] on the geometric mean of w is therefore ``seq_mean_k1`` with ``"1/hi_1/lo"`` (each
-  written as the double nearest the exact reciprocal). Rejected sequences leave the loss
-  through ``response_mask``.
+- Above: a weight over e^20 becomes e^20. An estimator whose kept weights are at most its cap
+  or band end c ≤ e^20 (``tis``, ``mis``, ``icepop``, ``seq_tis``) gives the same weight as
+  verl's: min(e^20, c) = c and a dropped weight stays dropped. An estimator that keeps weights
+  above e^20 does not, and no lemma bounds the clamped estimator, so each is refused with one
+  reason (``CLAMPED``): ``seq_is`` (W is never truncated), ``geo_mask`` (a sequence whose
+  geometric mean lies in the band may hold a token weight above e^20), and a cap or upper band
+  end above e^20.
+- Below: a weight under e^−20 ≈ 2.06e−9 becomes e^−20, so a kept weight under e^−20 (``tis``,
+  ``seq_tis``, ``mis`` and an ``icepop`` band from 0) is raised by less than 2.1e−9; a band
+  whose lower end is at least e^−20 drops those tokens exactly as verl does.
+- So an IcePop lower bound of 1e−9 drops nothing (it stands for the lower end 0 of ``mis`` and
+  of an ``icepop`` band from 0, since verl requires a positive lower bound), and a threshold of
+  5e8 truncates nothing (dual clip switched off through ``clip_ratio_c``).
+- The IcePop threshold string ``"lower_upper"`` is read by verl from v0.8.0 on (the first
+  release after it was added in March 2026; earlier releases take a number only), so the keys
+  are checked against verl 0.8 to 0.10 (``FRAMEWORK.versions``).
 
-No counterpart: ``seq_is`` (the clamp truncates every sequence weight at e^20, and
-``rollout_is_threshold`` must be a number), ``tv_mask`` and ``kl_mask`` (verl's rejection
-options see only the sampled token's log-ratio, never the full distributions), and a
-``geo_mask`` band starting at 0 (its upper bound 1/0 has no finite spelling).
+No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``, above), ``tv_mask`` and ``kl_mask``
+(verl's rejection options see only the sampled token's log-ratio, never the full
+distributions).
 """
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value, number
 
-__all__ = ["FRAMEWORK", "settings"]
+__all__ = ["CLAMPED", "FRAMEWORK", "settings"]
 
 RC = "algorithm.rollout_correction."
 ACTOR = "actor_rollout_ref.actor."
 BELOW_FLOOR = Fraction(1, 10**9)  # < e^-20, the least weight verl computes
 NO_TRUNCATION = Fraction(5 * 10**8)  # > e^20, the greatest weight verl computes
+CLAMP_TOP = Fraction(math.exp(20))  # the double nearest e^20
+CLAMPED = (
+    "verl computes every weight from the log-ratio clamped to [-20, 20], so it changes each "
+    "weight above e^20 that the estimator keeps (seq_is: any W; geo_mask: a token of a "
+    "sequence inside the band; a cap or band end above e^20), and no lemma bounds the "
+    "clamped estimator"
+)
 
 
 def _decoupled(level: str | None, threshold: Value, rs: str | None = None, rs_threshold=None):
@@ -73,6 +87,9 @@ def _clip(eps: Fraction) -> tuple[tuple[str, Value], ...]:
 
 def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     """verl's ``(key, value)`` pairs for request ``r``; raises ``NoCounterpart``."""
+    top = r.band[1] if r.band is not None else r.cap
+    if r.what in ("seq_is", "geo_mask") or (top is not None and top > CLAMP_TOP):
+        raise NoCounterpart(CLAMPED)
     if r.what == "clip_budget":
         return _clip(r.clip_epsilon)
     if r.what == "tis":
@@ -83,12 +100,6 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _decoupled("token", _icepop(*r.band))
     if r.what == "seq_tis":
         return _decoupled("sequence", r.cap)
-    if r.what == "geo_mask":
-        lo, hi = r.band
-        if lo <= 0:
-            raise NoCounterpart("a band from 0 needs rollout_rs_threshold upper bound 1/0")
-        reciprocals = f"{number(1 / hi)}_{number(1 / lo)}"
-        return _decoupled("token", NO_TRUNCATION, "seq_mean_k1", reciprocals)
     if r.what == "ppo_clip":
         return (
             (RC + "rollout_is", None),
@@ -98,11 +109,6 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             (RC + "loss_type", "ppo_clip"),
             *_clip(r.clip_epsilon),
             (ACTOR + "clip_ratio_c", NO_TRUNCATION),
-        )
-    if r.what == "seq_is":
-        raise NoCounterpart(
-            "verl clamps every sequence weight to [e^-20, e^20] and truncates it at "
-            "rollout_is_threshold, so no setting leaves W untruncated"
         )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
@@ -119,4 +125,5 @@ FRAMEWORK = Framework(
     "verl/trainer/config/actor/actor.yaml@018f23b5",
     formats=("yaml", "overrides"),
     settings=settings,
+    versions=("0.8", "0.10"),
 )
