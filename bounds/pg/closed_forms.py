@@ -9,7 +9,13 @@ of that discrepancy D = E_π'|ω − w| over the kernel pairs a premise allows:
 - masks that drop tokens (``icepop``, ``ppo_clip``, ``geo_mask``) have D = π(dropped set);
 - TIS with a cap c ≤ 1 has D = E_π'(w − c)₊ = 1 − c + E_π'(c − w)₊ (the second term is the
   TIS excess of the swapped pair at cap 1/c, scaled by c);
-- position masks (``tv_mask``, ``kl_mask``) keep ω = w or drop the whole position: D ∈ {0, 1}.
+- position masks (``tv_mask``, ``kl_mask``) keep ω = w or drop the whole position: D ∈ {0, 1};
+  so do DPPO's sign-aware binary masks (``dppo_tv``, ``dppo_kl``) and, per position of a
+  sequence of L ≥ 2 tokens, the one-outlier rejection (``seq_outlier``);
+- ``dual_clip`` is a band [1 − ε, min(1 + ε, c)] (the advantage's sign is free per token);
+  ``opsm`` a geometric-mean band [e^{−δ}, ∞) without an upper end (``hi = None``);
+- ``seq_mask`` drops whole sequences by W: D_seq = π_L(W ∉ [lo, hi]), bounded by the band's
+  ratio form at R = L·r and its TV form at the sequence TV.
 
 Jumps. Several suprema jump (a band's both sides fill at once; a position mask switches on when
 the divergence can pass τ). z3 and the interval arithmetic need continuous forms, so a jump
@@ -37,6 +43,10 @@ __all__ = [
     "in_sliver",
     "kl_anchor",
     "kl_iterate",
+    "outlier_step",
+    "outlier_sup",
+    "seq_mask_ratio",
+    "seq_mask_tv",
     "seq_tis_kl",
     "seq_tis_kl_factor",
     "seq_tis_ratio",
@@ -113,7 +123,7 @@ def tis_excess_ratio_sup(r: Num, cap: Num) -> mpmath.mpf:
 def band_drift(
     s: sympy.Expr,
     lo: sympy.Expr | int,
-    hi: sympy.Expr,
+    hi: sympy.Expr | None,
     L: sympy.Expr | int = 1,
     upper_idle: bool = False,
 ) -> sympy.Expr:
@@ -129,9 +139,12 @@ def band_drift(
     ``upper_idle`` picks between two equal ways of writing the upper side (L > 1): the solver
     proves it 0 at once when written through e^{min(0, L(log hi − s))}, and bounds it fastest
     through e^{clamp(L log hi − (L − 1)s, 0, s)} where it is positive; a derivation picks by
-    its premise box (the value is the same for every s either way).
+    its premise box (the value is the same for every s either way). ``hi = None``: a band
+    without an upper end (only the lower side drops).
     """
     x = sympy.exp(s)
+    if hi is None:
+        return sympy.Min(1, _lower_drift(s, lo, L))
     if L == 1:
         upper = sympy.Max(x - hi, 0)
     elif upper_idle:
@@ -142,17 +155,25 @@ def band_drift(
         upper = x - sympy.exp(sympy.Max(0, sympy.Min(s, L * sympy.log(hi) - (L - 1) * s)))
     terms = [upper / sympy.Max(x - 1, hi - 1)]
     if lo != 0:
-        if L == 1:
-            lower = sympy.Max(lo * x - 1, 0)
-        else:
-            # (lo·e^s)^L clamped to [1, e^s]: below 1 the side drops nothing, above e^s all
-            down = sympy.Max(0, sympy.Min(L * (s + sympy.log(lo)), s))
-            lower = sympy.Max(sympy.exp(down) - 1, 0)
-        terms += [lower / sympy.Max(x - 1, (1 - lo) / lo), step_above(x, hi / lo)]
+        terms += [_lower_drift(s, lo, L), step_above(x, hi / lo)]
     return sympy.Min(1, sympy.Max(*terms))
 
 
-def band_ratio(r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Expr | int = 1):
+def _lower_drift(s: sympy.Expr, lo: sympy.Expr, L: sympy.Expr | int) -> sympy.Expr:
+    """The lower side of ``band_drift``: (lo*·e^s − 1)₊/(e^s − 1)."""
+    x = sympy.exp(s)
+    if L == 1:
+        lower = sympy.Max(lo * x - 1, 0)
+    else:
+        # (lo·e^s)^L clamped to [1, e^s]: below 1 the side drops nothing, above e^s all
+        down = sympy.Max(0, sympy.Min(L * (s + sympy.log(lo)), s))
+        lower = sympy.Max(sympy.exp(down) - 1, 0)
+    return lower / sympy.Max(x - 1, (1 - lo) / lo)
+
+
+def band_ratio(
+    r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr | None, L: sympy.Expr | int = 1
+) -> sympy.Expr:
     """sup π(w ∉ [lo, hi]) when |log w| ≤ r on every token, for a position whose drop is decided
     by the geometric mean of at most L tokens (L = 1: its own ratio, the icepop band).
 
@@ -163,38 +184,45 @@ def band_ratio(r: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr, L: sympy.Exp
     h = max(1, min(hi, hi^L e^{−(L−1)r})); each side switches on exactly when e^{−r} < lo, resp.
     e^r > hi (a jump, as ``step_above``), and both at once drop everything. The denominators
     are written with their values at the switch (1/lo − 1, hi − 1), below which they never go
-    where the side is on.
+    where the side is on. ``hi = None``: no upper end.
     """
     x = sympy.exp(r)
-    up = step_above(x, hi)
-    h = sympy.exp(sympy.Max(0, sympy.Min(sympy.log(hi), L * sympy.log(hi) - (L - 1) * r)))
-    h = hi if L == 1 else h
-    terms = [h * (x - 1) / sympy.Max(h * x - 1, hi - 1) * up]
+    terms = []
+    if hi is not None:
+        up = step_above(x, hi)
+        h = sympy.exp(sympy.Max(0, sympy.Min(sympy.log(hi), L * sympy.log(hi) - (L - 1) * r)))
+        h = hi if L == 1 else h
+        terms.append(h * (x - 1) / sympy.Max(h * x - 1, hi - 1) * up)
     if lo != 0:
         down = step_above(x, 1 / lo)
         if L == 1:
             low = lo
         else:
             low = sympy.exp(sympy.Min(0, sympy.Max(sympy.log(lo), L * sympy.log(lo) + (L - 1) * r)))
-        terms += [low * (x - 1) / sympy.Max(x - low, (1 - lo) / lo) * down, sympy.Min(up, down)]
+        terms.append(low * (x - 1) / sympy.Max(x - low, (1 - lo) / lo) * down)
+        if hi is not None:
+            terms.append(sympy.Min(up, down))
     return sympy.Min(1, sympy.Max(*terms))
 
 
-def band_tv_factor(lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
-    """K with sup π(w ∉ [lo, hi]) = min(1, K·TV): K = hi/(hi − 1) + lo/(1 − lo)."""
-    return hi / (hi - 1) + lo / (1 - lo)
+def band_tv_factor(lo: sympy.Expr | int, hi: sympy.Expr | None) -> sympy.Expr:
+    """K with sup π(w ∉ [lo, hi]) = min(1, K·TV): K = hi/(hi − 1) + lo/(1 − lo) (the first
+    term absent without an upper end)."""
+    return (0 if hi is None else hi / (hi - 1)) + lo / (1 - lo)
 
 
-def band_tv(eps: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+def band_tv(eps: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr | None) -> sympy.Expr:
     """sup π(w ∉ [lo, hi]) when TV ≤ ε: min(1, K·ε). π(w > hi) < hi/(hi − 1)·(π − π')(w > hi) and
     π(w < lo) < lo/(1 − lo)·(π' − π)(w < lo), each difference ≤ TV; approached with w just
     outside the band on both sides and w = 1 elsewhere."""
     return sympy.Min(1, eps * band_tv_factor(lo, hi))
 
 
-def band_sup(s: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
-    """The exact sup of π(dropped) for ``band_drift`` (jumps included)."""
-    s, lo, hi = mpmath.mpf(s), mpmath.mpf(lo), mpmath.mpf(hi)
+def band_sup(s: Num, lo: Num, hi: Num | None, L: int = 1) -> mpmath.mpf:
+    """The exact sup of π(dropped) for ``band_drift`` (jumps included; ``hi = None``: no upper
+    end)."""
+    s, lo = mpmath.mpf(s), mpmath.mpf(lo)
+    hi = mpmath.inf if hi is None else mpmath.mpf(hi)
     if s == 0:
         return mpmath.mpf(0)
     x = mpmath.exp(s)
@@ -207,9 +235,11 @@ def band_sup(s: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
     return min(mpmath.mpf(1), max(d, u))
 
 
-def band_ratio_sup(r: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
-    """The exact sup of π(dropped) for ``band_ratio`` (jumps included)."""
-    r, lo, hi = mpmath.mpf(r), mpmath.mpf(lo), mpmath.mpf(hi)
+def band_ratio_sup(r: Num, lo: Num, hi: Num | None, L: int = 1) -> mpmath.mpf:
+    """The exact sup of π(dropped) for ``band_ratio`` (jumps included; ``hi = None``: no upper
+    end)."""
+    r, lo = mpmath.mpf(r), mpmath.mpf(lo)
+    hi = mpmath.inf if hi is None else mpmath.mpf(hi)
     x = mpmath.exp(r)
     up, down = x > hi, lo > 0 and x * lo > 1
     if up and down:
@@ -221,6 +251,42 @@ def band_ratio_sup(r: Num, lo: Num, hi: Num, L: int = 1) -> mpmath.mpf:
         low = min(1, max(lo, lo**L * mpmath.exp((L - 1) * r)))
         return low * (x - 1) / (x - low)
     return mpmath.mpf(0)
+
+
+# ---- sequence-wide masks: one outlier token (seq_outlier), the product W (seq_mask) --------
+def outlier_step(x: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+    """A continuous majorant of 1[x > hi or lo·x > 1], x = e^s (drift) or e^r (log ratio).
+
+    Per position of a sequence of L ≥ 2 tokens that one token outside [lo, hi] drops: where
+    no token's w can leave the band (e^s ≤ hi and lo·e^s ≤ 1) nothing is dropped; where one
+    can, an earlier token outside the band drops the whole position (D = 1)."""
+    terms = [step_above(x, hi)]
+    if lo != 0:
+        terms.append(step_above(x, 1 / lo))
+    return sympy.Max(*terms)
+
+
+def outlier_sup(x: Num, lo: Num, hi: Num, L: int) -> mpmath.mpf:
+    """The exact per-position sup of π(dropped) for ``seq_outlier`` at L ≥ 2, x = e^s or e^r
+    (the ratio premise reaches w = e^r itself; the drift premise approaches e^s from below, so
+    either way a token leaves the band exactly when x > hi or lo·x > 1)."""
+    if L < 2:
+        raise ValueError("outlier_sup is the L ≥ 2 form; one token is the icepop band")
+    x = mpmath.mpf(x)
+    return mpmath.mpf(1) if x > hi or (lo > 0 and x * lo > 1) else mpmath.mpf(0)
+
+
+def seq_mask_ratio(R: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+    """sup π_L(W ∉ [lo, hi]) over sequence laws with |log W| ≤ R (R = L·r): the band's ratio
+    form at R (its derivation uses only W ∈ [e^{−R}, e^R] and E_π' W = 1). A bound for
+    sequence laws, whose W are further constrained."""
+    return band_ratio(R, lo, hi)
+
+
+def seq_mask_tv(tv: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.Expr:
+    """π_L(W ∉ [lo, hi]) ≤ min(1, K·TV_L), K = hi/(hi − 1) + lo/(1 − lo) (the band's TV form
+    applied to the sequence laws)."""
+    return band_tv(tv, lo, hi)
 
 
 # ---- sequence-level truncated IS ----------------------------------------------------------

@@ -4,8 +4,9 @@
 its premise is a logit-drift (oscillation) clause: pass ``osc`` = 2δ for a drift δ. It is
 computed at 50 digits from the sympy form, so a plotted number and a proved bound agree.
 ``pg_bias_supremum`` is the exact supremum of the bias over the kernel pairs that premise
-allows (jumps included), where it is known; for ``seq_tis`` with L > 1 it is not, and the
-function returns ``None`` (``bounds.pg.witnesses.best_iid_seq_tis`` gives a lower end).
+allows (jumps included), where it is known; for ``seq_tis`` and ``seq_mask`` with L > 1 and
+``tis_mask`` with a cap below the band's top it is not, and the function returns ``None``
+(``bounds.pg.witnesses`` gives lower ends).
 """
 
 from __future__ import annotations
@@ -51,10 +52,30 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
             lo, hi = (_num(x) for x in p["band"])
         lo = 0 if lo == 0 else lo
         return C.band_drift(_s, lo, hi, L if estimator == "geo_mask" and L > 1 else 1)
-    if estimator == "tv_mask":
+    if estimator in ("tv_mask", "dppo_tv"):
         return C.step_above(sympy.tanh(_s / 4), _num(p["threshold"]))
-    if estimator == "kl_mask":
+    if estimator in ("kl_mask", "dppo_kl"):
         return C.step_above(kl_tilt_sup(_s), _num(p["threshold"]))
+    if estimator == "dual_clip":
+        e, c = _num(p["clip_epsilon"]), _num(p["cap"])
+        return C.band_drift(_s, 1 - e, sympy.Min(1 + e, c))
+    if estimator == "opsm":
+        return C.band_drift(_s, sympy.exp(-_num(p["threshold"])), None, L)
+    if estimator in ("seq_mask", "seq_outlier", "tis_mask"):
+        lo, hi = (_num(x) for x in p["band"])
+        lo = 0 if lo == 0 else lo
+        band = C.band_drift(_s, lo, hi)
+        if estimator == "tis_mask":
+            c = _num(p["cap"])
+            if c >= hi:
+                return band
+            return sympy.Min(1, _discrepancy("tis", 1, {"cap": c}) + band)
+        if L == 1:
+            return band
+        if estimator == "seq_outlier":
+            return C.outlier_step(sympy.exp(_s), lo, hi)
+        tv_l = sequence_tv_bound(sympy.tanh(_s / 4), kl_tilt_sup(_s), L)
+        return sympy.Min(C.seq_mask_ratio(L * _s, lo, hi), C.seq_mask_tv(tv_l, lo, hi))
     if estimator == "seq_is":
         return sympy.Integer(0)
     if estimator == "seq_tis":
@@ -85,7 +106,7 @@ def pg_bias_bound(
     temperature ``T``, for score norm G and advantage bound A; sequence-level estimators use
     the per-sequence score norm L·G, ``geo_mask`` sequences of at most L tokens. ``params``:
     ``cap``, ``clip_epsilon``, ``band`` (lo, hi) or ``threshold``, as in the DSL."""
-    scale = G * A * (L if estimator in ("seq_is", "seq_tis") else 1)
+    scale = G * A * (L if estimator in ("seq_is", "seq_tis", "seq_mask") else 1)
     return scale * evaluate(_discrepancy(estimator, L, params), {"s": osc / T})
 
 
@@ -100,7 +121,8 @@ def pg_bias_supremum(
     **params,
 ) -> float | None:
     """The exact supremum of the bias over kernel pairs with oscillation ≤ ``osc`` (same
-    arguments as ``pg_bias_bound``); ``None`` where it is not known (``seq_tis``, L > 1)."""
+    arguments as ``pg_bias_bound``); ``None`` where it is not known (``seq_tis`` and
+    ``seq_mask`` at L > 1, ``tis_mask`` with c < hi)."""
     s = mpmath.mpf(osc) / T
     GA = G * A
     if estimator == "plain":
@@ -115,9 +137,23 @@ def pg_bias_supremum(
     if estimator in ("icepop", "geo_mask"):
         lo, hi = params["band"]
         return GA * float(C.band_sup(s, lo, hi, L if estimator == "geo_mask" else 1))
-    if estimator == "tv_mask":
+    if estimator == "dual_clip":
+        e = params["clip_epsilon"]
+        return GA * float(C.band_sup(s, 1 - e, min(1 + e, params["cap"])))
+    if estimator == "opsm":
+        return GA * float(C.band_sup(s, mpmath.exp(-mpmath.mpf(params["threshold"])), None, L))
+    if estimator in ("seq_mask", "seq_outlier", "tis_mask"):
+        lo, hi = params["band"]
+        if estimator == "tis_mask" and params["cap"] < hi:
+            return None  # the sum form is a bound; its witness gives a lower end
+        if L == 1 or estimator == "tis_mask":
+            return GA * float(C.band_sup(s, lo, hi))
+        if estimator == "seq_mask":
+            return None  # a bound for L > 1; bounds.pg.witnesses.best_iid_seq_mask: a lower end
+        return GA * float(C.outlier_sup(mpmath.exp(s), lo, hi, L))
+    if estimator in ("tv_mask", "dppo_tv"):
         return GA * float(mpmath.tanh(s / 4) > params["threshold"])
-    if estimator == "kl_mask":
+    if estimator in ("kl_mask", "dppo_kl"):
         kl = 0 if s == 0 else mpmath.log(mpmath.expm1(s) / s) - 1 + s / mpmath.expm1(s)
         return GA * float(kl > params["threshold"])
     if estimator == "seq_is":

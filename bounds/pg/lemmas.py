@@ -28,6 +28,9 @@ from bounds.pg.closed_forms import (
     band_ratio,
     band_tv,
     kl_iterate,
+    outlier_step,
+    seq_mask_ratio,
+    seq_mask_tv,
     seq_tis_kl,
     seq_tis_ratio,
     step_above,
@@ -35,16 +38,20 @@ from bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
+from bounds.pg.links import tis_drift, tis_ratio
 from bounds.pg.witnesses import (
     band_dropped_mass,
     band_pair,
+    best_iid_seq_mask,
     best_iid_seq_tis,
+    dppo_dropped_mass,
     geo_dropped_mass,
     iid_excess,
     low_pair,
     raised_pair,
     ratio_band_laws,
     seq_is_bias,
+    tis_mask_discrepancy,
     tv_band_laws,
 )
 from bounds.sequence.lemmas import sequence_tv_bound
@@ -71,6 +78,15 @@ def _seq_forms(small: bool) -> sympy.Expr:
     return sympy.Min(seq_tis_ratio(L * s, c, small), tv_l, seq_tis_kl(L * k, kl_iterate(c)))
 
 
+def _seq_mask_form() -> sympy.Expr:
+    """D_seq for seq_mask from a drift premise: the band's ratio form at |log W| ≤ L·s, and its
+    TV form at the sequence-TV routes (coupling, Pinsker, Bretagnolle–Huber)."""
+    tv_l = sequence_tv_bound(sympy.tanh(s / 4), kl_tilt_sup(s), L)
+    return sympy.Min(seq_mask_ratio(L * s, lo, hi), seq_mask_tv(tv_l, lo, hi))
+
+
+_DUAL_HI = sympy.Min(1 + ce, c)  # the dual clip's band: w ∉ [1 − ε, min(1 + ε, c)] can drop
+
 EXPR: dict[str, sympy.Expr] = {
     "pg_bias_tis_small_cap": GA * tis_small_cap_drift(s, c),
     "pg_bias_tis_small_cap_ratio": GA * tis_small_cap_ratio(r, c),
@@ -92,6 +108,26 @@ EXPR: dict[str, sympy.Expr] = {
     "pg_bias_seq_tis": L * GA * _seq_forms(small=False),
     "pg_bias_seq_tis_small_cap": L * GA * _seq_forms(small=True),
     "pg_bias_seq_tis_tv": L * GA * (1 - (1 - eps) ** L),
+    "pg_bias_dppo_tv": GA * step_above(eps, tau),
+    "pg_bias_dppo_kl": GA * step_above(kappa, tau),
+    "pg_bias_dual_clip": GA * band_drift(s, 1 - ce, _DUAL_HI),
+    "pg_bias_dual_clip_ratio": GA * band_ratio(r, 1 - ce, _DUAL_HI),
+    "pg_bias_dual_clip_tv": GA * band_tv(eps, 1 - ce, _DUAL_HI),
+    "pg_bias_seq_outlier": GA * outlier_step(sympy.exp(s), lo, hi),
+    "pg_bias_seq_outlier_ratio": GA * outlier_step(sympy.exp(r), lo, hi),
+    "pg_bias_seq_outlier_tv": GA,
+    "pg_bias_seq_mask": L * GA * _seq_mask_form(),
+    "pg_bias_tis_mask": GA * band_drift(s, lo, hi),
+    "pg_bias_tis_mask_ratio": GA * band_ratio(r, lo, hi),
+    "pg_bias_tis_mask_tv": GA * band_tv(eps, lo, hi),
+    "pg_bias_tis_mask_sum": GA * sympy.Min(1, tis_drift(s, c) + band_drift(s, lo, hi)),
+    "pg_bias_tis_mask_sum_ratio": GA * sympy.Min(1, tis_ratio(r, c) + band_ratio(r, lo, hi)),
+    "pg_bias_tis_mask_sum_tv": GA * sympy.Min(1, eps + band_tv(eps, lo, hi)),
+    "pg_bias_opsm": GA * band_drift(s, sympy.exp(-tau), None, L),
+    "pg_bias_opsm_ratio": GA * band_ratio(r, sympy.exp(-tau), None, L),
+    "pg_bias_opsm_tv": GA * band_tv(eps, sympy.exp(-tau), None),
+    "pg_bias_sequence_mask_exceedance": GA
+    * ((1 - sympy.Min(1, L * rho)) * eps + sympy.Min(1, L * rho)),
     "pg_bias_correction_exceedance": GA * ((1 - rho) * eps + rho),
     "pg_bias_geo_mask_exceedance": GA * ((1 - sympy.Min(1, L * rho)) * eps + sympy.Min(1, L * rho)),
 }
@@ -105,6 +141,9 @@ EXPR_NO_LOWER: dict[str, sympy.Expr] = {
     "pg_bias_geo_mask": GA * band_drift(s, 0, hi, L),
     "pg_bias_geo_mask_ratio": GA * band_ratio(r, 0, hi, L),
 }
+
+
+_NO_UPPER = 1e300  # a numeric stand-in for hi = ∞ in the witnesses of opsm (no float reaches it)
 
 
 def _bound(name: str, **values: float) -> float:
@@ -184,12 +223,17 @@ def _w_icepop_tv(eps: float, lo: float, hi: float) -> Witness:
 
 
 def _w_geo(osc: float, T: float, lo: float, hi: float, L: int) -> Witness:
-    sv, params = osc / T, {"osc": osc, "T": T, "lo": lo, "hi": hi, "L": L}
+    params = {"osc": osc, "T": T, "lo": lo, "hi": hi, "L": L}
+    achieved, instance = _geo_instance(osc, T, lo, hi, L)
+    return _w("pg_bias_geo_mask", params, achieved, instance, **params)
+
+
+def _geo_instance(osc: float, T: float, lo: float, hi: float, L: int) -> tuple[float, dict]:
+    sv = osc / T
     x = math.exp(sv)
     if L == 1 or (lo > 0 and x > hi / lo) or sv == 0:  # a sequence of one token: the band
         z, zp = band_pair(sv, T, lo, hi)
-        achieved = geo_dropped_mass(z, zp, T, lo, hi, 0.0, 1)
-        return _w("pg_bias_geo_mask", params, achieved, {"z": z, "z_prime": zp}, **params)
+        return geo_dropped_mass(z, zp, T, lo, hi, 0.0, 1), {"z": z, "z_prime": zp}
     # the other L − 1 tokens at log w → −s (lower side) or +s (upper side): prefix steps of
     # explicit pairs whose sampled token has that ratio
     zs, zsp, low = low_pair(sv, T)
@@ -206,8 +250,7 @@ def _w_geo(osc: float, T: float, lo: float, hi: float, L: int) -> Witness:
             z, zp = band_pair(sv, T, band_lo, band_hi)
         sides.append((geo_dropped_mass(z, zp, T, lo, hi, others, L), z, zp, others))
     achieved, z, zp, others = max(sides, key=lambda t: t[0])
-    instance = {"z": z, "z_prime": zp, "prefix_pair": (zs, zsp), "others": others, "n": L}
-    return _w("pg_bias_geo_mask", params, achieved, instance, **params)
+    return achieved, {"z": z, "z_prime": zp, "prefix_pair": (zs, zsp), "others": others, "n": L}
 
 
 def _w_geo_ratio(r: float, lo: float, hi: float, L: int) -> Witness:
@@ -280,6 +323,118 @@ def _w_geo_tv(eps: float, lo: float, hi: float, L: int) -> Witness:
     achieved = geo_dropped_mass(z, z, 1.0, lo, hi, others, 2) if L >= 2 else 0.0
     params = {"eps": eps, "lo": lo, "hi": hi, "L": L}
     return Witness("pg_bias_geo_mask_tv", params, achieved, 1.0, {"prefix": (zs, zsp)})
+
+
+def _w_dppo_tv(osc: float, T: float, tau: float) -> Witness:
+    # two tokens at the TV supremum: each token's binary TV is the TV, one rises and one falls,
+    # so the advantage's signs (+ on the risen, − on the fallen) drop both once TV > τ
+    sv = osc / T
+    z, zp = tilt_pair(1.0 / (1.0 + math.exp(min(sv / 2, 700.0))), sv, T)
+    achieved = dppo_dropped_mass(z, zp, T, tau, "tv")
+    params = {"osc": osc, "T": T, "tau": tau}
+    return _w("pg_bias_dppo_tv", params, achieved, {"z": z, "z_prime": zp},
+              eps=math.tanh(sv / 4), tau=tau)  # fmt: skip
+
+
+def _w_dppo_kl(osc: float, T: float, tau: float) -> Witness:
+    sv = osc / T
+    p = 0.5 - sv / 12.0 if sv < 1e-4 else 1.0 / sv - 1.0 / math.expm1(sv)
+    zp, z = tilt_pair(p, sv, T)  # the KL(π'‖π) two-point supremum, as kl_mask's witness
+    achieved = dppo_dropped_mass(z, zp, T, tau, "kl")
+    bound_kappa = float(sympy.N(kl_tilt_sup(sympy.Float(sv, 40)), 30))
+    params = {"osc": osc, "T": T, "tau": tau}
+    return _w("pg_bias_dppo_kl", params, achieved, {"z": z, "z_prime": zp}, kappa=bound_kappa,
+              tau=tau)  # fmt: skip
+
+
+def _w_dual_clip(osc: float, T: float, clip_epsilon: float, c: float) -> Witness:
+    # the band [1 − ε, min(1 + ε, c)]; a token above min(1 + ε, c) is dropped with A > 0 (above
+    # 1 + ε) or A < 0 (above c), one below 1 − ε with A < 0
+    e, hi_ = clip_epsilon, min(1 + clip_epsilon, c)
+    z, zp = band_pair(osc / T, T, 1 - e, hi_)
+    lw = measure.log_ratio(z, zp, T)
+    w, prob = np.exp(lw), np.exp(measure.log_softmax(z, T))
+    dropped = (w > 1 + e) | (w < 1 - e) | (w > c)
+    params = {"osc": osc, "T": T, "clip_epsilon": e, "c": c}
+    return _w("pg_bias_dual_clip", params, float(np.sum(prob[dropped])), {"z": z, "z_prime": zp},
+              **params)  # fmt: skip
+
+
+def _outlier_prefix(x_log: float, lo: float, hi: float, T: float, ratio: bool):
+    """A prefix step whose sampled token's log ratio is (near) +x_log or −x_log, whichever
+    leaves [lo, hi]; None when neither can."""
+    if x_log > math.log(hi):
+        sign = 1.0
+    elif lo > 0 and -x_log < math.log(lo):
+        sign = -1.0
+    else:
+        return None
+    if ratio:  # |log w| ≤ r: two atoms w = e^{±r} exactly
+        e = math.exp(x_log)
+        zs, zsp = _probs_pair([1 / (1 + e), e / (1 + e)], [e / (1 + e), 1 / (1 + e)])
+        return zs, zsp, 1 if sign > 0 else 0
+    if sign > 0:  # π' almost never samples the raised token: its w tends to e^s
+        zs, zsp = raised_pair(1e-12, x_log, T)
+        return zs, zsp, 0
+    zs, zsp, _ = low_pair(x_log, T)  # token 1's w tends to e^{−s}
+    return zs, zsp, 1
+
+
+def _outlier_witness(name: str, x_log: float, temp: float, band: tuple[float, float], L: int,
+                     ratio: bool, params: dict, bound_values: dict) -> Witness:  # fmt: skip
+    lo, hi = band
+    prefix = _outlier_prefix(x_log, lo, hi, temp, ratio) if L >= 2 else None
+    if prefix is None:  # no token can leave the band: nothing is dropped
+        return _w(name, params, 0.0, {"prefix": None}, **bound_values)
+    zs, zsp, token = prefix
+    lw = float(measure.log_ratio(zs, zsp, temp)[token])
+    out = lw > math.log(hi) or (lo > 0 and lw < math.log(lo))
+    # the current position, any pair: dropped entirely when its prefix token left the band
+    achieved = 1.0 if out else 0.0
+    return _w(name, params, achieved, {"prefix": (zs, zsp), "token": token, "log_w": lw},
+              **bound_values)  # fmt: skip
+
+
+def _w_seq_outlier(osc: float, T: float, lo: float, hi: float, L: int) -> Witness:
+    params = {"osc": osc, "T": T, "lo": lo, "hi": hi, "L": L}
+    bound = {"osc": osc, "T": T, "lo": lo, "hi": hi}
+    return _outlier_witness("pg_bias_seq_outlier", osc / T, T, (lo, hi), L, False, params, bound)
+
+
+def _w_seq_outlier_ratio(r: float, lo: float, hi: float, L: int) -> Witness:
+    params = {"r": r, "lo": lo, "hi": hi, "L": L}
+    bound = {"r": r, "lo": lo, "hi": hi}
+    return _outlier_witness("pg_bias_seq_outlier_ratio", r, 1.0, (lo, hi), L, True, params, bound)
+
+
+def _w_seq_mask(osc: float, T: float, lo: float, hi: float, L: int) -> Witness:
+    q, achieved = best_iid_seq_mask(osc / T, L, lo, hi)
+    params = {"osc": osc, "T": T, "lo": lo, "hi": hi, "L": L}
+    return _w("pg_bias_seq_mask", params, L * achieved, {"q": q, "iid": True}, **params)
+
+
+def _w_tis_mask(osc: float, T: float, c: float, lo: float, hi: float) -> Witness:
+    sv, params = osc / T, {"osc": osc, "T": T, "c": c, "lo": lo, "hi": hi}
+    if c >= hi:  # the cap never bites on a kept token: the band's witness
+        z, zp = band_pair(sv, T, lo, hi)
+        achieved = tis_mask_discrepancy(z, zp, T, c, lo, hi)
+        return _w("pg_bias_tis_mask", params, achieved, {"z": z, "z_prime": zp}, osc=osc, T=T,
+                  lo=lo, hi=hi)  # fmt: skip
+    # c < hi: the better of the band's and the TIS witness (c > 1) measured on ω itself
+    pairs = [band_pair(sv, T, lo, hi)]
+    e = math.exp(sv)
+    if e > c > 1:
+        pairs.append(raised_pair((math.sqrt(e / c) - 1) / math.expm1(sv), sv, T))
+    got = [(tis_mask_discrepancy(z, zp, T, c, lo, hi), z, zp) for z, zp in pairs]
+    achieved, z, zp = max(got, key=lambda t: t[0])
+    return _w("pg_bias_tis_mask_sum", params, achieved, {"z": z, "z_prime": zp}, **params)
+
+
+def _w_opsm(osc: float, T: float, tau: float, L: int) -> Witness:
+    # the geometric-mean band [e^{−δ}, ∞) with A < 0 on every token: geo_mask's witness
+    achieved, instance = _geo_instance(osc, T, math.exp(-tau), _NO_UPPER, L)
+    params = {"osc": osc, "T": T, "tau": tau, "L": L}
+    return _w("pg_bias_opsm", params, achieved, instance, **params)
 
 
 _TOK = "per-token ‖∇ log π(y)‖ ≤ G and |A(y)| ≤ A (assumptions of the guarantee)"
@@ -395,6 +550,103 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            "E_π'(W − c)₊ ≤ TV_L ≤ 1 − (1 − ε)^L (coupling)",
            "supremum, approached (π leaks ε per step to a token π' almost never samples)",
            _w_seq_tis_tv),
+    _lemma("pg_bias_dppo_tv", ("TV(π, π') ≤ ε at every position",),
+           "bias of DPPO's binary-TV mask ≤ G·A·1{ε > τ}",
+           (_TOK, _SUPPORT, "a token is dropped when A > 0 and π(y) − π'(y) > τ, or A < 0 and "
+            "π'(y) − π(y) > τ"),
+           "|π(y) − π'(y)| ≤ TV: with ε ≤ τ nothing is dropped; kept tokens are unbiased",
+           "supremum where ε is the TV supremum (tanh(s/4), tanh(r/2), a TV clause): two tokens, "
+           "one risen and one fallen by the TV, both dropped under A = ±; except on the η-sliver "
+           "below τ", _w_dppo_tv),
+    _lemma("pg_bias_dppo_kl", ("KL(π'‖π) ≤ κ at every position",),
+           "bias of DPPO's binary-KL mask ≤ G·A·1{κ > τ}",
+           (_TOK, _SUPPORT, "a token is dropped when its binary KL(π'(y)‖π(y)) > τ and A pushes "
+            "π(y) further from π'(y)"),
+           "the binary KL is the KL of the laws of 1{y_t = y}: at most KL(π'‖π) (data processing)",
+           "as pg_bias_kl_mask: two tokens, whose binary KL is the KL", _w_dppo_kl),
+    _lemma("pg_bias_dual_clip", _OSC,
+           "bias of the dual-clip surrogate's gradient (old policy π') ≤ G·A·(icepop form at "
+           "lo = 1 − ε, hi = min(1 + ε, c))",
+           (_TOK, _SUPPORT, "clip range 0 < ε < 1, dual-clip ratio c > 1"),
+           "ω = 0 where A > 0 and w > 1 + ε, or A < 0 and (w < 1 − ε or w > c); the sign of A is "
+           "free per token, so the worst case drops w ∉ [1 − ε, min(1 + ε, c)]",
+           "as pg_bias_icepop", _w_dual_clip),
+    _lemma("pg_bias_dual_clip_ratio", _RATIO, "bias ≤ G·A·(icepop ratio form at that band)",
+           (_TOK, _SUPPORT, "0 < ε < 1, c > 1"), "as pg_bias_icepop_ratio",
+           "as pg_bias_icepop_ratio"),
+    _lemma("pg_bias_dual_clip_tv", _TV, "bias ≤ G·A·(icepop TV form at that band)",
+           (_TOK, _SUPPORT, "0 < ε < 1, c > 1"), "as pg_bias_icepop_tv", "as pg_bias_icepop_tv"),
+    _lemma("pg_bias_seq_outlier", _OSC,
+           "per position (L ≥ 2): bias ≤ G·A·1{e^s > hi or lo·e^s > 1}",
+           (_TOK, _SUPPORT, _BAND, "a sequence with one token outside [lo, hi] is dropped",
+            "sequences of at most L = policy.max_new_tokens tokens"),
+           "no token leaves the band when e^s ≤ hi and lo·e^s ≤ 1 (w ∈ [e^{−s}, e^s]); when one "
+           "can, an earlier token outside the band drops the whole position (E_π' w = 1); one "
+           "token (L = 1) is the icepop band",
+           "supremum (an earlier token with w → e^{±s}), except on the η-slivers below e^s = hi "
+           "and e^s = 1/lo", _w_seq_outlier),
+    _lemma("pg_bias_seq_outlier_ratio", _RATIO,
+           "per position (L ≥ 2): bias ≤ G·A·1{e^r > hi or lo·e^r > 1}",
+           (_TOK, _SUPPORT, _BAND, "sequences of at most L tokens"), "as pg_bias_seq_outlier",
+           "supremum (an earlier token with w = e^{±r}), except on the η-slivers",
+           _w_seq_outlier_ratio),
+    _lemma("pg_bias_seq_outlier_tv", _TV, "per position (L ≥ 2): bias ≤ G·A",
+           (_TOK, _SUPPORT, _BAND), "a TV premise leaves a sampled token's w free",
+           "attained (ε > 0)"),
+    _lemma("pg_bias_seq_mask", _OSC,
+           "bias of E_π'[W·1{lo ≤ W ≤ hi}·g(y)] ≤ L·G·A·min(icepop ratio form at |log W| ≤ L·s, "
+           "min(1, K·TV_L)), K = hi/(hi − 1) + lo/(1 − lo)",
+           (_SEQ, _SUPPORT, _BAND, "a sequence whose W lies outside [lo, hi] is dropped"),
+           "bias = ‖E_π[1{W ∉ band}·g(y)]‖ ≤ L·G·A·π_L(W ∉ band); W ∈ [e^{−Ls}, e^{Ls}] with "
+           "E_π' W = 1 gives the ratio form; π_L(W > hi) < hi/(hi − 1)·(π_L − π'_L)(W > hi) ≤ "
+           "hi/(hi − 1)·TV_L and mirrored below; TV_L from the sequence-TV routes. One token "
+           "(L = 1) is the icepop band",
+           "a bound; the gap to the best i.i.d. two-point witness is measured", _w_seq_mask),
+    _lemma("pg_bias_tis_mask", _OSC,
+           "bias of E_π'[min(w, c)·1{lo ≤ w ≤ hi}·g] ≤ G·A·(icepop form), c ≥ hi",
+           (_TOK, _SUPPORT, _BAND, "cap c ≥ hi"),
+           "with c ≥ hi the cap never bites on a kept token: the estimator is the band mask",
+           "as pg_bias_icepop", _w_tis_mask),
+    _lemma("pg_bias_tis_mask_ratio", _RATIO, "bias ≤ G·A·(icepop ratio form), c ≥ hi",
+           (_TOK, _SUPPORT, _BAND, "cap c ≥ hi"), "as pg_bias_tis_mask",
+           "as pg_bias_icepop_ratio"),
+    _lemma("pg_bias_tis_mask_tv", _TV, "bias ≤ G·A·(icepop TV form), c ≥ hi",
+           (_TOK, _SUPPORT, _BAND, "cap c ≥ hi"), "as pg_bias_tis_mask", "as pg_bias_icepop_tv"),
+    _lemma("pg_bias_tis_mask_sum", _OSC,
+           "bias ≤ G·A·min(1, D_tis(c) + D_band), c < hi (D_tis: pg_bias_tis, or "
+           "pg_bias_tis_small_cap for c ≤ 1; D_band: pg_bias_icepop)",
+           (_TOK, _SUPPORT, _BAND, "cap 0 ≤ c < hi"),
+           "|ω − w| = w on dropped tokens, (w − c)₊ on kept ones: at most w·1{w ∉ band} + "
+           "(w − c)₊, whose means are at most the two suprema; and |ω − w| ≤ w, whose mean is 1",
+           "a bound (each supremum alone is attained, their sum in general not); the gap to the "
+           "better of the two witnesses is measured", _w_tis_mask),
+    _lemma("pg_bias_tis_mask_sum_ratio", _RATIO,
+           "bias ≤ G·A·min(1, TIS ratio form + icepop ratio form), c < hi",
+           (_TOK, _SUPPORT, _BAND, "cap 0 ≤ c < hi"), "as pg_bias_tis_mask_sum", "a bound"),
+    _lemma("pg_bias_tis_mask_sum_tv", _TV,
+           "bias ≤ G·A·min(1, TIS TV form + icepop TV form), c < hi",
+           (_TOK, _SUPPORT, _BAND, "cap 0 ≤ c < hi"), "as pg_bias_tis_mask_sum", "a bound"),
+    _lemma("pg_bias_opsm", _OSC,
+           "per position: bias ≤ G·A·(geo_mask form for the band [e^{−δ}, ∞): the lower side "
+           "only)", (_TOK, _SUPPORT, "δ > 0; a sequence with A < 0 and mean log(π'/π) > δ is "
+                     "dropped", "sequences of at most L = policy.max_new_tokens tokens"),
+           "mean log(π'/π) > δ is a geometric mean of w below e^{−δ}; with A < 0 on every "
+           "sequence (the worst sign) it is geo_mask's lower side",
+           "as pg_bias_geo_mask (its witness with A < 0)", _w_opsm),
+    _lemma("pg_bias_opsm_ratio", _RATIO,
+           "per position: bias ≤ G·A·(geo_mask ratio form, band [e^{−δ}, ∞))",
+           (_TOK, _SUPPORT, "sequences of at most L tokens"), "as pg_bias_geo_mask_ratio",
+           "as pg_bias_geo_mask_ratio"),
+    _lemma("pg_bias_opsm_tv", _TV,
+           "bias ≤ G·A·min(1, ε/(e^δ − 1)) for L = 1; G·A for L ≥ 2",
+           (_TOK, _SUPPORT), "as pg_bias_icepop_tv (L = 1) and pg_bias_geo_mask_tv (L ≥ 2)",
+           "supremum, approached (L = 1); attained (L ≥ 2, ε > 0)"),
+    _lemma("pg_bias_sequence_mask_exceedance",
+           ("P(osc > osc_thr) ≤ ρ over positions (statistical clause)",),
+           "E[bias] ≤ G·A·((1 − ρ')·D(osc_thr) + ρ'), ρ' = min(1, L·ρ)",
+           (_TOK, _SUPPORT, "the statistical clause holds", "sequences of at most L tokens"),
+           "as pg_bias_geo_mask_exceedance, for every mask one token can trip for its whole "
+           "sequence (seq_outlier, opsm)", "a bound"),
     _lemma("pg_bias_correction_exceedance",
            ("P(osc > osc_thr) ≤ ρ over positions (statistical clause)",),
            "E[bias] ≤ G·A·((1 − ρ)·D(osc_thr) + ρ), D the estimator's per-position supremum",

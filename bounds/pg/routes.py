@@ -25,6 +25,9 @@ from bounds.pg.closed_forms import (
     band_tv,
     in_sliver,
     kl_anchor,
+    outlier_step,
+    seq_mask_ratio,
+    seq_mask_tv,
     seq_tis_kl,
     seq_tis_ratio,
     seq_tis_tv,
@@ -67,6 +70,13 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "kl_mask": _kl_mask,
         "seq_is": _seq_is,
         "seq_tis": _seq_tis,
+        "dppo_tv": lambda ctx, GA: _tv_mask(ctx, GA, "pg_bias_dppo_tv"),
+        "dppo_kl": lambda ctx, GA: _kl_mask(ctx, GA, "pg_bias_dppo_kl"),
+        "dual_clip": _dual_clip,
+        "seq_mask": _seq_mask,
+        "seq_outlier": _seq_outlier,
+        "tis_mask": _tis_mask,
+        "opsm": _opsm,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -79,10 +89,15 @@ def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") 
             f"{estimator} weights whole sequences: the bias is per sequence, with the assumed "
             f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} ({where})",
         )
-    if estimator == "geo_mask":
+    if estimator in ("geo_mask", "seq_outlier", "opsm"):
         return (
-            f"geo_mask: per position, for sequences of at most L = {L} tokens ({where}); the "
+            f"{estimator}: per position, for sequences of at most L = {L} tokens ({where}); the "
             "worst position is the last of a full sequence",
+        )
+    if estimator == "seq_mask":
+        return (
+            f"seq_mask weights whole sequences by W: the bias is per sequence, with the assumed "
+            f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} ({where})",
         )
     return ()
 
@@ -152,12 +167,21 @@ def _tails(ctx):
             yield f, rho, osc / ctx.T
 
 
-def _exceedance(ctx, GA, lemma: str, tilt: Form, exact_s: Exact = _ALWAYS, geo_L=None) -> list:
-    """E[bias] from P(drift > level) ≤ ρ: the per-position form at the level, 1 above it."""
+def _exceedance(
+    ctx,
+    GA,
+    lemma: str,
+    tilt: Form,
+    exact_s: Exact = _ALWAYS,
+    geo_L=None,
+    split: str = "pg_bias_geo_mask_exceedance",
+) -> list:
+    """E[bias] from P(drift > level) ≤ ρ: the per-position form at the level, 1 above it
+    (``geo_L``: one exceeding token can drop its whole sequence, ``split`` names that step)."""
     out = []
     for f, rho, s in _tails(ctx):
         share = rho if geo_L is None else sympy.Min(1, geo_L * rho)
-        split = "pg_bias_correction_exceedance" if geo_L is None else "pg_bias_geo_mask_exceedance"
+        split = "pg_bias_correction_exceedance" if geo_L is None else split
         chain = (*f.chain[: f.chain.index("token_tv_tanh")], lemma, split)
         expr = GA * ((1 - share) * tilt(s) + share)
         ok = exact_s(_at_max(ctx, s, (f,))) and geo_L is None
@@ -271,21 +295,24 @@ def _band_consts(ctx, lo_v, hi_v):
     return lo, ctx.const("hi", hi_v), Fraction(lo_v), Fraction(hi_v)
 
 
-def _band_exact(lo_v: Fraction, hi_v: Fraction) -> tuple[Exact, Exact]:
-    """Where the band's tilt and ratio forms are the suprema: off the η-slivers of their jumps."""
+def _band_exact(lo_v, hi_v) -> tuple[Exact, Exact]:
+    """Where the band's tilt and ratio forms are the suprema: off the η-slivers of their jumps
+    (``hi_v = None``: no upper end, so no upper jump; ``lo_v`` may be an mpmath number)."""
 
     def tilt_ok(s: float) -> bool:
-        return lo_v == 0 or not in_sliver(mpmath.exp(s), hi_v / lo_v)
+        return lo_v == 0 or hi_v is None or not in_sliver(mpmath.exp(s), hi_v / lo_v)
 
     def ratio_ok(r: float) -> bool:
         x = mpmath.exp(r)
-        return not in_sliver(x, hi_v) and (lo_v == 0 or not in_sliver(x, 1 / lo_v))
+        upper_ok = hi_v is None or not in_sliver(x, hi_v)
+        return upper_ok and (lo_v == 0 or not in_sliver(x, 1 / lo_v))
 
     return tilt_ok, ratio_ok
 
 
-def _band(ctx, GA, name: str, lo_v, hi_v, L=None, ends=None) -> list[Route]:
-    """``ends``: the band's ends as expressions (ppo_clip's 1 ∓ ε), else constants lo, hi."""
+def _band(ctx, GA, name: str, lo_v, hi_v, L=None, ends=None, split=None) -> list[Route]:
+    """``ends``: the band's ends as expressions (ppo_clip's 1 ∓ ε), else constants lo, hi;
+    ``split``: the exceedance step's lemma where a sequence's other tokens move the band."""
     lo, hi, lo_f, hi_f = _band_consts(ctx, lo_v, hi_v) if ends is None else (*ends, lo_v, hi_v)
     tilt_ok, ratio_ok = _band_exact(lo_f, hi_f)
     if L is None:  # one token decides
@@ -295,6 +322,8 @@ def _band(ctx, GA, name: str, lo_v, hi_v, L=None, ends=None) -> list[Route]:
     else:  # geo_mask: the sequence's other tokens move the band; a TV premise leaves them free
 
         def idle(s: sympy.Expr) -> bool:  # the upper side is 0 on the whole premise box
+            if hi is None:
+                return True
             return _at_max(ctx, L * (sympy.log(hi) - s), ctx.premises.facts) >= 0
 
         tilt = lambda s: band_drift(s, lo, hi, L, idle(s))  # noqa: E731
@@ -306,7 +335,8 @@ def _band(ctx, GA, name: str, lo_v, hi_v, L=None, ends=None) -> list[Route]:
             out = _exceedance(ctx, GA, name, tilt, tilt_ok)
             out += _mean_tv(ctx, GA, name, tv, jensen_exact=True)
         else:
-            out = _exceedance(ctx, GA, name, tilt, tilt_ok, geo_L=L)
+            split = split or "pg_bias_geo_mask_exceedance"
+            out = _exceedance(ctx, GA, name, tilt, tilt_ok, geo_L=L, split=split)
     return out
 
 
@@ -341,13 +371,15 @@ def _mask(ctx, GA, name: str, routes: list[Route], tau) -> list[Route]:
     return out
 
 
-def _tv_mask(ctx, GA) -> list[Route]:
+def _tv_mask(ctx, GA, name: str = "pg_bias_tv_mask") -> list[Route]:
+    """tv_mask, and dppo_tv (its binary TV of the sampled token is at most the TV, equal on
+    two tokens, and the advantage's sign is free per token: the same forms)."""
     tau = ctx.const("tau", _need(ctx, "threshold", "threshold: τ"))
-    out = _mask(ctx, GA, "pg_bias_tv_mask", ctx.tv_routes(), tau)
+    out = _mask(ctx, GA, name, ctx.tv_routes(), tau)
     if not out:
         tilt: Form = lambda s: step_above(sympy.tanh(s / 4), tau)  # noqa: E731
         ok = lambda s: not in_sliver(mpmath.tanh(mpmath.mpf(s) / 4), ctx.consts["tau"])  # noqa: E731
-        out = _exceedance(ctx, GA, "pg_bias_tv_mask", tilt, ok)
+        out = _exceedance(ctx, GA, name, tilt, ok)
         for r in ctx.etv_routes():  # Markov: P(TV > τ) ≤ E[TV]/τ
             (f,) = r.facts
             exact_here = f.metric == "tv" and f.statistic == "mean"
@@ -356,11 +388,12 @@ def _tv_mask(ctx, GA) -> list[Route]:
     return out
 
 
-def _kl_mask(ctx, GA) -> list[Route]:
+def _kl_mask(ctx, GA, name: str = "pg_bias_kl_mask") -> list[Route]:
+    """kl_mask, and dppo_kl (binary KL ≤ KL by data processing, equal on two tokens)."""
     from bounds.token.lemmas import kl_tilt_sup
 
     tau = ctx.const("tau", _need(ctx, "threshold", "threshold: τ"))
-    out = _mask(ctx, GA, "pg_bias_kl_mask", ctx.kl_routes(), tau)
+    out = _mask(ctx, GA, name, ctx.kl_routes(), tau)
     if not out:
         tilt: Form = lambda s: step_above(kl_tilt_sup(s), tau)  # noqa: E731
 
@@ -368,7 +401,7 @@ def _kl_mask(ctx, GA) -> list[Route]:
             k = evaluate(kl_tilt_sup(sympy.Symbol("s")), {"s": s})
             return s >= 0.125 and not in_sliver(k, ctx.consts["tau"])
 
-        out = _exceedance(ctx, GA, "pg_bias_kl_mask", tilt, ok)
+        out = _exceedance(ctx, GA, name, tilt, ok)
     return out
 
 
@@ -402,4 +435,125 @@ def _seq_tis(ctx, GA) -> list[Route]:
         ok = r.attained and r.name == "sequence_tv_coupling"
         out.append(combine(f"seq_tis_{r.name}", LGA * seq_tis_tv(r.expr, c, small), r,
                            lemma="pg_bias_seq_tis_tv" if ok else lemma, attained=ok))  # fmt: skip
+    return out
+
+
+# ---- the peers' corrections beyond the ten -----------------------------------------------
+def _dual_clip(ctx, GA) -> list[Route]:
+    """Dual clip drops A < 0 with w > c besides PPO's clipped tokens; the sign of A is free per
+    token, so the worst case drops w ∉ [1 − ε, min(1 + ε, c)]: a band."""
+    e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
+    cap = exact(_need(ctx, "cap", "cap: the dual-clip ratio c > 1"))
+    eps = ctx.const("clip_epsilon", e)
+    hi_v, hi = (1 + e, 1 + eps) if cap >= 1 + e else (cap, ctx.const("c", cap))
+    return _band(ctx, GA, "pg_bias_dual_clip", 1 - e, hi_v, ends=(1 - eps, hi))
+
+
+def _opsm(ctx, GA) -> list[Route]:
+    """The off-policy sequence mask drops a sequence with A < 0 whose mean log(π'/π) exceeds δ:
+    with A < 0 on every token, the geometric-mean band [e^{−δ}, ∞)."""
+    delta = exact(_need(ctx, "threshold", "threshold: δ"))
+    lo = sympy.exp(-ctx.const("tau", delta))
+    lo_v = mpmath.exp(-mpmath.mpf(delta.numerator) / delta.denominator)
+    if ctx.max_len == 1:
+        return _band(ctx, GA, "pg_bias_opsm", lo_v, None, ends=(lo, None))
+    L = ctx.const("L", ctx.max_len)
+    return _band(ctx, GA, "pg_bias_opsm", lo_v, None, L, ends=(lo, None),
+                 split="pg_bias_sequence_mask_exceedance")  # fmt: skip
+
+
+def _tis_forms(ctx, cap: Fraction):
+    """(tilt, ratio, TV) forms of TIS's E_π'(w − c)₊ at cap c (as ``_tis`` and ``_capped``)."""
+    if cap == 0:
+        one: Form = lambda _: sympy.Integer(1)  # noqa: E731
+        return one, one, one
+    c = ctx.const("c", cap)
+    if cap > 1:
+        return (lambda s: tis_drift(s, c)), (lambda r: tis_ratio(r, c)), (lambda e: e)
+    if cap == 1:
+        return (lambda s: sympy.tanh(s / 4)), (lambda r: tis_small_cap_ratio(r, c)), (lambda e: e)
+    return (
+        lambda s: tis_small_cap_drift(s, c),
+        lambda r: tis_small_cap_ratio(r, c),
+        lambda e: tis_small_cap_tv(e, c),
+    )
+
+
+def _tis_mask(ctx, GA) -> list[Route]:
+    """ω = min(w, c)·1[lo ≤ w ≤ hi]. With c ≥ hi the cap never bites on a kept token and the
+    estimator is the band (exact forms); below hi the discrepancy
+    φ(w) = w·1[w ∉ band] + (w − c)₊·1[w ∈ band] ≤ w·1[w ∉ band] + (w − c)₊, so the sum of the
+    band's and TIS's suprema, at most 1 (φ ≤ w): a bound, not marked attained."""
+    cap = exact(_need(ctx, "cap", "cap: c ≥ 0"))
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    if cap >= exact(hi_v):
+        return _band(ctx, GA, "pg_bias_tis_mask", lo_v, hi_v)
+    lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
+    t_tilt, t_ratio, t_tv = _tis_forms(ctx, cap)
+    name = "pg_bias_tis_mask_sum"
+    out = []
+    for f in ctx.premises.of("osc"):
+        s = f.expr / ctx.T
+        form = sympy.Min(1, t_tilt(s) + band_drift(s, lo, hi))
+        out.append(Route(name, GA * form, (f,), (*f.chain, name), attained=False))
+    for f in ctx.premises.of("ratio"):
+        form = sympy.Min(1, t_ratio(f.expr) + band_ratio(f.expr, lo, hi))
+        out.append(Route(f"{name}_ratio", GA * form, (f,), (*f.chain, f"{name}_ratio"),
+                         attained=False))  # fmt: skip
+    for f in ctx.premises.of("tv"):
+        form = sympy.Min(1, t_tv(f.expr) + band_tv(f.expr, lo, hi))
+        out.append(Route(f"{name}_tv", GA * form, (f,), (*f.chain, f"{name}_tv"),
+                         attained=False))  # fmt: skip
+    return out
+
+
+def _seq_outlier(ctx, GA) -> list[Route]:
+    """One token outside [lo, hi] drops its sequence. One token: the icepop band. L ≥ 2: per
+    position D = 1 where a token can leave the band (an earlier one drops the position), 0
+    where none can; a TV premise leaves w free (D = 1)."""
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    if ctx.max_len == 1:
+        return _band(ctx, GA, "pg_bias_icepop", lo_v, hi_v)
+    L = ctx.const("L", ctx.max_len)
+    lo, hi, lo_f, hi_f = _band_consts(ctx, lo_v, hi_v)
+    _, ratio_ok = _band_exact(lo_f, hi_f)  # the jumps sit at x = hi and x = 1/lo
+
+    def tilt_ok(s: float) -> bool:
+        return ratio_ok(s)
+
+    name = "pg_bias_seq_outlier"
+    out = _per_token(
+        ctx,
+        GA,
+        name,
+        lambda s: outlier_step(sympy.exp(s), lo, hi),
+        lambda r: outlier_step(sympy.exp(r), lo, hi),
+        lambda e: sympy.Integer(1),
+        tilt_ok,
+        ratio_ok,
+    )
+    if not out:
+        out = _exceedance(ctx, GA, name, lambda s: outlier_step(sympy.exp(s), lo, hi), tilt_ok,
+                          geo_L=L, split="pg_bias_sequence_mask_exceedance")  # fmt: skip
+    return out
+
+
+def _seq_mask(ctx, GA) -> list[Route]:
+    """ω = W·1[lo ≤ W ≤ hi]: bias ≤ L·G·A·π_L(W ∉ [lo, hi]). One token: the icepop band.
+    L ≥ 2: the band's ratio form at |log W| ≤ L·r and its TV form at the sequence TV; bounds,
+    not suprema (not marked attained)."""
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    if ctx.max_len == 1:
+        return _band(ctx, GA, "pg_bias_icepop", lo_v, hi_v)
+    L = ctx.const("L", ctx.max_len)
+    lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
+    LGA, lemma = L * GA, "pg_bias_seq_mask"
+    out = []
+    for r in ctx.log_ratio_routes():
+        expr = LGA * seq_mask_ratio(L * r.expr, lo, hi)
+        out.append(combine("seq_mask_ratio", expr, r, lemma=lemma, attained=False))
+    seq, _ = ctx.sequence_tv()
+    for r in seq:
+        expr = LGA * seq_mask_tv(r.expr, lo, hi)
+        out.append(combine(f"seq_mask_{r.name}", expr, r, lemma=lemma, attained=False))
     return out

@@ -21,14 +21,18 @@ from bounds.token.lemmas import tilt_pair
 __all__ = [
     "band_dropped_mass",
     "band_pair",
+    "best_iid_seq_mask",
     "best_iid_seq_tis",
+    "dppo_dropped_mass",
     "geo_dropped_mass",
     "iid_excess",
+    "iid_seq_mask_dropped",
     "iid_seq_tis_excess",
     "low_pair",
     "raised_pair",
     "ratio_band_laws",
     "seq_is_bias",
+    "tis_mask_discrepancy",
     "tv_band_laws",
 ]
 
@@ -54,6 +58,57 @@ def geo_dropped_mass(
     if lo > 0:
         dropped |= g < math.log(lo)
     return float(np.sum(np.exp(measure.log_softmax(z, T))[dropped]))
+
+
+def dppo_dropped_mass(z: Vector, z_prime: Vector, T: float, tau: float, kind: str) -> float:
+    """π(dropped) under DPPO's sign-aware binary mask (``kind`` "tv" or "kl") when the
+    advantage takes, per token, the sign that drops it where any sign can: a token is dropped
+    when π(y) > π'(y) with A > 0, or π(y) < π'(y) with A < 0, and its binary divergence
+    (|π(y) − π'(y)|, or the KL of Bernoulli(π'(y)) to Bernoulli(π(y))) exceeds τ."""
+    lp, lq = measure.log_softmax(z, T), measure.log_softmax(z_prime, T)
+    p, q = np.exp(lp), np.exp(lq)
+    binary_kl = q * (lq - lp) + (1 - q) * (np.log1p(-q) - np.log1p(-p))
+    div = np.abs(p - q) if kind == "tv" else binary_kl
+    return float(np.sum(p[(p != q) & (div > tau)]))
+
+
+def tis_mask_discrepancy(
+    z: Vector, z_prime: Vector, T: float, cap: float, lo: float, hi: float
+) -> float:
+    """E_π'|ω − w| for ω = min(w, c)·1[lo ≤ w ≤ hi]: Σ π'·(w on dropped tokens, (w − c)₊ on
+    kept ones), in float64."""
+    lw = measure.log_ratio(z, z_prime, T)
+    q = np.exp(measure.log_softmax(z_prime, T))
+    w = np.exp(lw)
+    kept = (lw <= math.log(hi)) & ((lw >= math.log(lo)) if lo > 0 else True)
+    return float(np.sum(q * np.where(kept, np.maximum(w - cap, 0.0), w)))
+
+
+def iid_seq_mask_dropped(p_plus: float, q_plus: float, L: int, lo: float, hi: float) -> float:
+    """π_L(W ∉ [lo, hi]) for L i.i.d. two-token steps with π(+) = p, π'(+) = q (W depends only
+    on the count k of +, k ∼ Binomial(L, p) under π)."""
+    k = np.arange(L + 1, dtype=np.float64)
+    log_w = k * (math.log(p_plus) - math.log(q_plus))
+    log_w += (L - k) * (math.log1p(-p_plus) - math.log1p(-q_plus))
+    dropped = log_w > math.log(hi)
+    if lo > 0:
+        dropped |= log_w < math.log(lo)
+    return float(np.sum(np.exp(_log_binomial(L, p_plus))[dropped]))
+
+
+def best_iid_seq_mask(s: float, L: int, lo: float, hi: float) -> tuple[float, float]:
+    """(q, π_L(W ∉ [lo, hi])): the best i.i.d. tilt step (π'(+) = q, π tilted by e^s on +)
+    found on a grid of logit(q)."""
+    if s == 0.0:
+        return 0.5, 0.0
+    best = (0.5, 0.0)
+    for t in np.linspace(-30.0, 30.0, 241):
+        q = 1.0 / (1.0 + math.exp(t))
+        p = q * math.exp(s - math.log1p(q * math.expm1(s)))
+        if 0.0 < p < 1.0 and 0.0 < q < 1.0:
+            got = iid_seq_mask_dropped(p, q, L, lo, hi)
+            best = max(best, (q, got), key=lambda x: x[1])
+    return best
 
 
 def raised_pair(q: float, s: float, T: float) -> tuple[Vector, Vector]:
