@@ -7,7 +7,9 @@ one ``Source`` per log or emulation setting (``evidence.sources``), with the run
 sequences were gathered in (``evidence.envelope``). Deciding clauses on a source is
 ``verify.decide``'s job.
 
-Importing this package imports no JAX: only ``emulate_sources`` loads the kernels' emulator.
+Importing this package imports no JAX: only ``emulate_sources`` loads the kernels' emulator, and
+a log's weight diagnostics (``evidence.weights``) load ``kernels.rl`` when the contract names
+an estimator.
 """
 
 from evidence.envelope import CONDITIONS, observe, settings
@@ -26,6 +28,7 @@ from evidence.logs import (
 from evidence.sources import EvidenceError, Source, emulate_sources, log_source, tables_source
 from evidence.summary import Summary, merge, merge_all, select, summarize
 from evidence.table import RANGE, clause_column, from_logprobs, from_measured
+from evidence.weights import weight_diagnostics
 
 __all__ = [
     "CONDITIONS",
@@ -54,5 +57,6 @@ __all__ = [
     "summarize",
     "tables_source",
     "token_metrics",
+    "weight_diagnostics",
     "write_log",
 ]

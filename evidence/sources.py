@@ -1,7 +1,8 @@
 """Evidence sources: a log or an emulation turned into per-slice mergeable summaries.
 
 ``log_source`` reads logs (``evidence.logs``: JSONL, Parquet, Arrow) as shards of one log;
-``emulate_sources`` runs ``kernels.emulation`` (the only path that imports JAX), once per
+``emulate_sources`` runs ``kernels.emulation`` (which imports JAX, as a log's weight
+diagnostics do when the contract names an estimator: ``evidence.weights``), once per
 setting of the runtime sweep (``evidence.envelope.settings``), one source per setting. All
 summarise every (slice, metric) a contract's clauses need (``evidence.summary``), say which
 metrics and slices they cannot give, and why, and describe the runtime envelope their sequences
@@ -38,6 +39,7 @@ __all__ = [
     "Progress",
     "Source",
     "emulate_sources",
+    "log_notes",
     "log_source",
     "tables_source",
 ]
@@ -151,6 +153,7 @@ def tables_source(contract, tables) -> Source:
     summaries every clause needs, merged, and what the tables cannot give."""
     from evidence.logs import framework_metrics, support_shift
     from evidence.summary import merge_all
+    from evidence.weights import estimators_of, weight_diagnostics
 
     thresholds, slices = _needs(contract)
     policy = contract.policy
@@ -181,11 +184,12 @@ def tables_source(contract, tables) -> Source:
             "log-probs: the kernel gap cannot be separated from it"
         )
         caveat = dict.fromkeys((*SAMPLED_ONLY, *LOWER_BOUNDED), reason)
-    parts, nonfinite, slice_skip = [], {}, {}
+    parts, nonfinite, slice_skip, log_ratios = [], {}, {}, []
     envelope = [_log_envelope(t) for t in tables]
     for t in tables:
         lt = t.columns["train_logprob"]
         lr = t.columns["rollout_logprob"] + (t.columns["log_kept_mass"] if corrected else 0.0)
+        log_ratios.append(lt - lr)
         columns = from_logprobs(
             lt - lr, lt, t.columns["position"], t.columns["prompt"], temperature=policy.temperature
         )
@@ -196,6 +200,9 @@ def tables_source(contract, tables) -> Source:
             nonfinite[k] = nonfinite.get(k, 0) + v
         files.append(_file_info(t))
     summaries = merge_all(parts)
+    weights, not_weighed = weight_diagnostics(
+        estimators_of(contract), np.concatenate(log_ratios), rollout, sequence
+    )
     if len(tables) == 1:
         fingerprint = tables[0].sha256
     else:
@@ -214,9 +221,12 @@ def tables_source(contract, tables) -> Source:
         "malformed_lines": sum(t.malformed_count for t in tables),
         "token_id_mismatches": sum(t.mismatch_count for t in tables),
         "unpaired_records": sum(t.unpaired_count for t in tables),
+        "notes": log_notes(contract, tables),
         "framework_metrics": framework_metrics(
             train, rollout, sequence, sequences=int(offsets[-1])
         ),
+        "weight_diagnostics": weights,
+        "weight_diagnostics_skipped": not_weighed,
         "truncated_support_shift": shift_info,
         "runtime": observe(contract, *(np.concatenate(p) for p in zip(*envelope, strict=True))),
     }
@@ -232,6 +242,43 @@ def tables_source(contract, tables) -> Source:
         caveat,
         info,
     )
+
+
+def log_notes(contract, tables) -> list[str]:
+    """What a reader of the summary must know about how the logs were read: an undeclared
+    vocabulary (ids checked to be ≥ 0 only, and the largest one seen), and whole sequences left
+    out for a single log-probability above 0."""
+    from evidence.logs.reader import LOGPROB_TOLERANCE
+
+    notes = []
+    if contract.policy.vocab_size is None:
+        largest = max((int(t.columns["token"].max()) for t in tables if t.tokens), default=None)
+        seen = "" if largest is None else (
+            f"; the largest id in the log is {largest}, so the vocabulary has at least "
+            f"{largest + 1} tokens"
+        )  # fmt: skip
+        notes.append(
+            "policy.vocab_size is not declared: token ids were checked to be ≥ 0 only" + seen
+            + " (declare policy.vocab_size to check every id against it)"
+        )  # fmt: skip
+    lines = sum(t.positive_logprob_lines for t in tables)
+    if lines:
+        tokens = sum(t.positive_logprob_tokens for t in tables)
+        largest = max(t.positive_logprob_max for t in tables if t.positive_logprob_lines)
+        notes.append(
+            f"{lines} line(s) of {tokens} tokens left out whole because a log-probability in "
+            f"them is above 0 (the largest {largest:+.3g}; up to +{LOGPROB_TOLERANCE:g} is "
+            "taken as rounding): a log-softmax cannot exceed 0, so such a line is not trusted; "
+            "look for a log-prob written before normalisation or with the wrong sign"
+        )
+    dropped = sum(t.malformed_tokens for t in tables)
+    if dropped:
+        kept = sum(t.tokens for t in tables)
+        notes.append(
+            f"malformed lines held {dropped} tokens, left out of the {kept + dropped} the log "
+            f"holds ({dropped / (kept + dropped):.1%})"
+        )
+    return notes
 
 
 def _log_envelope(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

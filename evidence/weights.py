@@ -1,0 +1,199 @@
+"""Weight diagnostics of a log: what each correction of the contract does to its tokens.
+
+For every estimator a contract's ``pg_bias`` guarantees name (with the parameters they name),
+the weights ω of the log's tokens are computed by ``kernels.rl.correction_weights`` (the one
+definition of the estimators; this module loads JAX, on first use only, and only when the
+contract names an estimator) from the log ratio log w = ℓ − ℓ' of each sampled token, its
+sequence, and log π'(y) = ℓ'. Over the n tokens and the S sequences that have tokens:
+
+- ``ess`` = (Σω)² / Σω², the effective sample size of the weights (Kish), and
+  ``rollout_corr/rollout_is_eff_sample_size`` = ess / n, as verl logs it
+  (1 / mean((ω / mean ω)²));
+- ``rollout_corr/rollout_is_mean`` and ``rollout_corr/rollout_is_max``: the mean and the
+  maximum of ω over tokens (verl's names; TRL logs the same numbers of its corrected ratio as
+  ``sampling/importance_sampling_ratio/mean`` and ``/max``);
+- ``clip_fraction``: the share of tokens kept (ω > 0) with a weight other than their own ratio
+  w and their sequence's W = Π w: a truncated weight (a kept weight within 0.1% of w or of W,
+  float32 rounding, counts as untruncated);
+- ``rollout_corr/rollout_rs_masked_fraction``: the share of tokens with ω = 0 (verl's name for
+  the tokens its rejection drops; NeMo-RL's ``is_oob_ratio`` and SkyRL's ``token_mask_ratio``
+  for a token mask);
+- ``rollout_corr/rollout_rs_seq_masked_fraction``: the share of sequences with at least one
+  token of ω = 0 (verl's definition), and ``seq_rejected_fraction``: the share of sequences
+  whose every token has ω = 0 (the whole sequence rejected).
+
+An estimator whose weights depend on what a sampled-token log does not record is not diagnosed,
+and the reason is given instead: the full-vocabulary divergences (``tv_mask``, ``kl_mask``:
+``correction_weights`` refuses to weigh without them), or the advantages (the weights are
+computed with every advantage +1 and again with every advantage −1; when they differ, they
+depend on the advantage's sign). When they agree, no rule that reads only each token's or
+sequence's advantage sign could give other weights, so the diagnostics hold whatever the
+advantages were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from jaxtyping import Float, Int
+
+from contracts.fields import ESTIMATOR_PARAMS
+
+__all__ = ["NAMES", "estimators_of", "label", "weight_diagnostics"]
+
+# the diagnostics of one estimator, in the order they are reported
+NAMES = (
+    "ess",
+    "rollout_corr/rollout_is_eff_sample_size",
+    "rollout_corr/rollout_is_mean",
+    "rollout_corr/rollout_is_max",
+    "clip_fraction",
+    "rollout_corr/rollout_rs_masked_fraction",
+    "rollout_corr/rollout_rs_seq_masked_fraction",
+    "seq_rejected_fraction",
+)
+_SAME = 1e-3  # relative distance under which a kept weight counts as its untruncated ratio
+_CELLS = 1 << 20  # the most (sequence, position) cells weighed at once
+
+Estimator = tuple[str, tuple[tuple[str, object], ...]]  # name and (parameter, value) pairs
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(repr(float(v)) for v in value) + "]"
+    return repr(float(value))
+
+
+def label(estimator: Estimator) -> str:
+    """E.g. ``tis(cap=2.0)``, ``icepop(band=[0.5, 2.0])``: the estimator as reports key it."""
+    name, params = estimator
+    return f"{name}({', '.join(f'{k}={_shown(v)}' for k, v in params)})"
+
+
+def estimators_of(contract) -> tuple[Estimator, ...]:
+    """The distinct estimators (other than ``plain``) of ``contract``'s ``pg_bias``
+    guarantees with their parameters, in contract order."""
+    out: dict[Estimator, None] = {}
+    for g in contract.guarantees:
+        if g.quantity != "pg_bias" or g.estimator == "plain":
+            continue
+        params = tuple((k, getattr(g, k)) for k in ESTIMATOR_PARAMS.get(g.estimator, ()))
+        out[(g.estimator, params)] = None
+    return tuple(out)
+
+
+def _rows(sequence: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Each token's row (its sequence among those with tokens) and column (its index in the
+    sequence, in log order); the number of rows and the longest row."""
+    _, row = np.unique(sequence, return_inverse=True)
+    row = row.ravel()
+    order = np.argsort(row, kind="stable")
+    lengths = np.bincount(row)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    col = np.empty_like(row)
+    col[order] = np.arange(row.size) - np.repeat(starts, lengths)
+    return row, col, int(lengths.size), int(lengths.max())
+
+
+def _pad(n: int, step: int) -> int:
+    return max(step, -(-n // step) * step)
+
+
+def _weights(name: str, params: Mapping, lr, lq, valid, sign: float) -> np.ndarray:
+    from kernels.rl import correction_weights
+
+    advantages = np.full(lr.shape, sign, np.float32)
+    return np.asarray(
+        correction_weights(name, lr, valid, advantages, params=params, logp_inf=lq),
+        dtype=np.float64,
+    )
+
+
+def _one(
+    estimator: Estimator, log_w: np.ndarray, rollout: np.ndarray, row, col, rows: int, width: int
+) -> dict[str, float] | str:
+    """The diagnostics of one estimator, or why a log cannot give them."""
+    name, pairs = estimator
+    params = dict(pairs)
+    per = max(1, _CELLS // width)
+    s1 = s2 = 0.0
+    top, clipped, masked = -math.inf, 0, 0
+    seq_any, seq_all = 0, 0
+    for first in range(0, rows, per):
+        last = min(rows, first + per)
+        pick = (row >= first) & (row < last)
+        r, c = row[pick] - first, col[pick]
+        shape = (_pad(last - first, 8), _pad(width, 64))  # few distinct shapes
+        lr = np.zeros(shape, np.float32)
+        lq = np.zeros(shape, np.float32)
+        valid = np.zeros(shape, np.float32)
+        lr[r, c], lq[r, c], valid[r, c] = log_w[pick], rollout[pick], 1.0
+        try:
+            up = _weights(name, params, lr, lq, valid, 1.0)
+            down = _weights(name, params, lr, lq, valid, -1.0)
+        except ValueError as err:  # e.g. tv_mask and kl_mask need token_tv, token_kl
+            return f"its weights need what a sampled-token log does not give ({err})"
+        if not np.array_equal(up, down):
+            return (
+                "its weights depend on the advantages, which a log does not record (the "
+                "tokens' weights differ between all advantages +1 and all −1)"
+            )
+        omega = up[r, c]
+        s1 += float(omega.sum())
+        s2 += float(np.dot(omega, omega))
+        top = max(top, float(omega.max()))
+        lw = log_w[pick]
+        seq_log = np.bincount(r, weights=lw, minlength=last - first)[r]
+        with np.errstate(over="ignore"):
+            near_w = np.abs(omega - np.exp(lw)) <= _SAME * np.exp(lw)
+            near_seq = np.abs(omega - np.exp(seq_log)) <= _SAME * np.exp(seq_log)
+        kept = omega > 0
+        clipped += int(np.count_nonzero(kept & ~near_w & ~near_seq))
+        masked += int(np.count_nonzero(~kept))
+        zeros = np.bincount(r, weights=(~kept).astype(np.float64), minlength=last - first)
+        counts = np.bincount(r, minlength=last - first)
+        seq_any += int(np.count_nonzero(zeros > 0))
+        seq_all += int(np.count_nonzero(zeros == counts))
+    n = log_w.size
+    out = {}
+    if s2 > 0 and math.isfinite(s2):
+        out["ess"] = s1 * s1 / s2
+        out["rollout_corr/rollout_is_eff_sample_size"] = s1 * s1 / s2 / n
+    out["rollout_corr/rollout_is_mean"] = s1 / n
+    out["rollout_corr/rollout_is_max"] = top
+    out["clip_fraction"] = clipped / n
+    out["rollout_corr/rollout_rs_masked_fraction"] = masked / n
+    out["rollout_corr/rollout_rs_seq_masked_fraction"] = seq_any / rows
+    out["seq_rejected_fraction"] = seq_all / rows
+    return {k: out[k] for k in NAMES if k in out and math.isfinite(out[k])}
+
+
+def weight_diagnostics(
+    estimators: tuple[Estimator, ...],
+    log_ratio: Float[np.ndarray, " tokens"],
+    rollout_logprob: Float[np.ndarray, " tokens"],
+    sequence: Int[np.ndarray, " tokens"],
+) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """``({label: {name: number}}, {label: why not})`` for ``estimators`` on the tokens given
+    by their log ratio log w, their log π'(y) and their sequence number (padding removed).
+    A token whose log ratio or log π'(y) is not finite is left out (the clauses count it as a
+    non-finite value). No tokens, or no estimators: ``({}, {})``."""
+    log_w = np.asarray(log_ratio, np.float64)
+    rollout = np.asarray(rollout_logprob, np.float64)
+    seq = np.asarray(sequence, np.int64)
+    finite = np.isfinite(log_w) & np.isfinite(rollout)
+    log_w, rollout, seq = log_w[finite], rollout[finite], seq[finite]
+    if not estimators or log_w.size == 0:
+        return {}, {}
+    row, col, rows, width = _rows(seq)
+    numbers: dict[str, dict[str, float]] = {}
+    reasons: dict[str, str] = {}
+    for e in estimators:
+        got = _one(e, log_w, rollout, row, col, rows, width)
+        if isinstance(got, str):
+            reasons[label(e)] = got
+        else:
+            numbers[label(e)] = got
+    return numbers, reasons
