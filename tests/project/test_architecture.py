@@ -33,9 +33,16 @@ SOLE_IMPORTER = {
     "jax.experimental.pallas": "kernels",
     "numba": "kernels",
     "llvmlite": "kernels",
+    "pyarrow": "evidence",
+    "transformers": "evidence",
 }
 # third-party module -> the only module of that package allowed to import it
-SOLE_MODULE = {"numba": "kernels/measure_cpu.py", "llvmlite": "kernels/measure_cpu.py"}
+SOLE_MODULE = {
+    "numba": "kernels/measure_cpu.py",
+    "llvmlite": "kernels/measure_cpu.py",
+    "pyarrow": "evidence/logs/arrow.py",
+    "transformers": "evidence/hooks/trl.py",
+}
 
 
 def _modules(package: str) -> list[pathlib.Path]:
