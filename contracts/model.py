@@ -372,12 +372,14 @@ class PromotionStage:
 
 @dataclass(frozen=True)
 class EmulateEvidence:
-    """The model to emulate: a shipped checkpoint name, or an entry point
-    ``package.module:function`` with its ``params`` file (resolved against the contract's
-    directory; ``kernels.user_model`` defines both)."""
+    """The model to emulate: a shipped checkpoint name, an entry point
+    ``package.module:function`` with its ``params`` file (``kernels.user_model`` defines both),
+    or ``hf:FOLDER``, a Hugging Face checkpoint folder (``kernels.hf``). ``prompts`` is a count,
+    or, for an ``hf:`` model, a text file of prompts, one a line. Paths are resolved against the
+    contract's directory."""
 
     model: str = "tiny-lm"
-    prompts: int = 64
+    prompts: int | str = 64
     max_new_tokens: int = 64
     seed: int = 0
     params: str | None = field(default=None, metadata={"omit_if_none": True})
