@@ -7,7 +7,9 @@ reader counts as malformed is counted here too, with its file, line and byte off
 that is not UTF-8 is one more counted bad line (a stream keeps going). Each window becomes a
 token table and then a ``Source`` through ``evidence.sources.tables_source``, and each
 clause is decided by ``numerical_result`` / ``statistical_result``: a window covering a whole
-log gives the verdicts, values and bounds of ``python -m verify`` on that log.
+log gives the verdicts, values and bounds of ``python -m verify`` on that log. The window's
+summary line carries the source's weight diagnostics (``evidence.weights``: per estimator of
+the contract, over the window's sampled tokens).
 
 Sampling keeps a token when a hash of its record (token ids, positions and train log-probs)
 and its position falls below ``sample_rate``: the same tokens are kept however the stream is
@@ -348,6 +350,8 @@ def decide_window(contract, reader: Reader, window: Window, end: dict, closed: s
         "unpaired": window.unpaired.as_json(),
         "fingerprint": f"sha256:{table.sha256}",
         "verdict": status.label,
+        "weight_diagnostics": source.info["weight_diagnostics"],
+        "weight_diagnostics_skipped": source.info["weight_diagnostics_skipped"],
     }
     lines = [head]
     evidence = {
