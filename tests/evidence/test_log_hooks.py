@@ -1,20 +1,20 @@
 """evidence.hooks: verl, TRL and SkyRL batches written as logs that read back token for token.
 
-The batches are the recorded framework structures of tests/data/frameworks (README.md there);
-each array is wrapped in ``Tensor``, a stand-in with torch's ``detach().cpu().numpy()``
-surface, so the hooks take the path they take on real tensors.
+The batches are the recorded framework structures of tests/data/frameworks (README.md there),
+each array wrapped in a stand-in with torch's ``detach().cpu().numpy()`` surface
+(``framework_batches``), so the hooks take the path they take on real tensors.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pathlib
 from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
 import pytest
+from framework_batches import Tensor, skyrl_batch, trl_output, verl_batch
 
 from evidence.hooks import (
     HookError,
@@ -28,64 +28,6 @@ from evidence.hooks import (
     verl_records,
 )
 from evidence.logs import framework_metrics, read_log
-
-DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "frameworks"
-
-
-class Tensor:
-    """A torch tensor's surface: ``detach``, ``cpu``, ``numpy``, ``float`` and ``dtype``."""
-
-    def __init__(self, array: np.ndarray, dtype: str):
-        self.array, self.dtype = array, dtype
-
-    def detach(self):
-        return self
-
-    def cpu(self):
-        return self
-
-    def float(self):
-        return Tensor(self.array.astype(np.float32), "torch.float32")
-
-    def numpy(self):
-        if self.dtype == "torch.bfloat16":  # torch: "Got unsupported ScalarType BFloat16"
-            raise TypeError("Got unsupported ScalarType BFloat16")
-        return self.array
-
-
-def _load(name: str, container: str):
-    z = np.load(DATA / name)
-    tensors = {
-        k.split("/", 1)[1]: Tensor(z[k], str(z[f"dtype/{k}"]))
-        for k in z.files
-        if k.startswith(container + "/")
-    }
-    return z, tensors, json.loads(str(z["meta"]))
-
-
-def verl_batch():
-    z, tensors, meta = _load("verl_dataproto.npz", "batch")
-    non_tensor = {
-        k.split("/", 1)[1]: z[k].astype(object) for k in z.files if k.startswith("non_tensor")
-    }
-    return SimpleNamespace(batch=tensors, non_tensor_batch=non_tensor, meta_info=meta)
-
-
-def trl_output():
-    return _load("trl_generation.npz", "output")[1]
-
-
-class SkyrlBatch(dict):
-    """SkyRL's ``TrainingInputBatch``: a dict of tensors with a ``metadata`` attribute."""
-
-    metadata = None
-
-
-def skyrl_batch():
-    z, tensors, meta = _load("skyrl_training_input.npz", "batch")
-    batch = SkyrlBatch(tensors, **dict.fromkeys(z["none"].tolist()))
-    batch.metadata = meta
-    return batch
 
 
 def _expected(ids, train, rollout, mask, offset, first):
