@@ -326,6 +326,8 @@ def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] |
     return tuple(stages) if _ok(ck, mark) else None
 
 
+# a Hugging Face checkpoint folder as a model: hf:PATH (kernels.hf reads it; it runs no code)
+HF_PREFIX = "hf:"
 # a user model's entry point: package.module:function (kernels.user_model defines the call)
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
@@ -338,7 +340,16 @@ def _user_model(ck: Checker, e: Mapping, ekey: str, base_dir: str, got: dict) ->
         if path is not None:
             got["params"] = os.path.normpath(os.path.join(base_dir, path))
     model = got.get("model")
-    entry = isinstance(model, str) and ":" in model
+    hf = isinstance(model, str) and model.startswith(HF_PREFIX)
+    if hf:
+        folder = model[len(HF_PREFIX) :]
+        if not folder.strip():
+            ck.report(sub(ekey, "model"), "hf: needs a checkpoint folder, hf:PATH")
+        else:
+            got["model"] = HF_PREFIX + os.path.normpath(os.path.join(base_dir, folder))
+    entry = isinstance(model, str) and ":" in model and not hf
+    if isinstance(got.get("prompts"), str) and not hf:
+        ck.report(sub(ekey, "prompts"), "a prompt file needs an hf: model (its tokenizer reads it)")
     if entry and ENTRY_POINT.match(model) is None:
         ck.report(
             sub(ekey, "model"),
@@ -371,7 +382,11 @@ def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | Non
             if "model" in e:
                 got["model"] = ck.string(e["model"], sub(ekey, "model"))
             for field, lo in (("prompts", 1), ("max_new_tokens", 1), ("seed", 0)):
-                if field in e:
+                if field == "prompts" and isinstance(e.get(field), str):  # a prompt file
+                    path = ck.string(e[field], sub(ekey, field))
+                    if path is not None:
+                        got[field] = os.path.normpath(os.path.join(base_dir, path))
+                elif field in e:
                     got[field] = ck.integer(e[field], sub(ekey, field), lo, 2**32 - 1)
             _user_model(ck, e, ekey, base_dir, got)
             emulate = EmulateEvidence(**got)

@@ -1,0 +1,237 @@
+"""The corrections the RL frameworks offer, on one seeded batch of 64 × 256 log-probs: our
+weights (``kernels.rl.correction_weights``) against each framework's own definition, written
+here from its documented formula (verl, TRL, NeMo-RL, SkyRL), with the framework's parameter
+names.
+
+Shared rules of the batch: π' = the rollout (inference) policy, π = the training policy, and
+the frameworks' old policy is π' (verl's bypass mode, SkyRL's rollout log-probs, TRL's
+sampling log-probs), so their ratio is w = π/π'. The masks must agree token for token; the
+weights to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.rl import correction_weights
+
+B, T_MAX = 64, 256
+
+
+def _batch():
+    rng = np.random.default_rng(23)
+    lengths = rng.integers(32, T_MAX + 1, B)
+    mask = (np.arange(T_MAX)[None, :] < lengths[:, None]).astype(np.float32)
+    # sampled-token probabilities spread over (0, 1), the training policy a logit step away
+    x = rng.normal(-1.0, 2.0, (B, T_MAX))
+    step = rng.normal(0.0, 0.02, (B, T_MAX)) + rng.normal(0.0, 0.6, (B, T_MAX)) * (
+        rng.random((B, T_MAX)) < 0.1
+    )
+    logp_inf = -np.logaddexp(0.0, -x)  # log sigmoid
+    logp_train = -np.logaddexp(0.0, -(x + step))
+    adv = np.repeat(rng.normal(0.0, 1.0, (B, 1)), T_MAX, axis=1)  # one advantage a sequence
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
+    return f32(logp_train), f32(logp_inf), mask, f32(adv)
+
+
+LOGP, LOGP_INF, MASK, ADV = _batch()
+LR = (LOGP.astype(np.float64) - LOGP_INF) * MASK  # log w, 0 on padding
+W = np.exp(LR)
+REAL = MASK > 0
+
+
+def ours(name: str, **params) -> np.ndarray:
+    return np.asarray(
+        correction_weights(
+            name,
+            jnp.asarray(LOGP - LOGP_INF),
+            jnp.asarray(MASK),
+            jnp.asarray(ADV),
+            params=params,
+            logp_inf=jnp.asarray(LOGP_INF),
+        ),
+        np.float64,
+    )
+
+
+def _same(got: np.ndarray, keep: np.ndarray, weight: np.ndarray) -> None:
+    """Our ω equals the peer's weight × keep on real tokens: identical masks, weights to
+    float32 rounding."""
+    keep = keep & REAL
+    np.testing.assert_array_equal(got > 0, keep)
+    np.testing.assert_allclose(got, np.where(keep, weight, 0.0), rtol=2e-6, atol=0)
+    dropped = int(np.sum(REAL & ~keep))
+    assert 0 < dropped < int(np.sum(REAL)), dropped  # the rule bites on this batch, not on all
+
+
+def _seq(x: np.ndarray) -> np.ndarray:
+    return np.repeat(x.reshape(B, 1), T_MAX, axis=1)
+
+
+# ---- DPPO: verl dppo_tv / dppo_kl, SkyRL binary_tv / binary_kl -----------------------------
+P, Q = np.exp(LOGP.astype(np.float64)), np.exp(LOGP_INF.astype(np.float64))
+
+
+def _verl_dppo_valid(kind: str, delta: float) -> np.ndarray:
+    """verl: positive advantages keep π − π_old ≤ δ_high (binary KL ≤ δ or π ≤ π_old);
+    the others keep π − π_old ≥ −δ_low (binary KL ≤ δ or π ≥ π_old); δ_low = δ_high = δ."""
+    if kind == "tv":
+        pos, neg = delta >= (P - Q), -delta <= (P - Q)
+    else:
+        bkl = Q * (LOGP_INF - LOGP) + (1 - Q) * np.log((1 - Q + 1e-8) / (1 - P + 1e-8))
+        pos, neg = (bkl <= delta) | (P <= Q), (bkl <= delta) | (P >= Q)
+    return np.where(ADV > 0, pos, neg)
+
+
+def _skyrl_dppo_mask(kind: str, delta: float) -> np.ndarray:
+    """SkyRL: drop A > 0 tokens whose π − μ exceeds δ_high and A < 0 tokens whose μ − π exceeds
+    δ_low (binary TV); binary KL: drop when it exceeds δ and π moves the advantage's way."""
+    diff = P - Q
+    if kind == "tv":
+        drop = ((ADV > 0) & (diff > delta)) | ((ADV < 0) & (-diff > delta))
+    else:
+        bkl = Q * (LOGP_INF - LOGP) + (1 - Q) * np.log((1 - Q + 1e-8) / (1 - P + 1e-8))
+        drop = ((ADV > 0) & (diff > 0) & (bkl > delta)) | ((ADV < 0) & (diff < 0) & (bkl > delta))
+    return ~drop
+
+
+@pytest.mark.parametrize(("kind", "delta"), [("tv", 0.05), ("tv", 0.15), ("kl", 0.005)])
+def test_dppo_masks_equal_verl_and_skyrl(kind, delta):
+    got = ours(f"dppo_{kind}", threshold=delta)
+    # SkyRL's weight is the ratio times the mask; verl's truncates the ratio at clip_ratio_c
+    # (above every ratio here, as our export sets it)
+    _same(got, _skyrl_dppo_mask(kind, delta), W)
+    _same(got, _verl_dppo_valid(kind, delta), np.minimum(W, 1e9))
+
+
+def test_dppo_tv_is_sign_aware_where_tv_mask_is_not():
+    # the distance-only rule on the same binary TV drops more: both directions, any advantage
+    sign_aware = ours("dppo_tv", threshold=0.05) == 0
+    distance_only = REAL & (np.abs(P - Q) > 0.05)
+    assert np.all(sign_aware[REAL] <= distance_only[REAL])
+    assert distance_only.sum() > sign_aware[REAL].sum() > 0
+
+
+# ---- dual clip: verl clip_ratio_c, NeMo-RL ratio_clip_c, SkyRL dual_clip -------------------
+def _dual_clip_loss(logp, logp_old, adv, eps, c):
+    """The dual-clip surrogate the three frameworks document: PPO's pessimistic clipped loss,
+    and for A < 0 its minimum with −A·c."""
+    r = jnp.exp(logp - logp_old)
+    clipped = jnp.maximum(-adv * r, -adv * jnp.clip(r, 1 - eps, 1 + eps))
+    return jnp.where(adv < 0, jnp.minimum(clipped, -adv * c), clipped)
+
+
+@pytest.mark.parametrize(("eps", "c"), [(0.2, 3.0), (0.2, 1.1)])
+def test_dual_clip_weights_are_the_peer_surrogates_gradient(eps, c):
+    # ∂loss/∂log π = −A·ω: the weight the surrogate puts on ∇log π, by autodiff
+    grad = jax.grad(lambda lp: jnp.sum(_dual_clip_loss(lp, LOGP_INF, ADV, eps, c) * MASK))
+    g = np.asarray(grad(jnp.asarray(LOGP)), np.float64)
+    omega_peer = -g / ADV
+    keep = np.abs(omega_peer) > 0
+    _same(ours("dual_clip", clip_epsilon=eps, cap=c), keep, W)
+    # beyond ppo_clip it drops A < 0 tokens above c
+    ppo = ours("ppo_clip", clip_epsilon=eps)
+    extra = (ppo > 0) & ~keep
+    assert extra.any() == (c < np.max(W[REAL])) and np.all(ADV[extra] < 0)
+
+
+# ---- sequence masks by W: TRL sequence_mask, SkyRL product mask, verl seq_sum_k1 ----------
+LOG_SEQ = LR.sum(axis=1)
+
+
+def test_seq_mask_equals_trl_sequence_mask_skyrl_product_and_verl_seq_sum_k1():
+    lo, hi = 0.5, 3.0  # TRL vllm_importance_sampling_clip_min / _clip_max (its default max)
+    got = ours("seq_mask", band=(lo, hi))
+    # TRL: the sequence ratio exp(Σ log w), set to 0 outside [C_min, C_max], on every token
+    ratio = np.exp(LOG_SEQ)
+    trl = np.where((ratio < lo) | (ratio > hi), 0.0, ratio)
+    _same(got, _seq(trl > 0), _seq(trl))
+    # SkyRL product mask: keep product_mask_low ≤ exp(clamp(Σ log w, ±20)) ≤ product_mask_high
+    prod = np.exp(np.clip(LOG_SEQ, -20, 20))
+    _same(got, _seq(~(prod > hi) & ~(prod < lo)), _seq(ratio))
+    # verl seq_sum_k1 "a_b": keep log a ≤ Σ −log w ≤ log b, the band [1/b, 1/a] on W
+    a, b = 1 / hi, 1 / lo
+    _same(got, _seq((math.log(a) <= -LOG_SEQ) & (math.log(b) >= -LOG_SEQ)), _seq(ratio))
+    n = int(np.sum(got[:, 0] == 0))
+    assert 1 <= n <= 63, n
+
+
+# ---- one outlier token: SkyRL outlier_token_is_threshold_*, verl seq_max_k2 / seq_max_k3 --
+def _k3_band(tau: float) -> tuple[float, float]:
+    """The roots of w − 1 − log w = τ on either side of 1, by bisection."""
+
+    def root(a: float, b: float) -> float:
+        for _ in range(200):
+            m = 0.5 * (a + b)
+            if (m - 1 - math.log(m) > tau) == (a - 1 - math.log(a) > tau):
+                a = m
+            else:
+                b = m
+        return 0.5 * (a + b)
+
+    return root(1e-12, 1.0), root(1.0, 1e6)
+
+
+def test_seq_outlier_equals_skyrl_outlier_mask_and_verl_seq_max():
+    lo, hi = 0.5, 2.0
+    got = ours("seq_outlier", band=(lo, hi))
+    # SkyRL: a sequence is valid when every real token's ratio lies in [low, high]
+    over, under = (hi < W) & REAL, (lo > W) & REAL
+    valid = np.all(~over & ~under | ~REAL, axis=1)
+    _same(got, _seq(valid), W)
+    # verl seq_max_k2 τ: max_t ½(log w)² ≤ τ, the band e^{±√(2τ)}
+    tau = 0.125
+    k2 = np.where(REAL, 0.5 * LR**2, -np.inf).max(axis=1) <= tau
+    r = math.sqrt(2 * tau)
+    _same(ours("seq_outlier", band=(math.exp(-r), math.exp(r))), _seq(k2), W)
+    # verl seq_max_k3 τ: max_t (w − 1 − log w) ≤ τ, the band between the two roots
+    tau = 0.05
+    k3 = np.where(REAL, W - 1 - LR, -np.inf).max(axis=1) <= tau
+    _same(ours("seq_outlier", band=_k3_band(tau)), _seq(k3), W)
+
+
+# ---- token rejection by a KL estimator and the sequence mean: verl token_k*, seq_mean_k1 ---
+def test_verl_token_and_sequence_mean_rejection_map_to_our_bands():
+    # token_k1 "a_b": keep log a ≤ −log w ≤ log b, i.e. icepop on [1/b, 1/a]
+    a, b = 0.8, 1.5
+    keep = (math.log(a) <= -LR) & (math.log(b) >= -LR)
+    _same(ours("icepop", band=(1 / b, 1 / a)), keep, W)
+    # token_k2 τ and token_k3 τ: icepop on e^{±√(2τ)} and between the k3 roots
+    keep = 0.5 * LR**2 <= 0.02
+    _same(ours("icepop", band=(math.exp(-0.2), math.exp(0.2))), keep, W)
+    keep = W - 1 - LR <= 0.01
+    _same(ours("icepop", band=_k3_band(0.01)), keep, W)
+    # seq_mean_k1 "a_b": the mean of −log w over real tokens in [log a, log b]: geo_mask
+    mean_k1 = -LR.sum(axis=1) / MASK.sum(axis=1)
+    a, b = 0.99, 1.01
+    keep = (mean_k1 >= math.log(a)) & (mean_k1 <= math.log(b))
+    _same(ours("geo_mask", band=(1 / b, 1 / a)), _seq(keep), W)
+
+
+# ---- token mask with truncated IS: SkyRL token_mask_is_* + token TIS, verl token IS + k1 ---
+def test_tis_mask_equals_skyrl_and_verl_token_mask_with_truncation():
+    c, lo, hi = 1.2, 0.7, 1.6
+    got = ours("tis_mask", cap=c, band=(lo, hi))
+    # SkyRL: loss mask × [low ≤ ratio ≤ high], loss × clamp(ratio, max=token_tis_ratio_clip_high)
+    in_bounds = (lo <= W) & (hi >= W)
+    _same(got, in_bounds, np.minimum(W, c))
+    # verl: rollout_is token weights min(w, threshold), rollout_rs token_k1 "1/hi_1/lo"
+    keep = (math.log(1 / hi) <= -LR) & (math.log(1 / lo) >= -LR)
+    _same(got, keep, np.minimum(W, c))
+
+
+# ---- the advantage-aware sequence mask: TRL off_policy_mask_threshold ---------------------
+def test_opsm_equals_trl_off_policy_sequence_mask():
+    delta = 0.002
+    got = ours("opsm", threshold=delta)
+    # TRL: the mean of log π_sampling − log π over real tokens; keep A ≥ 0 or mean ≤ δ
+    avg = (-LR).sum(axis=1) / np.maximum(MASK.sum(axis=1), 1.0)
+    keep = (ADV[:, 0] >= 0) | (avg <= delta)
+    _same(got, _seq(keep), W)
+    dropped = ~keep
+    assert np.all(ADV[dropped, 0] < 0)  # only sequences the advantage pushes down
