@@ -93,6 +93,14 @@ RUN_BY_TESTS = {
         ['"examples/rl_experiment.py"', '"--out"'],
     ),
     "jupytext --to notebook notebooks/*.py": ("test_notebooks.py", ["jupytext.read("]),
+    "python -m verify contract.yaml --evidence rollouts.jsonl": (
+        "test_framework_logs_page.py",
+        ['"rollouts.jsonl"', "for command in SHELL"],
+    ),
+    "python -m verify contract.yaml --evidence rollouts.parquet": (
+        "test_framework_logs_page.py",
+        ['"rollouts.parquet"', "for command in SHELL"],
+    ),
 }
 
 # Long runs that no test repeats: the script exists and declares every option shown.
