@@ -103,7 +103,9 @@ class Policy:
     top_p: float = 1.0
     top_k: int = 0
     logprobs: Literal[F.LOGPROBS] = "full_vocab"
-    vocab_size: int = 32000
+    # None: not declared; a log's token ids are then only checked to be ≥ 0, and the evidence
+    # says the largest one it saw (there is no default vocabulary: a wrong one refuses every line)
+    vocab_size: int | None = field(default=None, metadata={"omit_if_none": True})
     max_new_tokens: int = 512
 
     @property

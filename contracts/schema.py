@@ -61,7 +61,10 @@ _POLICY = _obj(
                       minimum=0),
         "logprobs": _enum("What logged log-probs are: over the full vocabulary, or "
                           "renormalised over the kept support.", F.LOGPROBS),
-        "vocab_size": _int("Vocabulary size.", minimum=2),
+        "vocab_size": _int(
+            "Vocabulary size; no default (a log's token ids are then checked to be >= 0 only).",
+            minimum=2,
+        ),
         "max_new_tokens": _int("Horizon L of sequence-level guarantees.", minimum=1),
     },
     allOf=[

@@ -354,6 +354,17 @@ def _checkpoint_sha256(model: str) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
+def _hf_sha256(model: str) -> str | None:
+    """sha256 of an ``hf:`` checkpoint folder's config and weights; ``None`` for another model."""
+    from contracts.sections import HF_PREFIX
+
+    if not model.startswith(HF_PREFIX):
+        return None
+    from kernels.hf.checkpoint import folder_sha256  # loaded on first use: logs need no JAX
+
+    return folder_sha256(model[len(HF_PREFIX) :])
+
+
 def _file_sha256(path: str) -> str | None:
     """sha256 of a user model's params file; ``None`` when it cannot be read."""
     try:
@@ -415,7 +426,8 @@ def _emulate_source(contract, emulate_module, stream, prefix, batch, length, cou
     n = int(columns["abs_log_ratio"].shape[0])
     summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
     data_sha = _table_sha256(table)
-    served = batch if batch is not None else emulate_module.serving_batch(contract, ev.prompts)
+    count = emulate_module.prompt_count(ev)
+    served = batch if batch is not None else emulate_module.serving_batch(contract, count)
     ids, seq = np.unique(np.asarray(table["prompt"]), return_inverse=True)
     ends = np.zeros(ids.shape[0], np.int64)  # each sequence's length: its last position + 1
     np.maximum.at(ends, seq, np.asarray(table["position"], np.int64) + 1)
@@ -423,7 +435,7 @@ def _emulate_source(contract, emulate_module, stream, prefix, batch, length, cou
         "emulate": dataclasses.asdict(ev),
         "policy": dataclasses.asdict(contract.policy),
         "kernels": dataclasses.asdict(contract.kernels),
-        "checkpoint_sha256": _checkpoint_sha256(ev.model)
+        "checkpoint_sha256": _hf_sha256(ev.model) or _checkpoint_sha256(ev.model)
         if getattr(ev, "params", None) is None
         else _file_sha256(ev.params),
         "setting": {"batch_size": batch, "sequence_length": length},

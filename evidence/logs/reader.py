@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ __all__ = [
     "BadRecord",
     "LogError",
     "LogTable",
+    "PositiveLogprob",
     "Problem",
     "Reading",
     "TableBuilder",
@@ -95,6 +97,12 @@ class LogTable:
     unpaired: tuple[Problem, ...]
     unpaired_count: int
     has_kept_mass: bool = False
+    # the tokens of the malformed records (each left out whole), and of those among them left
+    # out for a log-probability above 0, with the largest such value
+    malformed_tokens: int = 0
+    positive_logprob_lines: int = 0
+    positive_logprob_tokens: int = 0
+    positive_logprob_max: float | None = None
     extra: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -104,6 +112,15 @@ class LogTable:
 
 class BadRecord(KernelContractsError):
     """A record-level problem; the record is skipped and the problem reported."""
+
+
+class PositiveLogprob(BadRecord):
+    """A record with a log-probability above 0 (beyond ``LOGPROB_TOLERANCE``); ``value`` is its
+    largest one."""
+
+    def __init__(self, message: str, value: float):
+        super().__init__(message)
+        self.value = value
 
 
 class _DuplicateKey(KernelContractsError):
@@ -193,7 +210,9 @@ def _floats(record: dict, key: str, what: str) -> np.ndarray:
     high = arr > LOGPROB_TOLERANCE
     if high.any():
         i = int(np.argmax(high))
-        raise BadRecord(f"'{key}'[{i}] = {float(arr[i])!r} > 0: {what} must be ≤ 0")
+        raise PositiveLogprob(
+            f"'{key}'[{i}] = {float(arr[i])!r} > 0: {what} must be ≤ 0", float(arr.max())
+        )
     return arr
 
 
@@ -440,6 +459,14 @@ def add_split(
     )
 
 
+def _record_tokens(record: object, fmt: LogFormat | None) -> int:
+    """How many tokens a record left out would have given (0 when that cannot be told)."""
+    if fmt is None or not isinstance(record, dict):
+        return 0
+    ids = record.get(fmt.ids)
+    return len(ids) if isinstance(ids, list) else 0
+
+
 class Reading:
     """The per-record half of reading a log, shared by every file reader (JSONL, Parquet, Arrow).
 
@@ -458,6 +485,9 @@ class Reading:
         self.builder, self.pending = TableBuilder(), {}
         self.malformed, self.mismatches = _Problems(), _Problems()
         self.first_keys: dict | None = None
+        # the tokens of the records left out, and of those left out for a log-prob above 0
+        self.dropped_tokens, self.positive = 0, _Problems()
+        self.positive_tokens, self.positive_max = 0, -math.inf
 
     def bad(self, line: int, reason: str) -> None:
         self.malformed.add(line, reason)
@@ -485,6 +515,11 @@ class Reading:
                 add_joined(record, fmt, self.builder, line, self.mismatches, vocab)
         except BadRecord as bad:
             self.malformed.add(line, str(bad))
+            self.dropped_tokens += _record_tokens(record, fmt)
+            if isinstance(bad, PositiveLogprob):
+                self.positive.add(line, str(bad))
+                self.positive_tokens += _record_tokens(record, fmt)
+                self.positive_max = max(self.positive_max, bad.value)
 
     def table(self, sha256: str, lines: int, blank: int = 0, kind: str = "JSON") -> LogTable:
         """The token table of every record taken; ``LogError`` when none gave a sequence."""
@@ -537,6 +572,10 @@ class Reading:
             unpaired=tuple(unpaired.listed),
             unpaired_count=unpaired.count,
             has_kept_mass=builder.kept_mass_seen,
+            malformed_tokens=self.dropped_tokens,
+            positive_logprob_lines=self.positive.count,
+            positive_logprob_tokens=self.positive_tokens,
+            positive_logprob_max=self.positive_max if self.positive.count else None,
         )
 
 

@@ -54,8 +54,8 @@ def _support_counts(support) -> list[tuple[str, int]]:
 
 
 def summary_text(report, quiet: bool) -> str:
-    """The summary a run prints: one row per obligation, clause and unsupported guarantee
-    (none when ``quiet``), then the verdict line."""
+    """The summary a run prints: one row per obligation, clause and unsupported guarantee and
+    the evidence's notes (none when ``quiet``), then the verdict line."""
     from verify.proving.obligations import decimal
 
     rows = []
@@ -82,6 +82,9 @@ def summary_text(report, quiet: bool) -> str:
     # the first column as wide as its longest entry (at least 14), so every row lines up
     width = max([14, *(len(r[0]) for r in rows)])
     lines = [f"{a:<{width}} {b:<16} {s:<12} {d}" for a, b, s, d in rows]
+    if not quiet:  # how the evidence was read, where a reader must know it
+        sources = (report.evidence or {}).get("sources", ())
+        lines += [f"note: {n}" for source in sources for n in source.get("notes", ())]
     s = report.status
     lines.append(
         f"verdict: {s.label} (exit {s.exit_code}): {len(report.obligations)} obligations, "
