@@ -191,3 +191,14 @@ def test_a_bad_parquet_log_in_a_contract_exits_2_without_a_traceback(tmp_path, c
     bad = _contract(tmp_path, log, ", file_format: csv")
     code, _, err = cli(bad, "--quiet", "--no-cache")
     assert code == 2 and "evidence.logprobs.file_format" in err and "Traceback" not in err
+
+
+def test_the_monitor_refuses_a_parquet_log_and_says_what_to_run(tmp_path, cli):
+    log = _parquet(tmp_path / "log.parquet", RECORDS)
+    contract = EXAMPLES / "rollout-log.yaml"
+    code, out, err = cli("monitor", contract, "--stream", log, "--no-follow")
+    assert (code, out) == (2, "")
+    assert err.strip().endswith(
+        f"{log}: a Parquet log is written whole, not line by line, so it cannot be monitored "
+        f"as it grows; decide the contract on it with python -m verify {contract} --evidence {log}"
+    )

@@ -309,6 +309,7 @@ def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
     from verify.common.arguments import monitor_parser
 
     args = monitor_parser(stdout, stderr).parse_args(argv)
+    from evidence.logs import file_format_of
     from verify.common import outputs
     from verify.common.inputs import load_contract
     from verify.pipeline.monitor import checkpoint as ck
@@ -325,6 +326,12 @@ def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
             )
         settings = _settings(contract, args)
         kind = stream_kind(args.stream)
+        if kind == "file" and (stored := file_format_of(args.stream)) != "jsonl":
+            raise MonitorError(
+                f"{args.stream}: a {stored.capitalize()} log is written whole, not line by "
+                f"line, so it cannot be monitored as it grows; decide the contract on it with "
+                f"python -m verify {args.contract} --evidence {args.stream}"
+            )
         plan, out = _outputs(args, kind)
         binding = {
             "contract_sha256": contract.source.sha256,
