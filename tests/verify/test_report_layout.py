@@ -34,6 +34,10 @@ slices:
   tail_tokens: {{token_prob: [0, 0.05]}}
 guarantees:
   - {{id: G_seq, quantity: sequence_tv, max: 0.1, from: [N_drift]}}
+  - {{id: G_tis, quantity: pg_bias, score_norm: 5.0, advantage: 1.0, estimator: tis, cap: 2.0,
+     max: 0.5, from: [N_drift]}}
+  - {{id: G_ice, quantity: pg_bias, score_norm: 5.0, advantage: 1.0, estimator: icepop,
+     band: [0.5, 2.0], max: 0.5, from: [N_drift]}}
 evidence:
   logprobs: {{path: {json.dumps(str(LOG))}, format: generic}}
 """
@@ -54,16 +58,32 @@ def reports(tmp_path_factory):
     return {k: p.read_text(encoding="utf-8") if k != "html" else p for k, p in paths.items()}
 
 
+def _shown(v) -> str:
+    return "—" if v is None else str(v) if isinstance(v, int) else f"{v:.6g}"
+
+
 def test_both_documents_show_every_framework_metric(reports):
     (source,) = json.loads(reports["json"])["evidence"]["sources"]
     metrics = source["framework_metrics"]
     assert len(metrics) > 10
     page = reports["html"].read_text(encoding="utf-8")
     for name, value in metrics.items():
-        shown = f"{value:.6g}"
-        assert f"| {name} | {shown} |" in reports["md"]
-        assert f"<tr><td>{name}</td><td>{shown}</td></tr>" in page
+        assert f"| {name} | {_shown(value)} |" in reports["md"]
+        assert f"<tr><td>{name}</td><td>{_shown(value)}</td></tr>" in page
     assert "4096 tokens, 64 sequences, 0 malformed lines" in reports["md"]
+
+
+def test_both_documents_show_the_weight_diagnostics_of_every_estimator(reports):
+    (source,) = json.loads(reports["json"])["evidence"]["sources"]
+    weights = source["weight_diagnostics"]
+    assert len(weights) == 2  # tis and icepop, one row each
+    page = reports["html"].read_text(encoding="utf-8")
+    columns = list(dict.fromkeys(k for row in weights.values() for k in row))
+    assert "| name | " + " | ".join(columns) + " |" in reports["md"]
+    for estimator, row in weights.items():
+        cells = [_shown(row.get(c)) for c in columns]
+        assert f"| {estimator} | " + " | ".join(cells) + " |" in reports["md"]
+        assert f"<tr><td>{estimator}</td>" + "".join(f"<td>{c}</td>" for c in cells) in page
 
 
 def test_any_table_of_numbers_is_rendered_whatever_its_name():
@@ -80,6 +100,7 @@ def test_any_table_of_numbers_is_rendered_whatever_its_name():
         "flat": {"a/b": 1, "c": None},
         "not_numbers": {"x": "text", "y": 1},
         "flags": {"detected": False},
+        "skipped": {"seq_is": "needs whole sequences"},
     }
     tables = number_tables(source)
     assert [t.title for t in tables] == ["per_estimator", "flat"]
@@ -90,6 +111,7 @@ def test_any_table_of_numbers_is_rendered_whatever_its_name():
     assert "| tis | 0.9 | 0.01 | 2 | — |" in md
     assert "| a/b | 1 |" in md and "| c | — |" in md
     assert "- note: policy.vocab_size not given" in md and "text" not in md
+    assert "- note: skipped: seq_is: needs whole sequences" in md
     page = "\n".join(evidence_html({"sources": [source]}))
     assert "<tr><td>icepop</td><td>0.8</td><td>—</td><td>1.5</td><td>0.05</td></tr>" in page
     assert evidence_markdown(None)[-1] == "No evidence was given."
@@ -144,10 +166,10 @@ def test_the_page_fits_its_window_with_readable_formulas(reports, tmp_path):
         got = json.loads(text.replace("&quot;", '"'))
         assert got["width"] == width
         assert got["scrollWidth"] <= width, got  # no horizontal overflow of the page
-        assert len(got["tables"]) == 3 and max(got["tables"]) <= width, got
+        assert len(got["tables"]) == 4 and max(got["tables"]) <= width, got
         assert len(got["glyphs"]) > 50 and min(got["glyphs"]) >= READABLE_PX, got
-        shot = tmp_path / f"shot-{width}.png"
-        _run(browser, tmp_path, width, f"--screenshot={shot}", reports["html"].as_uri())
-        head = shot.read_bytes()[:24]
-        assert head[:8] == b"\x89PNG\r\n\x1a\n"
-        assert struct.unpack(">II", head[16:24]) == (width, 900)  # the window, not the page
+    shot = tmp_path / "shot.png"  # the narrowest window, as a person would see it
+    _run(browser, tmp_path, WIDTHS[0], f"--screenshot={shot}", reports["html"].as_uri())
+    head = shot.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", head[16:24]) == (WIDTHS[0], 900)

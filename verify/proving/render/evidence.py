@@ -2,7 +2,8 @@
 of numbers it carries, found by shape rather than by name.
 
 A source's entry (``report.evidence["sources"][i]``, docs/report-schema.md) is rendered
-generically: ``notes`` as a list; each key whose value maps names to numbers (the frameworks'
+generically: ``notes`` as a list, with the entries of each key that maps names to texts (the
+estimators a log cannot weigh, say); each key whose value maps names to numbers (the frameworks'
 dashboard metrics, ``framework_metrics``) as a two-column table; each key whose value maps
 names to such mappings (one row per estimator of the weight diagnostics, say) as one table with
 a column per number's name. Anything else (files, the runtime envelope, the support-shift test)
@@ -34,6 +35,10 @@ def _is_number(v) -> bool:
 
 def _flat(v) -> bool:
     return isinstance(v, Mapping) and bool(v) and all(_is_number(x) for x in v.values())
+
+
+def _texts(v) -> bool:
+    return isinstance(v, Mapping) and bool(v) and all(isinstance(x, str) for x in v.values())
 
 
 def _nested(v) -> bool:
@@ -87,8 +92,13 @@ def _counts(source: Mapping) -> str:
 
 
 def _notes(source: Mapping) -> list[str]:
+    """The source's notes, then each name -> text mapping's entries as ``key: name: text``."""
     notes = source.get("notes")
-    return [str(n) for n in notes] if isinstance(notes, list | tuple) else []
+    out = [str(n) for n in notes] if isinstance(notes, list | tuple) else []
+    for key, value in source.items():
+        if _texts(value):
+            out += [f"{key}: {name}: {text}" for name, text in value.items()]
+    return out
 
 
 def evidence_markdown(evidence: Mapping | None) -> list[str]:
