@@ -81,6 +81,7 @@ EXPECTED = {
         "vllm_importance_sampling_mode": "token_truncate",
         "vllm_importance_sampling_clip_max": 2.0,
         "vllm_importance_sampling_clip_min": None,
+        "off_policy_mask_threshold": None,
         "epsilon": 0.2,
         "epsilon_high": 0.2,
     },
@@ -218,35 +219,59 @@ def test_mis_exports_a_one_sided_mask_in_every_framework(tmp_path):
 # --- what the exported settings do, under each framework's documented weighting ------------
 
 
-def _reference(r: Request, logw: np.ndarray) -> np.ndarray:
-    """The estimator's per-token multiplier (the shared table), all tokens valid."""
+def _reference(r: Request, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
+    """The estimator's per-token multiplier (the shared table), all tokens valid; ``adv`` is
+    each sequence's advantage (a column)."""
     w = np.exp(logw)
+    seq = np.exp(logw.sum(-1, keepdims=True)) * np.ones_like(w)
+    lo, hi = map(float, r.band) if r.band is not None else (None, None)
     if r.what == "tis":
         return np.minimum(w, float(r.cap))
     if r.what == "mis":
         return w * (w <= float(r.cap))
     if r.what == "icepop":
-        lo, hi = map(float, r.band)
         return w * ((lo <= w) & (w <= hi))
     if r.what == "seq_tis":
-        return np.minimum(np.exp(logw.sum(-1, keepdims=True)), float(r.cap)) * np.ones_like(w)
+        return np.minimum(seq, float(r.cap))
     if r.what == "seq_is":
-        return np.exp(logw.sum(-1, keepdims=True)) * np.ones_like(w)
+        return seq
     if r.what == "geo_mask":
-        lo, hi = map(float, r.band)
         g = np.exp(logw.mean(-1, keepdims=True))
         return w * ((lo <= g) & (g <= hi))
+    if r.what == "seq_mask":
+        return seq * ((lo <= seq) & (seq <= hi))
+    if r.what == "seq_outlier":
+        return w * ((lo <= w) & (w <= hi)).all(-1, keepdims=True)
+    if r.what == "tis_mask":
+        return np.minimum(w, float(r.cap)) * ((lo <= w) & (w <= hi))
+    if r.what == "opsm":
+        return w * ~((adv < 0) & ((-logw).mean(-1, keepdims=True) > float(r.threshold)))
+    if r.what == "dual_clip":
+        eps, c = float(r.clip_epsilon), float(r.cap)
+        clipped = ((adv > 0) & (w > 1 + eps)) | ((adv < 0) & ((w < 1 - eps) | (w > c)))
+        return w * ~clipped
     raise AssertionError(r.what)
 
 
-def _verl(s: dict, logw: np.ndarray) -> np.ndarray:
+def _verl(s: dict, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
     rc = {k.rsplit(".", 1)[1]: v for k, v in s.items() if k.startswith("algorithm.")}
     safe = np.clip(logw, -20, 20)
+    if rc["bypass_mode"]:  # PPO's gradient multiplier, old = rollout, dual clip at clip_ratio_c
+        actor = {k.rsplit(".", 1)[1]: v for k, v in s.items() if k.startswith("actor_")}
+        ratio, c = np.exp(safe), actor["clip_ratio_c"]
+        clipped = ((adv > 0) & (ratio > 1 + actor["clip_ratio_high"])) | (
+            (adv < 0) & ((ratio < 1 - actor["clip_ratio_low"]) | (ratio > c))
+        )
+        return ratio * ~clipped * (np.abs(logw) < 20)  # the clamp passes no gradient
     keep = np.ones(logw.shape, bool)
-    if rc.get("rollout_rs") == "seq_mean_k1":  # k1 = -log w between log(lower), log(upper)
+    if rc.get("rollout_rs") is not None:  # k1 = -log w between log(lower), log(upper)
         lower, upper = map(float, rc["rollout_rs_threshold"].split("_"))
-        mean_k1 = (-safe).mean(-1, keepdims=True)
-        keep = keep & (np.log(lower) <= mean_k1) & (mean_k1 <= np.log(upper))
+        k1 = -safe
+        if rc["rollout_rs"] == "seq_mean_k1":
+            k1 = k1.mean(-1, keepdims=True)
+        else:
+            assert rc["rollout_rs"] == "token_k1"
+        keep = keep & (np.log(lower) <= k1) & (k1 <= np.log(upper))
     if rc["rollout_is"] == "token":
         raw = np.exp(safe)
     else:
@@ -260,7 +285,7 @@ def _verl(s: dict, logw: np.ndarray) -> np.ndarray:
     return weight * keep
 
 
-def _nemo(s: dict, logw: np.ndarray) -> np.ndarray:
+def _nemo(s: dict, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
     kind = s["loss_fn.truncated_importance_sampling_type"]
     hi = float(s["loss_fn.truncated_importance_sampling_ratio"])
     w = np.exp(logw)
@@ -273,9 +298,10 @@ def _nemo(s: dict, logw: np.ndarray) -> np.ndarray:
     return w * ((lo <= g) & (g <= hi))
 
 
-def _trl(s: dict, logw: np.ndarray) -> np.ndarray:
+def _trl(s: dict, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
     """GRPOTrainer's vLLM correction: clamp to [C_min, C_max] (truncate) or zero outside it
-    (mask), a None bound being no bound (``vllm_importance_sampling_cap`` is never read)."""
+    (mask), a None bound being no bound (``vllm_importance_sampling_cap`` is never read); then
+    the off-policy sequence mask: drop A < 0 with mean(sampling − trainer log-probs) > δ."""
     assert "vllm_importance_sampling_cap" not in s
     mode = s["vllm_importance_sampling_mode"]
     lo, hi = s["vllm_importance_sampling_clip_min"], s["vllm_importance_sampling_clip_max"]
@@ -285,23 +311,33 @@ def _trl(s: dict, logw: np.ndarray) -> np.ndarray:
         ratio = np.clip(ratio, lo, hi)
     else:
         ratio = ratio * ((lo <= ratio) & (ratio <= hi))
+    delta = s["off_policy_mask_threshold"]
+    if delta is not None:
+        ratio = ratio * ((adv >= 0) | ((-logw).mean(-1, keepdims=True) <= delta))
     return ratio * np.ones_like(logw)
 
 
-def _skyrl(s: dict, logw: np.ndarray) -> np.ndarray:
+def _skyrl(s: dict, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
     o = {k.rsplit(".", 1)[1]: v for k, v in s.items() if "off_policy_correction" in k}
     safe = np.clip(logw, -20, 20)
     w, keep = np.exp(safe), np.ones(logw.shape, bool)
     if o["token_mask_is_threshold_low"] is not None:
         keep &= (o["token_mask_is_threshold_low"] <= w) & (w <= o["token_mask_is_threshold_high"])
+    if o["outlier_token_is_threshold_low"] is not None:
+        inside = (o["outlier_token_is_threshold_low"] <= w) & (
+            w <= o["outlier_token_is_threshold_high"]
+        )
+        keep &= inside.all(-1, keepdims=True)
+    seq = np.exp(np.clip(logw.sum(-1, keepdims=True), -20, 20))
     if o["tis_ratio_type"] == "token":
         weight = np.minimum(w, float(o["token_tis_ratio_clip_high"]))
     else:
-        seq = np.exp(np.clip(logw.sum(-1, keepdims=True), -20, 20))
         weight = np.minimum(seq, float(o["sequence_tis_ratio_clip_high"])) * np.ones_like(w)
     if o["sequence_mask_metric"] == "geometric":
         g = np.exp(np.clip(logw.mean(-1, keepdims=True), -20, 20))
         keep &= (o["geo_mask_low"] <= g) & (g <= o["geo_mask_high"])
+    if o["sequence_mask_metric"] == "product":
+        keep &= (o["product_mask_low"] <= seq) & (seq <= o["product_mask_high"])
     return weight * keep
 
 
@@ -316,6 +352,13 @@ REQUESTS = [
     Request("G", "seq_is"),
     Request("G", "geo_mask", band=(F(4, 5), F(3, 2))),  # asymmetric in log: 1/hi != lo
     Request("G", "geo_mask", band=(F(999, 1000), F(1001, 1000))),
+    Request("G", "seq_mask", band=(F(1, 2), F(5, 2))),
+    Request("G", "seq_mask", band=(F(0), F(3, 2))),
+    Request("G", "seq_outlier", band=(F(1, 5), F(4))),
+    Request("G", "tis_mask", cap=F(3, 2), band=(F(1, 2), F(5, 2))),
+    Request("G", "tis_mask", cap=F(3), band=(F(4, 5), F(2))),  # the cap above the band
+    Request("G", "opsm", threshold=F(1, 10)),
+    Request("G", "dual_clip", clip_epsilon=F(1, 5), cap=F(3)),
 ]
 
 
@@ -334,18 +377,21 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
     rng = np.random.default_rng(0)
     scale = 0.002 if request_.band == (F(999, 1000), F(1001, 1000)) else 0.6
     logw = rng.normal(0.0, scale, size=(400, 6)) + rng.normal(0.0, scale, size=(400, 1))
-    got = SIMULATE[name](settings, logw)
-    want = _reference(request_, logw)
+    adv = rng.choice([-1.0, 1.0], size=(400, 1))
+    got = SIMULATE[name](settings, logw, adv)
+    want = _reference(request_, logw, adv)
     assert np.allclose(got, want, rtol=1e-12, atol=0)
     assert 0 < np.count_nonzero(want) < want.size or request_.what in ("tis", "seq_tis", "seq_is")
 
 
 COUNTERPARTS = {  # framework -> the estimators it carries out exactly
-    "verl": {"tis", "mis", "icepop", "seq_tis", "ppo_clip", "clip_budget"},
+    "verl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "tis_mask", "dual_clip",
+             "clip_budget"},
     "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "clip_budget"},
-    "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "clip_budget"},
-    "skyrl": {"tis", "mis", "icepop", "seq_tis", "clip_budget"},
-}
+    "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "clip_budget"},
+    "skyrl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "seq_outlier", "tis_mask",
+              "clip_budget"},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(FRAMEWORKS))
@@ -365,12 +411,13 @@ def test_every_shared_estimator_maps_or_is_refused_with_a_reason(name):
     assert mapped == COUNTERPARTS[name]
 
 
-def test_verl_ppo_clip_is_bypass_mode_with_dual_clip_off():
-    s = dict(FRAMEWORKS["verl"].settings(Request("G", "ppo_clip", clip_epsilon=F(1, 5))))
+def test_verl_dual_clip_is_bypass_mode_with_clip_ratio_c():
+    r = Request("G", "dual_clip", clip_epsilon=F(1, 5), cap=F(3))
+    s = dict(FRAMEWORKS["verl"].settings(r))
     assert s["algorithm.rollout_correction.bypass_mode"] is True
     assert s["algorithm.rollout_correction.loss_type"] == "ppo_clip"
     assert s["actor_rollout_ref.actor.clip_ratio_low"] == F(1, 5)
-    assert s["actor_rollout_ref.actor.clip_ratio_c"] > np.exp(20)  # above every verl ratio
+    assert s["actor_rollout_ref.actor.clip_ratio_c"] == F(3)
 
 
 def test_scalars_read_back_as_written():
@@ -582,7 +629,8 @@ def test_the_log_ratio_clamp_refuses_seq_is_and_geo_mask_for_one_reason(name):
     for r in (
         Request("G", "seq_is"),
         Request("G", "geo_mask", band=(F(9, 10), F(111, 100))),
-        Request("G", "tis", cap=e20 + 1),
+        *([Request("G", "ppo_clip", clip_epsilon=F(1, 5))] if name == "verl" else []),
+        Request("G", "tis", cap=e20),
         Request("G", "mis", cap=e20 * 2),
         Request("G", "seq_tis", cap=F(10**9)),
         Request("G", "icepop", band=(F(1, 2), e20 + F(1, 10))),
@@ -592,7 +640,8 @@ def test_the_log_ratio_clamp_refuses_seq_is_and_geo_mask_for_one_reason(name):
         reasons.add(str(why.value))
     assert len(reasons) == 1
     assert reasons.pop().endswith("and no lemma bounds the clamped estimator")
-    for r in (Request("G", "tis", cap=e20), Request("G", "icepop", band=(F(0), e20))):
+    below = e20 - 1
+    for r in (Request("G", "tis", cap=below), Request("G", "icepop", band=(F(0), below))):
         assert settings(r)  # a weight the estimator keeps is at most e^20: the clamp is exact
     logw = np.array([[25.0, -0.1, -0.1, -0.1, -0.1] + [-0.2] * 120])  # geometric mean ≈ 1.0
     assert abs(logw.mean()) < 0.01  # kept by a band around 1, yet one weight exceeds e^20:

@@ -72,6 +72,20 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart("no loss_fn setting masks by a distance between the distributions")
+    if r.what in ("dppo_tv", "dppo_kl", "dual_clip"):
+        raise NoCounterpart(
+            "the PPO ratio (and ratio_clip_c's dual clip) is taken against prev_logprobs (the "
+            "training kernel's); no setting makes the inference kernel the old policy"
+        )
+    if r.what == "tis_mask":
+        raise NoCounterpart("truncated_importance_sampling_type either clamps or masks, not both")
+    if r.what in ("seq_mask", "seq_outlier"):
+        raise NoCounterpart(
+            "seq-mask-tis masks a sequence by its geometric-mean weight only, not by W or by one "
+            "token's weight"
+        )
+    if r.what == "opsm":
+        raise NoCounterpart("no loss_fn setting masks by the advantage")
     raise NoCounterpart(f"no NeMo-RL mapping is known for estimator {r.what}")
 
 

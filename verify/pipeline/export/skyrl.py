@@ -44,7 +44,7 @@ CLAMP_TOP = Fraction(math.exp(20))  # the double nearest e^20, the greatest weig
 CLAMPED = (
     "SkyRL computes every weight from the log-ratio clamped to [-20, 20], so it changes each "
     "weight above e^20 that the estimator keeps (seq_is: any W; geo_mask: a token of a "
-    "sequence inside the band; a cap or band end above e^20), and no lemma bounds the "
+    "sequence inside the band; a cap or band end at or above e^20), and no lemma bounds the "
     "clamped estimator"
 )
 
@@ -55,30 +55,35 @@ def _correction(
     token_clip: Fraction | None = None,
     sequence_clip: Fraction | None = None,
     token_mask: tuple[Fraction, Fraction] | None = None,
-    geo_mask: tuple[Fraction, Fraction] | None = None,
+    product_mask: tuple[Fraction, Fraction] | None = None,
+    outlier: tuple[Fraction, Fraction] | None = None,
 ):
     pairs: list[tuple[str, Value]] = [(OPC + "tis_ratio_type", tis)]
     if token_clip is not None:
         pairs.append((OPC + "token_tis_ratio_clip_high", token_clip))
     if sequence_clip is not None:
         pairs.append((OPC + "sequence_tis_ratio_clip_high", sequence_clip))
-    pairs.append((OPC + "sequence_mask_metric", "geometric" if geo_mask else None))
-    if geo_mask:
-        pairs += [(OPC + "geo_mask_low", geo_mask[0]), (OPC + "geo_mask_high", geo_mask[1])]
+    pairs.append((OPC + "sequence_mask_metric", "product" if product_mask else None))
+    if product_mask:
+        pairs += [
+            (OPC + "product_mask_low", product_mask[0]),
+            (OPC + "product_mask_high", product_mask[1]),
+        ]
     low, high = token_mask if token_mask else (None, None)
+    out_low, out_high = outlier if outlier else (None, None)
     pairs += [
         (OPC + "token_mask_is_threshold_low", low),
         (OPC + "token_mask_is_threshold_high", high),
-        (OPC + "outlier_token_is_threshold_low", None),
-        (OPC + "outlier_token_is_threshold_high", None),
+        (OPC + "outlier_token_is_threshold_low", out_low),
+        (OPC + "outlier_token_is_threshold_high", out_high),
     ]
     return tuple(pairs)
 
 
 def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     """SkyRL's ``(key, value)`` pairs for request ``r``; raises ``NoCounterpart``."""
-    top = r.band[1] if r.band is not None else r.cap
-    if r.what in ("seq_is", "geo_mask") or (top is not None and top > CLAMP_TOP):
+    ends = [x for x in (r.cap, r.band[1] if r.band is not None else None) if x is not None]
+    if r.what in ("seq_is", "geo_mask") or (ends and min(ends) >= CLAMP_TOP):
         raise NoCounterpart(CLAMPED)
     if r.what == "clip_budget":
         return ((ALGO + "eps_clip_low", r.clip_epsilon), (ALGO + "eps_clip_high", r.clip_epsilon))
@@ -90,6 +95,19 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _correction("token", token_clip=r.band[1], token_mask=r.band)
     if r.what == "seq_tis":
         return _correction("sequence", sequence_clip=r.cap)
+    if r.what == "seq_mask":  # a kept W is at most hi: the sequence TIS at hi truncates nothing
+        return _correction("sequence", sequence_clip=r.band[1], product_mask=r.band)
+    if r.what == "seq_outlier":  # a kept token's w is at most hi: TIS at hi truncates nothing
+        return _correction("token", token_clip=r.band[1], outlier=r.band)
+    if r.what == "tis_mask":
+        return _correction("token", token_clip=r.cap, token_mask=r.band)
+    if r.what in ("dppo_tv", "dppo_kl", "dual_clip"):
+        raise NoCounterpart(
+            "the policy loss's ratio is taken against the old policy's log-probs (the training "
+            "kernel's); no setting makes the inference kernel the old policy"
+        )
+    if r.what == "opsm":
+        raise NoCounterpart("no off_policy_correction setting reads the advantage")
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
             "dppo's binary_tv and binary_kl replace the loss with a trust region on the sampled "

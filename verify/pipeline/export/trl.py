@@ -36,12 +36,18 @@ from verify.pipeline.export.request import Framework, NoCounterpart, Request, Va
 __all__ = ["FRAMEWORK", "settings"]
 
 
-def _mode(mode: str, clip_max: Fraction | None, clip_min: Fraction | None = None):
+def _mode(
+    mode: str,
+    clip_max: Fraction | None,
+    clip_min: Fraction | None = None,
+    off_policy_mask: Fraction | None = None,
+):
     return (
         ("vllm_importance_sampling_correction", True),
         ("vllm_importance_sampling_mode", mode),
         ("vllm_importance_sampling_clip_max", clip_max),
         ("vllm_importance_sampling_clip_min", clip_min),
+        ("off_policy_mask_threshold", off_policy_mask),
     )
 
 
@@ -60,6 +66,20 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _mode("token_mask", hi, lo if lo > 0 else None)
     if r.what == "seq_is":
         return _mode("sequence_truncate", None, Fraction(0))
+    if r.what == "seq_mask":
+        lo, hi = r.band
+        return _mode("sequence_mask", hi, lo if lo > 0 else None)
+    if r.what == "opsm":  # untruncated token weights, and the advantage-aware sequence mask
+        return _mode("token_truncate", None, Fraction(0), r.threshold)
+    if r.what == "tis_mask":
+        raise NoCounterpart("a mode either truncates or masks, never both")
+    if r.what == "seq_outlier":
+        raise NoCounterpart("no mode rejects a sequence for one token's weight")
+    if r.what in ("dppo_tv", "dppo_kl", "dual_clip"):
+        raise NoCounterpart(
+            "the loss's ratio is taken against the trainer's old log-probs; no setting makes "
+            "vLLM's the old policy"
+        )
     if r.what == "geo_mask":
         raise NoCounterpart("no vllm_importance_sampling_mode uses the geometric mean")
     if r.what in ("tv_mask", "kl_mask"):

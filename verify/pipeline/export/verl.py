@@ -56,12 +56,20 @@ ACTOR = "actor_rollout_ref.actor."
 BELOW_FLOOR = Fraction(1, 10**9)  # < e^-20, the least weight verl computes
 NO_TRUNCATION = Fraction(5 * 10**8)  # > e^20, the greatest weight verl computes
 CLAMP_TOP = Fraction(math.exp(20))  # the double nearest e^20
+# estimators that keep some weight however large: the clamp changes them whatever the parameters
+UNBOUNDED = ("seq_is", "geo_mask", "ppo_clip")
 CLAMPED = (
     "verl computes every weight from the log-ratio clamped to [-20, 20], so it changes each "
     "weight above e^20 that the estimator keeps (seq_is: any W; geo_mask: a token of a "
-    "sequence inside the band; a cap or band end above e^20), and no lemma bounds the "
-    "clamped estimator"
+    "sequence inside the band; ppo_clip: a token with A < 0; a cap or band end at or above "
+    "e^20), and no lemma bounds the clamped estimator"
 )
+
+
+def _top(r: Request) -> Fraction:
+    """The greatest weight request ``r``'s estimator keeps, when a cap or band end bounds it."""
+    ends = [x for x in (r.cap, r.band[1] if r.band is not None else None) if x is not None]
+    return min(ends) if ends else Fraction(0)
 
 
 def _decoupled(level: str | None, threshold: Value, rs: str | None = None, rs_threshold=None):
@@ -87,8 +95,7 @@ def _clip(eps: Fraction) -> tuple[tuple[str, Value], ...]:
 
 def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     """verl's ``(key, value)`` pairs for request ``r``; raises ``NoCounterpart``."""
-    top = r.band[1] if r.band is not None else r.cap
-    if r.what in ("seq_is", "geo_mask") or (top is not None and top > CLAMP_TOP):
+    if r.what in UNBOUNDED or _top(r) >= CLAMP_TOP:
         raise NoCounterpart(CLAMPED)
     if r.what == "clip_budget":
         return _clip(r.clip_epsilon)
@@ -100,7 +107,14 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _decoupled("token", _icepop(*r.band))
     if r.what == "seq_tis":
         return _decoupled("sequence", r.cap)
-    if r.what == "ppo_clip":
+    if r.what == "seq_mask":
+        return _decoupled("sequence", _icepop(*r.band))
+    if r.what == "tis_mask":
+        lo, hi = r.band
+        if lo <= 0:
+            raise NoCounterpart("a band from 0 needs the token_k1 upper bound 1/0")
+        return _decoupled("token", r.cap, "token_k1", f"{number(1 / hi)}_{number(1 / lo)}")
+    if r.what == "dual_clip":
         return (
             (RC + "rollout_is", None),
             (RC + "rollout_rs", None),
@@ -108,7 +122,20 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             (RC + "bypass_mode", True),
             (RC + "loss_type", "ppo_clip"),
             *_clip(r.clip_epsilon),
-            (ACTOR + "clip_ratio_c", NO_TRUNCATION),
+            (ACTOR + "clip_ratio_c", r.cap),
+        )
+    if r.what in ("dppo_tv", "dppo_kl"):
+        raise NoCounterpart(
+            f"the {r.what} policy loss compares the current policy with old_log_prob (the "
+            "training kernel's), and bypass mode, which makes the rollout the old policy, takes "
+            "loss_type ppo_clip or reinforce only"
+        )
+    if r.what == "opsm":
+        raise NoCounterpart("no rollout_rs option reads the advantage")
+    if r.what == "seq_outlier":
+        raise NoCounterpart(
+            "seq_max_k2 and seq_max_k3 reject a sequence by its largest (log w)^2/2 or "
+            "w - 1 - log w, which no band [lo, hi] spells in general, and k1 has no max option"
         )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
