@@ -71,8 +71,9 @@ RUN_HERE = {
     "python -m verify check fp8.json",
     "python -m verify contracts/examples/rollout-log.yaml",
     "python -m verify export contracts/examples/fp8-rollout.yaml --to verl",
-    "python -m verify export contracts/examples/rl-corrections.yaml --to skyrl --guarantee "
+    "python -m verify export contracts/examples/rl-corrections.yaml --to nemo-rl --guarantee "
     "G_geo_mask",
+    "python -m verify export contracts/examples/fp8-rollout.yaml --to trl --check-version 1.9",
     "python -m verify contract.yaml --evidence a.jsonl b.jsonl",
 }
 
@@ -203,8 +204,10 @@ def test_cheap_commands_run(workdir):
         "python -m verify check fp8.json": 0,
         "python -m verify contracts/examples/rollout-log.yaml": 1,
         "python -m verify export contracts/examples/fp8-rollout.yaml --to verl": 0,
-        "python -m verify export contracts/examples/rl-corrections.yaml --to skyrl --guarantee "
+        "python -m verify export contracts/examples/rl-corrections.yaml --to nemo-rl --guarantee "
         "G_geo_mask": 0,
+        "python -m verify export contracts/examples/fp8-rollout.yaml --to trl --check-version "
+        "1.9": 0,
     }
     shown = _commands()
     for command, code in expected.items():  # in order: check reads the report written before
