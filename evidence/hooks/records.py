@@ -10,7 +10,7 @@ log format (``evidence.logs.schema``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 from jaxtyping import Bool, Float, Int, Shaped
@@ -40,8 +40,8 @@ def to_numpy(value: object) -> np.ndarray:
     return np.asarray(value)
 
 
-def require(batch: Mapping, keys: Sequence[str], where: str) -> None:
-    """``HookError`` naming every key of ``keys`` that ``batch`` lacks."""
+def require(batch: Collection, keys: Sequence[str], where: str) -> None:
+    """``HookError`` naming every key of ``keys`` that ``batch`` (its keys) lacks."""
     missing = [k for k in keys if k not in batch]
     if missing:
         have = ", ".join(sorted(map(str, batch))[:12]) or "none"
