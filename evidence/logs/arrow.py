@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -43,11 +43,15 @@ def _sha256(path: str) -> str:
 
 
 def _why(err: BaseException) -> str:
+    """The first line of pyarrow's message, its unprintable characters escaped."""
     text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
+    line = text[0] if text else type(err).__name__
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in line)
 
 
-def _parquet_batches(path: str) -> tuple[pa.Schema, int, Iterator]:
+def _parquet_batches(path: str):
+    """``(schema, rows, batches, close)`` of a Parquet file; a row group that cannot be read
+    yields ``(reason, rows it had left)`` in place of its batches."""
     try:
         file = pq.ParquetFile(path)
     except _FAILURES as err:
@@ -55,20 +59,23 @@ def _parquet_batches(path: str) -> tuple[pa.Schema, int, Iterator]:
             f"{path}: not a readable Parquet file ({_why(err)}); a file cut off while being "
             "written has no footer"
         ) from None
-    total = file.metadata.num_rows
 
     def batches():
         for group in range(file.num_row_groups):
-            rows = file.metadata.row_group(group).num_rows
+            rows, done = file.metadata.row_group(group).num_rows, 0
             try:
-                yield from file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group])
+                for batch in file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
+                    done += batch.num_rows
+                    yield batch
             except _FAILURES as err:
-                yield (f"row group {group} cannot be read ({_why(err)})", rows)
+                yield (f"row group {group} cannot be read ({_why(err)})", rows - done)
 
-    return file.schema_arrow, total, batches()
+    return file.schema_arrow, file.metadata.num_rows, batches(), file.close
 
 
-def _arrow_batches(path: str) -> tuple[pa.Schema, int | None, Iterator]:
+def _arrow_batches(path: str):
+    """``(schema, None, batches, close)`` of an Arrow IPC file or stream; a record batch that
+    cannot be read yields ``(reason, 1)``."""
     source = pa.memory_map(path)
     try:
         reader = ipc.open_file(source)
@@ -76,6 +83,7 @@ def _arrow_batches(path: str) -> tuple[pa.Schema, int | None, Iterator]:
         try:
             stream = ipc.open_stream(source)
         except _FAILURES as err:
+            source.close()
             raise LogError(f"{path}: not a readable Arrow file or stream ({_why(err)})") from None
 
         def batches():
@@ -84,7 +92,7 @@ def _arrow_batches(path: str) -> tuple[pa.Schema, int | None, Iterator]:
             except _FAILURES as err:  # a stream cut off while being written
                 yield (f"record batch cut off at end of file ({_why(err)})", 1)
 
-        return stream.schema, None, batches()
+        return stream.schema, None, batches(), source.close
 
     def file_batches():
         for i in range(reader.num_record_batches):
@@ -93,7 +101,7 @@ def _arrow_batches(path: str) -> tuple[pa.Schema, int | None, Iterator]:
             except _FAILURES as err:
                 yield (f"record batch {i} cannot be read ({_why(err)})", 1)
 
-    return reader.schema, None, file_batches()
+    return reader.schema, None, file_batches(), source.close
 
 
 def read_columnar_log(
@@ -113,12 +121,19 @@ def read_columnar_log(
     path = os.fspath(path)
     reading = Reading(path, format, vocab_size, unit="row")
     open_log(path)[0].close()  # missing, a directory, empty: the JSONL reader's messages
-    if file_format == "parquet":
-        schema, total, batches = _parquet_batches(path)
-    elif file_format == "arrow":
-        schema, total, batches = _arrow_batches(path)
-    else:
+    if file_format not in _OPENERS:
         raise LogError(f"{path}: unknown file format {file_format!r} (parquet or arrow)")
+    schema, total, batches, close = _OPENERS[file_format](path)
+    try:
+        rows = _read_rows(reading, schema, total, batches, progress)
+    finally:
+        close()
+    return reading.table(_sha256(path), rows, kind=file_format.capitalize())
+
+
+def _read_rows(reading: Reading, schema, total, batches, progress) -> int:
+    """Hand every row to ``reading``; the number of rows."""
+    path = reading.path
     if reading.fmt is None:
         name = detect_format(dict.fromkeys(schema.names))
         if name is None:
@@ -146,4 +161,7 @@ def read_columnar_log(
             reading.take({k: v for k, v in row.items() if v is not None}, rows)
         if progress is not None and total:
             progress(rows, total)
-    return reading.table(_sha256(path), rows, kind=file_format.capitalize())
+    return rows
+
+
+_OPENERS = {"parquet": _parquet_batches, "arrow": _arrow_batches}

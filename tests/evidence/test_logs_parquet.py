@@ -202,3 +202,16 @@ def test_the_monitor_refuses_a_parquet_log_and_says_what_to_run(tmp_path, cli):
         f"{log}: a Parquet log is written whole, not line by line, so it cannot be monitored "
         f"as it grows; decide the contract on it with python -m verify {contract} --evidence {log}"
     )
+
+
+def test_a_corrupt_row_group_counts_its_rows_and_the_rest_are_read(tmp_path):
+    path = _parquet(tmp_path / "log.parquet", RECORDS, row_group_size=16, compression="none")
+    page = pq.ParquetFile(path).metadata.row_group(1).column(2).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[page : page + 12] = b"\xff" * 12  # the page header of row group 1's token ids
+    path.write_bytes(bytes(data))
+    table = read_log(path, None, vocab_size=256)
+    assert (table.sequences, table.malformed_count) == (len(RECORDS) - 16, 16)
+    assert [p.line for p in table.malformed] == list(range(17, 33))
+    reason = table.malformed[0].reason
+    assert reason.startswith("row group 1 cannot be read (") and reason.isprintable()
