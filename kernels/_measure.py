@@ -333,8 +333,18 @@ def _measure_jax(z_train, z_inf, tokens, temperature, devices, block, nested: bo
         z_train = jnp.pad(z_train, ((0, pad), (0, 0)))
         z_inf = jnp.pad(z_inf, ((0, pad), (0, 0)))
         tokens = jnp.pad(tokens, (0, pad))
+    if not nested:  # arrays placed elsewhere (a model's mesh) move to this program's devices
+        z_train, z_inf, tokens = _placed((z_train, z_inf, tokens), devices)
     out = _compiled(devices, block, nested)(z_train, z_inf, tokens, jnp.float32(1.0 / temperature))
     return {k: v[:n] for k, v in out.items()} if pad else out
+
+
+def _placed(arrays, devices: tuple):
+    """``arrays`` on ``devices``: whole on the one device, or rows split over several."""
+    if len(devices) == 1:
+        return jax.device_put(arrays, devices[0])
+    shard = NamedSharding(Mesh(np.array(devices), ("tokens",)), PartitionSpec("tokens"))
+    return jax.device_put(arrays, shard)
 
 
 def measure_numpy(z_train, z_inf, tokens, temperature: float = 1.0, dtype=np.float64):

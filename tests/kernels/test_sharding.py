@@ -1,0 +1,116 @@
+"""The model and the measurement over a device mesh: the same bits as on one device."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh, PartitionSpec
+
+from kernels.model import ModelConfig, TinyLM
+from kernels.sharding import HF_DECODER_RULES, TINY_LM_RULES, make_mesh, param_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+MESH = AbstractMesh((2, 2), ("data", "model"))
+
+# one-device and 2 x 2 mesh runs of the same kernel pair in one process with four host devices
+SCRIPT = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+from contracts import preset
+from kernels.decode import generate, teacher_force
+from kernels._measure import measure
+from kernels.model import ModelConfig, TinyLM, with_ops
+from kernels.ops import inference_ops, train_ops
+from kernels.sharding import make_mesh, shard_batch, shard_model
+
+model = TinyLM(ModelConfig(vocab=64, d_model=32, layers=2, heads=4, d_ff=64, context=16), seed=3)
+k_train = with_ops(model, train_ops(preset("fp32")))
+k_inf = with_ops(model, inference_ops(preset("h100-fp8"), batch_size=4))
+prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (4, 3)), jnp.int32)
+key, temperature = jax.random.key(7), jnp.float32(1.0)
+
+def run(k_inf, k_train, prompts, devices):
+    tokens, z_inf = generate(k_inf, prompts, key, temperature, new_tokens=4)
+    z_train = teacher_force(k_train, tokens, prompt_len=3)
+    cols = measure(z_train.reshape(-1, 64), z_inf.reshape(-1, 64), tokens[:, 3:].reshape(-1),
+                   0.7, devices=devices, impl="jax")
+    return {"tokens": tokens, "z_inf": z_inf, "z_train": z_train, **cols}
+
+one = run(k_inf, k_train, prompts, jax.devices()[:1])
+mesh = make_mesh()
+sharded = run(shard_model(k_inf, mesh), shard_model(k_train, mesh), shard_batch(prompts, mesh),
+              None)
+bits = lambda a: np.asarray(a).view(np.uint32 if np.asarray(a).dtype == np.float32 else np.int32)
+print(json.dumps({
+    "devices": len(jax.devices()),
+    "mesh": dict(mesh.shape),
+    "wqkv": str(nnx.state(shard_model(k_inf, mesh))["blocks"][0]["wqkv"][...].sharding.spec),
+    "spread": len(sharded["z_train"].sharding.device_set),
+    "equal": {k: bool(np.array_equal(bits(one[k]), bits(sharded[k]))) for k in one},
+    "flips": float(np.asarray(one["top1_flip"]).sum()),
+}))
+"""
+
+
+def test_sharded_emulation_is_bit_identical_to_one_device():
+    flags = "--xla_force_host_platform_device_count=4"  # read when JAX starts: a new process
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 4 and out["mesh"] == {"data": 2, "model": 2}
+    assert out["wqkv"] == str(PartitionSpec(None, "model"))  # the weights really are split
+    assert out["spread"] == 4  # and the logits come back from every device
+    assert out["equal"] == dict.fromkeys(out["equal"], True), out["equal"]
+
+
+def test_rules_split_only_axes_nothing_reduces_over():
+    import jax
+
+    state = jax.eval_shape(lambda: _split_state(TinyLM(ModelConfig(d_model=32, heads=4))))
+    specs = param_specs(state, TINY_LM_RULES, MESH)
+    split = {p for p, s in specs.items() if any(a is not None for a in s)}
+    assert split == {f"blocks/{i}/{n}" for i in range(4) for n in ("wqkv", "w_in")} | {"head"}
+    assert all(s == PartitionSpec(None, "model") for p, s in specs.items() if p in split)
+    assert specs["blocks/0/wo"] == specs["blocks/0/w_out"] == PartitionSpec(None, None)
+
+
+def test_indivisible_and_stacked_axes():
+    shapes = {
+        "layers/q_proj/kernel": np.zeros((3, 8, 6)),  # stacked over 3 layers: split the last
+        "layers/up_proj/kernel": np.zeros((8, 5)),  # 5 columns over 2 devices: stays whole
+        "layers/o_proj/kernel": np.zeros((8, 8)),
+        "embed_tokens/embedding": np.zeros((16, 8)),
+    }
+    specs = param_specs(shapes, HF_DECODER_RULES, MESH)
+    assert specs == {
+        "layers/q_proj/kernel": PartitionSpec(None, None, "model"),
+        "layers/up_proj/kernel": PartitionSpec(None, None),
+        "layers/o_proj/kernel": PartitionSpec(None, None),
+        "embed_tokens/embedding": PartitionSpec(None, None),
+    }
+
+
+def test_mesh_shapes_and_bad_model_axis():
+    import jax
+
+    one = make_mesh()
+    assert one.axis_names == ("data", "model")
+    assert dict(one.shape) == {"data": len(jax.local_devices()), "model": 1}
+    with pytest.raises(ValueError, match="positive divisor"):
+        make_mesh(model=len(jax.local_devices()) + 1)
+
+
+def _split_state(model):
+    from flax import nnx
+
+    return nnx.split(model)[1]
