@@ -78,11 +78,11 @@ def _seq_forms(small: bool) -> sympy.Expr:
     return sympy.Min(seq_tis_ratio(L * s, c, small), tv_l, seq_tis_kl(L * k, kl_iterate(c)))
 
 
-def _seq_mask_form() -> sympy.Expr:
+def _seq_mask_form(low=lo) -> sympy.Expr:
     """D_seq for seq_mask from a drift premise: the band's ratio form at |log W| ≤ L·s, and its
     TV form at the sequence-TV routes (coupling, Pinsker, Bretagnolle–Huber)."""
     tv_l = sequence_tv_bound(sympy.tanh(s / 4), kl_tilt_sup(s), L)
-    return sympy.Min(seq_mask_ratio(L * s, lo, hi), seq_mask_tv(tv_l, lo, hi))
+    return sympy.Min(seq_mask_ratio(L * s, low, hi), seq_mask_tv(tv_l, low, hi))
 
 
 _DUAL_HI = sympy.Min(1 + ce, c)  # the dual clip's band: w ∉ [1 − ε, min(1 + ε, c)] can drop
@@ -140,6 +140,15 @@ EXPR_NO_LOWER: dict[str, sympy.Expr] = {
     "pg_bias_icepop_tv": GA * band_tv(eps, 0, hi),
     "pg_bias_geo_mask": GA * band_drift(s, 0, hi, L),
     "pg_bias_geo_mask_ratio": GA * band_ratio(r, 0, hi, L),
+    "pg_bias_seq_outlier": GA * outlier_step(sympy.exp(s), 0, hi),
+    "pg_bias_seq_outlier_ratio": GA * outlier_step(sympy.exp(r), 0, hi),
+    "pg_bias_seq_mask": L * GA * _seq_mask_form(0),
+    "pg_bias_tis_mask": GA * band_drift(s, 0, hi),
+    "pg_bias_tis_mask_ratio": GA * band_ratio(r, 0, hi),
+    "pg_bias_tis_mask_tv": GA * band_tv(eps, 0, hi),
+    "pg_bias_tis_mask_sum": GA * sympy.Min(1, tis_drift(s, c) + band_drift(s, 0, hi)),
+    "pg_bias_tis_mask_sum_ratio": GA * sympy.Min(1, tis_ratio(r, c) + band_ratio(r, 0, hi)),
+    "pg_bias_tis_mask_sum_tv": GA * sympy.Min(1, eps + band_tv(eps, 0, hi)),
 }
 
 

@@ -67,7 +67,8 @@ def dppo_dropped_mass(z: Vector, z_prime: Vector, T: float, tau: float, kind: st
     (|π(y) − π'(y)|, or the KL of Bernoulli(π'(y)) to Bernoulli(π(y))) exceeds τ."""
     lp, lq = measure.log_softmax(z, T), measure.log_softmax(z_prime, T)
     p, q = np.exp(lp), np.exp(lq)
-    binary_kl = q * (lq - lp) + (1 - q) * (np.log1p(-q) - np.log1p(-p))
+    with np.errstate(invalid="ignore", divide="ignore"):  # p = q = 1: NaN, never above τ
+        binary_kl = q * (lq - lp) + (1 - q) * (np.log1p(-q) - np.log1p(-p))
     div = np.abs(p - q) if kind == "tv" else binary_kl
     return float(np.sum(p[(p != q) & (div > tau)]))
 
