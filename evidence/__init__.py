@@ -1,7 +1,8 @@
 """evidence: what the kernels did, read from rollout logs or measured by emulation, summarised.
 
-The flow is contracts → kernels → evidence → verify. This package reads users' JSONL logs
-(``evidence.logs``), owns the token table every source is turned into (``evidence.table``),
+The flow is contracts → kernels → evidence → verify. This package reads users' logs (JSONL,
+Parquet, Arrow: ``evidence.logs``), writes them from inside RL frameworks (``evidence.hooks``),
+owns the token table every source is turned into (``evidence.table``),
 summarises it per slice and metric in mergeable summaries (``evidence.summary``) and assembles
 one ``Source`` per log or emulation setting (``evidence.sources``), with the runtime envelope its
 sequences were gathered in (``evidence.envelope``). Deciding clauses on a source is
