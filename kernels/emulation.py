@@ -25,6 +25,14 @@ A user model (``model: "package.module:function"`` with ``params: PATH``, see
 recognised attention in float32 in both), K_inf generates by rerunning the function on the
 whole sequence buffer (no KV cache), and prompts come from the params file's ``extra/prompts``
 windows or, without them, uniformly from the vocabulary. Its vocabulary is what it returns.
+
+A Hugging Face checkpoint (``model: "hf:FOLDER"``, see :mod:`kernels.hf`) runs as the shipped
+policy does: the decoder on K_inf's ``Ops`` decodes through the paged KV cache, the decoder on
+K_train's teacher-forces. ``prompts`` is a count of prompts drawn uniformly from its vocabulary,
+or a text file of prompts (one a line, blank lines skipped) encoded by the folder's
+``tokenizer.json``, served in the file's order; every prompt is cut to the shortest one's
+length (at most ``PROMPT_BYTES`` tokens), so each batch holds prompts of one length. Loading a
+checkpoint runs no code from its folder.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ __all__ = [
     "TABLE_COLUMNS",
     "emulate",
     "length_range",
+    "prompt_count",
     "prompts_from",
     "serving_batch",
 ]
@@ -80,12 +89,82 @@ class _Pair(NamedTuple):
     lengths: tuple[int, int]  # the sequence lengths it can run
     # (prompts, key, temperature) -> (tokens, z_inf, z_train) for one served batch
     run: Callable
+    rows: np.ndarray | None = None  # the prompts themselves, served in order (a prompt file)
 
 
 def _user(model: str) -> bool:
     from kernels.user_model import is_entry_point
 
     return is_entry_point(model)
+
+
+def _hf(model: str) -> str | None:
+    """The checkpoint folder an ``hf:FOLDER`` model names, or ``None``."""
+    from contracts.sections import HF_PREFIX
+
+    return model[len(HF_PREFIX) :] if model.startswith(HF_PREFIX) else None
+
+
+_PROMPTS_KEY = "evidence.emulate.prompts"
+
+
+def _prompt_texts(path: str) -> list[str]:
+    from kernels.user_model import UserModelError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            texts = [line.rstrip("\r\n") for line in f]
+    except FileNotFoundError:
+        raise UserModelError(_PROMPTS_KEY, f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserModelError(_PROMPTS_KEY, f"cannot read {path} as UTF-8 text: {err}") from None
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise UserModelError(_PROMPTS_KEY, f"{path} holds no prompts")
+    return texts
+
+
+def prompt_count(ev: EmulateEvidence) -> int:
+    """How many prompts ``ev`` runs: its count, or the prompts of its prompt file."""
+    return len(_prompt_texts(ev.prompts)) if isinstance(ev.prompts, str) else ev.prompts
+
+
+def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
+    """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
+    if not isinstance(ev.prompts, str):
+        return None
+    from kernels.hf.errors import CheckpointError
+    from kernels.hf.tokenizer import encode, read_tokenizer
+    from kernels.user_model import MODEL_KEY, UserModelError
+
+    texts = _prompt_texts(ev.prompts)
+    try:
+        ids = encode(read_tokenizer(folder), texts)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"{ev.model}: {err}") from None
+    width = min(len(row) for row in ids)
+    if width == 0:
+        line = next(i for i, row in enumerate(ids) if not row)
+        raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}: prompt {line + 1} encodes to no tokens")
+    rows = np.asarray([row[:width] for row in ids], np.int64)
+    if rows.max() >= vocab:
+        raise UserModelError(
+            _PROMPTS_KEY,
+            f"{ev.prompts}: the tokenizer gives token id {int(rows.max())}, outside the "
+            f"model's vocabulary [0, {vocab})",
+        )
+    return rows.astype(np.int32)
+
+
+def _hf_config(ev: EmulateEvidence, folder: str):
+    from kernels.hf.config import read_config
+    from kernels.hf.errors import CheckpointError
+    from kernels.user_model import MODEL_KEY, UserModelError
+
+    try:
+        return read_config(folder)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
 
 
 def _directory(contract: Contract) -> str:
@@ -99,6 +178,13 @@ def length_range(contract: Contract) -> tuple[int, int]:
     ``contract`` can run: a prompt of at least one token, within the model's context and its
     prompt windows (a user model without windows: prompts of at most ``PROMPT_TOKENS``)."""
     ev = contract.evidence.emulate or EmulateEvidence()
+    folder = _hf(ev.model)
+    if folder is not None:
+        config = _hf_config(ev, folder)
+        rows = _hf_rows(ev, folder, config.vocab_size)
+        width = PROMPT_BYTES if rows is None else rows.shape[1]
+        context = config.max_position_embeddings
+        return ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width)
     if _user(ev.model):
         from kernels.user_model import MODEL_KEY, PROMPT_TOKENS, UserModelError, load_params
 
@@ -144,6 +230,43 @@ def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
     return _Pair(ev.model, model.config.vocab, windows, prompt_len, lengths, run)
 
 
+def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
+    from kernels.decode import generate, teacher_force
+    from kernels.hf.checkpoint import load_decoder
+    from kernels.hf.errors import CheckpointError
+    from kernels.model import with_ops
+    from kernels.ops import inference_ops, train_ops
+    from kernels.user_model import MODEL_KEY, UserModelError
+
+    folder = _hf(ev.model)
+    try:
+        model = load_decoder(folder)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
+    context, vocab = model.context, model.config.vocab_size
+    if not 1 <= ev.max_new_tokens < context:
+        raise ValueError(
+            f"evidence.emulate.max_new_tokens must be in [1, {context - 1}] for model "
+            f"{ev.model!r} (context {context}), got {ev.max_new_tokens}"
+        )
+    rows = _hf_rows(ev, folder, vocab)
+    k_train = with_ops(model, train_ops(contract.kernels.train))
+    k_inf = with_ops(model, inference_ops(contract.kernels.inference, batch_size=batch))
+    policy = contract.policy
+
+    def run(chunk, key, temperature):
+        tokens, z_inf = generate(
+            k_inf, chunk, key, temperature, new_tokens=ev.max_new_tokens,
+            top_k=policy.top_k, top_p=policy.top_p,
+        )  # fmt: skip
+        return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=chunk.shape[1])
+
+    width = PROMPT_BYTES if rows is None else rows.shape[1]
+    lengths = (ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width))
+    prompt_len = min(PROMPT_BYTES, width, context - ev.max_new_tokens)
+    return _Pair(ev.model, vocab, None, prompt_len, lengths, run, rows)
+
+
 def _user_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
     from kernels.transform import on_kernel
     from kernels.user_model import (
@@ -183,6 +306,8 @@ def _user_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
 
 
 def _prompts(pair: _Pair, count: int, length: int, seed: int) -> np.ndarray:
+    if pair.rows is not None:  # a prompt file: its prompts in order (again from the first)
+        return pair.rows[np.arange(count) % pair.rows.shape[0], :length]
     if pair.windows is not None:
         return prompts_from(pair.windows, count, length, seed)
     rng = np.random.default_rng(seed)
@@ -209,12 +334,16 @@ def emulate(
 
     ev = contract.evidence.emulate or EmulateEvidence()
     policy = contract.policy
-    if ev.prompts < 1:
-        raise ValueError(f"evidence.emulate.prompts must be at least 1, got {ev.prompts}")
+    count = prompt_count(ev)
+    if count < 1:
+        raise ValueError(f"evidence.emulate.prompts must be at least 1, got {count}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"evidence.emulate: batch size must be at least 1, got {batch_size}")
-    batch = serving_batch(contract, ev.prompts) if batch_size is None else batch_size
-    pair = (_user_pair if _user(ev.model) else _shipped_pair)(contract, ev, batch)
+    batch = serving_batch(contract, count) if batch_size is None else batch_size
+    build = (
+        _hf_pair if _hf(ev.model) is not None else _user_pair if _user(ev.model) else _shipped_pair
+    )
+    pair = build(contract, ev, batch)
     prompt_len = pair.prompt_len
     if sequence_length is not None:
         lo, hi = pair.lengths
@@ -224,15 +353,15 @@ def emulate(
                 f"model {ev.model!r} can run with max_new_tokens {ev.max_new_tokens}: [{lo}, {hi}]"
             )
         prompt_len = sequence_length - ev.max_new_tokens
-    prompts = _prompts(pair, ev.prompts, prompt_len, ev.seed)
+    prompts = _prompts(pair, count, prompt_len, ev.seed)
     temperature = jnp.float32(policy.temperature)
     key = jax.random.key(ev.seed)
     vocab = pair.vocab
     parts: list[dict[str, np.ndarray]] = []
-    for start in range(0, ev.prompts, batch):
+    for start in range(0, count, batch):
         ids = np.arange(start, start + batch)
-        real = ids < ev.prompts
-        chunk = prompts[np.minimum(ids, ev.prompts - 1)]
+        real = ids < count
+        chunk = prompts[np.minimum(ids, count - 1)]
         if not real.all():  # fill the batch with other prompts; their rows are dropped
             fill = _prompts(pair, int((~real).sum()), prompt_len, ev.seed + 1 + start)
             chunk = np.concatenate([chunk[real], fill])
@@ -255,5 +384,5 @@ def emulate(
         part["token"] = np.asarray(observed).reshape(-1).astype(np.int64)[keep]
         parts.append(part)
         if progress is not None:
-            progress(min(start + batch, ev.prompts), ev.prompts)
+            progress(min(start + batch, count), count)
     return {c: np.concatenate([p[c] for p in parts]) for c in TABLE_COLUMNS}

@@ -84,8 +84,11 @@ class UserModelError(KernelContractsError, ValueError):
 
 
 def is_entry_point(model: str) -> bool:
-    """Whether ``model`` names an entry point (``module:function``) rather than a shipped one."""
-    return ":" in model
+    """Whether ``model`` names an entry point (``module:function``) rather than a shipped model
+    or an ``hf:`` checkpoint folder."""
+    from contracts.sections import HF_PREFIX
+
+    return ":" in model and not model.startswith(HF_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ file and key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -39,6 +40,7 @@ __all__ = [
     "INDEX",
     "SINGLE",
     "config_json",
+    "folder_sha256",
     "hf_tensors",
     "load_decoder",
     "save_decoder",
@@ -220,6 +222,21 @@ def _get(f, name: str, path: str, shape: tuple[int, ...] | None, report) -> np.n
         report(path, name, f"shape {list(got)}, expected {list(shape)}")
         ok = False
     return f.get_tensor(name) if ok else None
+
+
+def folder_sha256(folder: str) -> str | None:
+    """sha256 over a checkpoint folder's ``config.json``, index and weight files (each name
+    and its bytes, in name order); ``None`` when one cannot be read."""
+    h = hashlib.sha256()
+    try:
+        names = sorted(n for n in os.listdir(folder) if n == "config.json" or n.startswith("model"))
+        for name in names:
+            h.update(f"{name}\n".encode())
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(hashlib.file_digest(f, "sha256").digest())
+    except OSError:
+        return None
+    return h.hexdigest()
 
 
 def _nest(flat: dict[tuple, np.ndarray]) -> dict:

@@ -1,0 +1,103 @@
+"""``evidence: emulate`` with a Hugging Face checkpoint: ``model: "hf:PATH"``, ``prompts: FILE``.
+
+A tiny Qwen3 checkpoint (bfloat16 safetensors, hub names) with a word-level ``tokenizer.json``
+is written next to a contract; ``python -m verify`` runs it end to end without ``--trust-code``
+(a checkpoint runs no code), encodes the prompt file with the tokenizer and serves its prompts
+in order. A broken checkpoint or prompt file exits 2 at the contract key, naming the file and
+tensor.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_runner import run_cli
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from contracts import ContractError, loads
+from contracts.canonical import canonical_json, from_canonical
+from kernels.hf.checkpoint import folder_sha256, save_decoder
+from kernels.hf.config import parse_config
+from kernels.hf.decoder import Decoder
+
+CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+}
+WORDS = ["[UNK]"] + [f"w{i}" for i in range(40)]
+PROMPTS = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11 w12\n\nw3 w3 w3 w3 w3 w3 w3\n"
+
+
+def contract_text(model: str = "hf:ckpt", prompts: str = "prompts.txt") -> str:
+    return (
+        "contract: 1\nname: hf-model\nkernels:\n  train: {preset: fp32}\n"
+        "  inference: {preset: fp32}\nnumerical:\n  - {id: N1, metric: logit_drift, max: 1.0}\n"
+        f'evidence:\n  emulate:\n    model: "{model}"\n    prompts: {prompts}\n'
+        "    max_new_tokens: 2\n    seed: 1\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    save_decoder(Decoder(parse_config(CONFIG), seed=3), str(root / "ckpt"), dtype="BF16")
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, "[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(root / "ckpt" / "tokenizer.json"))
+    (root / "prompts.txt").write_text(PROMPTS)
+    (root / "c.yaml").write_text(contract_text())
+    return root
+
+
+def test_hf_model_and_prompt_file_resolve_against_the_contract(folder):
+    contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
+    ev = contract.evidence.emulate
+    assert (ev.model, ev.prompts) == (f"hf:{folder / 'ckpt'}", str(folder / "prompts.txt"))
+    assert from_canonical(canonical_json(contract)).evidence == contract.evidence
+
+
+def test_a_prompt_file_needs_an_hf_model():
+    with pytest.raises(ContractError) as info:
+        loads(contract_text(model="tiny-lm"), "c.yaml")
+    assert str(info.value) == (
+        "c.yaml:11:5: evidence.emulate.prompts: a prompt file needs an hf: model (its "
+        "tokenizer reads it)"
+    )
+
+
+def test_hf_contract_runs_end_to_end_without_consent(folder):
+    report = folder / "report.json"
+    code, _, err = run_cli(folder / "c.yaml", "--json", report)
+    assert code == 0, err
+    source = json.loads(report.read_text())["evidence"]["sources"][0]
+    assert source["label"] == f"emulate:hf:{folder / 'ckpt'}/fp32"
+    # three prompts (the blank line skipped) cut to the shortest, five tokens; two new each
+    assert source["tokens"] == 6 and source["sequence_length"] == 7
+    assert source["checkpoint_sha256"] == folder_sha256(str(folder / "ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("model", "prompts", "key", "message"),
+    [
+        ("hf:nowhere", "prompts.txt", "model", "cannot load hf:{folder}/nowhere: "
+         "{folder}/nowhere/config.json: no such file"),
+        ("hf:ckpt", "missing.txt", "prompts", "no such file: {folder}/missing.txt"),
+    ],
+)  # fmt: skip
+def test_an_unusable_checkpoint_or_prompt_file_exits_2_at_its_key(
+    folder, model, prompts, key, message
+):
+    path = folder / "bad.yaml"
+    path.write_text(contract_text(model, prompts))
+    code, out, err = run_cli(path, "--quiet")
+    line = 10 if key == "model" else 11
+    assert (code, out) == (2, "")
+    assert err == f"{path}:{line}:5: evidence.emulate.{key}: {message.format(folder=folder)}\n"
