@@ -22,9 +22,13 @@ __all__ = [
     "Parser",
     "Stop",
     "count",
+    "init_parser",
+    "number",
     "positive",
     "seconds",
+    "temperature",
     "traffic_share",
+    "vocabulary",
 ]
 
 
@@ -136,6 +140,16 @@ def timeout(p: Parser, help: str | None = "time budget per obligation (default 5
 def model(p: Parser, help: str) -> None:
     p.add_argument("--model", metavar="NAME|module:function", help=help)
     p.add_argument("--params", metavar="PATH", help="the entry point's params (.npz)")
+    trust(p)
+
+
+def trust(p: Parser) -> None:
+    p.add_argument("--trust-code", action="store_true",
+                   help="allow importing and running the Python a contract names (evidence."
+                   "emulate.model: package.module:function), as does "
+                   "KERNEL_CONTRACTS_TRUST_CODE=1; without either, such a contract exits 2 "
+                   "before anything is imported (hf: checkpoints and shipped models need "
+                   "no consent)")  # fmt: skip
 
 
 # one builder per command
@@ -158,6 +172,7 @@ def main_parser(out, err) -> Parser:
     reports(p)
     evidence(p)
     timeout(p)
+    trust(p)
     p.add_argument("--quiet", action="store_true", help="print only the overall verdict")
     p.add_argument("--no-cache", action="store_true",
                    help="derive every obligation afresh; neither read nor write the derivation "
@@ -294,6 +309,78 @@ def monitor_parser(out, err) -> Parser:
     return p
 
 
+def temperature(text: str) -> float:
+    """An argparse type: a sampling temperature (positive and finite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be positive and finite: {text}")
+    return value
+
+
+def vocabulary(text: str) -> int:
+    """An argparse type: a vocabulary size (an integer of at least 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"a vocabulary has at least 2 tokens, got {value}")
+    return value
+
+
+def number(text: str) -> float:
+    """An argparse type: a finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite: {text}")
+    return value
+
+
+def init_parser(out, err, *, frameworks, presets, estimators) -> Parser:
+    """``init``; the lists are the names ``--framework``, ``--preset`` and ``--estimator`` take."""
+    p = Parser(
+        prog="python -m verify init",
+        description="Write a commented starter contract for a named setup. As written it proves "
+        "every guarantee it states from one premise, a logit-drift limit, and its comments say "
+        "how to measure that premise.",
+        epilog="exit codes: 0 written; 2 unusable input (nothing written)",
+        out=out,
+        err=err,
+    )
+    p.add_argument("--framework", required=True, choices=frameworks, metavar="NAME",
+                   help=f"the training framework: {', '.join(frameworks)} (log format and "
+                   "export target)")  # fmt: skip
+    p.add_argument("--vocab", required=True, type=vocabulary, metavar="N",
+                   help="the model's vocabulary size")  # fmt: skip
+    p.add_argument("--temperature", type=temperature, default=1.0, metavar="T",
+                   help="the sampling temperature (default 1.0)")  # fmt: skip
+    p.add_argument("--preset", choices=presets, default="h100-fp8", metavar="PRESET",
+                   help="the inference kernel's preset (default h100-fp8; one of "
+                   f"{', '.join(presets)})")  # fmt: skip
+    p.add_argument("--train-preset", choices=presets, default="fp32", metavar="PRESET",
+                   help="the training kernel's preset (default fp32)")  # fmt: skip
+    p.add_argument("--estimator", choices=estimators, default="tis", metavar="NAME",
+                   help=f"the rollout correction (default tis; one of {', '.join(estimators)})")  # fmt: skip
+    p.add_argument("--cap", type=number, metavar="C", help="the estimator's cap (default 2)")
+    p.add_argument("--clip-epsilon", type=number, metavar="EPS",
+                   help="the estimator's clip range (default 0.2)")  # fmt: skip
+    p.add_argument("--band", type=number, nargs=2, metavar=("LO", "HI"),
+                   help="the estimator's band (default 0.5 2)")  # fmt: skip
+    p.add_argument("--threshold", type=number, metavar="X",
+                   help="the estimator's threshold (default 0.05)")  # fmt: skip
+    p.add_argument("--max-new-tokens", type=positive, default=4096, metavar="L",
+                   help="the horizon of the sequence guarantee (default 4096)")  # fmt: skip
+    p.add_argument("-o", "--out", metavar="PATH", help="write here instead of standard output")
+    p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    return p
+
+
 PARSERS = {
     "": main_parser,
     "check": check_parser,
@@ -303,4 +390,5 @@ PARSERS = {
     "localize": localize_parser,
     "conformance": conformance_parser,
     "monitor": monitor_parser,
+    "init": init_parser,
 }
