@@ -22,7 +22,15 @@ e^−20 ≈ 2.06e−9 is raised to e^−20 (by less than 2.1e−9). The token ma
 and the TIS weight multiplies what is left. The keys are checked against SkyRL 0.2 to 0.3
 (tags skyrl-v0.2.0, skyrl-v0.3.0 and the commit above).
 
-No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``), ``tv_mask`` and ``kl_mask``
+``seq_mask`` [lo, hi] is ``sequence_mask_metric: product`` (keeps ``low <= W <= high``) with
+the sequence TIS at hi, which truncates no kept W; ``seq_outlier`` [lo, hi] is
+``outlier_token_is_threshold_low`` / ``_high`` (a sequence is dropped when one token's w lies
+outside) with the token TIS at hi; ``tis_mask`` (c, [lo, hi]) is the token TIS at c with the
+token mask [lo, hi].
+
+No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``), ``dppo_tv``, ``dppo_kl`` and
+``dual_clip`` (the policy loss's ratio is taken against the old policy's log-probs), ``opsm``
+(no setting reads the advantage), ``tv_mask`` and ``kl_mask``
 (``policy_loss_type: dppo`` with ``binary_tv`` / ``binary_kl`` replaces the whole loss with a
 trust region on the sampled token's probabilities, not a mask by the distributions' distance),
 ``ppo_clip`` (the PPO ratio is taken against the old policy's log-probs, the training

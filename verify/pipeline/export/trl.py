@@ -19,7 +19,15 @@ C_max = c; ``icepop`` [lo, hi] is ``token_mask`` with C_min = lo (None when lo =
 never below 0) and C_max = hi (TRL keeps C_min ≤ w ≤ C_max, the band's closed ends);
 ``seq_tis`` is ``sequence_truncate`` with C_max = c; ``seq_is`` is ``sequence_truncate`` with
 C_min = 0 and C_max = None, a clamp that changes nothing (TRL requires one bound for a truncate
-mode).
+mode); ``seq_mask`` [lo, hi] is ``sequence_mask`` with C_min = lo (None for 0) and C_max = hi;
+``opsm`` (δ) is that untruncated token weight with ``off_policy_mask_threshold`` δ, which keeps a
+sequence when its advantage is ≥ 0 or the token mean of (vLLM's − the trainer's log-probs) is
+at most δ (``get_off_policy_mask``; the trainer's log-probs there are the policy's at the
+optimisation step, the old ones at a batch's first step, as for every weight here).
+
+No counterpart for ``tis_mask`` (a mode truncates or masks, never both), ``seq_outlier``, and
+the losses whose ratio is taken against the trainer's old log-probs (``dppo_tv``, ``dppo_kl``,
+``dual_clip``), besides those below.
 
 No counterpart: ``geo_mask`` (no geometric-mean mode), ``tv_mask`` and ``kl_mask``
 (``off_policy_mask_threshold`` masks sequences with negative advantage by a sampled-token KL

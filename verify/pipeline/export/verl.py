@@ -37,9 +37,21 @@ What the mapping relies on, read from that code:
   release after it was added in March 2026; earlier releases take a number only), so the keys
   are checked against verl 0.8 to 0.10 (``FRAMEWORK.versions``).
 
-No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``, above), ``tv_mask`` and ``kl_mask``
-(verl's rejection options see only the sampled token's log-ratio, never the full
-distributions).
+- ``seq_mask`` [lo, hi] is IcePop at sequence level (``rollout_is: sequence`` with
+  ``"lo_hi"``); ``tis_mask`` (c, [lo, hi]) is token TIS at c with the rejection option
+  ``token_k1``, which keeps log(lower) ≤ −log w ≤ log(upper), written ``"1/hi_1/lo"`` (each the
+  double nearest the exact reciprocal; lo > 0); ``dual_clip`` (ε, c) is bypass mode
+  (``old_log_prob`` = the rollout's, so the PPO ratio is w) with ``loss_type: ppo_clip`` and
+  ``clip_ratio_c`` c: for A < 0 the loss is the constant c·A once w > c, so its gradient drops
+  the token, as the estimator does. The clamp passes no gradient beyond ±20 there, so a token
+  with w < e^−20 and A > 0 loses its weight (under 2.1e−9) and one above e^20 is dropped by both.
+
+No counterpart: ``seq_is``, ``geo_mask`` and ``ppo_clip`` (``CLAMPED``, above), ``tv_mask`` and
+``kl_mask`` (verl's rejection options see only the sampled token's log-ratio, never the full
+distributions), ``dppo_tv`` and ``dppo_kl`` (those policy losses take their ratio against the
+training kernel's ``old_log_prob``; bypass mode takes ``ppo_clip`` or ``reinforce`` only),
+``opsm`` (no option reads the advantage) and ``seq_outlier`` (``seq_max_k2`` / ``seq_max_k3``
+bound (log w)²/2 or w − 1 − log w, not an arbitrary band).
 """
 
 from __future__ import annotations
