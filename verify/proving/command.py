@@ -143,6 +143,7 @@ def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = N
     """Verify the contract ``args`` name and write its reports (and ``stage``'s files);
     returns the exit code (the stage's, when one is given)."""
     from verify.common import outputs
+    from verify.common.consent import consent_problem
 
     problem = stage.usage() if stage is not None else None
     problem = problem or given_evidence_problem(args.evidence)
@@ -162,6 +163,7 @@ def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = N
             return 2
         problem = stage.refuse(contract) if stage is not None else None
         problem = problem or (None if args.evidence else declared_evidence_problem(contract, plan))
+        problem = problem or consent_problem(contract, args.trust_code)
         if problem:
             stderr.write(f"{problem}\n")
             return 2
