@@ -157,11 +157,14 @@ def parse_line(text: str) -> object:
 
 
 def _kind(value: object) -> str:
-    """How a JSON value that is not the expected type reads in a message."""
+    """How a value that is not the expected type reads in a message (a JSON value, or a
+    Parquet/Arrow cell: a decimal, a date, bytes)."""
     if type(value) is float:
         return repr(value)
+    if value is None:
+        return "null"
     return {bool: "a boolean", str: "a string", list: "an array", dict: "an object"}.get(
-        type(value), "null"
+        type(value), f"a {type(value).__name__}"
     )
 
 

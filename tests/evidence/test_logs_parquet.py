@@ -215,3 +215,11 @@ def test_a_corrupt_row_group_counts_its_rows_and_the_rest_are_read(tmp_path):
     assert [p.line for p in table.malformed] == list(range(17, 33))
     reason = table.malformed[0].reason
     assert reason.startswith("row group 1 cannot be read (") and reason.isprintable()
+
+
+def test_a_decimal_column_is_named_as_such(tmp_path):
+    import decimal
+
+    rows = [GOOD | {"train_logprobs": [decimal.Decimal("-0.5"), decimal.Decimal("-0.25")]}]
+    with pytest.raises(LogError, match=r"'train_logprobs'\[0\] is a Decimal: log-probabilities"):
+        read_log(_parquet(tmp_path / "log.parquet", rows), "generic")
