@@ -43,7 +43,9 @@ def conformance_main(argv: list[str], *, stdout, stderr) -> int:
         model = None
         if args.sequences:
             try:
-                chosen = choose_model(contract, args.model, args.params, args.length)
+                chosen = choose_model(
+                    contract, args.model, args.params, args.length, trust_code=args.trust_code
+                )
             except ModelError as err:
                 stderr.write(f"{err}\n")
                 return 2

@@ -46,7 +46,9 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
         if contract is None:
             return 2
         try:
-            chosen = choose_model(contract, args.model, args.params, args.length)
+            chosen = choose_model(
+                contract, args.model, args.params, args.length, trust_code=args.trust_code
+            )
         except ModelError as err:
             stderr.write(f"{err}\n")
             return 2

@@ -38,10 +38,22 @@ def _directory(contract) -> str:
 
 
 def choose_model(
-    contract, model: str | None, params: str | None, length: int | None = None
+    contract,
+    model: str | None,
+    params: str | None,
+    length: int | None = None,
+    *,
+    trust_code: bool = False,
 ) -> Chosen:
     """The model ``--model``/``--params`` name, or the contract's (module docstring); a
-    ``length`` (``--length``) longer than the model's sequences is a ``ModelError``."""
+    ``length`` (``--length``) longer than the model's sequences is a ``ModelError``, and so is
+    code the contract names without ``trust_code`` (``verify.common.consent``)."""
+    if model is None:
+        from verify.common.consent import consent_problem
+
+        problem = consent_problem(contract, trust_code)
+        if problem is not None:
+            raise ModelError(problem)
     chosen = _choose(contract, model, params)
     if length is not None and chosen.max_length is not None and length > chosen.max_length:
         raise ModelError(
