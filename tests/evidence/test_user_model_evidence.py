@@ -78,7 +78,9 @@ def folder(tmp_path):
 
 
 def run(args):
-    return run_cli(*args, "--quiet")
+    # these contracts name their model's code: consent is given (test_trust_code.py shows the
+    # refusal without it)
+    return run_cli(*args, "--quiet", "--trust-code")
 
 
 # ------------------------------------------------------------------------- the DSL
