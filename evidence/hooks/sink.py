@@ -2,9 +2,10 @@
 
 Each batch is encoded whole in memory and handed to the operating system in one ``write`` on a
 file opened for appending, so concurrent appenders never interleave inside a line. A process
-killed in the middle of that write can leave a torn last line: the reader counts it as a
-"truncated record at end of file", and the next ``JsonlSink`` opened on the file cuts it off
-before it appends, so no half-written line is ever followed by more data.
+killed in the middle of that write can leave the batch cut short, its last line torn: the reader
+counts the torn line as a "truncated record at end of file", and the next ``JsonlSink`` opened
+on the file cuts it off before it appends, so no half-written line is ever followed by more
+data.
 """
 
 from __future__ import annotations
