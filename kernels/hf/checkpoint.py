@@ -117,9 +117,10 @@ def hf_tensors(c: DecoderConfig) -> dict[str, _Tensor]:
 # ------------------------------------------------------------------------------ reading
 
 
-def _shards(folder: str, report) -> dict[str, list[str]] | None:
+def _shards(folder: str, report) -> tuple[dict[str, list[str]] | None, bool]:
     """Shard file -> the tensor names the folder says it holds (``None``: names read from
-    the single file); problems are reported."""
+    the single file), and whether the folder's weights can be looked for at all; problems are
+    reported."""
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
         try:
@@ -127,26 +128,28 @@ def _shards(folder: str, report) -> dict[str, list[str]] | None:
                 weight_map = json.load(f).get("weight_map")
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
             report(index, "", f"cannot read the index: {err}")
-            return {}
+            return {}, False
         if not isinstance(weight_map, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
         ):
             report(index, "weight_map", "must map tensor names to shard file names")
-            return {}
+            return {}, False
         shards: dict[str, list[str]] = {}
         for name, shard in weight_map.items():
             shards.setdefault(shard, []).append(name)
-        return shards
+        return shards, True
     if os.path.isfile(os.path.join(folder, SINGLE)):
-        return None
+        return None, True
     report(folder, "", f"holds neither {SINGLE} nor {INDEX}")
-    return {}
+    return {}, False
 
 
 def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray]:
     """Every expected tensor that could be read, in our layout, keyed by its stored name."""
     expected = hf_tensors(c)
-    shards = _shards(folder, report)
+    shards, usable = _shards(folder, report)
+    if not usable:  # no weights, or an unusable index: already reported
+        return {}
     index_file = os.path.join(folder, INDEX if shards is not None else SINGLE)
     if shards is None:
         shards = {SINGLE: []}
@@ -191,7 +194,7 @@ def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray
                         found[name] = info.to_ours(array)
         except (SafetensorError, OSError, ValueError) as err:
             report(path, "", f"cannot read as safetensors: {err}")
-            seen.update(names)
+            seen.update(names if listed else expected)  # its tensors are not missing, unread
     for name in sorted(set(expected) - seen):
         report(index_file, name, "missing tensor")
     if tied_head is not None and "model.embed_tokens.weight" in found:
@@ -268,6 +271,9 @@ def load_decoder(folder: str, ops: Ops | None = None):
     if problems:
         raise CheckpointError(problems)
     expected = hf_tensors(config)
+    unread = sorted(set(expected) - set(found))
+    if unread:  # every one was reported above; a model is never built with a hole in it
+        raise CheckpointError([CheckpointProblem(folder, name, "not read") for name in unread])
     params = _nest({expected[name].path: jnp.asarray(a) for name, a in found.items()})
     abstract = nnx.eval_shape(lambda: Decoder(config))
     graphdef, state = nnx.split(abstract)
