@@ -117,7 +117,7 @@ def test_dppo_tv_is_sign_aware_where_tv_mask_is_not():
     assert distance_only.sum() > sign_aware[REAL].sum() > 0
 
 
-# ---- dual clip: verl clip_ratio_c, NeMo-RL ratio_clip_c, SkyRL dual_clip -------------------
+# ---- dual clip: verl clip_ratio_c, NeMo-RL ratio_clip_c, SkyRL dual_clip, TRL delta --------
 def _dual_clip_loss(logp, logp_old, adv, eps, c):
     """The dual-clip surrogate the three frameworks document: PPO's pessimistic clipped loss,
     and for A < 0 its minimum with −A·c."""
@@ -134,6 +134,15 @@ def test_dual_clip_weights_are_the_peer_surrogates_gradient(eps, c):
     omega_peer = -g / ADV
     keep = np.abs(omega_peer) > 0
     _same(ours("dual_clip", clip_epsilon=eps, cap=c), keep, W)
+    if c > 1 + eps:  # TRL's two-sided clipping caps the unclipped ratio at delta = c
+        r = jnp.exp(jnp.asarray(LOGP) - LOGP_INF)
+
+        def trl(lp):
+            r = jnp.exp(lp - LOGP_INF)
+            return -jnp.minimum(jnp.minimum(r, c) * ADV, jnp.clip(r, 1 - eps, 1 + eps) * ADV)
+
+        g_trl = np.asarray(jax.grad(lambda lp: jnp.sum(trl(lp) * MASK))(jnp.asarray(LOGP)))
+        _same(ours("dual_clip", clip_epsilon=eps, cap=c), np.abs(g_trl) > 0, np.asarray(r))
     # beyond ppo_clip it drops A < 0 tokens above c
     ppo = ours("ppo_clip", clip_epsilon=eps)
     extra = (ppo > 0) & ~keep
