@@ -42,7 +42,7 @@ evidence:
   logprobs: {{path: {json.dumps(str(LOG))}, format: generic}}
 """
 READABLE_PX = 12  # no glyph of a formula smaller than this
-WIDTHS = (600, 1000)
+WIDTHS = (640,)  # narrower than the page's widest table and formula
 
 
 @pytest.fixture(scope="module")

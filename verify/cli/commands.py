@@ -1,5 +1,5 @@
 """The command line: ``python -m verify CONTRACT.yaml | check | synth | schema | monitor``, and
-``export``, ``localize``, ``conformance``.
+``export``, ``localize``, ``conformance``, ``init``.
 
 ``main(argv, *, stdout, stderr) -> int`` never exits and never lets a traceback reach the
 user: usage errors exit 2 with the usage line; an unexpected exception is reported as one
@@ -12,7 +12,7 @@ unchecked exit 3, so exit 0 means the evidence held every premise of every prove
 
 The words ``check``, ``synth``, ``schema``, ``monitor`` and ``export`` are reserved as the first
 argument: a contract file with one of those names is given with a directory, e.g. ``./check``.
-So are ``localize`` and ``conformance``.
+So are ``localize``, ``conformance`` and ``init``.
 
 Files: the contract, a ``--evidence`` file and ``check``'s report must be regular files (a
 FIFO, a device or a directory is refused with exit 2, never read from). Report paths
@@ -84,6 +84,12 @@ def _conformance(argv, stdout, stderr, t_start: float) -> int:
     return conformance_main(argv, stdout=stdout, stderr=stderr)
 
 
+def _init(argv, stdout, stderr, t_start: float) -> int:
+    from verify.pipeline.starter import init_main
+
+    return init_main(argv, stdout=stdout, stderr=stderr)
+
+
 def _monitor(argv, stdout, stderr, t_start: float) -> int:
     try:
         from verify.pipeline import monitor
@@ -116,6 +122,7 @@ COMMANDS = {
     "export": _export,
     "localize": _localize,
     "conformance": _conformance,
+    "init": _init,
 }
 SUBCOMMANDS = tuple(COMMANDS)
 

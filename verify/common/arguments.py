@@ -366,7 +366,8 @@ def init_parser(out, err, *, frameworks, presets, estimators) -> Parser:
     p.add_argument("--train-preset", choices=presets, default="fp32", metavar="PRESET",
                    help="the training kernel's preset (default fp32)")  # fmt: skip
     p.add_argument("--estimator", choices=estimators, default="tis", metavar="NAME",
-                   help=f"the rollout correction (default tis; one of {', '.join(estimators)})")  # fmt: skip
+                   help="the rollout correction (default tis; one of "
+                   f"{', '.join(estimators)})")  # fmt: skip
     p.add_argument("--cap", type=number, metavar="C", help="the estimator's cap (default 2)")
     p.add_argument("--clip-epsilon", type=number, metavar="EPS",
                    help="the estimator's clip range (default 0.2)")  # fmt: skip
