@@ -22,7 +22,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 PAD = 0  # the tokenizer's pad token id
 VOCAB = 256
 # (prompt length, response length, masked columns inside the response: a tool's tokens)
-ROWS = ((3, 6, ()), (5, 4, ()), (2, 6, (2, 3)), (4, 1, ()))
+ROWS = ((3, 6, ()), (3, 4, ()), (5, 6, (2, 3)), (5, 1, ()))
 GROUPS = ("uid-a", "uid-a", "uid-b", "uid-b")  # two samples of each of two prompts
 
 
@@ -34,9 +34,9 @@ def _logprobs(rng, n):
 
 def _rows(seed):
     rng = np.random.default_rng(seed)
-    out = []
-    for p, r, holes in ROWS:
-        prompt = rng.integers(1, VOCAB, p)
+    out, prompts = [], {}
+    for group, (p, r, holes) in zip(GROUPS, ROWS, strict=True):
+        prompt = prompts.setdefault(group, rng.integers(1, VOCAB, p))  # a group shares it
         response = rng.integers(1, VOCAB, r)
         train, rollout = _logprobs(rng, r)
         mask = np.ones(r, np.int64)
@@ -108,8 +108,6 @@ def trl_output():
         tool_mask[i, :r] = mask
         old[i, :r], sampling[i, :r] = train, rollout
         old[i, r:] = -0.6931
-    prompt_ids[1], prompt_mask[1] = prompt_ids[0], prompt_mask[0]  # a group shares its prompt
-    prompt_ids[3], prompt_mask[3] = prompt_ids[2], prompt_mask[2]
     ratio = (np.exp(old - sampling) * completion_mask).astype(np.float32)
     tensors = {
         "prompt_ids": prompt_ids,
