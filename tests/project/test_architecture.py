@@ -35,6 +35,8 @@ SOLE_IMPORTER = {
     "llvmlite": "kernels",
     "pyarrow": "evidence",
     "transformers": "evidence",
+    "safetensors": "kernels",
+    "tokenizers": "kernels",
 }
 # third-party module -> the only module of that package allowed to import it
 SOLE_MODULE = {
@@ -42,6 +44,8 @@ SOLE_MODULE = {
     "llvmlite": "kernels/measure_cpu.py",
     "pyarrow": "evidence/logs/arrow.py",
     "transformers": "evidence/hooks/trl.py",
+    "safetensors": "kernels/hf/checkpoint.py",
+    "tokenizers": "kernels/hf/tokenizer.py",
 }
 
 
@@ -409,7 +413,7 @@ def test_no_private_name_is_imported_from_another_module(package):
 
 def test_every_lazy_package_loads_through_the_one_helper():
     """No package ``__init__`` writes its own module ``__getattr__``: the lazy ones (``kernels``,
-    ``kernels.rl``, ``verify``) take theirs from ``contracts.lazy.lazy_exports``."""
+    ``kernels.hf``, ``kernels.rl``, ``verify``) take theirs from ``contracts.lazy.lazy_exports``."""
     own, shared = [], []
     for package in PACKAGES:
         for path in (ROOT / package).rglob("__init__.py"):
@@ -420,7 +424,12 @@ def test_every_lazy_package_loads_through_the_one_helper():
             if any(_call_name(n) == "lazy_exports" for n in calls):
                 shared.append(str(path.relative_to(ROOT)))
     assert own == []
-    assert sorted(shared) == ["kernels/__init__.py", "kernels/rl/__init__.py", "verify/__init__.py"]
+    assert sorted(shared) == [
+        "kernels/__init__.py",
+        "kernels/hf/__init__.py",
+        "kernels/rl/__init__.py",
+        "verify/__init__.py",
+    ]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
