@@ -61,6 +61,12 @@ _EXPORTS = {
     "FAULTS": "kernels.faults",
     "Candidate": "kernels.faults",
     "inject": "kernels.faults",
+    "Decoder": "kernels.hf.decoder",
+    "DecoderConfig": "kernels.hf.config",
+    "CheckpointError": "kernels.hf.errors",
+    "load_decoder": "kernels.hf.checkpoint",
+    "save_decoder": "kernels.hf.checkpoint",
+    "read_tokenizer": "kernels.hf.tokenizer",
 }
 
 __all__ = sorted(_EXPORTS)
