@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import pathlib
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -366,6 +368,18 @@ def test_bounds_that_are_not_suprema_are_never_refuted():
         assert d.value > 0.001 and not d.extra["attained"]  # above the max, not the supremum
     ob = discharge(tis_mask, timeout_ms=1000)
     assert ob.status is Status.UNKNOWN and "not attained" in ob.reason, ob.reason
+
+
+def test_the_rl_page_guarantees_are_read_and_proved():
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "rl.md").read_text("utf-8")
+    block = re.search(r"```yaml\n(guarantees:\n.*?)```", page, re.S).group(1)
+    head = HEAD.replace("guarantees:\n", "") % (8, "0.05")
+    c = contracts.loads(head + block, path="rl.md")
+    assert {g.estimator for g in c.guarantees} == {
+        "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm"
+    }  # fmt: skip
+    for d in bounds.derive(c):
+        assert discharge(d).status is Status.PROVED, d.guarantee
 
 
 @pytest.mark.parametrize(
