@@ -32,7 +32,8 @@ one-device logits, sampled tokens and measured columns bit for bit on four force
 Rules for the shipped ``TinyLM`` (``TINY_LM_RULES``) and for decoders with Hugging Face's
 parameter names (``HF_DECODER_RULES``: ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``,
 ``up_proj``, ``lm_head`` split; ``o_proj``, ``down_proj``, ``embed_tokens`` and the norms
-replicated; weights stored ``[in, out]``).
+replicated; weights stored input-first as ``kernels.hf.decoder`` stores them, query, key and
+value kernels ``[hidden, heads, head_dim]`` split over heads).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ __all__ = [
     "Rule",
     "make_mesh",
     "param_specs",
+    "rules_for",
     "shard_batch",
     "shard_model",
 ]
@@ -72,9 +74,12 @@ TINY_LM_RULES: tuple[Rule, ...] = (
     (r"(^|/)head$", _OUT),
 )
 
-HF_DECODER_RULES: tuple[Rule, ...] = tuple(
-    (rf"(^|/){name}(/kernel)?$", _OUT)
-    for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "lm_head")
+_HEADS = PartitionSpec(None, MODEL, None)  # a [in, heads, head_dim] weight split over heads
+
+HF_DECODER_RULES: tuple[Rule, ...] = (
+    (r"(^|/)(q_proj|k_proj|v_proj)/kernel$", _HEADS),
+    (r"(^|/)(gate_proj|up_proj)/kernel$", _OUT),
+    (r"(^|/)lm_head/kernel$", _OUT),
 )
 
 M = TypeVar("M", bound=nnx.Module)
@@ -133,9 +138,19 @@ def param_specs(state: nnx.State, rules: Sequence[Rule], mesh: Mesh) -> dict[str
     return specs
 
 
-def shard_model(model: M, mesh: Mesh, rules: Sequence[Rule] = TINY_LM_RULES) -> M:
-    """A new model with ``model``'s weights placed on ``mesh`` by ``rules``; ``model`` is
-    untouched. Jitted functions of the new model run on every device of the mesh."""
+def rules_for(model: nnx.Module) -> tuple[Rule, ...]:
+    """The shipped rules for ``model``: ``HF_DECODER_RULES`` for a ``kernels.hf`` decoder,
+    ``TINY_LM_RULES`` otherwise."""
+    from kernels.hf.decoder import Decoder
+
+    return HF_DECODER_RULES if isinstance(model, Decoder) else TINY_LM_RULES
+
+
+def shard_model(model: M, mesh: Mesh, rules: Sequence[Rule] | None = None) -> M:
+    """A new model with ``model``'s weights placed on ``mesh`` by ``rules`` (default
+    ``rules_for(model)``); ``model`` is untouched. Jitted functions of the new model run on
+    every device of the mesh."""
+    rules = rules_for(model) if rules is None else rules
     graphdef, state = nnx.split(model)
     specs = param_specs(state, rules, mesh)
 

@@ -30,11 +30,13 @@ from kernels.model import ModelConfig, TinyLM, with_ops
 from kernels.ops import inference_ops, train_ops
 from kernels.sharding import make_mesh, shard_batch, shard_model
 
-model = TinyLM(ModelConfig(vocab=64, d_model=32, layers=2, heads=4, d_ff=64, context=16), seed=3)
-k_train = with_ops(model, train_ops(preset("fp32")))
-k_inf = with_ops(model, inference_ops(preset("h100-fp8"), batch_size=4))
+models = {
+    "tiny": TinyLM(ModelConfig(vocab=64, d_model=32, layers=2, heads=4, d_ff=64, context=16),
+                   seed=3),
+}
 prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (4, 3)), jnp.int32)
 key, temperature = jax.random.key(7), jnp.float32(1.0)
+mesh = make_mesh()
 
 def run(k_inf, k_train, prompts, devices):
     tokens, z_inf = generate(k_inf, prompts, key, temperature, new_tokens=4)
@@ -43,19 +45,25 @@ def run(k_inf, k_train, prompts, devices):
                    0.7, devices=devices, impl="jax")
     return {"tokens": tokens, "z_inf": z_inf, "z_train": z_train, **cols}
 
-one = run(k_inf, k_train, prompts, jax.devices()[:1])
-mesh = make_mesh()
-sharded = run(shard_model(k_inf, mesh), shard_model(k_train, mesh), shard_batch(prompts, mesh),
-              None)
-bits = lambda a: np.asarray(a).view(np.uint32 if np.asarray(a).dtype == np.float32 else np.int32)
-print(json.dumps({
-    "devices": len(jax.devices()),
-    "mesh": dict(mesh.shape),
-    "wqkv": str(nnx.state(shard_model(k_inf, mesh))["blocks"][0]["wqkv"][...].sharding.spec),
-    "spread": len(sharded["z_train"].sharding.device_set),
-    "equal": {k: bool(np.array_equal(bits(one[k]), bits(sharded[k]))) for k in one},
-    "flips": float(np.asarray(one["top1_flip"]).sum()),
-}))
+def bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.int32)
+
+out = {"devices": len(jax.devices()), "mesh": dict(mesh.shape)}
+for name, model in models.items():
+    k_train = with_ops(model, train_ops(preset("fp32")))
+    k_inf = with_ops(model, inference_ops(preset("h100-fp8"), batch_size=4))
+    one = run(k_inf, k_train, prompts, jax.devices()[:1])
+    s_inf, s_train = shard_model(k_inf, mesh), shard_model(k_train, mesh)
+    sharded = run(s_inf, s_train, shard_batch(prompts, mesh), None)
+    leaves = jax.tree.leaves(nnx.state(s_inf))
+    out[name] = {
+        "split": sum(len(a.sharding.device_set) == 4 and not a.sharding.is_fully_replicated
+                     for a in leaves),
+        "spread": len(sharded["z_train"].sharding.device_set),
+        "equal": {k: bool(np.array_equal(bits(one[k]), bits(sharded[k]))) for k in one},
+    }
+print(json.dumps(out))
 """
 
 
@@ -68,9 +76,12 @@ def test_sharded_emulation_is_bit_identical_to_one_device():
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["devices"] == 4 and out["mesh"] == {"data": 2, "model": 2}
-    assert out["wqkv"] == str(PartitionSpec(None, "model"))  # the weights really are split
-    assert out["spread"] == 4  # and the logits come back from every device
-    assert out["equal"] == dict.fromkeys(out["equal"], True), out["equal"]
+    # wqkv and w_in of 2 layers and the head
+    for name, split in (("tiny", 5),):
+        assert out[name]["split"] == split  # the weights really are split
+        assert out[name]["spread"] == 4  # and the logits come back from every device
+        equal = out[name]["equal"]
+        assert equal == dict.fromkeys(equal, True), (name, equal)
 
 
 def test_rules_split_only_axes_nothing_reduces_over():
@@ -86,16 +97,16 @@ def test_rules_split_only_axes_nothing_reduces_over():
 
 def test_indivisible_and_stacked_axes():
     shapes = {
-        "layers/q_proj/kernel": np.zeros((3, 8, 6)),  # stacked over 3 layers: split the last
+        "layers/q_proj/kernel": np.zeros((3, 8, 2, 4)),  # stacked over 3 layers: split heads
         "layers/up_proj/kernel": np.zeros((8, 5)),  # 5 columns over 2 devices: stays whole
-        "layers/o_proj/kernel": np.zeros((8, 8)),
+        "layers/o_proj/kernel": np.zeros((2, 4, 8)),
         "embed_tokens/embedding": np.zeros((16, 8)),
     }
     specs = param_specs(shapes, HF_DECODER_RULES, MESH)
     assert specs == {
-        "layers/q_proj/kernel": PartitionSpec(None, None, "model"),
+        "layers/q_proj/kernel": PartitionSpec(None, None, "model", None),
         "layers/up_proj/kernel": PartitionSpec(None, None),
-        "layers/o_proj/kernel": PartitionSpec(None, None),
+        "layers/o_proj/kernel": PartitionSpec(None, None, None),
         "embed_tokens/embedding": PartitionSpec(None, None),
     }
 
