@@ -98,6 +98,11 @@ RUN_BY_TESTS = {
         "test_framework_logs_page.py",
         ['"rollouts.jsonl"', "for command in SHELL"],
     ),
+    "python -m verify init --framework verl --vocab 151936 --temperature 1.0 --preset h100-fp8 "
+    "--estimator tis -o contract.yaml": (
+        "test_init.py",
+        ['"--framework", "verl", "--vocab", "151936", "--temperature", "1.0", "--preset"'],
+    ),
     "python -m verify contract.yaml --evidence rollouts.parquet": (
         "test_framework_logs_page.py",
         ['"rollouts.parquet"', "for command in SHELL"],
@@ -190,7 +195,7 @@ def test_synopses_name_only_options_their_command_takes():
         if words[:3] != ["python", "-m", "verify"]:
             continue
         sub = words[3] if words[3] in {"check", "synth", "schema", "export", "localize",
-                                        "conformance", "monitor"} else None  # fmt: skip
+                                        "conformance", "monitor", "init"} else None  # fmt: skip
         code, usage, _ = run_cli(*([sub, "--help"] if sub else ["--help"]))
         assert code == 0, command
         for option in re.findall(r"--[\w-]+", command):
@@ -270,7 +275,8 @@ def test_listed_examples_exist():
 
 
 PACKAGES = ("contracts", "kernels", "evidence", "bounds", "verify")
-REPORT_KEYS = {"evidence.sweep"}  # a key of the report, named like a module
+# keys of the report and of a contract, named like a module
+REPORT_KEYS = {"evidence.sweep", "evidence.emulate.model"}
 
 
 def _module_file(dotted: list[str]) -> pathlib.Path | None:
