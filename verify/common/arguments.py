@@ -163,7 +163,7 @@ def main_parser(out, err) -> Parser:
         description="Prove a kernel contract's guarantees and check its clauses. "
         "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ... | "
         "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl | localize CONTRACT.yaml | "
-        "conformance CONTRACT.yaml",
+        "conformance CONTRACT.yaml | init --framework NAME --vocab N",
         epilog=EXIT_CODES,
         out=out,
         err=err,
