@@ -450,3 +450,83 @@ for name, lemma in LEMMAS.items():
     wanted = inspect.signature(lemma.witness).parameters
     w = lemma.witness(**{k: v for k, v in args.items() if k in wanted})
     print(f"{name:<30} {w.achieved:12.6g} {w.bound:12.6g} {w.ratio:8.4f}")
+
+# %% [markdown]
+# ## Explore: δ, T, L and the estimator's cap or band
+#
+# Move the sliders to redraw the bound, its witness and the route map at that point: the token
+# TV bound tanh(δ/(2T)) against its two-token witness, the four sequence routes over the horizon
+# with the i.i.d. witness at L, where (δ/T, L) falls on the route map, and the policy-gradient
+# bias of TIS at cap c and of IcePop at band [lo, hi] (G = A = 1) against their witnesses. Run
+# headless, the figure is drawn once at the controls' default values.
+
+# %%
+import ipywidgets as widgets  # noqa: E402
+from IPython.display import display  # noqa: E402
+
+controls = {
+    "delta": widgets.FloatLogSlider(value=0.1, base=10, min=-4, max=0, step=0.05, description="δ"),
+    "T": widgets.FloatSlider(value=1.0, min=0.2, max=3.0, step=0.05, description="T"),
+    "L": widgets.IntSlider(value=512, min=1, max=16384, step=1, description="L"),
+    "cap": widgets.FloatSlider(value=1.1, min=1.0, max=5.0, step=0.05, description="TIS cap c"),
+    "band": widgets.FloatRangeSlider(
+        value=(0.9, 1.1), min=0.0, max=4.0, step=0.05, description="IcePop band"
+    ),
+}
+
+
+def explore(delta, T, L, cap, band):
+    """The bound, the witness and the route map at (δ, T, L), with TIS at ``cap`` and IcePop at
+    ``band``; returns the printed values for a test of the defaults."""
+    lo, hi = min(band[0], 0.99), max(band[1], 1.01)  # a band needs lo < 1 < hi
+    osc = 2 * delta
+    tv_bound = float(bound("token_tv_tanh", osc=osc, T=T))
+    tv_wit = LEMMAS["token_tv_tanh"].witness(osc=osc, T=T)
+    seq = {k: float(v) for k, v in routes(delta, np.array(L), T=T).items()}
+    seq_wit = LEMMAS["sequence_tv_pinsker"].witness(osc=osc, T=T, L=L)
+    tis = LEMMAS["pg_bias_tis"].witness(osc=osc, T=T, c=cap, G=1.0, A=1.0)
+    ice = LEMMAS["pg_bias_icepop"].witness(osc=osc, T=T, lo=lo, hi=hi)
+
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4.3))
+    xs = np.logspace(-4, 0.5, 200)
+    a1.plot(xs, bound("token_tv_tanh", osc=2 * xs, T=T), "k", label="bound tanh(δ/2T)")
+    a1.plot([delta], [tv_wit.achieved], "o", mfc="none", mec="tab:red", ms=10, label="witness")
+    a1.axvline(delta, color="gray", lw=0.8)
+    a1.set(xscale="log", yscale="log", xlabel="δ", ylabel="token TV", title=f"token TV, T = {T:g}")
+    a1.legend(fontsize=8)
+    Lx = np.unique(np.logspace(0, 14, 80, base=2).astype(int))
+    for name, vals in routes(delta, Lx, T=T).items():
+        a2.plot(Lx, np.minimum(vals, 1.0), label=name)
+    a2.plot([L], [seq_wit.achieved], "ko", mfc="none", ms=10, label="i.i.d. witness at L")
+    a2.axvline(L, color="gray", lw=0.8)
+    a2.set(xscale="log", yscale="log", ylim=(1e-4, 1.5), xlabel="horizon L",
+           ylabel="sequence TV", title=f"sequence TV at δ = {delta:.3g}")  # fmt: skip
+    a2.legend(fontsize=7)
+    a3.pcolormesh(D, LL, winner, cmap=cmap, vmin=-0.5, vmax=len(labels) - 0.5, shading="auto")
+    a3.plot([delta / T], [L], "k*", ms=16, mfc="white", label=f"δ/T = {delta / T:.3g}, L = {L}")
+    for i, n in enumerate(labels):
+        a3.plot([], [], "s", color=colors[i], ms=8, label=n)
+    a3.set(xscale="log", yscale="log", xlabel="δ/T", ylabel="horizon L", title="route map")
+    a3.legend(fontsize=7, loc="lower left")
+    plt.tight_layout()
+    plt.show()
+    best = min(seq, key=seq.get)
+    lines = [
+        f"token TV      bound {tv_bound:.6g}   witness {tv_wit.achieved:.6g}",
+        f"sequence TV   best route {best} {min(seq[best], 1.0):.6g}   "
+        f"witness {seq_wit.achieved:.6g} at L = {L}",
+        f"TIS c = {cap:g}    bias bound {tis.bound:.6g}   witness {tis.achieved:.6g}",
+        f"IcePop [{lo:g}, {hi:g}]   bias bound {ice.bound:.6g}   witness {ice.achieved:.6g}",
+    ]
+    print("\n".join(lines))
+    return lines
+
+
+out = widgets.interactive_output(explore, controls)
+display(widgets.VBox([widgets.HBox(list(controls.values())[:3]),
+                      widgets.HBox(list(controls.values())[3:]), out]))  # fmt: skip
+
+# %%
+# the controls' default values, drawn as a plain output (what a headless run shows)
+shown = explore(**{k: c.value for k, c in controls.items()})
+assert shown[0].startswith("token TV") and len(shown) == 4

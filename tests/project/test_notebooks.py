@@ -147,6 +147,28 @@ def test_public_api_only(path):
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
+def test_notebook_01_has_live_controls_for_delta_temperature_horizon_and_correction():
+    """Notebook 01's sliders (δ, T, L, the TIS cap, the IcePop band) drive one function that
+    redraws, through ``interactive_output``; a headless run calls it with their defaults."""
+    tree = ast.parse(_code(NOTEBOOK_DIR / "01_bound_tightness.py"))
+    (controls,) = [
+        n.value for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["controls"]
+    ]  # fmt: skip
+    widgets = {ast.literal_eval(k): ast.unparse(v.func) for k, v in
+               zip(controls.keys, controls.values, strict=True)}  # fmt: skip
+    assert widgets == {
+        "delta": "widgets.FloatLogSlider",
+        "T": "widgets.FloatSlider",
+        "L": "widgets.IntSlider",
+        "cap": "widgets.FloatSlider",
+        "band": "widgets.FloatRangeSlider",
+    }
+    calls = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert "widgets.interactive_output(explore, controls)" in calls
+    assert "explore(**{k: c.value for k, c in controls.items()})" in calls
+
+
 @pytest.mark.parametrize(
     "path",
     [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in NOTEBOOKS],
