@@ -1,7 +1,7 @@
 """Evidence clauses: measure the contract's numerical and statistical clauses and decide them.
 
 Sources of evidence (DESIGN §4 ``evidence``): ``emulate`` runs the shipped model through both
-kernels (``kernels._emulate``), ``logprobs`` reads users' JSONL logs (``evidence.logs``). Each
+kernels (``kernels.emulation``), ``logprobs`` reads users' JSONL logs (``evidence.logs``). Each
 source becomes per-slice, per-metric mergeable summaries (``evidence.summary``), and every
 (clause, slice, source) gets one ``ClauseResult``:
 
