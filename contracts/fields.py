@@ -72,6 +72,7 @@ QUANTITIES = (
 ESTIMATORS = (
     "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
     "kl_mask", "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
+    "kl_reject",
 )  # fmt: skip
 # estimator -> the parameter fields of a pg_bias guarantee it requires
 ESTIMATOR_PARAMS = MappingProxyType(
@@ -79,7 +80,8 @@ ESTIMATOR_PARAMS = MappingProxyType(
      "icepop": ("band",), "geo_mask": ("band",), "tv_mask": ("threshold",),
      "kl_mask": ("threshold",), "dppo_tv": ("threshold",), "dppo_kl": ("threshold",),
      "dual_clip": ("clip_epsilon", "cap"), "seq_mask": ("band",), "seq_outlier": ("band",),
-     "tis_mask": ("cap", "band"), "opsm": ("threshold",)}
+     "tis_mask": ("cap", "band"), "opsm": ("threshold",),
+     "kl_reject": ("reject", "reject_threshold")}
 )  # fmt: skip
 # quantity -> the optional fields a guarantee of it takes beyond id, quantity, max, from, assume
 QUANTITY_FIELDS = MappingProxyType(
@@ -87,7 +89,7 @@ QUANTITY_FIELDS = MappingProxyType(
      "sequence_tv": ("scope", "horizon"),
      "reward_drift": ("scope", "horizon", "reward_range"),
      "pg_bias": ("scope", "score_norm", "advantage", "estimator", "cap", "clip_epsilon", "band",
-                 "threshold"),
+                 "threshold", "reject", "reject_threshold"),
      "clip_budget": ("scope", "clip_epsilon")}
 )  # fmt: skip
 # quantity -> those of its fields it requires
@@ -195,6 +197,8 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
                 "assume",
                 "band",
                 "threshold",
+                "reject",
+                "reject_threshold",
             ),
             ("id", "quantity", "max", "from"),
         ),

@@ -22,6 +22,7 @@ from contracts.fields import (
     QUANTITY_REQUIRED,
 )
 from contracts.model import Guarantee, Policy
+from contracts.rejection import RejectionError, parse_rejection
 from contracts.sections import Names
 
 __all__ = ["read_guarantee"]
@@ -33,7 +34,8 @@ _SCOPES = {q: ("token",) for q in QUANTITIES} | {
 _PREMISE_FAMILIES = ("numerical", "statistical", "runtime")
 # how a missing estimator parameter is named in the message
 _PARAM_NAMES = {"cap": "a cap", "clip_epsilon": "clip_epsilon", "band": "a band",
-                "threshold": "a threshold"}  # fmt: skip
+                "threshold": "a threshold", "reject": "reject (its criteria)",
+                "reject_threshold": "reject_threshold"}  # fmt: skip
 
 
 def read_guarantee(
@@ -71,6 +73,11 @@ def read_guarantee(
         got["horizon"] = policy.max_new_tokens
     if quantity == "pg_bias" and ("estimator" not in m or "estimator" in got):
         _estimator_params(ck, m, key, got.get("estimator", "plain"))
+    if got.get("reject") is not None and got.get("reject_threshold") is not None:
+        try:
+            parse_rejection(got["reject"], got["reject_threshold"])
+        except RejectionError as err:
+            ck.report(sub(key, "reject"), str(err))
     return Guarantee(**got) if ck.failures == mark else None
 
 
@@ -100,6 +107,8 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
         "clip_epsilon": lambda v, k: _param(ck, v, k, got.get("estimator"), "clip_epsilon"),
         "band": lambda v, k: _band(ck, v, k),
         "threshold": lambda v, k: _param(ck, v, k, got.get("estimator"), "threshold"),
+        "reject": lambda v, k: ck.string(v, k),
+        "reject_threshold": lambda v, k: _reject_threshold(ck, v, k),
     }
     for field, read in readers.items():
         if field not in m:
@@ -132,6 +141,14 @@ def _param(ck: Checker, value, key, estimator: str | None, name: str) -> float |
     """An estimator's numeric parameter, within ``param_range``."""
     r = param_range(estimator, name)
     return ck.number(value, key, r.lo, r.hi, lo_open=r.lo_open, hi_open=r.hi_open)
+
+
+def _reject_threshold(ck: Checker, value, key) -> str | None:
+    """kl_reject's thresholds: a positive number, or verl's comma-separated string."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = ck.number(value, key, 0, lo_open=True)
+        return None if number is None else show(number)
+    return ck.string(value, key)
 
 
 def _band(ck: Checker, value, key) -> tuple[float, float] | None:

@@ -355,6 +355,9 @@ class Guarantee:
     # pg_bias estimator parameters added later (icepop/geo_mask band, tv_mask/kl_mask threshold)
     band: tuple[float, float] | None = field(default=None, metadata={"omit_if_none": True})
     threshold: float | None = field(default=None, metadata={"omit_if_none": True})
+    # kl_reject's criteria and thresholds, in verl's spelling (contracts.rejection)
+    reject: str | None = field(default=None, metadata={"omit_if_none": True})
+    reject_threshold: str | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

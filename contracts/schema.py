@@ -266,12 +266,18 @@ _GUARANTEE = _obj(
                           exclusiveMinimum=0),
         "clip_epsilon": _num("PPO clip range in (0, 1).", exclusiveMinimum=0,
                              exclusiveMaximum=1),
+        "reject": {"type": "string", "minLength": 1,
+                   "description": "kl_reject: verl's criteria, e.g. token_k1,seq_max_k3."},
+        "reject_threshold": {"anyOf": [{"type": "string", "minLength": 1},
+                                       {"type": "number", "exclusiveMinimum": 0}],
+                             "description": "kl_reject: one threshold, or one per criterion."},
         "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
         "assume": _list("Assumptions taken.", {"enum": list(F.ASSUMPTIONS)}),
     },
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]
-    + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold")]
+    + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold", "reject",
+                                    "reject_threshold")]
     + [{"if": {"properties": {"estimator": {"enum": ["mis", "dual_clip"]}},
                "required": ["estimator"]},
         "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},

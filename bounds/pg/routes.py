@@ -60,6 +60,8 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         return [combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in worst], [
             combine(r.name, 2 * GA * r.expr, r, lemma="pg_bias_plain") for r in loose
         ]
+    if g.estimator == "kl_reject":
+        return _kl_reject(ctx, GA), []
     builder = {
         "tis": _tis,
         "mis": _mis,
@@ -557,3 +559,7 @@ def _seq_mask(ctx, GA) -> list[Route]:
         expr = LGA * seq_mask_tv(r.expr, lo, hi)
         out.append(combine(f"seq_mask_{r.name}", expr, r, lemma=lemma, attained=False))
     return out
+
+
+def _kl_reject(ctx, GA) -> list[Route]:
+    raise NoLemma("pg_bias with estimator 'kl_reject' has no lemma yet")

@@ -31,6 +31,10 @@ by name (``ESTIMATOR_NAMES``):
 - ``seq_outlier`` (``band`` (lo, hi)): a sequence with one token whose w lies outside [lo, hi]
   gets ω = 0; inside, ω = w per token.
 - ``tis_mask`` (``cap`` c ≥ 0, ``band`` (lo, hi)): ω = min(w, c) where lo ≤ w ≤ hi, else 0.
+- ``kl_reject`` (``reject``, ``reject_threshold``: verl's rejection criteria and thresholds,
+  ``contracts.rejection``): ω = w where every criterion keeps the token (k1 = −log w inside a
+  band, k2 = (log w)²/2 or k3 = w − 1 − log w at most τ, judged per token or by a sequence's
+  sum, mean or maximum), else 0.
 - ``opsm`` (``threshold`` δ > 0): a sequence with A < 0 whose mean of log(π'/π) over its
   tokens exceeds δ gets ω = 0; otherwise ω = w per token (the advantage is read per token, so
   a sequence-level advantage is given on each of its tokens).
@@ -56,10 +60,11 @@ from types import MappingProxyType
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from contracts.checks import param_range, valid_band
 from contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
+from contracts.rejection import Criterion, RejectionError, parse_rejection
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
 
@@ -100,6 +105,12 @@ def check_params(name: str, params: Mapping[str, float | tuple]) -> dict[str, ob
     if missing:
         raise ValueError(f"estimator {name!r}: missing parameter(s) {', '.join(missing)}")
     out: dict[str, object] = {}
+    if name == "kl_reject":
+        try:
+            parse_rejection(params["reject"], params["reject_threshold"])
+        except RejectionError as err:
+            raise ValueError(f"estimator {name!r}: {err}") from None
+        return {"reject": params["reject"], "reject_threshold": str(params["reject_threshold"])}
     for key in need:
         value = params[key]
         if key == "band":
@@ -140,9 +151,9 @@ def _advantages(advantages, lr: Array) -> Array:
 def _dppo_dropped(
     name: str,
     tau: float,
-    lr: Float[Array, "batch time"],
-    advantages: Float[Array, "batch time"],
-    logp_inf: Float[Array, "batch time"] | None,
+    lr: Float[ArrayLike, "batch time"],
+    advantages: Float[ArrayLike, "batch time"],
+    logp_inf: Float[ArrayLike, "batch time"] | None,
 ) -> Array:
     """Where DPPO's binary TV or KL mask drops a token: the divergence of the sampled token's
     Bernoulli laws exceeds τ and the advantage pushes π(y) further from π'(y)."""
@@ -164,16 +175,33 @@ def _dppo_dropped(
     return ((adv > 0) & up & far) | ((adv < 0) & down & far)
 
 
+def _kept(crit: Criterion, lr: Float[Array, "batch time"], valid: Array) -> Array:
+    """Where one rejection criterion keeps the token (padding holds log w = 0: k = 0)."""
+    k = {1: -lr, 2: 0.5 * lr * lr, 3: jnp.expm1(lr) - lr}[crit.k]
+    if crit.level == "token":
+        stat = k
+    elif crit.level == "seq_max":
+        stat = jnp.max(jnp.where(valid, k, 0.0), axis=1, keepdims=True)
+    else:
+        stat = jnp.sum(jnp.where(valid, k, 0.0), axis=1, keepdims=True)
+        if crit.level == "seq_mean":
+            n = jnp.sum(valid, axis=1, keepdims=True)
+            stat = stat / jnp.maximum(n, 1).astype(lr.dtype)
+    if crit.k == 1:
+        return (stat >= math.log(crit.a)) & (stat <= math.log(crit.b))
+    return stat <= crit.tau
+
+
 def correction_weights(
     name: str,
-    log_ratio: Float[Array, "batch time"],
-    mask: Float[Array, "batch time"],
-    advantages: Float[Array, "batch time"],
+    log_ratio: Float[ArrayLike, "batch time"],
+    mask: Float[ArrayLike, "batch time"],
+    advantages: Float[ArrayLike, "batch time"],
     *,
-    params: Mapping[str, float | tuple] = _NO_PARAMS,
-    token_tv: Float[Array, "batch time"] | None = None,
-    token_kl: Float[Array, "batch time"] | None = None,
-    logp_inf: Float[Array, "batch time"] | None = None,
+    params: Mapping[str, numbers.Real | tuple] = _NO_PARAMS,
+    token_tv: Float[ArrayLike, "batch time"] | None = None,
+    token_kl: Float[ArrayLike, "batch time"] | None = None,
+    logp_inf: Float[ArrayLike, "batch time"] | None = None,
 ) -> Float[Array, "batch time"]:
     """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
 
@@ -225,6 +253,11 @@ def correction_weights(
         lo, hi = p["band"]
         outside = valid & ((w < lo) | (w > hi))
         omega = jnp.where(jnp.any(outside, axis=1, keepdims=True), 0.0, w)
+    elif name == "kl_reject":
+        keep = jnp.ones(lr.shape, bool)
+        for crit in parse_rejection(p["reject"], p["reject_threshold"]):
+            keep &= _kept(crit, lr, valid)
+        omega = jnp.where(keep, w, 0.0)
     elif name == "opsm":
         adv = _advantages(advantages, lr)
         n = jnp.sum(valid, axis=1, keepdims=True)

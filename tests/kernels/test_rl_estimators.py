@@ -41,6 +41,7 @@ PARAMS = {
     "seq_outlier": {"band": (0.4, 2.8)},
     "tis_mask": {"cap": 1.2, "band": (0.6, 2.0)},
     "opsm": {"threshold": 0.05},
+    "kl_reject": {"reject": "token_k1,seq_mean_k2", "reject_threshold": "0.45_2.2,0.2"},
 }
 
 
@@ -96,6 +97,10 @@ def _expected(name: str) -> np.ndarray:
             elif name == "opsm":
                 dropped = a < 0 and -math.log(seq) / len(real) > 0.05
                 out[b, t] = 0.0 if dropped else w
+            elif name == "kl_reject":  # k1 = −log w in [log 0.45, log 2.2], mean k2 ≤ 0.2
+                k2 = sum(0.5 * math.log(W[b, u]) ** 2 for u in real) / len(real)
+                kept = math.log(0.45) <= -math.log(w) <= math.log(2.2) and k2 <= 0.2
+                out[b, t] = w if kept else 0.0
     return out
 
 
@@ -228,6 +233,8 @@ def test_bfloat16_log_ratios_give_float32_weights():
         ("dppo_tv", {"threshold": 1.0}, "threshold must be in (0, 1), got 1.0"),
         ("dual_clip", {"clip_epsilon": 0.2, "cap": 1.0}, "cap must be > 1, got 1.0"),
         ("tis_mask", {"cap": 2.0}, "estimator 'tis_mask': missing parameter(s) band"),
+        ("kl_reject", {"reject": "token_k4", "reject_threshold": 0.1}, "unknown criterion"),
+        ("kl_reject", {"reject": "seq_max_k1", "reject_threshold": 2.0}, "unknown criterion"),
         ("seq_tis", {"cap": float("nan")}, "cap must be finite"),
         ("tis", {"cap": "2"}, "cap must be a number"),
     ],
