@@ -3,7 +3,8 @@
 The flow is contracts → kernels → evidence → verify. This package reads users' logs (JSONL,
 Parquet, Arrow: ``evidence.logs``), writes them from inside RL frameworks (``evidence.hooks``),
 owns the token table every source is turned into (``evidence.table``),
-summarises it per slice and metric in mergeable summaries (``evidence.summary``) and assembles
+summarises it per slice and metric in mergeable summaries (``evidence.summary``; the drift
+table's cells in ``evidence.drift``) and assembles
 one ``Source`` per log or emulation setting (``evidence.sources``), with the runtime envelope its
 sequences were gathered in (``evidence.envelope``). Deciding clauses on a source is
 ``verify.decide``'s job.
@@ -13,6 +14,7 @@ a log's weight diagnostics (``evidence.weights``) load ``kernels.rl`` when the c
 an estimator.
 """
 
+from evidence.drift import DriftCell, drift_cell, merge_tables, table_rows
 from evidence.envelope import CONDITIONS, observe, settings
 from evidence.logs import (
     FORMATS,
@@ -35,6 +37,7 @@ __all__ = [
     "CONDITIONS",
     "FORMATS",
     "RANGE",
+    "DriftCell",
     "EvidenceError",
     "LogError",
     "LogFormat",
@@ -44,6 +47,7 @@ __all__ = [
     "Summary",
     "clause_column",
     "detect_format",
+    "drift_cell",
     "emulate_sources",
     "framework_metrics",
     "from_logprobs",
@@ -51,11 +55,13 @@ __all__ = [
     "log_source",
     "merge",
     "merge_all",
+    "merge_tables",
     "observe",
     "read_log",
     "select",
     "settings",
     "summarize",
+    "table_rows",
     "tables_source",
     "token_metrics",
     "weight_diagnostics",
