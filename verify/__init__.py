@@ -7,7 +7,7 @@ Inside, rooms with one-way doors; a room imports only the rooms listed before it
   support, static clauses, inputs and outputs of a command, every argument parser);
 - ``decide``: the evidence clauses measured and decided;
 - ``proving``: obligations, the solver, a whole run, reports, the re-checker, synthesis;
-- ``pipeline``: the monitor, routing, promotion stages and export, at run time;
+- ``pipeline``: the monitor, routing, promotion stages, export and the starter contract (init);
 - ``diagnostics`` (after ``common`` only): localize and conformance, for kernels;
 - ``cli``: the front door, a dispatch table into the rooms. No room imports it.
 
