@@ -27,10 +27,12 @@ def trusted(flag: bool, environ: Mapping[str, str] | None = None) -> bool:
 def named_code(contract) -> str | None:
     """What running ``contract`` would import and call (a phrase), or ``None`` when it names
     no code."""
+    ev = contract.evidence.emulate if contract.evidence is not None else None
+    if ev is None:  # a proofs-only run loads no kernels
+        return None
     from kernels.user_model import is_entry_point
 
-    ev = contract.evidence.emulate if contract.evidence is not None else None
-    if ev is None or not is_entry_point(ev.model):
+    if not is_entry_point(ev.model):
         return None
     module, function = ev.model.split(":", 1)
     path = contract.source.path
