@@ -41,6 +41,8 @@ __all__ = [
     "band_tv",
     "band_tv_factor",
     "in_sliver",
+    "k3_band",
+    "k_value",
     "kl_anchor",
     "kl_iterate",
     "outlier_step",
@@ -287,6 +289,47 @@ def seq_mask_tv(tv: sympy.Expr, lo: sympy.Expr | int, hi: sympy.Expr) -> sympy.E
     """π_L(W ∉ [lo, hi]) ≤ min(1, K·TV_L), K = hi/(hi − 1) + lo/(1 − lo) (the band's TV form
     applied to the sequence laws)."""
     return band_tv(tv, lo, hi)
+
+
+# ---- rejection by a KL estimator (kl_reject) -----------------------------------------------
+def k_value(k: int, x: sympy.Expr) -> sympy.Expr:
+    """The largest k2 = u²/2 or k3 = e^u − 1 − u over |u| ≤ x (k3's is at u = +x)."""
+    return x**2 / 2 if k == 2 else sympy.exp(x) - 1 - x
+
+
+def k3_band(tau: Fraction) -> tuple[Fraction, Fraction]:
+    """A band [lo, hi] inside the ratios k3 = w − 1 − log w ≤ τ keeps: the two roots rounded
+    inward to 12 digits, each certified in outward-rounded interval arithmetic to satisfy
+    k3 ≤ τ. Masking outside it drops at least what k3 drops, so its bound is sound (a 10⁻¹²
+    relative margin above the exact one)."""
+    tau = Fraction(tau)
+    with mpmath.workdps(40):
+        t = mpmath.mpf(tau.numerator) / tau.denominator
+        f = lambda w: w - 1 - mpmath.log(w) - t  # noqa: E731
+        lo = mpmath.findroot(f, (mpmath.mpf("1e-300"), mpmath.mpf(1)), solver="anderson")
+        hi = mpmath.findroot(f, (mpmath.mpf(1), 2 + 2 * t + 2 * mpmath.sqrt(2 * t)),
+                             solver="anderson")  # fmt: skip
+
+        def rounded(x, up: bool) -> Fraction:
+            scale = 10 ** (11 - int(mpmath.floor(mpmath.log10(x))))
+            n = mpmath.ceil(x * scale) if up else mpmath.floor(x * scale)
+            return Fraction(int(n), scale) if scale >= 1 else Fraction(int(n)) / scale
+
+        band = rounded(lo, up=True), rounded(hi, up=False)
+    saved = mpmath.iv.prec
+    mpmath.iv.prec = 200
+    try:
+        limit = (mpmath.iv.mpf(tau.numerator) / tau.denominator).a
+        for w in band:
+            x = mpmath.iv.mpf(w.numerator) / w.denominator
+            k3 = x - 1 - mpmath.iv.log(x)
+            if w <= 0 or not k3.b <= limit:
+                raise ArithmeticError(f"k3 band at τ = {tau} not certified")
+    finally:
+        mpmath.iv.prec = saved
+    if not band[0] < 1 < band[1]:
+        raise ArithmeticError(f"k3 band at τ = {tau} does not contain 1")
+    return band
 
 
 # ---- sequence-level truncated IS ----------------------------------------------------------

@@ -106,6 +106,8 @@ def pg_bias_bound(
     temperature ``T``, for score norm G and advantage bound A; sequence-level estimators use
     the per-sequence score norm L·G, ``geo_mask`` sequences of at most L tokens. ``params``:
     ``cap``, ``clip_epsilon``, ``band`` (lo, hi) or ``threshold``, as in the DSL."""
+    if estimator == "kl_reject":
+        raise ValueError("kl_reject's bound depends on its criteria: derive it from a contract")
     scale = G * A * (L if estimator in ("seq_is", "seq_tis", "seq_mask") else 1)
     return scale * evaluate(_discrepancy(estimator, L, params), {"s": osc / T})
 
@@ -123,6 +125,8 @@ def pg_bias_supremum(
     """The exact supremum of the bias over kernel pairs with oscillation ≤ ``osc`` (same
     arguments as ``pg_bias_bound``); ``None`` where it is not known (``seq_tis`` and
     ``seq_mask`` at L > 1, ``tis_mask`` with c < hi)."""
+    if estimator == "kl_reject":
+        raise ValueError("kl_reject's bound depends on its criteria: derive it from a contract")
     s = mpmath.mpf(osc) / T
     GA = G * A
     if estimator == "plain":

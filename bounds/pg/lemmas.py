@@ -126,6 +126,12 @@ EXPR: dict[str, sympy.Expr] = {
     "pg_bias_opsm": GA * band_drift(s, sympy.exp(-tau), None, L),
     "pg_bias_opsm_ratio": GA * band_ratio(r, sympy.exp(-tau), None, L),
     "pg_bias_opsm_tv": GA * band_tv(eps, sympy.exp(-tau), None),
+    "pg_bias_kl_reject": GA
+    * band_drift(s, sympy.exp(-sympy.sqrt(2 * tau)), sympy.exp(sympy.sqrt(2 * tau))),
+    "pg_bias_kl_reject_ratio": GA
+    * band_ratio(r, sympy.exp(-sympy.sqrt(2 * tau)), sympy.exp(sympy.sqrt(2 * tau))),
+    "pg_bias_kl_reject_tv": GA
+    * band_tv(eps, sympy.exp(-sympy.sqrt(2 * tau)), sympy.exp(sympy.sqrt(2 * tau))),
     "pg_bias_sequence_mask_exceedance": GA
     * ((1 - sympy.Min(1, L * rho)) * eps + sympy.Min(1, L * rho)),
     "pg_bias_correction_exceedance": GA * ((1 - rho) * eps + rho),
@@ -446,6 +452,17 @@ def _w_opsm(osc: float, T: float, tau: float, L: int) -> Witness:
     return _w("pg_bias_opsm", params, achieved, instance, **params)
 
 
+def _w_kl_reject(osc: float, T: float, tau: float) -> Witness:
+    # one token_k2 criterion: the band e^{±√(2τ)} on w, icepop's witness
+    x = math.exp(math.sqrt(2 * tau))
+    z, zp = band_pair(osc / T, T, 1 / x, x)
+    lw = measure.log_ratio(z, zp, T)
+    dropped = 0.5 * lw**2 > tau  # the criterion itself, on the pair
+    achieved = float(np.sum(np.exp(measure.log_softmax(z, T))[dropped]))
+    params = {"osc": osc, "T": T, "tau": tau}
+    return _w("pg_bias_kl_reject", params, achieved, {"z": z, "z_prime": zp}, **params)
+
+
 _TOK = "per-token ‖∇ log π(y)‖ ≤ G and |A(y)| ≤ A (assumptions of the guarantee)"
 _SEQ = (
     "per-sequence ‖Σ_t ∇log π(y_t | y_<t)‖ ≤ L·G (at most L tokens, each ≤ G) and |A(y)| ≤ A; "
@@ -650,6 +667,27 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            "bias ≤ G·A·min(1, ε/(e^δ − 1)) for L = 1; G·A for L ≥ 2",
            (_TOK, _SUPPORT), "as pg_bias_icepop_tv (L = 1) and pg_bias_geo_mask_tv (L ≥ 2)",
            "supremum, approached (L = 1); attained (L ≥ 2, ε > 0)"),
+    _lemma("pg_bias_kl_reject", _OSC,
+           "bias of E_π'[w·1{every criterion keeps y}·g] ≤ G·A·min(1, Σ_c D_c); shown for one "
+           "token_k2 criterion, the icepop form at [e^{−√(2τ)}, e^{√(2τ)}]",
+           (_TOK, _SUPPORT, "verl's criteria (contracts.rejection): k1 = −log w in a band, k2 = "
+            "(log w)²/2 or k3 = w − 1 − log w at most τ, per token or by a sequence's sum, mean "
+            "or maximum", "sequences of at most L = policy.max_new_tokens tokens"),
+           "the chain drops the union of its criteria's drops: π(∪) ≤ Σ π(each). Per token each "
+           "criterion is a band on w (k1: [1/b, 1/a]; k2: |log w| ≤ √(2τ); k3: between the roots "
+           "of w − 1 − log w = τ, certified inward); seq_mean_k1 is geo_mask's band; seq_max is "
+           "seq_outlier's band; seq_mean and seq_sum of k2, k3 drop nothing unless k_max > τ "
+           "(resp. L·k_max > τ), k_max = s²/2 or e^s − 1 − s, and at most everything then",
+           "one criterion: as the estimator it equals (icepop, geo_mask, seq_outlier: supremum) "
+           "or a step that is the supremum where the other L − 1 tokens alone pass the threshold; "
+           "k3 bands and chains of several criteria: bounds, not marked attained", _w_kl_reject),
+    _lemma("pg_bias_kl_reject_ratio", _RATIO, "bias ≤ G·A·min(1, Σ_c D_c) (ratio forms)",
+           (_TOK, _SUPPORT, "sequences of at most L tokens"), "as pg_bias_kl_reject",
+           "as pg_bias_kl_reject"),
+    _lemma("pg_bias_kl_reject_tv", _TV,
+           "bias ≤ G·A·min(1, Σ_c D_c): band TV forms per token, 1 for a sequence criterion "
+           "(L ≥ 2)", (_TOK, _SUPPORT), "as pg_bias_icepop_tv and pg_bias_seq_outlier_tv",
+           "as pg_bias_kl_reject"),
     _lemma("pg_bias_sequence_mask_exceedance",
            ("P(osc > osc_thr) ≤ ρ over positions (statistical clause)",),
            "E[bias] ≤ G·A·((1 − ρ')·D(osc_thr) + ρ'), ρ' = min(1, L·ρ)",

@@ -20,10 +20,13 @@ import sympy
 
 from bounds._evaluate import evaluate
 from bounds.pg.closed_forms import (
+    ETA,
     band_drift,
     band_ratio,
     band_tv,
     in_sliver,
+    k3_band,
+    k_value,
     kl_anchor,
     outlier_step,
     seq_mask_ratio,
@@ -40,6 +43,7 @@ from bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
 from bounds.premises import Fact
 from bounds.route import NoLemma, Route, combine
 from contracts import exact
+from contracts.rejection import parse_rejection
 
 __all__ = ["canonical", "pg_bias_notes", "pg_bias_routes"]
 
@@ -561,5 +565,88 @@ def _seq_mask(ctx, GA) -> list[Route]:
     return out
 
 
+# ---- rejection by a KL estimator, chained (kl_reject) --------------------------------------
 def _kl_reject(ctx, GA) -> list[Route]:
-    raise NoLemma("pg_bias with estimator 'kl_reject' has no lemma yet")
+    """Every criterion drops a set; the chain drops their union, so D ≤ min(1, Σ D_c) with D_c
+    each criterion's supremum (``_criterion``). Attained where the chain has one criterion and
+    its own form is attained."""
+    g = ctx.g
+    if g.reject is None or g.reject_threshold is None:
+        raise NoLemma("pg_bias with estimator 'kl_reject' needs reject and reject_threshold")
+    criteria = parse_rejection(g.reject, g.reject_threshold)
+    out = []
+    for kind, suffix in (("osc", ""), ("ratio", "_ratio"), ("tv", "_tv")):
+        for f in ctx.premises.of(kind):
+            x = f.expr / ctx.T if kind == "osc" else f.expr
+            value = _at_max(ctx, x, (f,))
+            parts = [_criterion(ctx, i, c, kind, x, value) for i, c in enumerate(criteria)]
+            total = sympy.Min(1, sympy.Add(*(p for p, _ in parts)))
+            form = parts[0][0] if len(parts) == 1 else total
+            ok = len(parts) == 1 and parts[0][1] and (kind != "tv" or (f.attained and f.leak))
+            name = f"pg_bias_kl_reject{suffix}"
+            out.append(Route(name, GA * form, (f,), (*f.chain, name), attained=ok))
+    return out
+
+
+def _criterion(ctx, i: int, crit, kind: str, x, value: float) -> tuple[sympy.Expr, bool]:
+    """(D_c, exact): one criterion's per-position supremum of π(dropped) from the premise
+    ``x`` (s = osc/T, r, or a TV ε) whose value at the clauses' maxima is ``value``.
+
+    One token (``token_*``, or a sequence of L = 1): a band on w, exact for k1 (w ∈ [1/b, 1/a])
+    and k2 (|log w| ≤ √(2τ)); for k3 a band certified inside its roots (sound, not marked
+    attained). L ≥ 2: ``seq_mean_k1`` is geo_mask's band; the others drop nothing where no
+    sequence can pass the threshold and at most everything where one can (a step): the largest
+    k over the premise is k_max = s²/2 (k2) or e^s − 1 − s (k3); passing needs k_max > τ
+    (seq_max, seq_mean), L·k_max > τ (seq_sum), |log W| ≤ L·s outside the band (seq_sum_k1). The
+    step is the supremum where the other L − 1 tokens alone pass; a TV premise leaves w free."""
+    L_val = ctx.max_len
+    level = "token" if L_val == 1 else crit.level
+    if crit.k == 1:
+        a, b = ctx.const(f"a_{i}", crit.a), ctx.const(f"b_{i}", crit.b)
+        lo, hi, lo_v, hi_v = 1 / b, 1 / a, 1 / mpmath.mpf(crit.b), 1 / mpmath.mpf(crit.a)
+    elif level in ("token", "seq_max"):
+        tau = ctx.const(f"tau_{i}", crit.tau)
+        if crit.k == 2:
+            lo, hi = sympy.exp(-sympy.sqrt(2 * tau)), sympy.exp(sympy.sqrt(2 * tau))
+            hi_v = mpmath.exp(mpmath.sqrt(2 * mpmath.mpf(crit.tau)))
+            lo_v = 1 / hi_v
+        else:
+            lo_f, hi_f = k3_band(exact(crit.tau))
+            lo, hi = ctx.const(f"lo_{i}", lo_f), ctx.const(f"hi_{i}", hi_f)
+            lo_v = mpmath.mpf(lo_f.numerator) / lo_f.denominator
+            hi_v = mpmath.mpf(hi_f.numerator) / hi_f.denominator
+    if level == "token":
+        tilt_ok, ratio_ok = _band_exact(lo_v, hi_v)
+        exact_band = crit.k != 3
+        if kind == "osc":
+            return band_drift(x, lo, hi), exact_band and tilt_ok(value)
+        if kind == "ratio":
+            return band_ratio(x, lo, hi), exact_band and ratio_ok(value)
+        return band_tv(x, lo, hi), exact_band
+    if kind == "tv":  # a sampled token's w is free under a TV premise: one drops its sequence
+        return sympy.Integer(1), True
+    L = ctx.const("L", L_val)
+    if crit.k == 1 and level == "seq_mean":
+        idle = _at_max(ctx, L * (sympy.log(hi) - x), ctx.premises.facts) >= 0
+        form = band_drift(x, lo, hi, L, idle) if kind == "osc" else band_ratio(x, lo, hi, L)
+        tilt_ok, ratio_ok = _band_exact(lo_v, hi_v)
+        return form, (tilt_ok if kind == "osc" else ratio_ok)(value)
+    if crit.k == 1:  # seq_sum_k1: log W within ±L·x must leave [log lo, log hi]
+        form = sympy.Max(step_above(L * x, sympy.log(hi)), step_above(L * x, -sympy.log(lo)))
+        nearest = min(float(mpmath.log(hi_v)), float(-mpmath.log(lo_v)))
+        return form, (L_val - 1) * value > nearest * 1.000001  # the others alone leave
+    if level == "seq_max":
+        form = outlier_step(sympy.exp(x), lo, hi)
+        x_v = mpmath.exp(value)
+        if crit.k == 3:  # the certified band sits 10⁻¹² inside the roots: exact away from them
+            far = 1 + mpmath.mpf(10) ** -9
+            passed = x_v > hi_v * far or x_v * lo_v > far
+            below = x_v <= hi_v * (1 - 10 * ETA) and x_v * lo_v <= 1 - 10 * ETA
+            return form, bool(passed or below)
+        return form, not in_sliver(x_v, hi_v) and not in_sliver(x_v, 1 / lo_v)
+    kmax = k_value(crit.k, x)
+    kmax_v = float(k_value(crit.k, sympy.Float(value, 30)))
+    tau = ctx.const(f"tau_{i}", crit.tau)
+    if level == "seq_mean":  # the others alone pass when (L − 1)·k_max > L·τ
+        return step_above(kmax, tau), (L_val - 1) * kmax_v > L_val * crit.tau * 1.000001
+    return step_above(L * kmax, tau), (L_val - 1) * kmax_v > crit.tau * 1.000001
