@@ -123,3 +123,12 @@ def test_the_installed_console_script_runs_the_command_line(tmp_path):
     done = subprocess.run([str(script), "init", "--framework", "x", "--vocab", "2"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "invalid choice: 'x'" in done.stderr
+
+
+def test_a_framework_without_the_estimator_is_said_instead_of_an_export():
+    code, out, err = run_cli("init", "--framework", "trl", "--vocab", "1000", "--estimator",
+                             "geo_mask")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert "# trl has no setting for geo_mask: " in out and "--to trl" not in out
+    code, out, _ = run_cli("init", "--framework", "trl", "--vocab", "1000", "--estimator", "tis")
+    assert "#   python -m verify export contract.yaml --to trl" in out

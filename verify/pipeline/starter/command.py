@@ -47,6 +47,27 @@ def _params(args, estimator: str) -> tuple[dict, str | None]:
     return {k: v for k, v in given.items() if v is not None}, None
 
 
+def _no_export(setup) -> str:
+    """Why ``export`` writes no setting of the setup's framework for its estimator, or ``""``."""
+    from fractions import Fraction
+
+    from verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
+
+    if setup.estimator == "plain":
+        return "plain is no correction, so there is nothing to set"
+    value = {}
+    for name in ("cap", "clip_epsilon", "threshold", "band"):
+        if name in setup.needs:
+            v = setup.param(name)
+            exact = tuple(Fraction(str(x)) for x in v) if name == "band" else Fraction(str(v))
+            value[name] = exact
+    try:
+        FRAMEWORKS[setup.framework].settings(Request("G_pg_bias", setup.estimator, **value))
+    except NoCounterpart as err:
+        return str(err)
+    return ""
+
+
 def _write(path: str, text: str, force: bool) -> str | None:
     """Write ``text`` to ``path`` all at once; why not, or ``None``."""
     if os.path.isdir(path):
@@ -104,7 +125,7 @@ def init_main(argv: list[str], *, stdout, stderr) -> int:
     command = shlex.join(["python", "-m", "verify", "init", *argv])
     name = os.path.basename(args.out) if args.out else "contract.yaml"
     try:
-        text = starter_text(setup, command, name)
+        text = starter_text(setup, command, name, _no_export(setup))
         contracts.loads(text, path=name)  # what is written reads back as a contract
     except contracts.ContractError as err:  # a setup the checks above let through
         stderr.write(f"verify init: this setup is not a valid contract: {err}\n")

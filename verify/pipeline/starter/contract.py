@@ -48,7 +48,13 @@ class Setup:
     pg_bias: float = 0.05
 
     def param(self, name: str):
+        """The value of the estimator's parameter ``name`` (given, else the default)."""
         return self.params.get(name, DEFAULT_PARAMS[name])
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The parameters the estimator takes."""
+        return ESTIMATOR_PARAMS.get(self.estimator, ())
 
 
 def _short(v: Fraction, digits: int = 3, *, up: bool) -> Fraction:
@@ -69,7 +75,7 @@ def _decimal(v: Fraction | float) -> str:
 
 def _param_lines(setup: Setup) -> list[str]:
     out = []
-    for name in ESTIMATOR_PARAMS.get(setup.estimator, ()):
+    for name in setup.needs:
         value = setup.param(name)
         shown = (
             f"[{_decimal(value[0])}, {_decimal(value[1])}]" if name == "band" else _decimal(value)
@@ -129,9 +135,12 @@ def _derive(text: str):
     return {d.guarantee: d for d in bounds.derive(contracts.loads(text))}
 
 
-def starter_text(setup: Setup, command: str, name: str = "contract.yaml") -> str:
+def starter_text(
+    setup: Setup, command: str, name: str = "contract.yaml", no_export: str = ""
+) -> str:
     """The starter contract of ``setup``, to be saved as ``name``; ``command`` is the command
-    line that wrote it."""
+    line that wrote it; ``no_export``, when given, is why the framework has no setting for the
+    estimator (said instead of the export command)."""
     import bounds
 
     targets = {
@@ -168,10 +177,20 @@ def starter_text(setup: Setup, command: str, name: str = "contract.yaml") -> str
                 f"target {_decimal(target)} not reachable by any drift limit: the bound at "
                 f"{_decimal(delta)}, rounded up"
             )
-    return _header(setup, delta, command, name) + _body(setup, delta, maxes, notes) + _footer(setup)
+    return (
+        _header(setup, delta, command, name, no_export)
+        + _body(setup, delta, maxes, notes)
+        + _footer(setup)
+    )
 
 
-def _header(setup: Setup, delta: Fraction, command: str, name: str) -> str:
+def _header(setup: Setup, delta: Fraction, command: str, name: str, no_export: str) -> str:
+    export = (
+        f"# {setup.framework} has no setting for {setup.estimator}: {no_export}."
+        if no_export
+        else f"# The settings this proves, for {setup.framework}:\n"
+        f"#   python -m verify export {name} --to {setup.framework}"
+    )
     return f"""\
 # A starter contract for a {setup.framework} setup: vocabulary {setup.vocab_size}, sampling at
 # T = {_decimal(setup.temperature)}, rollouts on the {setup.preset} kernel, training on the
@@ -189,8 +208,8 @@ def _header(setup: Setup, delta: Fraction, command: str, name: str) -> str:
 #     bounds the drift from below, so it can show the premise is broken, never that it holds;
 #     run python -m verify {name} --evidence rollouts.jsonl.
 # Different targets: python -m verify synth {name} gives the loosest drift limit that proves
-# the maxes you set. The settings this proves, for {setup.framework}:
-#   python -m verify export {name} --to {setup.framework}
+# the maxes you set.
+{export}
 #
 """
 
