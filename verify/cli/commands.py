@@ -1,5 +1,5 @@
 """The command line: ``python -m verify CONTRACT.yaml | check | synth | schema | monitor``, and
-``export``, ``localize``, ``conformance``, ``init``.
+``export``, ``localize``, ``measure``, ``conformance``, ``init``.
 
 ``main(argv, *, stdout, stderr) -> int`` never exits and never lets a traceback reach the
 user: usage errors exit 2 with the usage line; an unexpected exception is reported as one
@@ -12,7 +12,7 @@ unchecked exit 3, so exit 0 means the evidence held every premise of every prove
 
 The words ``check``, ``synth``, ``schema``, ``monitor`` and ``export`` are reserved as the first
 argument: a contract file with one of those names is given with a directory, e.g. ``./check``.
-So are ``localize``, ``conformance`` and ``init``.
+So are ``localize``, ``measure``, ``conformance`` and ``init``.
 
 Files: the contract, a ``--evidence`` file and ``check``'s report must be regular files (a
 FIFO, a device or a directory is refused with exit 2, never read from). Report paths
@@ -78,6 +78,12 @@ def _localize(argv, stdout, stderr, t_start: float) -> int:
     return localize_main(argv, stdout=stdout, stderr=stderr)
 
 
+def _measure(argv, stdout, stderr, t_start: float) -> int:
+    from verify.diagnostics.measure.command import measure_main
+
+    return measure_main(argv, stdout=stdout, stderr=stderr)
+
+
 def _conformance(argv, stdout, stderr, t_start: float) -> int:
     from verify.diagnostics.conformance.command import conformance_main
 
@@ -121,6 +127,7 @@ COMMANDS = {
     "monitor": _monitor,
     "export": _export,
     "localize": _localize,
+    "measure": _measure,
     "conformance": _conformance,
     "init": _init,
 }

@@ -163,7 +163,8 @@ def main_parser(out, err) -> Parser:
         description="Prove a kernel contract's guarantees and check its clauses. "
         "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ... | "
         "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl | localize CONTRACT.yaml | "
-        "conformance CONTRACT.yaml | init --framework NAME --vocab N",
+        "measure [--model NAME|hf:FOLDER] [--prompts FILE] | conformance CONTRACT.yaml | "
+        "init --framework NAME --vocab N",
         epilog=EXIT_CODES,
         out=out,
         err=err,
@@ -252,6 +253,54 @@ def localize_parser(out, err) -> Parser:
                    "none)")  # fmt: skip
     p.add_argument("--seed", type=count, default=0, metavar="N", help="token sampling seed")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    return p
+
+
+def _names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of names: {text!r}")
+    return names
+
+
+def _sizes(text: str) -> list[int]:
+    return [positive(t.strip()) for t in text.split(",")]
+
+
+def measure_parser(out, err) -> Parser:
+    p = Parser(
+        prog="python -m verify measure",
+        description="Measure a model through each inference preset at each serving batch "
+        "against the training kernel, token by token over the full vocabulary, and print the "
+        "drift table: per preset, batch and sequence-length slice, the logit drift, TV, "
+        "|log w| quantiles and top-1 flip rate.",
+        epilog="exit codes: 0 done; 2 unusable input (nothing written)",
+        out=out,
+        err=err,
+    )
+    p.add_argument("--model", default="tiny-lm", metavar="NAME|hf:FOLDER",
+                   help="the shipped model (default tiny-lm) or a Hugging Face checkpoint "
+                   "folder")  # fmt: skip
+    p.add_argument("--prompts", metavar="FILE",
+                   help="UTF-8 prompts, one per non-blank line (default: held-out text of the "
+                   "shipped model)")  # fmt: skip
+    p.add_argument("--count", type=positive, default=16, metavar="N",
+                   help="held-out prompts without --prompts (default 16)")  # fmt: skip
+    p.add_argument("--presets", type=_names, metavar="P,P,...",
+                   help="inference presets (default fp32,bf16,h100-fp8,h100-fp8-fast-accum,"
+                   "mxfp8)")  # fmt: skip
+    p.add_argument("--train", default="fp32", metavar="PRESET",
+                   help="the training kernel's preset (default fp32)")  # fmt: skip
+    p.add_argument("--batch", type=_sizes, default=[1, 16], metavar="B,B,...",
+                   help="serving batch sizes (default 1,16)")  # fmt: skip
+    p.add_argument("--new-tokens", type=positive, default=32, metavar="N",
+                   help="tokens generated per prompt (default 32)")  # fmt: skip
+    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                   help="sampling temperature (default 1)")  # fmt: skip
+    p.add_argument("--seed", type=count, default=0, metavar="N", help="sampling seed")
+    p.add_argument("--csv", metavar="PATH", help="write the table as CSV here")
+    p.add_argument("--json", metavar="PATH", help="write the table and settings as JSON here")
+    p.add_argument("--tokens", metavar="PATH", help="write every measured token as CSV here")
     return p
 
 
@@ -389,6 +438,7 @@ PARSERS = {
     "schema": schema_parser,
     "export": export_parser,
     "localize": localize_parser,
+    "measure": measure_parser,
     "conformance": conformance_parser,
     "monitor": monitor_parser,
     "init": init_parser,

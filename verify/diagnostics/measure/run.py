@@ -1,0 +1,203 @@
+"""The drift table's measurement: a model, its prompts, and each preset at each serving batch.
+
+``load_model`` reads the shipped checkpoint by name or a Hugging Face checkpoint folder
+(``hf:FOLDER``, ``kernels.hf``); ``prompt_rows`` turns a prompt file (UTF-8, one prompt per
+non-blank line) into token rows: UTF-8 bytes for the byte-level shipped model, the folder's
+``tokenizer.json`` for a checkpoint; every prompt is cut to the shortest one's length (at most
+``PROMPT_TOKENS``), so that a batch holds sequences of one length. Without a prompt file the
+shipped model's held-out windows give the prompts.
+
+``measure_setting`` runs one kernel pair, as ``kernels.emulation`` does: K_inf (the preset at
+a serving batch, dynamic reduction splits and paged low-precision KV cache) generates, K_train
+(the training preset, fixed batching) teacher-forces the same tokens, and ``kernels.measure``
+measures every generated token over the full vocabulary. Every row is computed in a batch of
+exactly the serving size (a short last batch is filled with repeated prompts whose rows are
+dropped). With several local devices the model and the batch are placed on a
+``kernels.sharding`` mesh; the results are the same bits as on one device.
+
+``length_slices`` cuts the tokens into slices by the sequence length at which each was
+generated (its position + 1): (0, 16], (16, 32], (32, 64], ... (powers of two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from contracts import KernelContractsError
+
+__all__ = [
+    "PROMPT_TOKENS",
+    "Loaded",
+    "MeasureError",
+    "length_slices",
+    "load_model",
+    "measure_setting",
+    "prompt_rows",
+]
+
+PROMPT_TOKENS = 32  # the longest prompt kept
+_HF = "hf:"
+
+
+class MeasureError(KernelContractsError):
+    """An input of ``measure`` that cannot be used (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model on plain ops, what it can run, and how it reads prompt text."""
+
+    name: str
+    model: Any
+    vocab: int
+    context: int
+    tokenize: Callable[[list[str]], list[list[int]]]
+    windows: np.ndarray | None  # default prompts (the shipped model's held-out text)
+
+
+def load_model(name: str) -> Loaded:
+    """The shipped model ``name`` or the checkpoint ``hf:FOLDER``; ``MeasureError`` if neither
+    can be loaded (every problem of a checkpoint, at its file and key)."""
+    if name.startswith(_HF):
+        from kernels.hf import CheckpointError, encode, load_decoder, read_tokenizer
+
+        folder = name[len(_HF) :]
+        try:
+            model = load_decoder(folder)
+            tokenizer = read_tokenizer(folder)
+        except CheckpointError as err:
+            raise MeasureError(f"--model {name}: {err}") from None
+        c = model.config
+        return Loaded(name, model, c.vocab_size, c.max_position_embeddings,
+                      lambda texts: encode(tokenizer, texts), None)  # fmt: skip
+    from kernels.model import CHECKPOINTS, load_pretrained, pretrained_extra
+
+    if name not in CHECKPOINTS:
+        raise MeasureError(
+            f"--model {name}: not a shipped model ({', '.join(sorted(CHECKPOINTS))}) and not "
+            "hf:FOLDER"
+        )
+    model = load_pretrained(name)
+    windows = pretrained_extra(name)["heldout_windows"].astype(np.int32)
+    return Loaded(name, model, model.config.vocab, model.config.context,
+                  lambda texts: [list(t.encode("utf-8")) for t in texts], windows)  # fmt: skip
+
+
+def read_prompts(path: str) -> list[str]:
+    """The non-blank lines of the UTF-8 file at ``path``; ``MeasureError`` naming the file (and
+    the line of an undecodable byte) when it cannot be read or holds no prompt."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise MeasureError(f"--prompts {path}: no such file") from None
+    except IsADirectoryError:
+        raise MeasureError(f"--prompts {path}: is a directory, not a prompt file") from None
+    except OSError as err:
+        raise MeasureError(f"--prompts {path}: cannot read: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise MeasureError(f"--prompts {path}:{line}: not UTF-8 text ({err.reason})") from None
+    texts = [t for t in text.splitlines() if t.strip()]
+    if not texts:
+        raise MeasureError(f"--prompts {path}: holds no prompts (one per non-blank line)")
+    return texts
+
+
+def prompt_rows(loaded: Loaded, path: str | None, count: int, new_tokens: int, seed: int):
+    """Prompt token rows ``[prompts, length]`` from the file at ``path`` (or ``count`` held-out
+    windows of the shipped model), every row cut to one length that leaves room for
+    ``new_tokens`` in the model's context."""
+    room = loaded.context - new_tokens
+    if room < 1:
+        raise MeasureError(
+            f"--new-tokens {new_tokens}: {loaded.name} has a context of {loaded.context} "
+            "tokens, which must hold at least one prompt token more"
+        )
+    width = min(PROMPT_TOKENS, room)
+    if path is None:
+        if loaded.windows is None:
+            raise MeasureError(f"--model {loaded.name}: a checkpoint needs --prompts FILE")
+        from kernels.emulation import prompts_from
+
+        return prompts_from(loaded.windows, count, min(width, loaded.windows.shape[1]), seed)
+    texts = read_prompts(path)
+    ids = loaded.tokenize(texts)
+    empty = [n + 1 for n, row in enumerate(ids) if not row]
+    if empty:
+        raise MeasureError(f"--prompts {path}: prompt {empty[0]} encodes to no tokens")
+    width = min(width, *(len(row) for row in ids))
+    rows = np.asarray([row[:width] for row in ids], np.int64)
+    if rows.max() >= loaded.vocab:
+        raise MeasureError(
+            f"--prompts {path}: token id {int(rows.max())} lies outside the vocabulary of "
+            f"{loaded.name} [0, {loaded.vocab})"
+        )
+    return rows.astype(np.int32)
+
+
+def length_slices(position: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """The tokens' masks by sequence length ``position + 1``, in (lo, hi] power-of-two bins."""
+    length = np.asarray(position, np.int64) + 1
+    hi = np.maximum(16, 1 << np.ceil(np.log2(np.maximum(length, 1))).astype(np.int64))
+    out = {}
+    for h in np.unique(hi).tolist():
+        lo = 0 if h == 16 else h // 2
+        out[(lo + 1, int(h))] = hi == h
+    return out
+
+
+def measure_setting(
+    loaded: Loaded,
+    prompts: np.ndarray,
+    *,
+    train: str,
+    preset: str,
+    batch: int,
+    new_tokens: int,
+    temperature: float,
+    seed: int,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """The measured columns (``kernels.measure``'s) and ``position`` of every generated token of
+    ``prompts``, K_inf = ``preset`` served ``batch`` at a time, K_train = ``train``.
+    ``progress(rows)`` is called after each served batch."""
+    import jax
+    import jax.numpy as jnp
+
+    import contracts
+    from kernels import generate, inference_ops, measure, teacher_force, train_ops, with_ops
+    from kernels.sharding import make_mesh, shard_batch, shard_model
+
+    k_train = with_ops(loaded.model, train_ops(contracts.preset(train)))
+    k_inf = with_ops(loaded.model, inference_ops(contracts.preset(preset), batch_size=batch))
+    mesh = make_mesh() if len(jax.local_devices()) > 1 else None
+    if mesh is not None:
+        k_train, k_inf = shard_model(k_train, mesh), shard_model(k_inf, mesh)
+    n, width = prompts.shape
+    key, t = jax.random.key(seed), jnp.float32(temperature)
+    parts = []
+    for start in range(0, n, batch):
+        ids = np.arange(start, start + batch)
+        chunk = jnp.asarray(prompts[np.minimum(ids, n - 1)])  # a short batch repeats its last
+        if mesh is not None:
+            chunk = shard_batch(chunk, mesh)
+        tokens, z_inf = generate(k_inf, chunk, jax.random.fold_in(key, start), t,
+                                 new_tokens=new_tokens)  # fmt: skip
+        z_train = teacher_force(k_train, tokens, prompt_len=width)
+        vocab = z_inf.shape[-1]
+        cols = measure(z_train.reshape(-1, vocab), z_inf.reshape(-1, vocab),
+                       tokens[:, width:].reshape(-1), temperature)  # fmt: skip
+        keep = np.repeat(ids < n, new_tokens)
+        part = {k: np.asarray(v)[keep] for k, v in cols.items()}
+        part["position"] = np.tile(np.arange(width, width + new_tokens), batch)[keep]
+        parts.append(part)
+        if progress is not None:
+            progress(min(batch, n - start))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
