@@ -244,3 +244,43 @@ def test_opsm_equals_trl_off_policy_sequence_mask():
     _same(got, _seq(keep), W)
     dropped = ~keep
     assert np.all(ADV[dropped, 0] < 0)  # only sequences the advantage pushes down
+
+
+# ---- verl's chained rejection: rollout_rs "a,b,c" with rollout_rs_threshold "x,y,z" -------
+def _verl_rejection(options: str, thresholds: str) -> np.ndarray:
+    """verl's rejection mask as documented: k1 = −u, k2 = u²/2, k3 = e^u − 1 − u of the
+    clamped log ratio u; k1 options keep log(lower) ≤ stat ≤ log(upper), the others stat ≤ τ;
+    token, sequence sum, mean and max statistics over real tokens; every option must pass."""
+    u = np.clip(LR, -20.0, 20.0)
+    ks = {"k1": -u, "k2": 0.5 * u**2, "k3": np.expm1(u) - u}
+    keep = np.ones_like(LR, dtype=bool)
+    for opt, spec in zip(options.split(","), thresholds.split(","), strict=True):
+        level, k = opt.rsplit("_", 1)
+        vals = ks[k]
+        if level == "token":
+            stat = vals
+        elif level == "seq_sum":
+            stat = _seq(np.sum(vals * MASK, axis=1))
+        elif level == "seq_mean":
+            stat = _seq(np.sum(vals * MASK, axis=1) / MASK.sum(axis=1))
+        else:
+            stat = _seq(np.where(REAL, vals, -np.inf).max(axis=1))
+        if k == "k1":
+            low, high = (float(x) for x in spec.split("_"))
+            keep &= (stat >= math.log(low)) & (stat <= math.log(high))
+        else:
+            keep &= stat <= float(spec)
+    return keep
+
+
+@pytest.mark.parametrize(
+    ("options", "thresholds"),
+    [
+        ("token_k1,seq_mean_k3,seq_max_k2", "0.5_2.0,0.002,0.08"),
+        ("token_k2,seq_sum_k3", "0.05,0.3"),
+        ("seq_mean_k2,seq_sum_k1", "0.001,0.4_2.5"),
+    ],
+)
+def test_kl_reject_equals_verl_chained_rejection(options, thresholds):
+    got = ours("kl_reject", reject=options, reject_threshold=thresholds)
+    _same(got, _verl_rejection(options, thresholds), W)
