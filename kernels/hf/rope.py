@@ -18,7 +18,7 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Shaped
 
 from kernels.hf.config import RopeConfig
 
@@ -49,9 +49,10 @@ def inverse_frequencies(rope: RopeConfig, head_dim: int) -> np.ndarray:
 
 
 def cos_sin(
-    positions: Float[Array, " seq"] | Array, inv_freq: Float[Array, " half"]
-) -> tuple[Float[Array, "seq dim"], Float[Array, "seq dim"]]:
-    """``cos θ`` and ``sin θ`` of every position (float32), ``θ = p · [f, f]``."""
+    positions: Shaped[Array, "*pos"], inv_freq: Float[Array, " half"]
+) -> tuple[Float[Array, "*pos dim"], Float[Array, "*pos dim"]]:
+    """``cos θ`` and ``sin θ`` at every position (float32), ``θ = p · [f, f]``; ``positions``
+    is a scalar (one decoding step) or a vector (a whole sequence)."""
     freqs = positions.astype(jnp.float32)[..., None] * inv_freq
     angles = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(angles), jnp.sin(angles)
