@@ -7,6 +7,9 @@ sampled from its logits at the contract's temperature (with its top-k / top-p, i
 K_train then runs the finished sequences once, teacher-forced, in float32 with reference
 attention. Both give logits for the same positions of the same token sequences.
 
+``model`` is any decoder with ``init_cache``, ``step`` and a teacher-forced call on ``ops``: the
+shipped TinyLM or a Hugging Face decoder (:class:`kernels.hf.decoder.Decoder`).
+
 The generation loop is one ``lax.scan`` inside one ``nnx.jit``: a kernel pair compiles once per
 shape, never per step.
 """
@@ -19,8 +22,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
-
-from kernels.model import TinyLM
 
 __all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force"]
 
@@ -60,7 +61,7 @@ def sample(
 
 @nnx.jit(static_argnames=("new_tokens", "top_k", "top_p"))
 def generate(
-    model: TinyLM,
+    model: nnx.Module,
     prompts: Int[Array, "seqs prompt"],
     key: Array,
     temperature: Float[Array, ""],
@@ -96,7 +97,7 @@ def generate(
 
 @nnx.jit(static_argnames=("prompt_len",))
 def teacher_force(
-    model: TinyLM, tokens: Int[Array, "seqs length"], *, prompt_len: int
+    model: nnx.Module, tokens: Int[Array, "seqs length"], *, prompt_len: int
 ) -> Float[Array, "seqs new vocab"]:
     """Whole-sequence logits of ``model.ops`` that predict ``tokens[:, prompt_len:]``."""
     TRACES["teacher_force"] += 1

@@ -16,7 +16,7 @@ import io
 import json
 from dataclasses import asdict, dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +37,9 @@ __all__ = [
     "save_checkpoint",
     "with_ops",
 ]
+
+# a model whose kernels are its ``ops`` attribute (TinyLM, kernels.hf.Decoder)
+M = TypeVar("M", bound=nnx.Module)
 
 # shipped checkpoints: name -> (weights file, training log) inside kernels/checkpoints/
 CHECKPOINTS = {"tiny-lm": ("tiny-lm.npz", "tiny-lm.json")}
@@ -172,8 +175,9 @@ class TinyLM(nnx.Module):
         return self._logits(x), caches
 
 
-def with_ops(model: TinyLM, ops: Ops) -> TinyLM:
-    """A new model with ``model``'s weights (shared, not copied) running on ``ops``."""
+def with_ops(model: M, ops: Ops) -> M:
+    """A new model with ``model``'s weights (shared, not copied) running on ``ops`` (a TinyLM or
+    any other module whose kernels are its ``ops``, such as ``kernels.hf.Decoder``)."""
     graphdef, state = nnx.split(model)
     new = nnx.merge(graphdef, state)
     new.ops = ops
