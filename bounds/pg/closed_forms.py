@@ -303,21 +303,34 @@ def k3_band(tau: Fraction) -> tuple[Fraction, Fraction]:
     k3 ≤ τ. Masking outside it drops at least what k3 drops, so its bound is sound (a 10⁻¹²
     relative margin above the exact one)."""
     tau = Fraction(tau)
-    with mpmath.workdps(40):
+    # the roots sit about √(2τ) from 1: enough digits to resolve that distance 12 times over
+    tiny = max(0, -int(mpmath.floor(mpmath.log10(mpmath.mpf(tau.numerator) / tau.denominator))))
+    with mpmath.workdps(60 + tiny):
         t = mpmath.mpf(tau.numerator) / tau.denominator
-        f = lambda w: w - 1 - mpmath.log(w) - t  # noqa: E731
-        lo = mpmath.findroot(f, (mpmath.mpf("1e-300"), mpmath.mpf(1)), solver="anderson")
-        hi = mpmath.findroot(f, (mpmath.mpf(1), 2 + 2 * t + 2 * mpmath.sqrt(2 * t)),
-                             solver="anderson")  # fmt: skip
 
-        def rounded(x, up: bool) -> Fraction:
-            scale = 10 ** (11 - int(mpmath.floor(mpmath.log10(x))))
-            n = mpmath.ceil(x * scale) if up else mpmath.floor(x * scale)
-            return Fraction(int(n), scale) if scale >= 1 else Fraction(int(n)) / scale
+        def root(a, b):  # k3 − τ changes sign once on [a, b]: bisection
+            above = a - 1 - mpmath.log(a) > t
+            for _ in range(260):
+                m = (a + b) / 2
+                if (m - 1 - mpmath.log(m) > t) == above:
+                    a = m
+                else:
+                    b = m
+            return (a + b) / 2
+
+        # k3(e^{−τ−2}) ≥ τ + 1 and k3(2τ + 4) = 2τ + 3 − log(2τ + 4) > τ bracket the roots
+        lo, hi = root(mpmath.exp(-t - 2), mpmath.mpf(1)), root(mpmath.mpf(1), 2 * t + 4)
+
+        def rounded(x, up: bool) -> Fraction:  # 12 digits of min(x, |x − 1|), inward
+            scale = Fraction(10) ** (11 - int(mpmath.floor(mpmath.log10(min(x, abs(x - 1))))))
+            n = mpmath.ceil(x * scale.numerator / scale.denominator)
+            if not up:
+                n = mpmath.floor(x * scale.numerator / scale.denominator)
+            return Fraction(int(n)) / scale
 
         band = rounded(lo, up=True), rounded(hi, up=False)
     saved = mpmath.iv.prec
-    mpmath.iv.prec = 200
+    mpmath.iv.prec = 200 + 4 * tiny
     try:
         limit = (mpmath.iv.mpf(tau.numerator) / tau.denominator).a
         for w in band:

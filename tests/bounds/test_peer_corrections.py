@@ -412,3 +412,76 @@ def test_kl_threshold_of_the_binary_mask_is_at_most_the_full_kl():
         full = measure.kl(z, zp, 1.0, reverse=True)
         assert np.all(binary <= full * (1 + 1e-12) + 1e-15)
         assert np.all(np.abs(p - q) <= measure.tv(z, zp, 1.0) * (1 + 1e-12) + 1e-15)
+
+
+# ---- kl_reject: verl's KL-estimator rejection ----------------------------------------------
+def _kl(reject: str, threshold: str, premise: str = "N1") -> str:
+    return (f"estimator: kl_reject, reject: '{reject}', reject_threshold: '{threshold}', "
+            f"max: 100, from: [{premise}]")  # fmt: skip
+
+
+@pytest.mark.parametrize("delta", ["0.05", "0.3"])
+def test_kl_reject_single_criteria_equal_the_estimators_they_are(delta):
+    r2 = math.sqrt(2 * 0.02)
+    pairs = [
+        (_kl("token_k1", "0.5_2.0"), "estimator: icepop, band: [0.5, 2.0], max: 100, from: [N1]"),
+        (_kl("token_k2", "0.02"),
+         f"estimator: icepop, band: [{math.exp(-r2)!r}, {math.exp(r2)!r}], max: 100, from: [N1]"),
+        (_kl("seq_mean_k1", "0.9_1.1"),
+         f"estimator: geo_mask, band: [{1 / 1.1!r}, {1 / 0.9!r}], max: 100, from: [N1]"),
+        (_kl("seq_max_k2", "0.02"), f"estimator: seq_outlier, band: [{math.exp(-r2)!r}, "
+                                    f"{math.exp(r2)!r}], max: 100, from: [N1]"),
+        (_kl("token_k1", "0.5_2.0", "N3"),
+         "estimator: icepop, band: [0.5, 2.0], max: 100, from: [N3]"),
+    ]  # fmt: skip
+    c = _contract([g for pair in pairs for g in pair], delta=delta)
+    d = bounds.derive(c)
+    for i in range(0, len(d), 2):
+        assert d[i].value == pytest.approx(d[i + 1].value, rel=1e-9, abs=1e-12), pairs[i // 2]
+        assert d[i].extra["attained"] == d[i + 1].extra["attained"]
+
+
+def test_kl_reject_witness_and_chain():
+    for osc, T in GRID:
+        _attains(LEMMAS["pg_bias_kl_reject"].witness(osc, T, 0.03))
+    # the chain's bound is at least each criterion's and at most G·A; one above max is not
+    # refuted (a sum of suprema is not marked attained)
+    c = _contract([_kl("token_k2", "0.02"), _kl("seq_max_k3", "0.004"),
+                   _kl("token_k2,seq_max_k3", "0.02,0.004")], delta="0.06")  # fmt: skip
+    one, two, chain = bounds.derive(c)
+    assert max(one.value, two.value) <= chain.value <= 5.0
+    assert chain.value == pytest.approx(min(5.0, one.value + two.value), rel=1e-12)
+    assert not chain.extra["attained"]
+
+
+@examples(60)
+@given(
+    st.floats(0.0, 3.0),
+    st.floats(1e-4, 2.0),
+    st.sampled_from([2, 3, 16, 512]),
+    st.sampled_from(["seq_mean", "seq_sum", "seq_max"]),
+    st.sampled_from([2, 3]),
+    st.data(),
+)
+def test_sequence_k_criteria_drop_nothing_where_the_step_is_zero(s, tau, L, level, k, data):
+    """No sequence of n ≤ L tokens with |log w| ≤ s passes the threshold where the bound's step
+    is 0 (k_max ≤ τ, or L·k_max ≤ τ for the sum); the log ratios include the extremes ±s."""
+    kmax = float(C.k_value(k, sympy.Float(s, 30)))
+    passable = L * kmax if level == "seq_sum" else kmax
+    n = data.draw(st.integers(1, L))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    u = rng.choice([-s, s, 0.0], n) if data.draw(st.booleans()) else rng.uniform(-s, s, n)
+    vals = 0.5 * u**2 if k == 2 else np.expm1(u) - u
+    stat = {"seq_mean": vals.mean(), "seq_sum": vals.sum(), "seq_max": vals.max()}[level]
+    if step(passable, tau) == 0.0:
+        assert stat <= tau * (1 + 1e-12)
+
+
+@examples(40)
+@given(st.floats(1e-9, 50.0))
+def test_k3_band_lies_inside_its_roots(tau):
+    lo, hi = C.k3_band(Fraction(tau))
+    k3 = lambda w: w - 1 - math.log(w)  # noqa: E731
+    assert lo < 1 < hi and k3(float(lo)) <= tau * (1 + 1e-9) and k3(float(hi)) <= tau * (1 + 1e-9)
+    assert k3(float(lo) * (1 - 1e-6)) > tau * (1 - 1e-9) or float(lo) < 1e-300
+    assert k3(float(hi) * (1 + 1e-6)) > tau * (1 - 1e-9)
