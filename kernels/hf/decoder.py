@@ -102,6 +102,7 @@ def _f32(tree):
 
 def _rms_norm(x: Float[Array, "... d"], weight: Float[Array, " d"], eps: float) -> Array:
     x = x.astype(jnp.float32)
+    weight = jnp.reshape(weight, (1,) * (x.ndim - 1) + (-1,))
     return weight * (x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
@@ -113,7 +114,9 @@ def _project(ops: Ops, x: Float[Array, "... k"], p: dict, inputs: int = 1) -> Ar
     flat_in = int(np.prod(k_in))
     y = ops.matmul(x.reshape(*x.shape[: x.ndim - inputs], flat_in), kernel.reshape(flat_in, -1))
     y = y.reshape(*y.shape[:-1], *out)
-    return y + p["bias"] if "bias" in p else y
+    if "bias" not in p:
+        return y
+    return y + jnp.reshape(p["bias"], (1,) * (y.ndim - len(out)) + tuple(out))
 
 
 def _qkv(p: dict, x: Array, c: DecoderConfig, ops: Ops, cos: Array, sin: Array):

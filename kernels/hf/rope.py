@@ -53,7 +53,8 @@ def cos_sin(
 ) -> tuple[Float[Array, "*pos dim"], Float[Array, "*pos dim"]]:
     """``cos θ`` and ``sin θ`` at every position (float32), ``θ = p · [f, f]``; ``positions``
     is a scalar (one decoding step) or a vector (a whole sequence)."""
-    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+    positions = jnp.asarray(positions, jnp.float32)
+    freqs = positions[..., None] * jnp.reshape(inv_freq, (1,) * positions.ndim + (-1,))
     angles = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(angles), jnp.sin(angles)
 
@@ -64,4 +65,8 @@ def rotate(
     """``x`` rotated by the angles whose cosines and sines are given (broadcast over heads)."""
     half = x.shape[-1] // 2
     turned = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[..., None, :] + turned * sin[..., None, :]
+    # cos, sin: [*pos, dim] -> [1.., *pos, 1, dim], lined up with x's axes (no rank promotion)
+    lead = (1,) * (x.ndim - cos.ndim - 1)
+    cos = jnp.reshape(cos, (*lead, *cos.shape[:-1], 1, cos.shape[-1]))
+    sin = jnp.reshape(sin, (*lead, *sin.shape[:-1], 1, sin.shape[-1]))
+    return x * cos + turned * sin

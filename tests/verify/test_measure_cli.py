@@ -1,0 +1,123 @@
+"""``python -m verify measure``: the drift table of a checkpoint and a prompt file, its outputs,
+and its bad-input corpus (each a one-line reason and exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from evidence.drift import ROW_COLUMNS
+from kernels.columns import MEASURED_COLUMNS
+from kernels.hf.checkpoint import save_decoder
+from kernels.hf.config import parse_config
+from kernels.hf.decoder import Decoder
+from verify.diagnostics.measure.run import length_slices, load_model, prompt_rows
+
+CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "vocab_size": 48,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 40,
+    "tie_word_embeddings": True,
+}
+WORDS = ["[UNK]"] + [f"w{i}" for i in range(40)]
+PROMPTS = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11 w12\n\nw3 w3 w3 w3 w3 w3 w3\n"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("measure")
+    save_decoder(Decoder(parse_config(CONFIG), seed=5), str(root / "ckpt"))
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, "[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(root / "ckpt" / "tokenizer.json"))
+    (root / "prompts.txt").write_text(PROMPTS)
+    (root / "latin1.txt").write_bytes(b"w1 w2\nw3 caf\xe9\n")
+    (root / "blank.txt").write_text("\n   \n")
+    (root / "out").mkdir()
+    return root
+
+
+def test_drift_table_of_a_checkpoint_and_a_prompt_file(folder, cli):
+    code, out, err = cli(
+        "measure", "--model", "hf:ckpt", "--prompts", "prompts.txt", "--presets", "h100-fp8",
+        "--batch", "2", "--new-tokens", "3", "--csv", "t.csv", "--json", "t.json",
+        "--tokens", "tokens.csv", cwd=folder,
+    )  # fmt: skip
+    assert code == 0, err
+    assert err == ""  # no progress bar when standard error is not a terminal
+    assert out.startswith("drift table: hf:ckpt, K_train fp32, prompts.txt (5 tokens each) + 3")
+    rows = list(csv.DictReader(io.StringIO((folder / "t.csv").read_text())))
+    doc = json.loads((folder / "t.json").read_text())
+    tokens = list(csv.DictReader(io.StringIO((folder / "tokens.csv").read_text())))
+    assert list(rows[0]) == list(ROW_COLUMNS) == doc["columns"]
+    assert len(tokens) == 3 * 3  # three prompts, three generated tokens each
+    assert sum(int(r["tokens"]) for r in rows) == 9
+    assert [(r["preset"], r["length_lo"], r["length_hi"]) for r in rows] == [
+        ("h100-fp8", "1", "16")
+    ]  # prompts cut to 5 tokens: lengths 6 to 8
+    assert [t["position"] for t in tokens] == ["5", "6", "7"] * 3
+    drift = np.array([float(t["logit_drift"]) for t in tokens])
+    row = doc["rows"][0]
+    assert row["drift_max"] == drift.max()
+    assert row["drift_mean"] == pytest.approx(drift.mean(), rel=1e-12)
+    assert row["tv_max"] == max(float(t["tv"]) for t in tokens)
+    assert row["top1_flip_rate"] == np.mean([float(t["top1_flip"]) for t in tokens])
+    w = np.sort(np.abs([float(t["log_ratio"]) for t in tokens]))
+    assert (row["abs_log_w_q50"], row["abs_log_w_max"]) == (w[4], w[-1])  # ceil(0.5 * 9) = 5th
+    assert set(tokens[0]) == {"preset", "batch", "position", *MEASURED_COLUMNS}
+
+
+def test_shipped_model_prompts_and_length_slices():
+    loaded = load_model("tiny-lm")
+    rows = prompt_rows(loaded, None, 3, 100, seed=0)
+    assert rows.shape == (3, 28) and rows.dtype == np.int32  # the context (128) leaves 28
+    slices = length_slices(np.array([0, 14, 15, 16, 31, 32, 100]))
+    assert {k: v.nonzero()[0].tolist() for k, v in slices.items()} == {
+        (1, 16): [0, 1, 2],
+        (17, 32): [3, 4],
+        (33, 64): [5],
+        (65, 128): [6],
+    }
+
+
+BAD = [
+    (["--prompts", "missing.txt"], "verify measure: --prompts missing.txt: no such file"),
+    (["--prompts", "out"], "verify measure: --prompts out: is a directory, not a prompt file"),
+    (["--prompts", "latin1.txt"], "verify measure: --prompts latin1.txt:2: not UTF-8 text"),
+    (["--prompts", "blank.txt"], "verify measure: --prompts blank.txt: holds no prompts"),
+    (["--presets", "h100-fp8,fp7"], "verify measure: unknown preset 'fp7'; known: fp32, bf16"),
+    (["--train", "tf32"], "verify measure: unknown preset 'tf32'"),
+    (["--model", "gpt-9"], "verify measure: --model gpt-9: not a shipped model (tiny-lm)"),
+    (["--model", "hf:nowhere", "--prompts", "prompts.txt"], "verify measure: --model hf:nowhere"),
+    (["--model", "hf:ckpt"], "verify measure: --model hf:ckpt: a checkpoint needs --prompts"),
+    (["--new-tokens", "128"], "verify measure: --new-tokens 128: tiny-lm has a context of 128"),
+    (["--temperature", "0"], "verify measure: --temperature must be positive, got 0.0"),
+    (["--temperature", "nan"], "verify measure: --temperature must be positive, got nan"),
+    (["--batch", "4,0"], "argument --batch: must be positive: 0"),
+    (["--batch", "a"], "argument --batch: not an integer: 'a'"),
+    (["--presets", "bf16,"], "argument --presets: not a comma-separated list of names"),
+    (["--csv", "out"], "verify: cannot write out: is a directory"),
+    (["--prompts", "prompts.txt", "--json", "prompts.txt"], "the prompt file"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_refused_with_exit_2(folder, cli, argv, message):
+    before = sorted(p.name for p in folder.rglob("*"))
+    code, out, err = cli("measure", *argv, "--tokens", "never.csv", cwd=folder)
+    assert code == 2 and out == ""
+    assert message in err and "Traceback" not in err and "internal error" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 or lines[0].startswith("usage:")  # one reason, or usage and reason
+    assert sorted(p.name for p in folder.rglob("*")) == before
