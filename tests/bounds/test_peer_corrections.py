@@ -376,7 +376,8 @@ def test_the_rl_page_guarantees_are_read_and_proved():
     head = HEAD.replace("guarantees:\n", "") % (8, "0.05")
     c = contracts.loads(head + block, path="rl.md")
     assert {g.estimator for g in c.guarantees} == {
-        "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm"
+        "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
+        "kl_reject",
     }  # fmt: skip
     for d in bounds.derive(c):
         assert discharge(d).status is Status.PROVED, d.guarantee
