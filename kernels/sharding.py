@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array
 
 __all__ = [
@@ -113,7 +113,7 @@ def _path(keys) -> str:
     return "/".join(parts)
 
 
-def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
+def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh | AbstractMesh) -> PartitionSpec:
     """``spec`` for an array of ``shape`` (missing trailing entries: whole); an axis the mesh
     does not divide stays whole."""
     entries = (list(spec) + [None] * len(shape))[: len(shape)]
@@ -124,8 +124,11 @@ def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSp
     return PartitionSpec(*out)
 
 
-def param_specs(state: nnx.State, rules: Sequence[Rule], mesh: Mesh) -> dict[str, PartitionSpec]:
-    """Each array's path in ``state`` -> its ``PartitionSpec`` under ``rules`` on ``mesh``."""
+def param_specs(
+    state: Any, rules: Sequence[Rule], mesh: Mesh | AbstractMesh
+) -> dict[str, PartitionSpec]:
+    """Each array's path in ``state`` (an NNX state, or any pytree of arrays or shapes) -> its
+    ``PartitionSpec`` under ``rules`` on ``mesh`` (a mesh of devices, or only its shape)."""
     compiled = [(re.compile(pattern), spec) for pattern, spec in rules]
     specs = {}
     for keys, leaf in jax.tree_util.tree_leaves_with_path(state):
