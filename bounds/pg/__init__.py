@@ -4,7 +4,8 @@ One subject, one room: each estimator's closed form, lemma, witness and routes s
 
 - ``links``: reward drift, the plain, TIS (c > 1) and MIS bias lemmas, the clip budget;
 - ``closed_forms``: the other estimators' forms and exact suprema (TIS with c ≤ 1, ppo_clip,
-  icepop, geo_mask, tv_mask, kl_mask, seq_is, seq_tis);
+  icepop, geo_mask, tv_mask, kl_mask, seq_is, seq_tis, and the frameworks' dppo_tv, dppo_kl,
+  dual_clip, seq_mask, seq_outlier, tis_mask, opsm, kl_reject);
 - ``lemmas``: their lemmas (built on the lemma registry's first use: sympy takes a second);
 - ``witnesses``: the explicit instances that attain or approach each supremum;
 - ``routes``: every estimator's bias bound from the premises a guarantee names;
