@@ -109,7 +109,8 @@ EXIT_CODES = (
     "exit codes: 0 every guarantee proved and every clause held (skipped ones say why); with "
     "evidence (an evidence: section or --evidence), also every premise of every guarantee held "
     "by that evidence. 1 something refuted or violated, including a premise the evidence "
-    "contradicts. 2 unusable input; no report written. 3 nothing refuted or violated, but "
+    "contradicts. 2 unusable input, or a contract naming code to import without --trust-code; "
+    "no report written. 3 nothing refuted or violated, but "
     "something unknown or inconclusive, or a guarantee resting on a premise the given evidence "
     "did not decide (listed under 'premises unchecked' and in the report's support[])."
 )
