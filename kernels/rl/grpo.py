@@ -93,7 +93,7 @@ def group_advantages(
 def _is_weight(name: str, log_ratio, mask):
     """The uncorrected importance weight each estimator starts from: W for sequence ones."""
     lr = jnp.where(mask > 0, log_ratio, 0.0)
-    if name in ("seq_is", "seq_tis"):
+    if name in ("seq_is", "seq_tis", "seq_mask"):
         lr = jnp.broadcast_to(jnp.sum(lr, axis=1, keepdims=True), lr.shape)
     return jnp.exp(jnp.minimum(lr, 80.0))
 
@@ -120,7 +120,8 @@ def correct(
     """The estimator's weights from both kernels' logits at the sampled tokens.
 
     ``token_tv`` is TV(π, π') and ``token_kl`` is KL(π' ‖ π) at each position (read by
-    ``tv_mask`` and ``kl_mask``); ``advantages`` are per sequence (read by ``ppo_clip``).
+    ``tv_mask`` and ``kl_mask``); ``advantages`` are per sequence (read by ``ppo_clip`` and the
+    advantage-aware masks); the rollout's log-probs of the sampled tokens feed the DPPO masks.
     """
     TRACES["correct"] += 1
     train_lp = _taken(train_logits, generated, temperature)
@@ -135,6 +136,7 @@ def correct(
         params=dict(params),
         token_tv=token_tv,
         token_kl=token_kl,
+        logp_inf=rollout_lp,
     )
     valid = mask > 0
     n = jnp.maximum(valid.sum(), 1)
