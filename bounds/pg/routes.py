@@ -623,8 +623,8 @@ def _criterion(ctx, i: int, crit, kind: str, x, value: float) -> tuple[sympy.Exp
         if kind == "ratio":
             return band_ratio(x, lo, hi), exact_band and ratio_ok(value)
         return band_tv(x, lo, hi), exact_band
-    if kind == "tv":  # a sampled token's w is free under a TV premise: one drops its sequence
-        return sympy.Integer(1), True
+    if kind == "tv":  # a sampled token's w is free under a TV premise (ε > 0): one drops its
+        return sympy.Integer(1), value > 0  # sequence
     L = ctx.const("L", L_val)
     if crit.k == 1 and level == "seq_mean":
         idle = _at_max(ctx, L * (sympy.log(hi) - x), ctx.premises.facts) >= 0
