@@ -96,10 +96,6 @@ class DecoderLayer(nnx.Module):
 # ----------------------------------------------------------------------- computation
 
 
-def _f32(tree):
-    return jax.tree.map(lambda a: a.astype(jnp.float32), tree)
-
-
 def _rms_norm(x: Float[Array, "... d"], weight: Float[Array, " d"], eps: float) -> Array:
     x = x.astype(jnp.float32)
     weight = jnp.reshape(weight, (1,) * (x.ndim - 1) + (-1,))
