@@ -14,6 +14,7 @@ import pytest
 from cli_runner import run_cli
 
 import contracts
+from verify.cli.commands import SUBCOMMANDS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -194,8 +195,7 @@ def test_synopses_name_only_options_their_command_takes():
         words = command.split("#")[0].split()
         if words[:3] != ["python", "-m", "verify"]:
             continue
-        sub = words[3] if words[3] in {"check", "synth", "schema", "export", "localize",
-                                        "conformance", "monitor", "init"} else None  # fmt: skip
+        sub = words[3] if words[3] in SUBCOMMANDS else None
         code, usage, _ = run_cli(*([sub, "--help"] if sub else ["--help"]))
         assert code == 0, command
         for option in re.findall(r"--[\w-]+", command):
