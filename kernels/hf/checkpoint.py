@@ -43,6 +43,7 @@ __all__ = [
     "folder_sha256",
     "hf_tensors",
     "load_decoder",
+    "logits_function",
     "save_decoder",
 ]
 
@@ -282,6 +283,20 @@ def load_decoder(folder: str, ops: Ops | None = None):
     if ops is not None:
         model.ops = ops
     return model
+
+
+def logits_function(folder: str):
+    """``(fn, params, config)`` of the checkpoint in ``folder``: ``fn(params, tokens)`` its
+    teacher-forced logits on plain float32 ops (the form ``kernels.transform.on_kernel`` and
+    ``kernels.localize`` take). Raises ``CheckpointError``."""
+    from flax import nnx
+
+    graphdef, params = nnx.split(load_decoder(folder))
+
+    def fn(params, tokens):
+        return nnx.merge(graphdef, params)(tokens)
+
+    return fn, params, read_config(folder)
 
 
 # ------------------------------------------------------------------------------ writing

@@ -106,3 +106,20 @@ def test_an_unusable_checkpoint_or_prompt_file_exits_2_at_its_key(
     line = 10 if key == "model" else 11
     assert (code, out) == (2, "")
     assert err == f"{path}:{line}:5: evidence.emulate.{key}: {message.format(folder=folder)}\n"
+
+
+def test_localize_and_conformance_take_the_contracts_hf_model(folder):
+    # the diagnostic commands run the contract's checkpoint as a function of (params, tokens)
+    import jax
+    import jax.numpy as jnp
+
+    from verify.diagnostics.localize.model import choose_model
+
+    contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
+    chosen = choose_model(contract, None, None, 16)
+    assert (chosen.name, chosen.vocab, chosen.max_length) == (f"hf:{folder / 'ckpt'}", 64, 64)
+    tokens = jax.ShapeDtypeStruct((2, 5), jnp.int32)
+    assert jax.eval_shape(chosen.fn, chosen.params, tokens).shape == (2, 5, 64)
+    code, out, err = run_cli("localize", folder / "c.yaml", "--model", "hf:nowhere")
+    assert (code, out) == (2, "")
+    assert err == "--model: cannot load hf:nowhere: nowhere/config.json: no such file\n"

@@ -1,10 +1,12 @@
 """The model a diagnostic command runs: ``--model``/``--params``, else the contract's own.
 
-A shipped checkpoint name (``tiny-lm``) or an entry point ``package.module:function`` with a
-params file (``kernels.user_model``). Without ``--model`` the contract's ``evidence.emulate``
-model and params are used, and ``tiny-lm`` when it has none. Token windows come from the
-checkpoint's held-out text, or the params file's ``extra/prompts``; without them tokens are
-drawn uniformly from the vocabulary.
+A shipped checkpoint name (``tiny-lm``), an entry point ``package.module:function`` with a
+params file (``kernels.user_model``) or a Hugging Face checkpoint folder ``hf:PATH``
+(``kernels.hf``; a ``--model`` path is relative to the working directory, a contract's to the
+contract). Without ``--model`` the contract's ``evidence.emulate`` model and params are used,
+and ``tiny-lm`` when it has none. Token windows come from the checkpoint's held-out text, or the
+params file's ``extra/prompts``; without them (and for an ``hf:`` folder) tokens are drawn
+uniformly from the vocabulary.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from contracts import KernelContractsError
+from contracts.sections import HF_PREFIX
 
 __all__ = ["Chosen", "ModelError", "choose_model", "token_rows"]
 
@@ -85,6 +88,8 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
             raise ModelError(text) from None
         width = None if um.windows is None else int(um.windows.shape[1])
         return Chosen(model, um.fn, um.params, um.windows, width, um.vocab)
+    if model.startswith(HF_PREFIX):
+        return _hf(model, options["evidence.emulate.model"])
     if model not in CHECKPOINTS:
         raise ModelError(
             f"--model {model}: unknown model (shipped: {', '.join(sorted(CHECKPOINTS))}; or an "
@@ -96,6 +101,19 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
     fn, state, windows = shipped_model(model)
     config = load_pretrained(model).config
     return Chosen(model, fn, state, windows, min(config.context, windows.shape[1]), config.vocab)
+
+
+def _hf(model: str, option: str | None) -> Chosen:
+    from kernels.hf.checkpoint import logits_function
+    from kernels.hf.errors import CheckpointError
+
+    try:
+        fn, params, config = logits_function(model[len(HF_PREFIX) :])
+    except CheckpointError as err:
+        raise ModelError(
+            f"{option or 'evidence.emulate.model'}: cannot load {model}: {err}"
+        ) from None
+    return Chosen(model, fn, params, None, config.max_position_embeddings, config.vocab_size)
 
 
 def token_rows(chosen: Chosen, count: int, length: int, rng: np.random.Generator) -> np.ndarray:
