@@ -139,7 +139,7 @@ def timeout(p: Parser, help: str | None = "time budget per obligation (default 5
 
 
 def model(p: Parser, help: str) -> None:
-    p.add_argument("--model", metavar="NAME|module:function", help=help)
+    p.add_argument("--model", metavar="NAME|module:function|hf:PATH", help=help)
     p.add_argument("--params", metavar="PATH", help="the entry point's params (.npz)")
     trust(p)
 
