@@ -145,10 +145,10 @@ def _logits(model, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         full = model(tokens).logits.float().numpy()
         out = model(tokens[:, :PREFILL], use_cache=True)
         steps = [out.logits.float()]
-        cache = out.past_key_values
+        cache = out.cache
         for t in range(PREFILL, tokens.shape[1]):
-            out = model(tokens[:, t : t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(tokens[:, t : t + 1], cache=cache, use_cache=True)
+            cache = out.cache
             steps.append(out.logits.float())
         decoded = torch.cat(steps, dim=1).numpy()
     return full, decoded
