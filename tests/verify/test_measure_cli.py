@@ -16,6 +16,7 @@ from kernels.columns import MEASURED_COLUMNS
 from kernels.hf.checkpoint import save_decoder
 from kernels.hf.config import parse_config
 from kernels.hf.decoder import Decoder
+from verify.diagnostics.measure.render import ProgressBar
 from verify.diagnostics.measure.run import length_slices, load_model, prompt_rows
 
 CONFIG = {
@@ -89,6 +90,27 @@ def test_shipped_model_prompts_and_length_slices():
         (33, 64): [5],
         (65, 128): [6],
     }
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_is_drawn_on_a_terminal_only():
+    for stream, drawn in ((_Terminal(), True), (io.StringIO(), False)):
+        bar = ProgressBar(stream, 4)
+        bar.label = "h100-fp8 @ 2"
+        bar.advance(2)
+        bar.advance(2)
+        bar.done()
+        text = stream.getvalue()
+        if drawn:
+            assert text.split("\r")[1].startswith("measure [" + "#" * 15 + "." * 15 + "] 2/4")
+            assert text.split("\r")[2].startswith("measure [" + "#" * 30 + "] 4/4 h100-fp8 @ 2")
+            assert text.endswith("\n")
+        else:
+            assert text == ""
 
 
 BAD = [

@@ -80,6 +80,7 @@ def _run(args, presets: list[str], stderr) -> dict:
     import jax
 
     from evidence.drift import drift_cell
+    from verify.diagnostics.measure.render import ProgressBar
     from verify.diagnostics.measure.run import (
         length_slices,
         load_model,
@@ -89,7 +90,7 @@ def _run(args, presets: list[str], stderr) -> dict:
 
     loaded = load_model(args.model)
     prompts = prompt_rows(loaded, args.prompts, args.count, args.new_tokens, args.seed)
-    bar = _Bar(stderr, len(presets) * len(args.batch) * len(prompts))
+    bar = ProgressBar(stderr, len(presets) * len(args.batch) * len(prompts))
     table, tokens = {}, []
     for preset in presets:
         for batch in args.batch:
@@ -130,24 +131,3 @@ def _outputs(args, result) -> list[str]:
     if args.tokens is not None:
         texts.append(tokens_csv(result))
     return texts
-
-
-class _Bar:
-    """A progress bar on ``stream``, drawn only when it is a terminal."""
-
-    def __init__(self, stream, total: int):
-        self.stream, self.total, self.done_rows, self.label = stream, total, 0, ""
-        isatty = getattr(stream, "isatty", None)
-        self.on = bool(isatty and isatty())
-
-    def advance(self, rows: int) -> None:
-        self.done_rows += rows
-        if self.on:
-            filled = 30 * self.done_rows // max(self.total, 1)
-            self.stream.write(f"\rmeasure [{'#' * filled}{'.' * (30 - filled)}] "
-                              f"{self.done_rows}/{self.total} {self.label:<28}")  # fmt: skip
-            self.stream.flush()
-
-    def done(self) -> None:
-        if self.on:
-            self.stream.write("\n")

@@ -1,4 +1,4 @@
-"""The drift table as text, CSV and JSON, and the per-token table as CSV."""
+"""The drift table as text, CSV and JSON, the per-token table as CSV, and the progress bar."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import json
 import math
 
-__all__ = ["TOKEN_COLUMNS", "table_csv", "to_json", "to_text", "tokens_csv"]
+__all__ = ["TOKEN_COLUMNS", "ProgressBar", "table_csv", "to_json", "to_text", "tokens_csv"]
 
 _TEXT = (  # (column, header, format)
     ("preset", "preset", "{:<20}"),
@@ -98,3 +98,28 @@ def tokens_csv(result) -> str:
             w.writerow([preset, batch, *(repr(float(v)) if isinstance(v, float) else v
                                          for v in rest)])  # fmt: skip
     return out.getvalue()
+
+
+class ProgressBar:
+    """A progress bar of ``total`` rows on ``stream``, drawn only when it is a terminal."""
+
+    WIDTH = 30
+
+    def __init__(self, stream, total: int):
+        self.stream, self.total, self.rows, self.label = stream, total, 0, ""
+        isatty = getattr(stream, "isatty", None)
+        self.on = bool(isatty and isatty())
+
+    def advance(self, rows: int) -> None:
+        """``rows`` more rows are done."""
+        self.rows += rows
+        if self.on:
+            filled = self.WIDTH * self.rows // max(self.total, 1)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            self.stream.write(f"\rmeasure [{bar}] {self.rows}/{self.total} {self.label:<28}")
+            self.stream.flush()
+
+    def done(self) -> None:
+        """End the bar's line."""
+        if self.on:
+            self.stream.write("\n")
