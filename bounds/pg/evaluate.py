@@ -75,7 +75,8 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
         if estimator == "seq_outlier":
             return C.outlier_step(sympy.exp(_s), lo, hi)
         tv_l = sequence_tv_bound(sympy.tanh(_s / 4), kl_tilt_sup(_s), L)
-        return sympy.Min(C.seq_mask_ratio(L * _s, lo, hi), C.seq_mask_tv(tv_l, lo, hi))
+        forms = [C.seq_mask_azuma(_s, L, lo, hi), C.seq_mask_ratio(L * _s, lo, hi)]
+        return sympy.Min(*forms, C.seq_mask_tv(tv_l, lo, hi))
     if estimator == "seq_is":
         return sympy.Integer(0)
     if estimator == "seq_tis":

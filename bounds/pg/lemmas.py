@@ -29,6 +29,7 @@ from bounds.pg.closed_forms import (
     band_tv,
     kl_iterate,
     outlier_step,
+    seq_mask_azuma,
     seq_mask_ratio,
     seq_mask_tv,
     seq_tis_kl,
@@ -82,7 +83,9 @@ def _seq_mask_form(low=lo) -> sympy.Expr:
     """D_seq for seq_mask from a drift premise: the band's ratio form at |log W| ≤ L·s, and its
     TV form at the sequence-TV routes (coupling, Pinsker, Bretagnolle–Huber)."""
     tv_l = sequence_tv_bound(sympy.tanh(s / 4), kl_tilt_sup(s), L)
-    return sympy.Min(seq_mask_ratio(L * s, low, hi), seq_mask_tv(tv_l, low, hi))
+    return sympy.Min(
+        seq_mask_azuma(s, L, low, hi), seq_mask_ratio(L * s, low, hi), seq_mask_tv(tv_l, low, hi)
+    )
 
 
 _DUAL_HI = sympy.Min(1 + ce, c)  # the dual clip's band: w ∉ [1 − ε, min(1 + ε, c)] can drop
@@ -620,10 +623,13 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            (_TOK, _SUPPORT, _BAND), "a TV premise leaves a sampled token's w free",
            "attained (ε > 0)"),
     _lemma("pg_bias_seq_mask", _OSC,
-           "bias of E_π'[W·1{lo ≤ W ≤ hi}·g(y)] ≤ L·G·A·min(icepop ratio form at |log W| ≤ L·s, "
-           "min(1, K·TV_L)), K = hi/(hi − 1) + lo/(1 − lo)",
+           "bias of E_π'[W·1{lo ≤ W ≤ hi}·g(y)] ≤ L·G·A·min(hi·e^{−2 log²hi/(L s²)} + "
+           "e^{−2 log²lo/(L s²)}, icepop ratio form at |log W| ≤ L·s, min(1, K·TV_L)), "
+           "K = hi/(hi − 1) + lo/(1 − lo)",
            (_SEQ, _SUPPORT, _BAND, "a sequence whose W lies outside [lo, hi] is dropped"),
-           "bias = ‖E_π[1{W ∉ band}·g(y)]‖ ≤ L·G·A·π_L(W ∉ band); W ∈ [e^{−Ls}, e^{Ls}] with "
+           "bias = ‖E_π[1{W ∉ band}·g(y)]‖ ≤ L·G·A·π_L(W ∉ band); Chernoff with Hoeffding's "
+           "lemma per step bounds π_L(W > hi), Azuma under π (whose log-ratio drift is the KL, "
+           "≥ 0) bounds π_L(W < lo); W ∈ [e^{−Ls}, e^{Ls}] with "
            "E_π' W = 1 gives the ratio form; π_L(W > hi) < hi/(hi − 1)·(π_L − π'_L)(W > hi) ≤ "
            "hi/(hi − 1)·TV_L and mirrored below; TV_L from the sequence-TV routes. One token "
            "(L = 1) is the icepop band",

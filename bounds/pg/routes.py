@@ -29,6 +29,7 @@ from bounds.pg.closed_forms import (
     k_value,
     kl_anchor,
     outlier_step,
+    seq_mask_azuma,
     seq_mask_ratio,
     seq_mask_tv,
     seq_tis_kl,
@@ -546,8 +547,8 @@ def _seq_outlier(ctx, GA) -> list[Route]:
 
 def _seq_mask(ctx, GA) -> list[Route]:
     """ω = W·1[lo ≤ W ≤ hi]: bias ≤ L·G·A·π_L(W ∉ [lo, hi]). One token: the icepop band.
-    L ≥ 2: the band's ratio form at |log W| ≤ L·r and its TV form at the sequence TV; bounds,
-    not suprema (not marked attained)."""
+    L ≥ 2: a concentration form (``seq_mask_azuma``), the band's ratio form at |log W| ≤ L·r
+    and its TV form at the sequence TV; bounds, not suprema (not marked attained)."""
     lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
     if ctx.max_len == 1:
         return _band(ctx, GA, "pg_bias_icepop", lo_v, hi_v)
@@ -555,6 +556,11 @@ def _seq_mask(ctx, GA) -> list[Route]:
     lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
     LGA, lemma = L * GA, "pg_bias_seq_mask"
     out = []
+    # concentration: log w ranges over an interval of width s (drift) or 2r (|log w| ≤ r)
+    for kind, width in (("osc", lambda f: f.expr / ctx.T), ("ratio", lambda f: 2 * f.expr)):
+        for f in ctx.premises.of(kind):
+            expr = LGA * seq_mask_azuma(width(f), L, lo, hi)
+            out.append(Route("seq_mask_azuma", expr, (f,), (*f.chain, lemma), attained=False))
     for r in ctx.log_ratio_routes():
         expr = LGA * seq_mask_ratio(L * r.expr, lo, hi)
         out.append(combine("seq_mask_ratio", expr, r, lemma=lemma, attained=False))
