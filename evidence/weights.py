@@ -63,6 +63,8 @@ Estimator = tuple[str, tuple[tuple[str, object], ...]]  # name and (parameter, v
 def _shown(value: object) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(repr(float(v)) for v in value) + "]"
+    if isinstance(value, str):  # kl_reject's criteria and thresholds, in verl's spelling
+        return value
     return repr(float(value))
 
 

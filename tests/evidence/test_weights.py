@@ -142,6 +142,17 @@ def test_a_log_source_carries_the_diagnostics_of_every_estimator_of_the_contract
         assert set(numbers) <= set(NAMES)
 
 
+def test_kl_reject_is_weighed_and_keyed_by_its_criteria():
+    est = ("kl_reject", (("reject", "token_k1,seq_max_k3"), ("reject_threshold", "0.5_2.0,0.5")))
+    assert label(est) == "kl_reject(reject=token_k1,seq_max_k3, reject_threshold=0.5_2.0,0.5)"
+    (weighed, _) = _diagnose(est)
+    # token_k1 keeps w in [0.5, 2]; seq_max_k3 drops a sequence with w − 1 − log w > 0.5
+    omega = np.where((np.exp(LOG_W) >= 0.5) & (np.exp(LOG_W) <= 2.0), np.exp(LOG_W), 0.0)
+    omega[SEQ <= 1] = 0.0  # k3 of 3.0 is 0.90, of 0.2 is 0.81: sequences 0 and 1 go
+    got = weighed[label(est)]
+    assert got["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(np.mean(omega == 0))
+
+
 def test_the_schema_page_documents_every_key():
     doc = (ROOT / "docs" / "report-schema.md").read_text(encoding="utf-8")
     section = doc.split("weight_diagnostics`: what each correction does")[1].split("\n## ")[0]
