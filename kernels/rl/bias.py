@@ -53,7 +53,7 @@ __all__ = [
     "sequence_bias",
 ]
 
-_NO_PARAMS: Mapping[str, float | tuple] = MappingProxyType({})
+_NO_PARAMS: Mapping[str, object] = MappingProxyType({})
 
 
 class BanditBias(NamedTuple):
@@ -132,7 +132,7 @@ def bandit_weights(
     advantages: Float[Array, "prompts vocab"],
     token_tv: Float[Array, " prompts"],
     token_kl: Float[Array, " prompts"],
-    params: Mapping[str, float | tuple] = _NO_PARAMS,
+    params: Mapping[str, object] = _NO_PARAMS,
     logp_inf: Float[Array, "prompts vocab"] | None = None,
 ) -> Float[Array, "prompts vocab"]:
     """ω(y) of every candidate token y, each scored as a one-token rollout of its prompt.
@@ -162,7 +162,7 @@ def _score_norms(p):
     return jnp.sqrt(jnp.maximum(1.0 - 2.0 * p + jnp.sum(p * p, axis=-1, keepdims=True), 0.0))
 
 
-def _frozen(name: str, params: Mapping[str, float | tuple]) -> tuple:
+def _frozen(name: str, params: Mapping[str, object]) -> tuple:
     """The checked parameters as a sorted tuple of pairs."""
     return tuple(sorted(check_params(name, params).items()))
 
@@ -198,7 +198,7 @@ def bandit_bias(
     z_inf: Float[Array, "prompts vocab"],
     reward: Float[Array, "prompts vocab"] | Float[Array, " vocab"],
     temperature: float,
-    params: Mapping[str, float | tuple] = _NO_PARAMS,
+    params: Mapping[str, object] = _NO_PARAMS,
 ) -> BanditBias:
     """The exact bias of estimator ``name`` at each prompt (module docstring).
 
@@ -310,7 +310,7 @@ def sequence_bias(
     z_inf: Float[Array, "seqs new vocab"],
     reward_table: Float[Array, " vocab"],
     temperature: float,
-    params: Mapping[str, float | tuple] = _NO_PARAMS,
+    params: Mapping[str, object] = _NO_PARAMS,
     *,
     baseline: float | None = None,
     level: float = 0.95,
