@@ -158,8 +158,9 @@ def _per_token(
         out.append(Route(f"{name}_ratio", GA * ratio(f.expr), (f,), (*f.chain, f"{name}_ratio"),
                          attained=ok))  # fmt: skip
     for f in ctx.premises.of("tv") if tv else ():
-        # the TV forms are attained by leak constructions, which a one-sided ratio fact forbids
-        ok = f.attained and f.leak
+        # the TV forms are attained by leak constructions, which a one-sided ratio fact forbids;
+        # at TV 0 the laws are equal and nothing is dropped (a constant form is not attained)
+        ok = f.attained and f.leak and _at_max(ctx, f.expr, (f,)) > 0
         out.append(
             Route(f"{name}_tv", GA * tv(f.expr), (f,), (*f.chain, f"{name}_tv"), attained=ok)
         )

@@ -361,6 +361,20 @@ def test_obligations_prove_above_and_refute_below_an_attained_bound(
     assert cex is not None and cex.value[0] > refuted.threshold
 
 
+def test_a_tv_clause_at_0_refutes_no_sequence_mask():
+    # TV ≤ 0 makes the laws equal: nothing is dropped, so the constant form G·A of a sequence
+    # mask under a TV premise is not attained there (it was refuted for geo_mask before)
+    head = HEAD.replace("  - {id: N3", "  - {id: N2, metric: tv, max: 0}\n  - {id: N3")
+    body = "".join(
+        f"  - {{id: G{i}, {PG}, {g}, max: 1, from: [N2]}}\n"
+        for i, g in enumerate(["estimator: geo_mask, band: [0.9, 1.1]", PEERS[4], PEERS[7]])
+    )
+    c = contracts.loads(head % (8, "0.05") + body, path="c.yaml")
+    for d in bounds.derive(c):
+        assert not d.extra["attained"], d.guarantee
+        assert discharge(d, timeout_ms=1000).status is not Status.REFUTED, d.guarantee
+
+
 def test_bounds_that_are_not_suprema_are_never_refuted():
     c = _contract(
         [
