@@ -81,8 +81,11 @@ def load_model(name: str) -> Loaded:
             f"--model {name}: not a shipped model ({', '.join(sorted(CHECKPOINTS))}) and not "
             "hf:FOLDER"
         )
-    model = load_pretrained(name)
-    windows = pretrained_extra(name)["heldout_windows"].astype(np.int32)
+    try:
+        model = load_pretrained(name)
+        windows = pretrained_extra(name)["heldout_windows"].astype(np.int32)
+    except (OSError, KeyError, ValueError) as err:  # a missing or damaged package file
+        raise MeasureError(f"--model {name}: cannot load the shipped checkpoint: {err}") from None
     return Loaded(name, model, model.config.vocab, model.config.context,
                   lambda texts: [list(t.encode("utf-8")) for t in texts], windows)  # fmt: skip
 
