@@ -605,7 +605,9 @@ def _criterion(ctx, i: int, crit, kind: str, x, value: float) -> tuple[sympy.Exp
     sequence can pass the threshold and at most everything where one can (a step): the largest
     k over the premise is k_max = s²/2 (k2) or e^s − 1 − s (k3); passing needs k_max > τ
     (seq_max, seq_mean), L·k_max > τ (seq_sum), |log W| ≤ L·s outside the band (seq_sum_k1). The
-    step is the supremum where the other L − 1 tokens alone pass; a TV premise leaves w free."""
+    step is the supremum where the other L − 1 tokens alone pass (k2, k3 are ≥ 0, so the current
+    token cannot undo it; for the signed k1 sum, the current token's π-mass can sit, up to any
+    ε, on log w of the others' sign); a TV premise leaves w free."""
     L_val = ctx.max_len
     level = "token" if L_val == 1 else crit.level
     if crit.k == 1:
@@ -640,8 +642,10 @@ def _criterion(ctx, i: int, crit, kind: str, x, value: float) -> tuple[sympy.Exp
         return form, (tilt_ok if kind == "osc" else ratio_ok)(value)
     if crit.k == 1:  # seq_sum_k1: log W within ±L·x must leave [log lo, log hi]
         form = sympy.Max(step_above(L * x, sympy.log(hi)), step_above(L * x, -sympy.log(lo)))
+        # attained where L − 1 others alone leave the band: the current token can put π-mass
+        # near 1 on log w of the same sign (w = 1, or the raised / lowered token of a tilt)
         nearest = min(float(mpmath.log(hi_v)), float(-mpmath.log(lo_v)))
-        return form, (L_val - 1) * value > nearest * 1.000001  # the others alone leave
+        return form, (L_val - 1) * value > nearest * 1.000001
     if level == "seq_max":
         form = outlier_step(sympy.exp(x), lo, hi)
         x_v = mpmath.exp(value)

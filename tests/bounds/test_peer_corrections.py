@@ -37,6 +37,7 @@ from bounds.pg.witnesses import (
     band_dropped_mass,
     dppo_dropped_mass,
     geo_dropped_mass,
+    raised_pair,
     tis_mask_discrepancy,
 )
 from bounds.sequence.lemmas import sequence_tv_bound
@@ -472,6 +473,23 @@ def test_kl_reject_witness_and_chain():
     assert max(one.value, two.value) <= chain.value <= 5.0
     assert chain.value == pytest.approx(min(5.0, one.value + two.value), rel=1e-12)
     assert not chain.extra["attained"]
+
+
+def test_kl_reject_sequence_sum_step_is_approached_where_marked_attained():
+    # L = 8, s = 0.1: seven earlier tokens at log w → 0.1 carry log W past log 2 = 0.693 alone
+    # (0.7); the current pair puts π-mass near 1 on its raised token (log w > 0): dropped
+    c = _contract([_kl("seq_sum_k1", "0.5_2.0")], delta="0.05")
+    (d,) = bounds.derive(c)
+    assert d.value == pytest.approx(5.0) and d.extra["attained"]
+    zs, zsp = raised_pair(1e-12, 0.1, 1.0)
+    others = 7 * float(measure.log_ratio(zs, zsp, 1.0)[0])
+    z, zp = raised_pair(1 - 1e-6, 0.1, 1.0)
+    lw = measure.log_ratio(z, zp, 1.0)
+    dropped = np.abs(others + lw) > math.log(2.0)
+    assert float(np.sum(np.exp(measure.log_softmax(z, 1.0))[dropped])) >= 0.999
+    # L = 7 (0.6 < 0.693): the others alone do not leave, and the step is not marked attained
+    (d7,) = bounds.derive(_contract([_kl("seq_sum_k1", "0.5_2.0")], delta="0.05", L=7))
+    assert d7.value == pytest.approx(5.0) and not d7.extra["attained"]
 
 
 @examples(60)
