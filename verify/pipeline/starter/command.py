@@ -30,6 +30,11 @@ def _params(args, estimator: str) -> tuple[dict, str | None]:
         "threshold": args.threshold,
     }
     needs = ESTIMATOR_PARAMS.get(estimator, ())
+    if estimator == "kl_reject":  # verl's criteria strings have no option here
+        return {}, (
+            "--estimator kl_reject: its criteria (reject, reject_threshold) are written in the "
+            "contract; start from another estimator and replace it"
+        )
     for name, value in given.items():
         option = f"--{name.replace('_', '-')}"
         if value is None:
