@@ -84,6 +84,9 @@ BAD = [
      _usage("--cap: must be > 1 for estimator mis, got 0.5")),
     (["--framework", "verl", "--vocab", "100", "--estimator", "icepop", "--band", "2", "3"],
      _usage("--band: a band LO HI needs 0 <= LO < 1 < HI, got 2 3")),
+    (["--framework", "verl", "--vocab", "100", "--estimator", "kl_reject"],
+     _usage("--estimator kl_reject: its criteria (reject, reject_threshold) are written in the "
+            "contract; start from another estimator and replace it")),
 ]  # fmt: skip
 
 
