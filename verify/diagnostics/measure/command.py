@@ -111,6 +111,7 @@ def _run(args, presets: list[str], stderr) -> dict:
         "model": args.model,
         "prompts": args.prompts if args.prompts else f"{len(prompts)} held-out windows",
         "prompt_tokens": int(prompts.shape[1]),
+        "presets": presets,
         "train": args.train,
         "new_tokens": args.new_tokens,
         "temperature": args.temperature,

@@ -27,9 +27,11 @@ _TEXT = (  # (column, header, format)
 
 
 def _rows(result) -> list[dict]:
+    """The table's rows, presets in the order they were asked for."""
     from evidence.drift import table_rows
 
-    return table_rows(result["table"])
+    order = {p: i for i, p in enumerate(result["meta"]["presets"])}
+    return sorted(table_rows(result["table"]), key=lambda r: order[r["preset"]])
 
 
 def to_text(result) -> str:
