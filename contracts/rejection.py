@@ -19,13 +19,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from contracts.errors import KernelContractsError
+
 __all__ = ["LEVELS", "Criterion", "RejectionError", "parse_rejection"]
 
 LEVELS = ("token", "seq_sum", "seq_mean", "seq_max")
 _NAMES = tuple(f"{lv}_k{k}" for lv in LEVELS for k in (1, 2, 3) if (lv, k) != ("seq_max", 1))
 
 
-class RejectionError(ValueError):
+class RejectionError(KernelContractsError, ValueError):
     """A ``reject`` / ``reject_threshold`` pair that does not name valid criteria."""
 
 

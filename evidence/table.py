@@ -71,15 +71,16 @@ def from_measured(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return columns
 
 
-def reading(kind: str, column: str) -> str:
+def reading(kind: str | None, column: str) -> str:
     """How a source of ``kind`` (``emulate`` | ``logprobs``) gives ``column``: ``"exact"``,
-    ``"lower"`` (a per-token lower bound of the metric) or ``"none"``."""
+    ``"lower"`` (a per-token lower bound of the metric) or ``"none"``. A source of no known kind
+    (``None``: a report's re-check found none) reads as exact: its values are checked as given."""
     if kind != "logprobs" or column not in FULL_VOCAB:
         return "exact"
     return "lower" if column in LOWER_BOUNDED else "none"
 
 
-def unmeasurable(kind: str, column: str) -> str | None:
+def unmeasurable(kind: str | None, column: str) -> str | None:
     """Why a source of ``kind`` cannot give ``column`` at all, or ``None`` when it can."""
     if reading(kind, column) != "none":
         return None

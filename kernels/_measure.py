@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from contracts.checks import check_temperature
 from kernels.columns import MEASURED_COLUMNS
@@ -139,7 +139,7 @@ def _slow_rows(z, zp, y, inv_t):
     return {k: jnp.where(one_sided, direct[k], log_domain[k]) for k in _DIVERGENCES}
 
 
-def _block(z, zp, y, inv_t, start: int, block: int, maxima=None):
+def _block(z, zp, y, inv_t, start: int | Int[ArrayLike, ""], block: int, maxima=None):
     """Every column for rows [start, start + block), stacked [block, len(COLUMNS)]: the fused
     pass, and for a block with an extreme row the log-domain values on those rows. The slow
     path slices its rows itself, so the fast path reads the inputs without copying them."""
@@ -220,9 +220,9 @@ IMPLS = ("auto", "jax", "cpu", "pallas")
 
 
 def measure(
-    z_train: Float[Array, "tokens vocab"],
-    z_inf: Float[Array, "tokens vocab"],
-    tokens: Int[Array, " tokens"],
+    z_train: Float[ArrayLike, "tokens vocab"],
+    z_inf: Float[ArrayLike, "tokens vocab"],
+    tokens: Int[ArrayLike, " tokens"],
     temperature: float = 1.0,
     *,
     devices=None,

@@ -29,13 +29,13 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, no_type_check
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from contracts import AttentionSpec
 from kernels.batching import reduction_splits
@@ -48,9 +48,9 @@ _HIGHEST = lax.Precision.HIGHEST
 
 
 def reference_attention(
-    q: Float[Array, "heads seq dim"],
-    k: Float[Array, "heads seq dim"],
-    v: Float[Array, "heads seq dim"],
+    q: Float[ArrayLike, "heads seq dim"],
+    k: Float[ArrayLike, "heads seq dim"],
+    v: Float[ArrayLike, "heads seq dim"],
     *,
     causal: bool = True,
 ) -> Float[Array, "heads seq dim"]:
@@ -66,6 +66,7 @@ def reference_attention(
     return jnp.einsum("hqk,hkd->hqd", p, v, precision=_HIGHEST)
 
 
+@no_type_check  # a pytree: JAX rebuilds it with tracers, placeholders and per-layer stacks
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PagedKVCache:
@@ -118,7 +119,7 @@ class PagedKVCache:
         return self.page_table.shape[1] * self.page_size
 
     def append(
-        self, k: Float[Array, "seqs heads dim"], v: Float[Array, "seqs heads dim"]
+        self, k: Float[ArrayLike, "seqs heads dim"], v: Float[ArrayLike, "seqs heads dim"]
     ) -> PagedKVCache:
         """A new cache with one more position per sequence holding ``k`` and ``v``."""
         if (
@@ -164,7 +165,7 @@ class PagedKVCache:
         return one(self.k_pages), one(self.v_pages)
 
 
-def tile_pages(length: Int[Array, ""], spec: AttentionSpec, capacity_pages: int) -> Array:
+def tile_pages(length: Int[ArrayLike, ""], spec: AttentionSpec, capacity_pages: int) -> Array:
     """Pages per attention tile for a sequence of ``length`` positions (see module docstring)."""
     ps = spec.page_size
     if spec.tiles == "full":
@@ -236,7 +237,7 @@ def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
 
 
 def decode_attention(
-    q: Float[Array, "seqs heads dim"],
+    q: Float[ArrayLike, "seqs heads dim"],
     cache: PagedKVCache,
     spec: AttentionSpec,
     *,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float, UInt
+from jaxtyping import Array, ArrayLike, Float, UInt
 
 __all__ = ["encode", "reciprocal", "round_binary32", "round_float32"]
 
@@ -46,7 +46,7 @@ def _float32(bits):
 
 
 def round_float32(
-    x: Float[Array, "*shape"],
+    x: Float[ArrayLike, "*shape"],
     mantissa_bits: int,
     emin: int,
     max_value: float,
@@ -99,7 +99,7 @@ _TINY64 = (1023 - 126) << 52  # 2**-126
 _ROUNDS_UP64 = int(np.float64(2.0**-126 - 2.0**-150).view(np.int64))
 
 
-def round_binary32(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+def round_binary32(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     """``flush(fl32(v))`` for binary64 ``v``, as binary64: the IEEE conversion to binary32
     (to nearest, ties to even; beyond the largest finite value ±inf; inf and NaN pass), with
     every result below ``2**-126`` (including ``-0``) made +0.
@@ -122,7 +122,7 @@ def round_binary32(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     return jnp.where((bits < 0) & (out != 0), -value, value)
 
 
-def reciprocal(s: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+def reciprocal(s: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     """``flush(fl32(1 / s))`` for float32 ``s``: the correctly rounded reciprocal (to nearest;
     never a tie), by integer long division of the significands.
 
@@ -157,7 +157,7 @@ def reciprocal(s: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
 
 
 def encode(
-    x: Float[Array, "*shape"], mantissa_bits: int, emin: int, width: int, *, has_inf: bool
+    x: Float[ArrayLike, "*shape"], mantissa_bits: int, emin: int, width: int, *, has_inf: bool
 ) -> UInt[Array, "*shape"]:
     """The ``width``-bit pattern of float32 ``x`` in the format with ``mantissa_bits`` fraction
     bits and smallest normal exponent ``emin`` (exponent bias ``1 - emin``); every ``x`` must

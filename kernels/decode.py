@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 __all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force"]
 
@@ -39,8 +39,8 @@ class PairLogits(NamedTuple):
 
 def sample(
     key: Array,
-    logits: Float[Array, "seqs vocab"],
-    temperature: Float[Array, ""] | float,
+    logits: Float[ArrayLike, "seqs vocab"],
+    temperature: Float[ArrayLike, ""] | float,
     top_k: int = 0,
     top_p: float = 1.0,
 ) -> Int[Array, " seqs"]:
@@ -62,9 +62,9 @@ def sample(
 @nnx.jit(static_argnames=("new_tokens", "top_k", "top_p"))
 def generate(
     model: nnx.Module,
-    prompts: Int[Array, "seqs prompt"],
+    prompts: Int[ArrayLike, "seqs prompt"],
     key: Array,
-    temperature: Float[Array, ""],
+    temperature: Float[ArrayLike, ""],
     *,
     new_tokens: int,
     top_k: int = 0,
@@ -97,7 +97,7 @@ def generate(
 
 @nnx.jit(static_argnames=("prompt_len",))
 def teacher_force(
-    model: nnx.Module, tokens: Int[Array, "seqs length"], *, prompt_len: int
+    model: nnx.Module, tokens: Int[ArrayLike, "seqs length"], *, prompt_len: int
 ) -> Float[Array, "seqs new vocab"]:
     """Whole-sequence logits of ``model.ops`` that predict ``tokens[:, prompt_len:]``."""
     TRACES["teacher_force"] += 1

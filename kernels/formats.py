@@ -42,7 +42,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from contracts.formats import FLOAT_FORMATS, IntFormat
 from contracts.formats import INT_FORMATS as CONTRACT_INT_FORMATS
@@ -138,7 +138,7 @@ def format_info(name: str) -> FormatInfo:
 # JAX versions
 
 
-def flush(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+def flush(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     """``x`` with every entry of magnitude below ``2**-126`` (including ``-0``) set to ``+0``."""
     return jnp.where(jnp.abs(x) < TINY, jnp.zeros_like(x), x)
 
@@ -159,7 +159,7 @@ def _round(x, fmt: str, saturate: bool):
     return flush(y)
 
 
-def saturating_cast(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+def saturating_cast(x: Float[ArrayLike, "*shape"], fmt: str) -> Float[Array, "*shape"]:
     """Round float32 ``x`` into ``fmt`` with saturation; returns float32 values.
 
     The rounding is integer arithmetic on the bit pattern (:func:`kernels.bitround.round_float32`),
@@ -167,13 +167,13 @@ def saturating_cast(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape
     return _round(x, fmt, True)
 
 
-def cast_output(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+def cast_output(x: Float[ArrayLike, "*shape"], fmt: str) -> Float[Array, "*shape"]:
     """IEEE round-to-nearest-even conversion of float32 ``x`` to ``fmt``, as float32 (integer
     arithmetic on the bit pattern, as :func:`saturating_cast`)."""
     return _round(x, fmt, False)
 
 
-def saturating_round_int(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*shape"]:
+def saturating_round_int(x: Float[ArrayLike, "*shape"], fmt: str) -> Float[Array, "*shape"]:
     """Round float32 ``x`` to the nearest integer (ties to even) and clamp it into integer
     format ``fmt``; NaN stays NaN. Returns float32 values."""
     q = int_format_info(fmt).qmax
@@ -184,13 +184,13 @@ def saturating_round_int(x: Float[Array, "*shape"], fmt: str) -> Float[Array, "*
 # NumPy versions (used by the reference implementation)
 
 
-def flush_np(x: np.ndarray) -> np.ndarray:
+def flush_np(x: ArrayLike) -> np.ndarray:
     """NumPy twin of :func:`flush`."""
     x = np.asarray(x, dtype=np.float32)
     return np.where(np.abs(x) < np.float32(TINY), np.float32(0), x).astype(np.float32)
 
 
-def saturating_cast_np(x: np.ndarray, fmt: str) -> np.ndarray:
+def saturating_cast_np(x: ArrayLike, fmt: str) -> np.ndarray:
     """NumPy twin of :func:`saturating_cast`."""
     info = format_info(fmt)
     x = flush_np(x)
@@ -201,7 +201,7 @@ def saturating_cast_np(x: np.ndarray, fmt: str) -> np.ndarray:
         return flush_np(y.astype(info.dtype).astype(np.float32))
 
 
-def cast_output_np(x: np.ndarray, fmt: str) -> np.ndarray:
+def cast_output_np(x: ArrayLike, fmt: str) -> np.ndarray:
     """NumPy twin of :func:`cast_output`."""
     info = format_info(fmt)
     x = flush_np(x)

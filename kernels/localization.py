@@ -36,7 +36,7 @@ from typing import Any, Literal, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, ArrayLike, Int
 
 from contracts.model import KernelSpec
 from kernels._matmul import matmul
@@ -132,7 +132,7 @@ def _stack(fn, x, w) -> Array:
 def localize(
     fn,
     params: Any,
-    tokens: Int[Array, "batch seq"],
+    tokens: Int[ArrayLike, "batch seq"],
     spec_a: KernelSpec | str,
     spec_b: KernelSpec | str,
     *,
@@ -203,7 +203,7 @@ class Replay(NamedTuple):
 def replay(
     fn,
     params: Any,
-    tokens: Int[Array, "batch seq"],
+    tokens: Int[ArrayLike, "batch seq"],
     spec_a: KernelSpec | str,
     spec_b: KernelSpec | str,
     *,
@@ -241,7 +241,7 @@ def replay(
 def kernel_logits(
     fn,
     params: Any,
-    tokens: Int[Array, "batch seq"],
+    tokens: Int[ArrayLike, "batch seq"],
     spec: KernelSpec | str,
     *,
     batch_size: int | None = None,

@@ -395,7 +395,7 @@ def measure_rows(
     z_train: Float[np.ndarray, "rows vocab"],
     z_inf: Float[np.ndarray, "rows vocab"],
     tokens: Int[np.ndarray, " rows"],
-    inv_t: float,
+    inv_t: float | np.floating,
 ) -> tuple[Float[np.ndarray, "rows 10"], Bool[np.ndarray, " rows"]]:
     """The columns of ``kernels._measure.COLUMNS`` for every row (temperature 1/``inv_t``), as
     a float32 table, and the mask of rows the caller must recompute on the JAX path."""

@@ -39,7 +39,7 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 __all__ = [
     "EXTREME_U",
@@ -59,7 +59,7 @@ _CHUNK = 128  # logits per chunk in the argmax search (a divisor of the vocabula
 _INV_FACT = tuple(1.0 / math.factorial(k) for k in range(2, 11))
 
 
-def phi_series(u: Float[Array, ...]) -> Float[Array, ...]:
+def phi_series(u: Float[ArrayLike, ...]) -> Float[Array, ...]:
     """φ(u) = e^u − 1 − u = u²(1/2! + u/3! + … + u⁸/10!), for |u| < ``SERIES_BELOW``."""
     acc = _INV_FACT[-1]
     for coef in reversed(_INV_FACT[:-1]):
@@ -108,17 +108,17 @@ def _first_max(x):
     chunks = x.reshape(rows, vocab // width, width)
     cmax = _loop(jnp.max(chunks, axis=2))  # (else XLA merges the two maxima into a second pass)
     top = jnp.max(cmax, axis=1, keepdims=True)
-    kidx = jnp.arange(vocab // width, dtype=jnp.float32)  # float indices: a float reduction
+    kidx = jnp.arange(vocab // width, dtype=jnp.float32)[None, :]  # float: a float reduction
     k = jnp.min(jnp.where(cmax == top, kidx, vocab), axis=1).astype(jnp.int32)
     chunk = jnp.take_along_axis(chunks, k[:, None, None], axis=1)[:, 0, :]
-    jidx = jnp.arange(width, dtype=jnp.float32)
+    jidx = jnp.arange(width, dtype=jnp.float32)[None, :]
     j = jnp.min(jnp.where(chunk == top, jidx, width), axis=1).astype(jnp.int32)
     others = jnp.max(jnp.where(kidx == k[:, None].astype(kidx.dtype), -jnp.inf, cmax), axis=1)
     inside = jnp.max(jnp.where(jidx == j[:, None].astype(jidx.dtype), -jnp.inf, chunk), axis=1)
     return k * width + j, top[:, 0], jnp.maximum(others, inside)
 
 
-def row_maxima(z: Float[Array, "rows vocab"], zp: Float[Array, "rows vocab"]):
+def row_maxima(z: Float[ArrayLike, "rows vocab"], zp: Float[ArrayLike, "rows vocab"]):
     """Per row: the first argmax i₁ of ``z``, its maximum, its runner-up, and the first argmax
     of ``zp``: what ``block_metrics`` needs before its pass. Computed for all rows at once
     (one read of each array), the per-row steps run once rather than once per block."""
@@ -128,8 +128,8 @@ def row_maxima(z: Float[Array, "rows vocab"], zp: Float[Array, "rows vocab"]):
 
 
 def block_metrics(
-    z: Float[Array, "rows vocab"],
-    zp: Float[Array, "rows vocab"],
+    z: Float[ArrayLike, "rows vocab"],
+    zp: Float[ArrayLike, "rows vocab"],
     y,
     inv_t,
     maxima=None,

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from kernels.measure_fused import EXTREME_U, SERIES_BELOW, log_mass, phi_series
 
@@ -266,9 +266,9 @@ def _pow2_at_most(n: int, cap: int) -> int:
     static_argnames=("block_rows", "chunk", "programs", "interpret", "num_warps", "num_stages"),
 )
 def row_stats(
-    z: Float[Array, "rows vocab"],
-    zp: Float[Array, "rows vocab"],
-    inv_t: Float[Array, ""],
+    z: Float[ArrayLike, "rows vocab"],
+    zp: Float[ArrayLike, "rows vocab"],
+    inv_t: Float[ArrayLike, ""],
     *,
     block_rows: int = 1,
     chunk: int = 2048,
@@ -306,9 +306,9 @@ def row_stats(
 
 def columns(
     stats: dict[str, Array],
-    z: Float[Array, "rows vocab"],
-    zp: Float[Array, "rows vocab"],
-    y: Int[Array, " rows"],
+    z: Float[ArrayLike, "rows vocab"],
+    zp: Float[ArrayLike, "rows vocab"],
+    y: Int[ArrayLike, " rows"],
     inv_t,
 ) -> tuple[dict[str, Float[Array, " rows"]], Bool[Array, " rows"]]:
     """The measured columns from the kernel's statistics and the observed tokens' logits (one
@@ -357,9 +357,9 @@ def _measure_rows(z, zp, y, inv_t, interpret: bool, options: tuple):
 
 
 def measure_rows(
-    z: Float[Array, "rows vocab"],
-    zp: Float[Array, "rows vocab"],
-    y: Int[Array, " rows"],
+    z: Float[ArrayLike, "rows vocab"],
+    zp: Float[ArrayLike, "rows vocab"],
+    y: Int[ArrayLike, " rows"],
     inv_t,
     *,
     interpret: bool,

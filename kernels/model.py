@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernels.ops import Ops, plain_ops
 
@@ -65,6 +65,7 @@ class ModelConfig:
 
 def _rms_norm(x, scale, eps=1e-6):
     x = x.astype(jnp.float32)
+    scale = jnp.reshape(scale, (1,) * (x.ndim - 1) + (-1,))  # broadcast over the leading axes
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
 
 
@@ -139,12 +140,13 @@ class TinyLM(nnx.Module):
     def _logits(self, x):
         return self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
 
-    def __call__(self, tokens: Int[Array, "batch seq"]) -> Float[Array, "batch seq vocab"]:
+    def __call__(self, tokens: Int[ArrayLike, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences."""
         seq = tokens.shape[-1]
         if seq > self.config.context:
             raise ValueError(f"sequence length {seq} exceeds the context {self.config.context}")
-        x = self.embed[...][tokens] + self.pos[...][:seq]
+        pos = self.pos[...][:seq]
+        x = self.embed[...][tokens] + pos.reshape((1,) * (tokens.ndim - 1) + pos.shape)
 
         def layer(x, p):
             return _block_forward(p, x, self.ops, self.config.heads), None
@@ -161,10 +163,10 @@ class TinyLM(nnx.Module):
         return jax.tree.map(lambda a: jnp.stack([a] * cfg.layers), one)
 
     def step(
-        self, tokens: Int[Array, " seqs"], position: Int[Array, ""], caches: Any
+        self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
     ) -> tuple[Float[Array, "seqs vocab"], Any]:
         """Logits after one more token per sequence (all at ``position``), and the new caches."""
-        x = self.embed[...][tokens] + self.pos[...][position]
+        x = self.embed[...][tokens] + self.pos[...][position][None, :]
 
         def layer(x, p_and_cache):
             p, cache = p_and_cache

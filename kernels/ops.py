@@ -12,11 +12,11 @@ equal and hash alike, so jitted functions that close over them compile once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
 
@@ -37,36 +37,44 @@ __all__ = [
 ]
 
 
+@runtime_checkable
 class MatmulFn(Protocol):
-    def __call__(self, x: Float[Array, "... k"], w: Float[Array, "k n"]) -> Float[Array, "... n"]:
+    def __call__(
+        self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
+    ) -> Float[Array, "... n"]:
         """``x @ w`` under some arithmetic; the result is float32."""
         ...
 
 
+@runtime_checkable
 class AttentionFn(Protocol):
     def __call__(
         self,
-        q: Float[Array, "batch seq heads dim"],
-        k: Float[Array, "batch seq heads dim"],
-        v: Float[Array, "batch seq heads dim"],
+        q: Float[ArrayLike, "batch seq heads dim"],
+        k: Float[ArrayLike, "batch seq heads dim"],
+        v: Float[ArrayLike, "batch seq heads dim"],
     ) -> Float[Array, "batch seq heads dim"]:
         """Causal scaled dot-product attention over whole sequences."""
         ...
 
 
+@runtime_checkable
 class CacheOps(Protocol):
     def create(self, num_seqs: int, max_len: int, heads: int, dim: int) -> Any:
         """An empty key/value cache for ``num_seqs`` sequences (a pytree)."""
         ...
 
     def append(
-        self, cache: Any, k: Float[Array, "seqs heads dim"], v: Float[Array, "seqs heads dim"]
+        self,
+        cache: Any,
+        k: Float[ArrayLike, "seqs heads dim"],
+        v: Float[ArrayLike, "seqs heads dim"],
     ) -> Any:
         """The cache with one more position per sequence; the input cache is unchanged."""
         ...
 
     def attend(
-        self, q: Float[Array, "seqs heads dim"], cache: Any
+        self, q: Float[ArrayLike, "seqs heads dim"], cache: Any
     ) -> Float[Array, "seqs heads dim"]:
         """Attention of one new query per sequence over everything cached so far."""
         ...
@@ -79,7 +87,9 @@ class CacheOps(Protocol):
 class PlainMatmul:
     """IEEE float32 matmul at full precision (differentiable; used for training)."""
 
-    def __call__(self, x: Float[Array, "... k"], w: Float[Array, "k n"]) -> Float[Array, "... n"]:
+    def __call__(
+        self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
+    ) -> Float[Array, "... n"]:
         return jnp.matmul(
             x.astype(jnp.float32), w.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
         )
@@ -98,7 +108,9 @@ class EmulatedMatmul:
     batching: str = "fixed"
     impl: str = "jax"
 
-    def __call__(self, x: Float[Array, "... k"], w: Float[Array, "k n"]) -> Float[Array, "... n"]:
+    def __call__(
+        self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
+    ) -> Float[Array, "... n"]:
         from kernels._matmul import matmul
         from kernels.batching import reduction_splits
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from contracts import MatmulSpec
 from kernels._matmul import matmul
@@ -47,7 +47,7 @@ Transform = Literal["pow2", "bfloat16"]
 TRANSFORMS = ("pow2", "bfloat16")
 
 
-def pow2_ceil(s: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+def pow2_ceil(s: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     """The smallest power of two ≥ ``s`` for positive normal float32 ``s`` (NaN stays NaN)."""
     bits = lax.bitcast_convert_type(s.astype(jnp.float32), jnp.int32)
     exponent = (bits >> 23) & 0xFF
@@ -104,8 +104,8 @@ def _int8_rescaled(x, w, per_tensor: bool, code, transform: str):
 
 
 def rescaled_matmul(
-    x: Float[Array, "m k"],
-    w: Float[Array, "k n"],
+    x: Float[ArrayLike, "m k"],
+    w: Float[ArrayLike, "k n"],
     spec: MatmulSpec,
     transform: Transform,
     *,

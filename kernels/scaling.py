@@ -55,7 +55,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from contracts import Scaling
 from kernels.bitround import reciprocal
@@ -118,7 +118,7 @@ def _pow2_f32(e: Array) -> Array:
 
 
 def quantize_rows(
-    a: Float[Array, "rows k"], fmt: str, scaling: Scaling
+    a: Float[ArrayLike, "rows k"], fmt: str, scaling: Scaling
 ) -> tuple[Float[Array, "rows k"], Float[Array, "rows runs"]]:
     """Quantize each row of ``a`` (runs along the last axis) to ``fmt``.
 
@@ -130,7 +130,7 @@ def quantize_rows(
 
 
 def quantize_cols(
-    a: Float[Array, "k cols"], fmt: str, scaling: Scaling
+    a: Float[ArrayLike, "k cols"], fmt: str, scaling: Scaling
 ) -> tuple[Float[Array, "k cols"], Float[Array, "runs cols"]]:
     """Quantize each column of ``a`` (runs along the first axis) to ``fmt``: the transpose of
     ``quantize_rows(a.T, fmt, scaling)``, bit for bit, without transposing ``a``.
@@ -186,9 +186,9 @@ _SCALE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def quantize_rows_int8(
-    a: Float[Array, "rows k"],
-    per_tensor: bool | Bool[Array, ""],
-    scale_dtype: str | Int[Array, ""],
+    a: Float[ArrayLike, "rows k"],
+    per_tensor: bool | Bool[ArrayLike, ""],
+    scale_dtype: str | Int[ArrayLike, ""],
 ) -> tuple[Float[Array, "rows k"], Float[Array, "rows 1"]]:
     """Quantize each row of ``a`` to int8 (module docstring); returns ``(q, ŝ)``, ``q`` float32
     integers in [-127, 127] and ``ŝ`` the stored scales (one per row, or one shared).

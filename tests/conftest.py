@@ -7,21 +7,57 @@ Adam raises a Python float to an int32 step count.
 Hypothesis profiles: ``quick`` (the default) and ``thorough``, ten times the examples, chosen by
 ``KERNEL_CONTRACTS_HYPOTHESIS=thorough``. A test asks for its share with
 ``strategies.examples(n)``: ``n`` examples under ``quick``.
+
+Rank promotion is strict too (``jax.numpy_rank_promotion("raise")``): an operation between
+arrays of different ranks must broadcast explicitly (a scalar may still meet any array).
+
+Shape checks: every module of the five packages that annotates array shapes (imports
+``jaxtyping``) is imported through jaxtyping's import hook with beartype, so each call of its
+functions and each construction of its dataclasses checks the annotated dtypes and shapes, and
+that the named dimensions agree across the arguments and the result of one call.
+``KERNEL_CONTRACTS_SHAPE_CHECKS=0`` turns the checks off (for timing a test without them).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import re
 import sys
 
 import jax
+import jaxtyping
 import pytest
 from hypothesis import settings
+from jaxtyping import install_import_hook
 
 TESTS = pathlib.Path(__file__).resolve().parent
+ROOT = TESTS.parent
+PACKAGES = ("contracts", "kernels", "evidence", "bounds", "verify")
 if str(TESTS) not in sys.path:
     sys.path.append(str(TESTS))  # shared helpers (strategies, cli_runner) from any sub-folder
+
+
+def shape_annotated_modules() -> list[str]:
+    """The modules of the five packages that import ``jaxtyping`` (their array functions carry
+    shape annotations), as dotted names. A module that compiles its functions with Numba is left
+    out: Numba compiles (and caches) the functions themselves, not a checking wrapper."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text("utf-8")
+            if re.search(r"^(from jaxtyping|import jaxtyping)", text, re.M) and not re.search(
+                r"^(from numba|import numba)", text, re.M
+            ):
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+SHAPE_CHECKS = os.environ.get("KERNEL_CONTRACTS_SHAPE_CHECKS", "1") != "0"
+if SHAPE_CHECKS:
+    # before any test (or the CLI runner below) imports the packages
+    install_import_hook(shape_annotated_modules(), "shape_checks.typechecker")
 
 from cli_runner import run_cli  # noqa: E402
 
@@ -41,5 +77,20 @@ def _strict_dtype_promotion(request):
     if request.node.get_closest_marker("standard_promotion"):
         yield
         return
-    with jax.numpy_dtype_promotion("strict"):
+    with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _shape_checks(request):
+    """A test marked ``no_shape_checks`` feeds a function mis-shaped or mistyped input on
+    purpose, to test the function's own error: the shape checks (which would raise first) are
+    off for it."""
+    if not request.node.get_closest_marker("no_shape_checks"):
+        yield
+        return
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)

@@ -28,7 +28,7 @@ class LM(nn.Module):
     def __call__(self, tokens):
         seq = tokens.shape[-1]
         pos = self.param("pos", nn.initializers.normal(0.01), (CONTEXT, D_MODEL))
-        x = nn.Embed(VOCAB, D_MODEL)(tokens) + pos[:seq]
+        x = nn.Embed(VOCAB, D_MODEL)(tokens) + pos[None, :seq]
         mask = nn.make_causal_mask(tokens)
         for _ in range(LAYERS):
             x = Block()(x, mask)

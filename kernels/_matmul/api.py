@@ -8,7 +8,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from contracts import MatmulSpec
 from kernels._matmul.fast import reduce_quantized
@@ -63,14 +63,14 @@ def _compiled(cpu: bool):
 
 
 def matmul(
-    x: Float[Array, "... k"],
-    w: Float[Array, "k n"],
+    x: Float[ArrayLike, "... k"],
+    w: Float[ArrayLike, "k n"],
     spec: MatmulSpec,
     *,
     impl: Impl = "jax",
     splits: int = 1,
     interpret: bool | None = None,
-) -> Float[Array, "... n"]:
+) -> Float[Array, "... n"] | Float[np.ndarray, "... n"]:
     """``x @ w`` with the arithmetic of ``spec`` (see :mod:`kernels._matmul` for the definition).
 
     Args:
@@ -131,8 +131,8 @@ def _int8(x, w, spec: MatmulSpec, impl: str):
 
 
 def emulated_dot_general(
-    lhs: Float[Array, "*lhs"],
-    rhs: Float[Array, "*rhs"],
+    lhs: Float[ArrayLike, "*lhs"],
+    rhs: Float[ArrayLike, "*rhs"],
     dimension_numbers,
     spec: MatmulSpec,
     *,
@@ -141,7 +141,7 @@ def emulated_dot_general(
     interpret: bool | None = None,
     precision=None,
     preferred_element_type=None,
-) -> Float[Array, "*out"]:
+) -> Float[Array, "*out"] | Float[np.ndarray, "*out"]:
     """``lax.dot_general`` with the arithmetic of ``spec``; same argument and output layout.
 
     Every batch element is an independent emulated matmul (its own scales). ``precision`` is

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from contracts import EpilogueSpec
 from kernels.formats import TINY, format_info, min_normal_exponent
@@ -39,7 +39,7 @@ __all__ = [
 _LIMB = 12  # the third factor of a fused product is split into two 12-bit halves
 
 
-def _pow2(e: Int[Array, "*s"]) -> Float[Array, "*s"]:
+def _pow2(e: Int[ArrayLike, "*s"]) -> Float[Array, "*s"]:
     """2**e as binary64 for integer e in [-1022, 1023], built from its bits (exact)."""
     e = jnp.clip(e, -1022, 1023).astype(jnp.int64)
     return lax.bitcast_convert_type((e + 1023) << 52, jnp.float64)
@@ -58,7 +58,7 @@ class Target(NamedTuple):
     subnormals: bool | Bool[Array, ""]  # gradual underflow kept (float16), else flushed
 
 
-def target(fmt: str | Int[Array, ""]) -> Target:
+def target(fmt: str | Int[ArrayLike, ""]) -> Target:
     """The ``Target`` of a float format, by name or by its index in (float32, bfloat16,
     float16)."""
     infos = [format_info(f) for f in _FLOATS]
@@ -109,11 +109,11 @@ def epilogue_code(epilogue: EpilogueSpec, output: str, *, traced: bool = False) 
 
 
 def round_scaled(
-    neg: Bool[Array, "*s"],
-    mag: Int[Array, "*s"],
-    exp: Int[Array, "*s"],
+    neg: Bool[ArrayLike, "*s"],
+    mag: Int[ArrayLike, "*s"],
+    exp: Int[ArrayLike, "*s"],
     fmt: str | Target,
-    toward_zero: bool | Bool[Array, ""],
+    toward_zero: bool | Bool[ArrayLike, ""],
 ) -> Float[Array, "*s"]:
     """``(-1)**neg · mag · 2**exp`` (``0 <= mag < 2**62``) rounded once to float format ``fmt``;
     returned as float32 (see the module docstring)."""
@@ -138,7 +138,7 @@ def round_scaled(
 
 
 def split_f32(
-    v: Float[Array, "*s"],
+    v: Float[ArrayLike, "*s"],
 ) -> tuple[Bool[Array, "*s"], Int[Array, "*s"], Int[Array, "*s"]]:
     """``(neg, m, e)`` with ``v = (-1)**neg · m · 2**e`` for a finite float32 ``v`` whose
     subnormals are flushed (a flushed value is 0)."""
@@ -176,9 +176,9 @@ def _fused(a, sx, sw, fmt: Target, toward_zero):
 
 
 def apply_epilogue(
-    acc: Int[Array, "m n"],
-    sx: Float[Array, "m 1"],
-    sw: Float[Array, "1 n"],
+    acc: Int[ArrayLike, "m n"],
+    sx: Float[ArrayLike, "m 1"],
+    sw: Float[ArrayLike, "1 n"],
     code: EpilogueCode,
 ) -> Float[Array, "m n"]:
     """The epilogue of ``kernels._matmul`` (package docstring, int8 step 4) on the int32

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
@@ -70,7 +70,7 @@ _BLOCK = {"binary32": 16, "binary64": 16, "dot": 32}
 _TILE = {"binary32": (1024, 512), "binary64": (1024, 256), "dot": (1024, 512)}
 
 
-def lay_out(q_t: Float[Array, "rows k"], plan: Plan) -> Float[Array, "steps group rows"]:
+def lay_out(q_t: Float[ArrayLike, "rows k"], plan: Plan) -> Float[Array, "steps group rows"]:
     """Quantized rows (a K-major operand) arranged in the plan's (steps, group) slots."""
     pos = plan.positions()
     rows = q_t.shape[0]
@@ -351,7 +351,7 @@ def _oriented(xq, sx, wq, sw, w_lead: bool, plan: Plan, arith: _Arith, tile_m, t
 
 
 def binary32_exact(
-    xq: Float[Array, "m k"], wq_t: Float[Array, "n k"], inputs: str
+    xq: Float[ArrayLike, "m k"], wq_t: Float[ArrayLike, "_n_or_k _k_or_n"], inputs: str
 ) -> Bool[Array, ""]:
     """True when every product of a quantized ``x`` value and ``w`` value is exact in binary32
     and every sum of them is a multiple of ``2**-126`` (so never a binary32 subnormal).
@@ -398,10 +398,10 @@ def _for_all_vmap(axis_size, in_batched, flag):
 
 
 def reduce_quantized(
-    xq: Float[Array, "m k"],
-    sx: Float[Array, "m runs"],
-    wq_t: Float[Array, "n k"],
-    sw_t: Float[Array, "n runs"],
+    xq: Float[ArrayLike, "m k"],
+    sx: Float[ArrayLike, "m runs"],
+    wq_t: Float[ArrayLike, "_n_or_k _k_or_n"],  # transposed, or as is when w_k_leading
+    sw_t: Float[ArrayLike, "_n_or_runs _runs_or_n"],
     plan: Plan,
     *,
     w_k_leading: bool = False,

@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from contracts import MatmulSpec
 from kernels._matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
@@ -89,8 +89,8 @@ def _int8_2d(x, w, per_tensor, code, static: tuple[EpilogueCode, bool] | None) -
 
 
 def int8_matmul(
-    x: Float[Array, "m k"],
-    w: Float[Array, "k n"],
+    x: Float[ArrayLike, "m k"],
+    w: Float[ArrayLike, "k n"],
     spec: MatmulSpec,
     *,
     impl: Literal["jax", "numpy"] = "jax",

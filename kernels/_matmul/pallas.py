@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from kernels._matmul.fast import lay_out, scaled_term
 from kernels._matmul.plan import Plan
@@ -77,10 +77,10 @@ def pad_to(a, axis: int, multiple: int, value=0.0):
 
 
 def reduce_quantized_pallas(
-    xq: Float[Array, "m k"],
-    sx: Float[Array, "m runs"],
-    wq_t: Float[Array, "n k"],
-    sw_t: Float[Array, "n runs"],
+    xq: Float[ArrayLike, "m k"],
+    sx: Float[ArrayLike, "m runs"],
+    wq_t: Float[ArrayLike, "n k"],
+    sw_t: Float[ArrayLike, "n runs"],
     plan: Plan,
     *,
     block_m: int = 128,

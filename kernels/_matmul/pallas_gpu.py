@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from kernels._matmul.fast import binary32_exact, for_all, scaled_term
 from kernels._matmul.pallas import pad_to
@@ -256,10 +256,10 @@ def _call(xq, sx, wq_t, sw_t, plan: Plan, variant: Variant, block_m, block_n, in
 
 
 def reduce_quantized_pallas_gpu(
-    xq: Float[Array, "m k"],
-    sx: Float[Array, "m runs"],
-    wq_t: Float[Array, "n k"],
-    sw_t: Float[Array, "n runs"],
+    xq: Float[ArrayLike, "m k"],
+    sx: Float[ArrayLike, "m runs"],
+    wq_t: Float[ArrayLike, "n k"],
+    sw_t: Float[ArrayLike, "n runs"],
     plan: Plan,
     *,
     variant: Variant | None = None,

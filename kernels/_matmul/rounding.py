@@ -32,7 +32,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 __all__ = ["round_accumulator", "round_accumulator_in_range", "round_accumulator_np"]
 
@@ -49,7 +49,7 @@ def _max_bits(m: int) -> int:
 
 
 def round_accumulator(
-    s: Float[Array, "*shape"], mantissa_bits: int, toward_zero: bool
+    s: Float[ArrayLike, "*shape"], mantissa_bits: int, toward_zero: bool
 ) -> Float[Array, "*shape"]:
     """Round binary64 ``s`` to ``mantissa_bits`` fraction bits in binary32's exponent range.
 
@@ -76,7 +76,7 @@ def round_accumulator(
 
 
 def round_accumulator_in_range(
-    s: Float[Array, "*shape"], mantissa_bits: int, toward_zero: bool
+    s: Float[ArrayLike, "*shape"], mantissa_bits: int, toward_zero: bool
 ) -> Float[Array, "*shape"]:
     """:func:`round_accumulator` for ``s`` that is NaN, ``+0``, or of magnitude in
     ``[2**-126, 2**127]``: the flush and overflow checks cannot fire there and are left out.

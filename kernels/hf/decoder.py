@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernels.hf.config import DecoderConfig
 from kernels.hf.rope import cos_sin, inverse_frequencies, rotate
@@ -96,13 +96,13 @@ class DecoderLayer(nnx.Module):
 # ----------------------------------------------------------------------- computation
 
 
-def _rms_norm(x: Float[Array, "... d"], weight: Float[Array, " d"], eps: float) -> Array:
+def _rms_norm(x: Float[ArrayLike, "... d"], weight: Float[ArrayLike, " d"], eps: float) -> Array:
     x = x.astype(jnp.float32)
     weight = jnp.reshape(weight, (1,) * (x.ndim - 1) + (-1,))
     return weight * (x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
-def _project(ops: Ops, x: Float[Array, "... k"], p: dict, inputs: int = 1) -> Array:
+def _project(ops: Ops, x: Float[ArrayLike, "... k"], p: dict, inputs: int = 1) -> Array:
     """``x @ kernel + bias`` through ``ops.matmul``; the kernel's first ``inputs`` axes are
     contracted with ``x``'s last ``inputs`` axes, its other axes are the output's."""
     kernel = p["kernel"]
@@ -197,7 +197,7 @@ class Decoder(nnx.Module):
     def _embed(self, tokens: Array) -> Array:
         return self.embed_tokens[...][tokens].astype(jnp.float32)
 
-    def __call__(self, tokens: Int[Array, "batch seq"]) -> Float[Array, "batch seq vocab"]:
+    def __call__(self, tokens: Int[ArrayLike, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences (positions from 0)."""
         seq = tokens.shape[-1]
         if seq > self.context:
@@ -224,7 +224,7 @@ class Decoder(nnx.Module):
         return jax.tree.map(lambda a: jnp.stack([a] * c.num_hidden_layers), one)
 
     def step(
-        self, tokens: Int[Array, " seqs"], position: Int[Array, ""], caches: Any
+        self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
     ) -> tuple[Float[Array, "seqs vocab"], Any]:
         """Logits after one more token per sequence (all at ``position``), and the new caches."""
         cos, sin = cos_sin(jnp.asarray(position), self._inv_freq())

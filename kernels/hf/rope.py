@@ -18,7 +18,7 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Shaped
+from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from kernels.hf.config import RopeConfig
 
@@ -49,7 +49,7 @@ def inverse_frequencies(rope: RopeConfig, head_dim: int) -> np.ndarray:
 
 
 def cos_sin(
-    positions: Shaped[Array, "*pos"], inv_freq: Float[Array, " half"]
+    positions: Shaped[ArrayLike, "*pos"], inv_freq: Float[ArrayLike, " half"]
 ) -> tuple[Float[Array, "*pos dim"], Float[Array, "*pos dim"]]:
     """``cos θ`` and ``sin θ`` at every position (float32), ``θ = p · [f, f]``; ``positions``
     is a scalar (one decoding step) or a vector (a whole sequence)."""
@@ -60,7 +60,9 @@ def cos_sin(
 
 
 def rotate(
-    x: Float[Array, "... heads dim"], cos: Float[Array, "... dim"], sin: Float[Array, "... dim"]
+    x: Float[ArrayLike, "... heads dim"],
+    cos: Float[ArrayLike, "... dim"],
+    sin: Float[ArrayLike, "... dim"],
 ) -> Float[Array, "... heads dim"]:
     """``x`` rotated by the angles whose cosines and sines are given (broadcast over heads)."""
     half = x.shape[-1] // 2

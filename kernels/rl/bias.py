@@ -37,7 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from contracts.checks import check_temperature
 from kernels.rl.estimators import check_params, correction_weights
@@ -98,9 +98,9 @@ def _phi(u):
 
 @jax.jit
 def divergences(
-    z_train: Float[Array, "rows vocab"],
-    z_inf: Float[Array, "rows vocab"],
-    temperature: Float[Array, ""] | float,
+    z_train: Float[ArrayLike, "rows vocab"],
+    z_inf: Float[ArrayLike, "rows vocab"],
+    temperature: Float[ArrayLike, ""] | float,
 ) -> dict[str, Array]:
     """Per row: log w over the vocabulary, π, π', TV(π, π'), KL(π'‖π) and the logit drift.
 
@@ -128,12 +128,12 @@ def divergences(
 
 def bandit_weights(
     name: str,
-    log_w: Float[Array, "prompts vocab"],
-    advantages: Float[Array, "prompts vocab"],
-    token_tv: Float[Array, " prompts"],
-    token_kl: Float[Array, " prompts"],
+    log_w: Float[ArrayLike, "prompts vocab"],
+    advantages: Float[ArrayLike, "prompts vocab"],
+    token_tv: Float[ArrayLike, " prompts"],
+    token_kl: Float[ArrayLike, " prompts"],
     params: Mapping[str, object] = _NO_PARAMS,
-    logp_inf: Float[Array, "prompts vocab"] | None = None,
+    logp_inf: Float[ArrayLike, "prompts vocab"] | None = None,
 ) -> Float[Array, "prompts vocab"]:
     """ω(y) of every candidate token y, each scored as a one-token rollout of its prompt.
 
@@ -194,9 +194,9 @@ def _bandit(name, params, z_train, z_inf, reward, temperature):
 
 def bandit_bias(
     name: str,
-    z_train: Float[Array, "prompts vocab"],
-    z_inf: Float[Array, "prompts vocab"],
-    reward: Float[Array, "prompts vocab"] | Float[Array, " vocab"],
+    z_train: Float[ArrayLike, "prompts vocab"],
+    z_inf: Float[ArrayLike, "prompts vocab"],
+    reward: Float[ArrayLike, "prompts vocab"] | Float[ArrayLike, " vocab"],
     temperature: float,
     params: Mapping[str, object] = _NO_PARAMS,
 ) -> BanditBias:
@@ -226,8 +226,8 @@ def _check_logits(z_train, z_inf, temperature) -> None:
 
 
 def clip_share(
-    z_train: Float[Array, "prompts vocab"],
-    z_inf: Float[Array, "prompts vocab"],
+    z_train: Float[ArrayLike, "prompts vocab"],
+    z_inf: Float[ArrayLike, "prompts vocab"],
     temperature: float,
     clip_epsilon: float,
 ) -> Float[Array, " prompts"]:
@@ -305,10 +305,10 @@ def _sequences(name, params, tokens, z_train, z_inf, reward_table, temperature, 
 
 def sequence_bias(
     name: str,
-    tokens: Int[Array, "seqs new"],
-    z_train: Float[Array, "seqs new vocab"],
-    z_inf: Float[Array, "seqs new vocab"],
-    reward_table: Float[Array, " vocab"],
+    tokens: Int[ArrayLike, "seqs new"],
+    z_train: Float[ArrayLike, "seqs new vocab"],
+    z_inf: Float[ArrayLike, "seqs new vocab"],
+    reward_table: Float[ArrayLike, " vocab"],
     temperature: float,
     params: Mapping[str, object] = _NO_PARAMS,
     *,

@@ -88,7 +88,7 @@ def _number(name: str, key: str, value: object) -> float:
     return value
 
 
-def check_params(name: str, params: Mapping[str, float | tuple]) -> dict[str, object]:
+def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
     """Validate an estimator's name and parameters; return them as plain floats and tuples.
 
     Raises ValueError naming the estimator and the key when the name is unknown, a required
@@ -198,7 +198,7 @@ def correction_weights(
     mask: Float[ArrayLike, "batch time"],
     advantages: Float[ArrayLike, "batch time"],
     *,
-    params: Mapping[str, numbers.Real | tuple] = _NO_PARAMS,
+    params: Mapping[str, object] = _NO_PARAMS,  # checked by check_params
     token_tv: Float[ArrayLike, "batch time"] | None = None,
     token_kl: Float[ArrayLike, "batch time"] | None = None,
     logp_inf: Float[ArrayLike, "batch time"] | None = None,

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernels.model import TinyLM
 from kernels.rl.estimators import correction_weights
@@ -75,7 +75,11 @@ class StepStats(NamedTuple):
 
 
 def group_advantages(
-    rewards: Float[Array, " seqs"], group_size: int, *, normalize: bool = True, eps: float = 1e-6
+    rewards: Float[ArrayLike, " seqs"],
+    group_size: int,
+    *,
+    normalize: bool = True,
+    eps: float = 1e-6,
 ) -> Float[Array, " seqs"]:
     """Group-relative advantages: consecutive runs of ``group_size`` rows form one group."""
     rewards = jnp.asarray(rewards, jnp.float32)
@@ -105,13 +109,13 @@ def _taken(z, tokens, temperature):
 
 @partial(jax.jit, static_argnames=("estimator", "params", "temperature"))
 def correct(
-    train_logits: Float[Array, "seqs new vocab"],
-    rollout_logits: Float[Array, "seqs new vocab"],
-    generated: Int[Array, "seqs new"],
-    advantages: Float[Array, " seqs"],
-    mask: Float[Array, "seqs new"],
-    token_tv: Float[Array, "seqs new"],
-    token_kl: Float[Array, "seqs new"],
+    train_logits: Float[ArrayLike, "seqs new vocab"],
+    rollout_logits: Float[ArrayLike, "seqs new vocab"],
+    generated: Int[ArrayLike, "seqs new"],
+    advantages: Float[ArrayLike, " seqs"],
+    mask: Float[ArrayLike, "seqs new"],
+    token_tv: Float[ArrayLike, "seqs new"],
+    token_kl: Float[ArrayLike, "seqs new"],
     *,
     estimator: str,
     params: tuple[tuple[str, float | tuple[float, float]], ...] = (),

@@ -143,8 +143,8 @@ def linen_mlp():
 
 def linen_mlp_by_hand(v, x):
     p = v["params"]
-    h = jax.nn.relu(emu(x, p["Dense_0"]["kernel"]) + p["Dense_0"]["bias"])
-    return emu(h, p["Dense_1"]["kernel"]) + p["Dense_1"]["bias"]
+    h = jax.nn.relu(emu(x, p["Dense_0"]["kernel"]) + p["Dense_0"]["bias"][None, :])
+    return emu(h, p["Dense_1"]["kernel"]) + p["Dense_1"]["bias"][None, :]
 
 
 # ---------------------------------------------------------------- (a) fp32 is identity
@@ -181,17 +181,17 @@ def test_fp8_linen_mlp_equals_emulated_matmuls_by_hand(linen_mlp):
 def test_fp8_nnx_model_equals_emulated_matmuls_by_hand():
     m = NNXModel(nnx.Rngs(0))
     got = on_kernel(lambda m, x: m(x), "h100-fp8")(m, X)
-    h = nnx.gelu(emu(X, m.a.kernel[...]) + m.a.bias[...])
+    h = nnx.gelu(emu(X, m.a.kernel[...]) + m.a.bias[...][None, :])
     same(got["hidden"][0], h)
-    same(got["out"], emu(h, m.b.kernel[...]) + m.b.bias[...])
+    same(got["out"], emu(h, m.b.kernel[...]) + m.b.bias[...][None, :])
 
 
 def test_fp8_equinox_model_equals_emulated_matmuls_by_hand():
     m = EqxModel(jax.random.key(2))
     got = on_kernel(lambda m, x: jax.vmap(m)(x), FP8)(m, X)
     # vmap turns W @ x into one batched dot: rows of X times columns of W^T
-    h = jax.nn.tanh(emu(X, m.a.weight.T) + m.a.bias)
-    same(got, (emu(h, m.b.weight.T) + m.b.bias) * 0.5)
+    h = jax.nn.tanh(emu(X, m.a.weight.T) + m.a.bias[None, :])
+    same(got, (emu(h, m.b.weight.T) + m.b.bias[None, :]) * 0.5)
 
 
 def test_int8_linen_mlp_equals_int8_matmuls_by_hand(linen_mlp):
@@ -199,8 +199,8 @@ def test_int8_linen_mlp_equals_int8_matmuls_by_hand(linen_mlp):
     model, v = linen_mlp
     int8 = PRESETS["a100-int8"]
     p = v["params"]
-    h = jax.nn.relu(emu(X, p["Dense_0"]["kernel"], int8) + p["Dense_0"]["bias"])
-    want = emu(h, p["Dense_1"]["kernel"], int8) + p["Dense_1"]["bias"]
+    h = jax.nn.relu(emu(X, p["Dense_0"]["kernel"], int8) + p["Dense_0"]["bias"][None, :])
+    want = emu(h, p["Dense_1"]["kernel"], int8) + p["Dense_1"]["bias"][None, :]
     got = on_kernel(model.apply, int8, batch_size=3)(v, X)
     same(got, want)
     assert not np.array_equal(np.asarray(got), np.asarray(model.apply(v, X)))
@@ -299,9 +299,9 @@ def test_grad_is_straight_through(linen_mlp):
     # float32 products in the backward pass
     p = v["params"]
     hi = lax.Precision.HIGHEST
-    pre = emu(X, p["Dense_0"]["kernel"]) + p["Dense_0"]["bias"]
+    pre = emu(X, p["Dense_0"]["kernel"]) + p["Dense_0"]["bias"][None, :]
     h = jax.nn.relu(pre)
-    dy = 2 * (emu(h, p["Dense_1"]["kernel"]) + p["Dense_1"]["bias"])
+    dy = 2 * (emu(h, p["Dense_1"]["kernel"]) + p["Dense_1"]["bias"][None, :])
     dpre = jnp.matmul(dy, p["Dense_1"]["kernel"].T, precision=hi) * (pre > 0).astype(pre.dtype)
     want = {
         "Dense_0": {"kernel": jnp.matmul(X.T, dpre, precision=hi), "bias": dpre.sum(0)},

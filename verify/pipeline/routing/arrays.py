@@ -249,5 +249,5 @@ def check_batch(
         pos = np.broadcast_to(np.arange(shape[1], dtype=np.int64), shape)
     dtypes = (host["train_logprobs"].dtype, host["inference_logprobs"].dtype)
     # the weights keep a numpy float dtype; narrower formats (bfloat16) get float32 weights
-    dtype = np.result_type(*dtypes) if all(d.kind == "f" for d in dtypes) else np.float32
+    dtype = np.result_type(*dtypes) if all(d.kind == "f" for d in dtypes) else np.dtype(np.float32)
     return Batch(train, inference, mask, np.asarray(pos, np.int64), names, use_jax, dtype)
