@@ -200,56 +200,19 @@ def length_range(contract: Contract) -> tuple[int, int]:
     return ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width)
 
 
-def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
+def _decoder_run(contract: Contract, ev: EmulateEvidence, batch: int, model, context: int):
+    """The ``run`` of a :class:`_Pair` for a model with the :class:`~kernels.ops.Ops` injection
+    points (TinyLM, a Hugging Face decoder): sample on K_inf through the paged cache, then
+    teacher-force the samples on K_train."""
     from kernels.decode import generate, teacher_force
-    from kernels.model import load_pretrained, pretrained_extra, with_ops
-    from kernels.ops import inference_ops, train_ops
-
-    model = load_pretrained(ev.model)
-    context = model.config.context
-    if not 1 <= ev.max_new_tokens < context:
-        raise ValueError(
-            f"evidence.emulate.max_new_tokens must be in [1, {context - 1}] for model "
-            f"{ev.model!r} (context {context}), got {ev.max_new_tokens}"
-        )
-    windows = pretrained_extra(ev.model)["heldout_windows"].astype(np.int32)
-    k_train = with_ops(model, train_ops(contract.kernels.train))
-    k_inf = with_ops(model, inference_ops(contract.kernels.inference, batch_size=batch))
-    policy = contract.policy
-
-    def run(chunk, key, temperature):
-        tokens, z_inf = generate(
-            k_inf, chunk, key, temperature, new_tokens=ev.max_new_tokens,
-            top_k=policy.top_k, top_p=policy.top_p,
-        )  # fmt: skip
-        prompt_len = chunk.shape[1]
-        return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=prompt_len)
-
-    lengths = (ev.max_new_tokens + 1, min(context, ev.max_new_tokens + windows.shape[1]))
-    prompt_len = min(PROMPT_BYTES, context - ev.max_new_tokens)
-    return _Pair(ev.model, model.config.vocab, windows, prompt_len, lengths, run)
-
-
-def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernels.decode import generate, teacher_force
-    from kernels.hf.checkpoint import load_decoder
-    from kernels.hf.errors import CheckpointError
     from kernels.model import with_ops
     from kernels.ops import inference_ops, train_ops
-    from kernels.user_model import MODEL_KEY, UserModelError
 
-    folder = _hf(ev.model)
-    try:
-        model = load_decoder(folder)
-    except CheckpointError as err:
-        raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
-    context, vocab = model.context, model.config.vocab_size
     if not 1 <= ev.max_new_tokens < context:
         raise ValueError(
             f"evidence.emulate.max_new_tokens must be in [1, {context - 1}] for model "
             f"{ev.model!r} (context {context}), got {ev.max_new_tokens}"
         )
-    rows = _hf_rows(ev, folder, vocab)
     k_train = with_ops(model, train_ops(contract.kernels.train))
     k_inf = with_ops(model, inference_ops(contract.kernels.inference, batch_size=batch))
     policy = contract.policy
@@ -260,6 +223,35 @@ def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
             top_k=policy.top_k, top_p=policy.top_p,
         )  # fmt: skip
         return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=chunk.shape[1])
+
+    return run
+
+
+def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
+    from kernels.model import load_pretrained, pretrained_extra
+
+    model = load_pretrained(ev.model)
+    context = model.config.context
+    run = _decoder_run(contract, ev, batch, model, context)
+    windows = pretrained_extra(ev.model)["heldout_windows"].astype(np.int32)
+    lengths = (ev.max_new_tokens + 1, min(context, ev.max_new_tokens + windows.shape[1]))
+    prompt_len = min(PROMPT_BYTES, context - ev.max_new_tokens)
+    return _Pair(ev.model, model.config.vocab, windows, prompt_len, lengths, run)
+
+
+def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
+    from kernels.hf.checkpoint import load_decoder
+    from kernels.hf.errors import CheckpointError
+    from kernels.user_model import MODEL_KEY, UserModelError
+
+    folder = _hf(ev.model)
+    try:
+        model = load_decoder(folder)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
+    context, vocab = model.context, model.config.vocab_size
+    run = _decoder_run(contract, ev, batch, model, context)
+    rows = _hf_rows(ev, folder, vocab)
 
     width = PROMPT_BYTES if rows is None else rows.shape[1]
     lengths = (ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 
 from verify.cli.commands import main
+
+MALFORMED = pathlib.Path(__file__).resolve().parent / "data" / "malformed"
 
 
 def run_cli(*argv, cwd=None) -> tuple[int, str, str]:
@@ -20,3 +23,12 @@ def run_cli(*argv, cwd=None) -> tuple[int, str, str]:
     finally:
         os.chdir(old)
     return code, out.getvalue(), err.getvalue()
+
+
+def malformed_contract() -> tuple[pathlib.Path, str]:
+    """A contract with several problems, and the lines every command prints for it (each
+    command loads a contract the same way)."""
+    path = MALFORMED / "pg_bias_fields.yaml"
+    expected = (MALFORMED / "pg_bias_fields.expected").read_text()
+    expected = expected.replace("pg_bias_fields.yaml", str(path))
+    return path, expected if expected.endswith("\n") else expected + "\n"

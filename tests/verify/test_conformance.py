@@ -11,7 +11,7 @@ from dataclasses import replace
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_runner import run_cli
+from cli_runner import malformed_contract, run_cli
 
 from contracts.presets import PRESETS
 from kernels._matmul import matmul
@@ -23,7 +23,6 @@ from verify.diagnostics.conformance.probes import boundary_position, probes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "contracts" / "examples"
-MALFORMED = ROOT / "tests" / "data" / "malformed"
 INT8 = PRESETS["a100-int8"]
 D, VOCAB = 64, 16  # one matmul of the random probe's shape (64 rows, K = 64, 16 columns)
 
@@ -204,13 +203,11 @@ def test_cli_table_for_a_float32_kernel(tmp_path):
 def test_cli_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path):
     contract = EXAMPLES / "int8-serving.yaml"
     missing = tmp_path / "missing.yaml"
-    malformed = MALFORMED / "pg_bias_fields.yaml"
-    expected = (MALFORMED / "pg_bias_fields.expected").read_text()
-    expected = expected.replace("pg_bias_fields.yaml", str(malformed))
+    malformed, expected = malformed_contract()
     report = tmp_path / "out.json"
     cases = [
         ([missing], f"{missing}: no such file\n"),
-        ([malformed], expected if expected.endswith("\n") else expected + "\n"),
+        ([malformed], expected),
         ([contract, "--model", "gpt-9"],
          "--model gpt-9: unknown model (shipped: tiny-lm; or an entry point "
          "package.module:function with --params PATH)\n"),

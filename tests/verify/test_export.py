@@ -21,7 +21,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 import yaml
-from cli_runner import run_cli
+from cli_runner import malformed_contract, run_cli
 
 import contracts
 from verify.cli.commands import main
@@ -32,7 +32,6 @@ from verify.pipeline.export.request import DRIVING
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "contracts" / "examples" / "fp8-rollout.yaml"
 TEXT = EXAMPLE.read_text(encoding="utf-8")
-MALFORMED = ROOT / "tests" / "data" / "malformed"
 
 
 def _run(*argv):
@@ -518,12 +517,7 @@ def _bad_input_cases(tmp_path):
     ro.chmod(0o555)
     missing = tmp_path / "missing.yaml"
     serving = ROOT / "contracts" / "examples" / "bf16-serving.yaml"
-    malformed = MALFORMED / "pg_bias_fields.yaml"
-    expected = (
-        (MALFORMED / "pg_bias_fields.expected")
-        .read_text()
-        .replace("pg_bias_fields.yaml", str(malformed))
-    )
+    malformed, expected = malformed_contract()
     guarantees_line = _line(serving.read_text(), "guarantees:")
     return ro, [
         ([missing, "--to", "verl"], f"{missing}: no such file\n"),

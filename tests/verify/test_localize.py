@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_runner import run_cli
+from cli_runner import malformed_contract, run_cli
 
 from contracts.presets import PRESETS
 from kernels._matmul import matmul
@@ -23,7 +23,6 @@ from kernels.sites import walk
 from kernels.ulp import coarser, ulp_distance, ulp_summary
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MALFORMED = ROOT / "tests" / "data" / "malformed"
 D, VOCAB = 32, 16
 
 MODEL_SOURCE = """
@@ -315,13 +314,11 @@ def test_cli_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path):
     small.write_text(_contract(d, k_max=16).read_text())
     _contract(d)  # c.yaml back to k_max 4096
     missing = tmp_path / "missing.yaml"
-    malformed = MALFORMED / "pg_bias_fields.yaml"
-    expected = (MALFORMED / "pg_bias_fields.expected").read_text()
-    expected = expected.replace("pg_bias_fields.yaml", str(malformed))
+    malformed, expected = malformed_contract()
     report = tmp_path / "out.json"
     cases = [
         ([missing], f"{missing}: no such file\n"),
-        ([malformed], expected if expected.endswith("\n") else expected + "\n"),
+        ([malformed], expected),
         ([contract, "--model", "gpt-9"],
          "--model gpt-9: unknown model (shipped: tiny-lm; or an entry point "
          "package.module:function with --params PATH)\n"),
