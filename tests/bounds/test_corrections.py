@@ -22,10 +22,10 @@ import strategies
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
+from pg_contracts import pg_contract
 from strategies import examples
 
 import bounds
-import contracts
 from bounds import LEMMAS, measure
 from bounds.pg import closed_forms as C
 from bounds.pg.witnesses import band_dropped_mass, geo_dropped_mass
@@ -353,22 +353,7 @@ def test_exceedance_split_is_sound(rho, level, T, seed):
 
 
 # ---- the DSL, derivations and obligations --------------------------------------------------
-HEAD = """contract: 1
-name: corrections
-policy: {temperature: 1.0, max_new_tokens: %d}
-kernels: {train: {preset: fp32}, inference: {preset: h100-fp8}}
-numerical:
-  - {id: N1, metric: logit_drift, max: %s}
-  - {id: N2, metric: tv, max: 0.001}
-  - {id: N3, metric: log_ratio, max: 0.6}
-guarantees:
-"""
-PG = "quantity: pg_bias, score_norm: 5, advantage: 1"
-
-
-def _contract(guarantees: list[str], delta="0.05", L=8) -> contracts.Contract:
-    body = "".join(f"  - {{id: G{i}, {PG}, {g}}}\n" for i, g in enumerate(guarantees))
-    return contracts.loads(HEAD % (L, delta) + body, path="c.yaml")
+_contract = functools.partial(pg_contract, name="corrections", tv="0.001")
 
 
 ESTIMATORS = [

@@ -27,6 +27,7 @@ import strategies
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
+from pg_contracts import head, pg_contract
 from strategies import examples
 
 import bounds
@@ -295,21 +296,7 @@ def _seq_mask_fn(L: int, no_lower: bool):
 
 
 # ---- the DSL, derivations and obligations --------------------------------------------------
-HEAD = """contract: 1
-name: peers
-policy: {temperature: 1.0, max_new_tokens: %d}
-kernels: {train: {preset: fp32}, inference: {preset: h100-fp8}}
-numerical:
-  - {id: N1, metric: logit_drift, max: %s}
-  - {id: N3, metric: log_ratio, max: 0.6}
-guarantees:
-"""
-PG = "quantity: pg_bias, score_norm: 5, advantage: 1"
-
-
-def _contract(guarantees: list[str], delta="0.05", L=8) -> contracts.Contract:
-    body = "".join(f"  - {{id: G{i}, {PG}, {g}}}\n" for i, g in enumerate(guarantees))
-    return contracts.loads(HEAD % (L, delta) + body, path="c.yaml")
+_contract = functools.partial(pg_contract, name="peers")
 
 
 PEERS = [
@@ -365,12 +352,8 @@ def test_obligations_prove_above_and_refute_below_an_attained_bound(
 def test_a_tv_clause_at_0_refutes_no_sequence_mask():
     # TV ≤ 0 makes the laws equal: nothing is dropped, so the constant form G·A of a sequence
     # mask under a TV premise is not attained there (it was refuted for geo_mask before)
-    head = HEAD.replace("  - {id: N3", "  - {id: N2, metric: tv, max: 0}\n  - {id: N3")
-    body = "".join(
-        f"  - {{id: G{i}, {PG}, {g}, max: 1, from: [N2]}}\n"
-        for i, g in enumerate(["estimator: geo_mask, band: [0.9, 1.1]", PEERS[4], PEERS[7]])
-    )
-    c = contracts.loads(head % (8, "0.05") + body, path="c.yaml")
+    masks = ["estimator: geo_mask, band: [0.9, 1.1]", PEERS[4], PEERS[7]]
+    c = pg_contract([f"{g}, max: 1, from: [N2]" for g in masks], name="peers", tv="0")
     for d in bounds.derive(c):
         assert not d.extra["attained"], d.guarantee
         assert discharge(d, timeout_ms=1000).status is not Status.REFUTED, d.guarantee
@@ -394,8 +377,7 @@ def test_bounds_that_are_not_suprema_are_never_refuted():
 def test_the_rl_page_guarantees_are_read_and_proved():
     page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "rl.md").read_text("utf-8")
     block = re.search(r"```yaml\n(guarantees:\n.*?)```", page, re.S).group(1)
-    head = HEAD.replace("guarantees:\n", "") % (8, "0.05")
-    c = contracts.loads(head + block, path="rl.md")
+    c = contracts.loads(head(name="peers").replace("guarantees:\n", "") + block, path="rl.md")
     assert {g.estimator for g in c.guarantees} == {
         "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
         "kl_reject",
