@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 
 from verify.common.arguments import PARSERS, Stop
+from verify.common.environment import foreign_kernels
 
 __all__ = ["COMMANDS", "SUBCOMMANDS", "main"]
 
@@ -152,4 +153,6 @@ def main(argv: Sequence[str] | None = None, *, stdout=None, stderr=None) -> int:
         return 2
     except Exception as err:  # the documented last resort: one line, never a traceback
         stderr.write(f"verify: internal error: {type(err).__name__}: {err}\n")
+        if (clash := foreign_kernels()) is not None:  # the likely cause, when it holds
+            stderr.write(f"verify: {clash}\n")
         return 2
