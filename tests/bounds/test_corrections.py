@@ -23,7 +23,7 @@ import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 from pg_contracts import pg_contract
-from strategies import examples
+from strategies import TOL, examples, within
 
 import bounds
 from bounds import LEMMAS, measure
@@ -34,14 +34,9 @@ from contracts.canonical import from_canonical
 from verify.common.status import Status
 from verify.proving.obligations import discharge
 
-TOL = 1e-10
 _x, _y = sympy.Symbol("x", nonnegative=True), sympy.Symbol("y", nonnegative=True)
 _lo, _hi, _c = (sympy.Symbol(n, positive=True) for n in ("lo", "hi", "c"))
 _L = sympy.Symbol("L", positive=True, integer=True)
-
-
-def _ok(true: float, bound: float) -> bool:
-    return true <= bound * (1 + 1e-12) + TOL
 
 
 @functools.cache
@@ -228,22 +223,22 @@ def test_token_corrections_are_sound(case, cap, lohi, tau):
     z, zp, T = case
     s, r, tv, _ = _premises(z, zp, T)
     excess = measure.tis_excess(z, zp, T, cap)  # E_π'(w − c)₊, TIS at c ≤ 1
-    assert _ok(excess, float(C.tis_excess_sup(s, cap)))  # pg_bias_tis_small_cap
-    assert _ok(excess, 1 - cap + cap * min(tv, 1.0))  # pg_bias_tis_small_cap_tv
+    assert within(excess, float(C.tis_excess_sup(s, cap)))  # pg_bias_tis_small_cap
+    assert within(excess, 1 - cap + cap * min(tv, 1.0))  # pg_bias_tis_small_cap_tv
     if r < 700:
-        assert _ok(excess, float(_fn("tis_r")(r, cap)))  # pg_bias_tis_small_cap_ratio
+        assert within(excess, float(_fn("tis_r")(r, cap)))  # pg_bias_tis_small_cap_ratio
     lo, hi = lohi
     for a, b in ((lo, hi), (1 - tau, 1 + tau)):  # icepop, and ppo_clip with ε = τ
         dropped = band_dropped_mass(z, zp, T, a, b)
-        assert _ok(dropped, band(s, a, b))  # pg_bias_icepop / pg_bias_ppo_clip
-        assert _ok(dropped, band_ratio(r, a, b))  # ..._ratio
-        assert _ok(dropped, float(_fn("tv")(min(tv, 1.0), a, b)))  # ..._tv
+        assert within(dropped, band(s, a, b))  # pg_bias_icepop / pg_bias_ppo_clip
+        assert within(dropped, band_ratio(r, a, b))  # ..._ratio
+        assert within(dropped, float(_fn("tv")(min(tv, 1.0), a, b)))  # ..._tv
     dropped_tv = float(measure.tv(z, zp, T) > tau)  # tv_mask: the whole position or nothing
-    assert _ok(dropped_tv, step(math.tanh(s / 4), tau))
-    assert _ok(dropped_tv, step(math.tanh(r / 2), tau))
+    assert within(dropped_tv, step(math.tanh(s / 4), tau))
+    assert within(dropped_tv, step(math.tanh(r / 2), tau))
     dropped_kl = float(measure.kl(z, zp, T, reverse=True) > tau)  # kl_mask
-    assert _ok(dropped_kl, step(float(_fn("kl")(s)), tau))
-    assert _ok(dropped_kl, step(r * math.tanh(r / 2), tau))
+    assert within(dropped_kl, step(float(_fn("kl")(s)), tau))
+    assert within(dropped_kl, step(r * math.tanh(r / 2), tau))
 
 
 @examples(120)
@@ -268,7 +263,7 @@ def test_geo_mask_is_sound(case, lohi, L, data):
             others = (n - 1) * each * (1 - 1e-12)
         dropped = geo_dropped_mass(z, zp, T, lo, hi, others, n)
         bound = band(s, lo, hi, L) if premise == "drift" else band_ratio(r, lo, hi, L)
-        assert _ok(dropped, bound), (premise, pick, n, others)
+        assert within(dropped, bound), (premise, pick, n, others)
 
 
 def _autoregressive(vocab, length, T, delta, rng):
@@ -325,7 +320,7 @@ def test_sequence_estimators_are_sound(vocab, length, T, delta, cap, seed):
         forms["kl"] = C.seq_tis_kl(L * k_, sympy.Rational(C.kl_anchor(Fraction(cap))))
         forms["kl_measured"] = C.seq_tis_kl(L * (kappa + TOL), sympy.Rational(C.kl_anchor(cap)))
     for name, form in forms.items():
-        assert _ok(excess, float(form.evalf(30))), name
+        assert within(excess, float(form.evalf(30))), name
     g = rng.normal(size=(p.size, 3))  # seq_is: E_π'[W g] − E_π[g] = 0
     bias = np.linalg.norm((np.exp(lq)[:, None] * np.exp(log_w)[:, None] * g).sum(0) - p @ g)
     assert bias <= 1e-12 * (1 + np.abs(g).sum())
@@ -346,8 +341,8 @@ def test_exceedance_split_is_sound(rho, level, T, seed):
         dropped.append(band_dropped_mass(z, zp, T, lo, hi))
         masked.append(float(measure.tv(z, zp, T) > tau))
     rate, s = float(np.mean(exceed)), 2 * level / T
-    assert _ok(float(np.mean(dropped)), (1 - rate) * band(s + 1e-12, lo, hi) + rate)
-    assert _ok(float(np.mean(masked)), (1 - rate) * step(math.tanh((s + 1e-12) / 4), tau) + rate)
+    assert within(float(np.mean(dropped)), (1 - rate) * band(s + 1e-12, lo, hi) + rate)
+    assert within(float(np.mean(masked)), (1 - rate) * step(math.tanh((s + 1e-12) / 4), tau) + rate)
     geo = (1 - min(1.0, 3 * rate)) * band(s + 1e-12, lo, hi, 3) + min(1.0, 3 * rate)
     assert geo >= (1 - rate) * band(s + 1e-12, lo, hi, 3) + rate - 1e-12  # L·ρ covers ρ
 

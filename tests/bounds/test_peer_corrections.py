@@ -28,7 +28,7 @@ import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 from pg_contracts import head, pg_contract
-from strategies import examples
+from strategies import examples, within
 
 import bounds
 import contracts
@@ -47,14 +47,9 @@ from contracts.errors import KernelContractsError
 from verify.common.status import Status
 from verify.proving.obligations import discharge
 
-TOL = 1e-10
 _x = sympy.Symbol("x", nonnegative=True)
 _lo, _hi = sympy.Symbol("lo", positive=True), sympy.Symbol("hi", positive=True)
 _L = sympy.Symbol("L", positive=True, integer=True)
-
-
-def _ok(true: float, bound: float) -> bool:
-    return true <= bound * (1 + 1e-12) + TOL
 
 
 @functools.cache
@@ -198,21 +193,21 @@ def test_token_level_corrections_are_sound(case, tau, lohi, eps, c, cap):
     s, _ = _s_r(z, zp, T)
     lo, hi = lohi
     # DPPO: the advantage takes each token's worst sign; the forms are tv_mask's and kl_mask's
-    assert _ok(dppo_dropped_mass(z, zp, T, tau, "tv"), step(math.tanh(s / 4), tau))
-    assert _ok(dppo_dropped_mass(z, zp, T, tau, "kl"), step(float(_fn("kl")(s)), tau))
+    assert within(dppo_dropped_mass(z, zp, T, tau, "tv"), step(math.tanh(s / 4), tau))
+    assert within(dppo_dropped_mass(z, zp, T, tau, "kl"), step(float(_fn("kl")(s)), tau))
     # dual clip: dropped where w > 1 + ε (A > 0), or w < 1 − ε or w > c (A < 0)
     w = np.exp(measure.log_ratio(z, zp, T))
     p = np.exp(measure.log_softmax(z, T))
     dual = float(np.sum(p[(w > 1 + eps) | (w < 1 - eps) | (w > c)]))
-    assert _ok(dual, band(s, 1 - eps, min(1 + eps, c)))
+    assert within(dual, band(s, 1 - eps, min(1 + eps, c)))
     # tis_mask: the band alone where c ≥ hi, the sum form below
     got = tis_mask_discrepancy(z, zp, T, cap, lo, hi)
     tis = float(C.tis_excess_sup(s, cap))
-    assert _ok(got, band(s, lo, hi) if cap >= hi else min(1.0, tis + band(s, lo, hi)))
+    assert within(got, band(s, lo, hi) if cap >= hi else min(1.0, tis + band(s, lo, hi)))
     # one token: seq_outlier and seq_mask are the band, opsm its lower side at e^{−τ}
-    assert _ok(band_dropped_mass(z, zp, T, lo, hi), band(s, lo, hi))
+    assert within(band_dropped_mass(z, zp, T, lo, hi), band(s, lo, hi))
     lower = float(np.sum(p[np.log(w) < -tau]))
-    assert _ok(lower, lower_band(s, math.exp(-tau), 1))
+    assert within(lower, lower_band(s, math.exp(-tau), 1))
 
 
 @examples(100)
@@ -230,12 +225,12 @@ def test_positions_inside_sequences_are_sound(case, lohi, tau, L, data):
     others = (n - 1) * each
     # opsm: the mean of log(π'/π) over the n tokens above τ, with A < 0: geo_mask's lower side
     dropped = geo_dropped_mass(z, zp, T, math.exp(-tau), 1e300, others, n)
-    assert _ok(dropped, lower_band(s, math.exp(-tau), L))
+    assert within(dropped, lower_band(s, math.exp(-tau), L))
     # seq_outlier: an other token outside the band drops the position; else the band itself
     outside = n > 1 and (each > math.log(hi) or (lo > 0 and each < math.log(lo)))
     got = 1.0 if outside else band_dropped_mass(z, zp, T, lo, hi)
     x = math.exp(s)
-    assert _ok(got, max(step(x, hi), step(x, 1 / lo) if lo > 0 else 0.0))
+    assert within(got, max(step(x, hi), step(x, 1 / lo) if lo > 0 else 0.0))
 
 
 def _sequence_laws(vocab, length, T, delta, rng):
@@ -276,7 +271,7 @@ def test_seq_mask_is_sound_on_enumerated_sequence_laws(vocab, length, T, delta, 
     dropped = float(np.sum(np.exp(log_p)[out]))  # π_L(W ∉ [lo, hi])
     s = 2 * delta * (1 + 1e-12) / T
     bound = float(_seq_mask_fn(length, lo == 0)(s, lo, hi))
-    assert _ok(dropped, bound), (dropped, bound)
+    assert within(dropped, bound), (dropped, bound)
     if lo == 0 and hi in (1.2, 2.0):  # the evaluator agrees with the compiled form
         value = bounds.pg_bias_bound("seq_mask", osc=s, L=length, band=(lo, hi)) / length
         assert value == pytest.approx(bound, rel=1e-9)
