@@ -28,8 +28,8 @@ split an axis that is reduced over:
 A dimension the mesh axis does not divide stays whole (``param_specs``). The property is
 checked, not proved: ``tests/kernels/test_sharding.py`` compares the sampled tokens and both
 kernels' logits (K_inf h100-fp8 decoding, K_train fp32 teacher-forcing) of a sharded and a
-one-device run bit for bit on four forced host devices; by hand, the five float presets and a
-``kernels.hf`` Qwen2 decoder gave the same bits too.
+one-device run bit for bit on four forced host devices, for a TinyLM and a tiny ``kernels.hf``
+Qwen3 checkpoint; by hand, the five float presets and a Qwen2 decoder gave the same bits too.
 
 Rules for the shipped ``TinyLM`` (``TINY_LM_RULES``) and for decoders with Hugging Face's
 parameter names (``HF_DECODER_RULES``: ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``,

@@ -1,4 +1,5 @@
-"""The model and the measurement over a device mesh: the same bits as on one device."""
+"""The models (TinyLM and a Hugging Face decoder) and the measurement over a device mesh: the
+same bits as on one device."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from flax import nnx
 from contracts import preset
 from kernels.decode import generate, teacher_force
 from kernels._measure import measure
+from kernels.hf import load_decoder
 from kernels.model import ModelConfig, TinyLM, with_ops
 from kernels.ops import inference_ops, train_ops
 from kernels.sharding import make_mesh, shard_batch, shard_model
@@ -33,6 +35,7 @@ from kernels.sharding import make_mesh, shard_batch, shard_model
 models = {
     "tiny": TinyLM(ModelConfig(vocab=64, d_model=32, layers=2, heads=4, d_ff=64, context=16),
                    seed=3),
+    "qwen3": load_decoder("tests/data/hf/qwen3"),  # grouped-query attention, q/k norms
 }
 prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (4, 3)), jnp.int32)
 key, temperature = jax.random.key(7), jnp.float32(1.0)
@@ -44,7 +47,8 @@ def run(k_inf, k_train, prompts):
     return {"tokens": tokens, "z_inf": z_inf, "z_train": z_train}
 
 def measured(out):  # over all four devices, from arrays placed anywhere
-    return measure(out["z_train"].reshape(-1, 64), out["z_inf"].reshape(-1, 64),
+    vocab = out["z_train"].shape[-1]
+    return measure(out["z_train"].reshape(-1, vocab), out["z_inf"].reshape(-1, vocab),
                    out["tokens"][:, 3:].reshape(-1), 0.7, impl="jax")
 
 def bits(a):
@@ -70,6 +74,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_sharded_emulation_is_bit_identical_to_one_device():
     # read when JAX starts: a new process. Both runs compile under the same flags; the cheaper
     # backend passes only shorten compilation (a default-flag run gives the same verdict)
@@ -84,8 +89,9 @@ def test_sharded_emulation_is_bit_identical_to_one_device():
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["devices"] == 4 and out["mesh"] == {"data": 2, "model": 2}
-    # wqkv and w_in of 2 layers and the head
-    for name, split in (("tiny", 5),):
+    # TinyLM: wqkv and w_in of 2 layers and the head; the Qwen3 decoder: the q, k, v, gate and
+    # up projections of each of its 2 layers and the LM head
+    for name, split in (("tiny", 5), ("qwen3", 11)):
         assert out[name]["split"] == split  # the weights really are split
         assert out[name]["spread"] == 4  # and the logits come back from every device
         equal = out[name]["equal"]
