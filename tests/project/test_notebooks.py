@@ -1,11 +1,11 @@
 """The notebooks run top to bottom, their plots render, and they use only the public API.
 
-Each jupytext file in ``notebooks/`` is converted to a notebook and executed with nbclient in
-a kernel running this interpreter (a kernel spec written to a temporary directory, so the
-test does not depend on which kernels the machine has registered). A cell that raises fails
-the test. Every PNG the notebook displays is decoded and must not be blank, and each notebook
-must display at least one. The kernels share a JAX compilation cache in a temporary
-directory, so a kernel pair that two notebooks emulate is compiled once per test run.
+Each jupytext file in ``notebooks/`` is converted to a notebook and executed with nbclient,
+from a new process, in a kernel running this interpreter (a kernel spec written to a temporary
+directory, so the test does not depend on which kernels the machine has registered). A cell
+that raises fails the test. Every PNG the notebook displays is decoded and must not be blank,
+and each notebook must display at least one. The kernels share a JAX compilation cache in a
+temporary directory, so a kernel pair that two notebooks emulate is compiled once per test run.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import io
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -25,6 +26,7 @@ import pytest
 
 jupytext = pytest.importorskip("jupytext", reason="the test extra (jupytext) is not installed")
 nbclient = pytest.importorskip("nbclient", reason="the test extra (nbclient) is not installed")
+nbformat = pytest.importorskip("nbformat", reason="the test extra (nbformat) is not installed")
 pytest.importorskip("ipykernel", reason="the test extra (ipykernel) is not installed")
 mpl_image = pytest.importorskip("matplotlib.image", reason="matplotlib is not installed")
 
@@ -33,6 +35,16 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 OURS = ("contracts", "kernels", "bounds", "verify")
 KERNEL_NAME = "kernel-contracts-test"
+# convert a jupytext file, execute it in a kernel, write the executed notebook
+EXECUTE = """
+import sys, jupytext, nbclient, nbformat
+source, target, kernel, root = sys.argv[1:]
+nb = jupytext.read(source)
+nbclient.NotebookClient(
+    nb, kernel_name=kernel, timeout=600, resources={"metadata": {"path": root}}
+).execute()
+nbformat.write(nb, target)
+"""
 # the notebooks that run emulated kernels; CI runs them, `-m "not slow"` skips them locally
 SLOW = {"01_bound_tightness.py", "02_where_divergence_concentrates.py", "04_rl_bias.py"}
 
@@ -175,16 +187,17 @@ def test_notebook_01_has_live_controls_for_delta_temperature_horizon_and_correct
     ids=lambda p: p.stem,
 )
 def test_notebook_runs_and_plots(path, kernel_env, tmp_path):
-    nb = jupytext.read(path)
-    client = nbclient.NotebookClient(
-        nb,
-        kernel_name=KERNEL_NAME,
-        timeout=600,
-        resources={"metadata": {"path": str(ROOT)}},
-    )
+    # executed from a new process: nbclient's client in a test process that earlier tests have
+    # used was seen to wait ten minutes on a kernel that had gone idle
+    executed = tmp_path / f"{path.stem}.ipynb"
     start = time.perf_counter()
-    client.execute()  # raises CellExecutionError on the first failing cell
+    run = subprocess.run(
+        [sys.executable, "-c", EXECUTE, str(path), str(executed), KERNEL_NAME, str(ROOT)],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
     elapsed = time.perf_counter() - start
+    assert run.returncode == 0, run.stderr[-4000:]  # a failing cell: CellExecutionError
+    nb = nbformat.read(executed, as_version=4)
     errors = [
         out for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"
     ]
