@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -67,7 +67,7 @@ class RLConfig:
 
     preset: str = "h100-fp8"  # K_inf's preset; K_train is float32
     estimator: str = "plain"  # a name of kernels.rl.estimators.ESTIMATOR_NAMES
-    params: tuple[tuple[str, float | Sequence[float]], ...] = ()
+    params: tuple[tuple[str, object], ...] = ()  # checked by check_params
     task: str = "vowels"
     groups: int = 8  # prompts per step
     group_size: int = 4  # completions per prompt
