@@ -65,6 +65,7 @@ def test_table_is_aligned_with_a_teacher_forced_pass(three_prompts):
     np.testing.assert_allclose(table["entropy"], entropy.reshape(-1), rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_seeded_and_deterministic(three_prompts):
     contract, table, _ = three_prompts
     again = emulate(contract)

@@ -335,6 +335,7 @@ def test_pytrees_are_kept():
 # ------------------------------------------------------------ (e) the shipped TinyLM
 
 
+@pytest.mark.slow
 def test_tiny_lm_through_the_transform_is_tiny_lm_on_the_inference_matmuls():
     model = load_pretrained("tiny-lm")  # on plain ops: jnp matmuls, plain float32 attention
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, 12)), jnp.int32)
