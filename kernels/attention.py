@@ -41,6 +41,7 @@ from contracts import AttentionSpec
 from kernels.batching import reduction_splits
 from kernels.bitround import encode
 from kernels.formats import format_info, min_normal_exponent, saturating_cast
+from kernels.ops import widen_heads
 
 __all__ = ["PagedKVCache", "decode_attention", "reference_attention", "tile_pages"]
 
@@ -249,11 +250,11 @@ def decode_attention(
     ``batch_size`` is the number of sequences the serving batch holds (static); with
     ``batching="dynamic"`` it sets the number of KV splits (:func:`reduction_splits`).
     """
-    keys, values = cache.gather()
+    q = jnp.asarray(q, jnp.float32)
+    keys, values = (widen_heads(kv, q.shape[-2]) for kv in cache.gather())
     capacity_pages = cache.page_table.shape[1]
     splits = reduction_splits(batch_size, cache.capacity, batching)
     splits = min(splits, capacity_pages)
-    q = jnp.asarray(q, jnp.float32)
 
     def one(qs, ks, vs, length):
         tp = tile_pages(length, spec, capacity_pages)

@@ -34,6 +34,7 @@ __all__ = [
     "inference_ops",
     "plain_ops",
     "train_ops",
+    "widen_heads",
 ]
 
 
@@ -76,8 +77,22 @@ class CacheOps(Protocol):
     def attend(
         self, q: Float[ArrayLike, "seqs heads dim"], cache: Any
     ) -> Float[Array, "seqs heads dim"]:
-        """Attention of one new query per sequence over everything cached so far."""
+        """Attention of one new query per sequence over everything cached so far.
+
+        ``q`` may have a whole multiple of the cache's heads (grouped-query attention): query
+        head ``h`` then attends with cache head ``h // groups``, as if each cached head were
+        repeated for its ``groups`` query heads."""
         ...
+
+
+def widen_heads(kv: Float[ArrayLike, "*lead kv_heads dim"], heads: int) -> Array:
+    """Each of ``kv``'s heads repeated for the query heads it serves (``heads`` a whole
+    multiple of ``kv``'s); ``kv`` itself when the counts are equal."""
+    kv = jnp.asarray(kv)
+    groups, rest = divmod(heads, kv.shape[-2])
+    if rest or groups < 1:
+        raise ValueError(f"{heads} query heads cannot share {kv.shape[-2]} cached heads")
+    return kv if groups == 1 else jnp.repeat(kv, groups, axis=-2)
 
 
 # --------------------------------------------------------------------------- matmul
@@ -176,12 +191,13 @@ class ContiguousCache:
         }
 
     def attend(self, q, cache):
+        keys, values = (widen_heads(cache[n], q.shape[-2]) for n in ("k", "v"))
         scale = 1.0 / jnp.sqrt(jnp.float32(q.shape[-1]))
-        scores = jnp.einsum("shd,sthd->sht", q, cache["k"], precision=jax.lax.Precision.HIGHEST)
-        valid = jnp.arange(cache["k"].shape[1]) < cache["length"]
+        scores = jnp.einsum("shd,sthd->sht", q, keys, precision=jax.lax.Precision.HIGHEST)
+        valid = jnp.arange(keys.shape[1]) < cache["length"]
         scores = jnp.where(valid, scores * scale, -jnp.inf)
         weights = jax.nn.softmax(scores, axis=-1)
-        return jnp.einsum("sht,sthd->shd", weights, cache["v"], precision=jax.lax.Precision.HIGHEST)
+        return jnp.einsum("sht,sthd->shd", weights, values, precision=jax.lax.Precision.HIGHEST)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ o biases, MLP biases, q/k RMSNorm, tied embeddings, rotary scaling). Pre-norm bl
 
 with ``n = input_layernorm(x)``, ``m = post_attention_layernorm(h)``, and the logits
 ``lm_head(norm(y_last))`` (the embedding's transpose when tied). Grouped-query attention
-repeats each key/value head for its ``groups`` query heads.
+repeats each key/value head for its ``groups`` query heads; the decoding cache holds each
+key/value head once and its ``attend`` repeats them (``kernels.ops.widen_heads``).
 
 As in :mod:`kernels.model`, every matmul (projections, MLP, LM head) is ``self.ops.matmul``,
 whole-sequence attention is ``self.ops.attention`` and incremental decoding reads and writes
@@ -38,7 +39,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernels.hf.config import DecoderConfig
 from kernels.hf.rope import cos_sin, inverse_frequencies, rotate
-from kernels.ops import Ops, plain_ops
+from kernels.ops import Ops, plain_ops, widen_heads
 
 __all__ = ["Attention", "Decoder", "DecoderLayer", "Linear", "Mlp", "RMSNorm"]
 
@@ -126,11 +127,6 @@ def _qkv(p: dict, x: Array, c: DecoderConfig, ops: Ops, cos: Array, sin: Array):
     return rotate(q, cos, sin), rotate(k, cos, sin), v
 
 
-def _repeat(kv: Array, groups: int) -> Array:
-    """Each key/value head repeated for the ``groups`` query heads it serves."""
-    return kv if groups == 1 else jnp.repeat(kv, groups, axis=-2)
-
-
 def _finish(p: dict, x: Array, attended: Array, c: DecoderConfig, ops: Ops) -> Array:
     """The attention output's projection, the residual add and the MLP."""
     h = x + _project(ops, attended, p["self_attn"]["o_proj"], inputs=2)
@@ -142,13 +138,14 @@ def _finish(p: dict, x: Array, attended: Array, c: DecoderConfig, ops: Ops) -> A
 
 def _layer_forward(p, x, c: DecoderConfig, ops: Ops, cos, sin):
     q, k, v = _qkv(p, x, c, ops, cos, sin)
-    attended = ops.attention(q, _repeat(k, c.groups), _repeat(v, c.groups))
+    heads = c.num_attention_heads
+    attended = ops.attention(q, widen_heads(k, heads), widen_heads(v, heads))
     return _finish(p, x, attended, c, ops)
 
 
 def _layer_step(p, x, cache, c: DecoderConfig, ops: Ops, cos, sin):
     q, k, v = _qkv(p, x, c, ops, cos, sin)
-    cache = ops.cache.append(cache, _repeat(k, c.groups), _repeat(v, c.groups))
+    cache = ops.cache.append(cache, k, v)  # the key/value heads; attend widens them
     return _finish(p, x, ops.cache.attend(q, cache), c, ops), cache
 
 
@@ -214,13 +211,14 @@ class Decoder(nnx.Module):
     def init_cache(self, num_seqs: int, max_len: int) -> Any:
         """Empty caches from ``self.ops.cache``, one per layer, stacked on a leading axis.
 
-        Each layer's cache holds the keys and values of every query head (a key/value head's
-        entries are repeated for its group), so any cache of ``Ops`` serves grouped queries.
+        Each layer's cache holds the ``num_key_value_heads`` key/value heads, each once
+        (``groups`` times less than a cache of every query head); ``attend`` serves each
+        query head from its group's head.
         """
         if max_len > self.context:
             raise ValueError(f"max_len {max_len} exceeds the context {self.context}")
         c = self.config
-        one = self.ops.cache.create(num_seqs, max_len, c.num_attention_heads, c.head_dim)
+        one = self.ops.cache.create(num_seqs, max_len, c.num_key_value_heads, c.head_dim)
         return jax.tree.map(lambda a: jnp.stack([a] * c.num_hidden_layers), one)
 
     def step(
