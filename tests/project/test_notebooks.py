@@ -35,18 +35,34 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 OURS = ("contracts", "kernels", "bounds", "verify")
 KERNEL_NAME = "kernel-contracts-test"
-# convert a jupytext file, execute it in a kernel, write the executed notebook. No widget is
-# mimicked (widget_registry={}): nbclient's mimic of an Output widget answers each output the
-# kernel sends into it on the shell channel, while the reply to the cell is awaited on that
-# socket; that reply was then seen only when the ten-minute poll ran out (nbclient issue 312).
-# The outputs an Output widget captures go to the cell's outputs instead.
+# convert a jupytext file, execute it in a kernel, write the executed notebook. The client
+# polls its sockets in slices of a second: a socket's wake-up can be missed (pyzmq's asyncio
+# poll, with nbclient's shell and IOPub tasks on one loop), and the waiting poll then sees the
+# message only when its timeout runs out, which for a cell is ten minutes. A notebook was seen
+# waiting that long on an idle kernel in three of four full runs, and then passing.
 EXECUTE = """
-import sys, jupytext, nbclient, nbformat
+import sys, time
+from queue import Empty
+import jupytext, nbclient, nbformat
+from jupyter_client.channels import AsyncZMQSocketChannel
+
+whole_wait = AsyncZMQSocketChannel.get_msg
+
+async def get_msg(self, timeout=None):
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = 1.0 if end is None else min(1.0, max(0.0, end - time.monotonic()))
+        try:
+            return await whole_wait(self, timeout=left)
+        except Empty:
+            if end is not None and time.monotonic() >= end:
+                raise
+
+AsyncZMQSocketChannel.get_msg = get_msg
 source, target, kernel, root = sys.argv[1:]
 nb = jupytext.read(source)
 nbclient.NotebookClient(
-    nb, kernel_name=kernel, timeout=600, resources={"metadata": {"path": root}},
-    widget_registry={},
+    nb, kernel_name=kernel, timeout=600, resources={"metadata": {"path": root}}
 ).execute()
 nbformat.write(nb, target)
 """
