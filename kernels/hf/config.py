@@ -111,11 +111,6 @@ class DecoderConfig:
         if problems:
             raise ValueError("; ".join(f"{k}: {m}" for k, m in problems))
 
-    @property
-    def groups(self) -> int:
-        """Query heads per key/value head."""
-        return self.num_attention_heads // self.num_key_value_heads
-
 
 def _shape_problems(c: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for each size of the record ``c`` that cannot make a decoder."""

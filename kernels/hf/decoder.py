@@ -8,7 +8,7 @@ o biases, MLP biases, q/k RMSNorm, tied embeddings, rotary scaling). Pre-norm bl
 
 with ``n = input_layernorm(x)``, ``m = post_attention_layernorm(h)``, and the logits
 ``lm_head(norm(y_last))`` (the embedding's transpose when tied). Grouped-query attention
-repeats each key/value head for its ``groups`` query heads; the decoding cache holds each
+repeats each key/value head for the query heads of its group; the decoding cache holds each
 key/value head once and its ``attend`` repeats them (``kernels.ops.widen_heads``).
 
 As in :mod:`kernels.model`, every matmul (projections, MLP, LM head) is ``self.ops.matmul``,
@@ -211,9 +211,9 @@ class Decoder(nnx.Module):
     def init_cache(self, num_seqs: int, max_len: int) -> Any:
         """Empty caches from ``self.ops.cache``, one per layer, stacked on a leading axis.
 
-        Each layer's cache holds the ``num_key_value_heads`` key/value heads, each once
-        (``groups`` times less than a cache of every query head); ``attend`` serves each
-        query head from its group's head.
+        Each layer's cache holds the ``num_key_value_heads`` key/value heads, each once (a
+        cache of every query head would hold each as many times as its group has query
+        heads); ``attend`` serves each query head from its group's head.
         """
         if max_len > self.context:
             raise ValueError(f"max_len {max_len} exceeds the context {self.context}")
