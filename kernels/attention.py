@@ -173,7 +173,7 @@ def tile_pages(length: Int[ArrayLike, ""], spec: AttentionSpec, capacity_pages: 
         return jnp.int32(capacity_pages)
     if spec.tiles == "adaptive":
         want = jnp.maximum(1, -(-length // (16 * ps)))
-        pow2 = jnp.left_shift(1, jnp.ceil(jnp.log2(want.astype(jnp.float32))).astype(jnp.int32))
+        pow2 = jnp.left_shift(1, 32 - lax.clz(want.astype(jnp.int32) - 1))  # 2**ceil(log2(want))
         return jnp.clip(pow2, 1, max(1, 256 // ps)).astype(jnp.int32)
     try:
         size = int(spec.tiles)

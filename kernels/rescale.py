@@ -39,6 +39,7 @@ from kernels._matmul.int8 import check_int8_spec
 from kernels._matmul.plan import Plan, make_plan
 from kernels.bitround import reciprocal
 from kernels.formats import cast_output, flush, format_info, saturating_cast, saturating_round_int
+from kernels.portlint import order_free
 from kernels.scaling import quantize_rows, quantize_rows_int8
 
 __all__ = ["TRANSFORMS", "pow2_ceil", "rescaled_matmul"]
@@ -98,7 +99,10 @@ def _int8_rescaled(x, w, per_tensor: bool, code, transform: str):
     wq = saturating_round_int(flush(w.T) * reciprocal(sw), "int8")
     xi = jnp.where(jnp.isnan(xq), jnp.float32(0), xq).astype(jnp.float64)
     wi = jnp.where(jnp.isnan(wq), jnp.float32(0), wq).astype(jnp.float64)
-    exact = jnp.dot(xi, wi.T, precision=lax.Precision.HIGHEST).astype(jnp.int64)
+    with (
+        order_free()
+    ):  # integer products below 2**14, sums below 2**53: exact (kernels._matmul.int8)
+        exact = jnp.dot(xi, wi.T, precision=lax.Precision.HIGHEST).astype(jnp.int64)
     acc = ((exact + 2**31) & 0xFFFF_FFFF) - 2**31
     return apply_epilogue(acc, sx, sw.T, code)
 

@@ -50,6 +50,7 @@ from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
 from kernels.bitround import round_binary32
 from kernels.formats import flush, format_info
+from kernels.portlint import order_free
 
 __all__ = [
     "binary32_exact",
@@ -217,7 +218,8 @@ def _reduce_tile(i, j, xo, wo, runs, plan: Plan, sched: _Schedule, arith: _Arith
         that XLA fuses into the rounding chain."""
         if arith.dot:
             contract = 1 if xo.k_leading else 2
-            return list(lax.dot_general(xg, wg, (((contract,), (1,)), ((0,), (0,)))))
+            with order_free():
+                return list(lax.dot_general(xg, wg, (((contract,), (1,)), ((0,), (0,)))))
         wg = wg[:, :bn]
         sums = []
         for q in range(sched.groups_per_iter):  # ((p1 + p2) + p3) + ..., as defined

@@ -25,6 +25,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from contracts import MatmulSpec
 from kernels._matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
 from kernels.formats import int_format_info
+from kernels.portlint import order_free
 from kernels.scaling import quantize_rows_int8
 
 __all__ = ["INT32_MAX", "MAX_K", "Int8Product", "check_int8_spec", "int8_matmul"]
@@ -82,7 +83,10 @@ def _int8_2d(x, w, per_tensor, code, static: tuple[EpilogueCode, bool] | None) -
         jnp.float64
     )  # a NaN run: its scale is NaN
     wi = jnp.where(jnp.isnan(wq_t), jnp.float32(0), wq_t).astype(jnp.float64)
-    exact = jnp.dot(xi, wi.T, precision=jax.lax.Precision.HIGHEST).astype(jnp.int64)
+    # each product is at most 127 * 127, so a sum of k < 2**53 / 127**2 (5.5e11) of them is an
+    # integer below 2**53: exact in binary64, whatever the order
+    with order_free():
+        exact = jnp.dot(xi, wi.T, precision=jax.lax.Precision.HIGHEST).astype(jnp.int64)
     acc = ((exact + 2**31) & 0xFFFF_FFFF) - 2**31
     y = apply_epilogue(acc, sx, sw.T, code)
     return Int8Product(y, exact, acc, exact != acc)

@@ -54,6 +54,7 @@ from kernels._matmul.pallas import pad_to
 from kernels._matmul.plan import Plan
 from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
 from kernels.formats import flush
+from kernels.portlint import order_free
 
 __all__ = ["Variant", "choose_variant", "fused_exact", "reduce_quantized_pallas_gpu"]
 
@@ -163,10 +164,11 @@ def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan, lay: _Layout, va
         wb = w_ref[pl.ds(base, lay.window_slots), :]  # (slots, bn)
         dims = (((1,), (0,)), ((), ()))
 
-        def dot(a):
-            return lax.dot_general(
-                a, wb, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float64
-            )
+        def dot(a):  # exact sums (Plan.exact_group_sums): their order cannot change them
+            with order_free():
+                return lax.dot_general(
+                    a, wb, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float64
+                )
 
         if lay.per_window == 1:
             return rnd(acc + dot(xb))

@@ -12,19 +12,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
+from emulation_programs import every_program
 from jax import lax
 
-from contracts import AttentionSpec, Scaling, preset
-from contracts.presets import PRESETS
-from kernels._matmul import emulated_dot_general, int8_matmul, matmul
-from kernels.attention import PagedKVCache, decode_attention
 from kernels.castlint import erasable_casts
-from kernels.formats import cast_output, saturating_cast
-from kernels.model import ModelConfig, TinyLM
-from kernels.ops import inference_ops
-from kernels.rescale import TRANSFORMS, rescaled_matmul
-from kernels.scaling import quantize_cols, quantize_rows, quantize_rows_int8
-from kernels.transform import on_kernel
 
 
 def lint(fn, *args, x64=False):
@@ -38,10 +29,6 @@ def lint(fn, *args, x64=False):
 def assert_clean(fn, *args):
     chains = lint(fn, *args)
     assert chains == (), "\n".join(str(c) for c in chains[:5]) + f"\n({len(chains)} in all)"
-
-
-X = jnp.zeros((4, 200), jnp.float32)  # K = 200: ragged for every block, group and chunk
-W = jnp.zeros((200, 8), jnp.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,78 +103,6 @@ def test_sibling_regions_reuse_names_without_confusing_the_lint():
 # every emulation entry point is clean
 
 
-def _matmul_cases():
-    for name, kernel in PRESETS.items():
-        impls = ("jax",) if kernel.matmul.is_int8 else ("jax", "pallas", "pallas_gpu")
-        for impl in impls:
-            for splits in (1, 3):
-                yield pytest.param(name, impl, splits, id=f"{name}-{impl}-splits{splits}")
-
-
-@pytest.mark.parametrize("name, impl, splits", list(_matmul_cases()))
-def test_matmul_lowers_without_erasable_casts(name, impl, splits):
-    spec = preset(name).matmul
-    assert_clean(lambda x, w: matmul(x, w, spec, impl=impl, splits=splits, interpret=True), X, W)
-
-
-def test_the_formats_and_scalings_lower_without_erasable_casts():
-    def fn(x):
-        out = []
-        for fmt in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
-            out += [saturating_cast(x, fmt), cast_output(x, fmt)]
-            for scaling in ("per_tensor", "per_row", "block:32", "mx:32"):
-                spec = Scaling.parse(scaling)
-                out += [*quantize_rows(x, fmt, spec), *quantize_cols(x.T, fmt, spec)]
-        return out
-
-    assert_clean(fn, X)
-
-
-def test_emulated_dot_general_and_on_kernel_lower_without_erasable_casts():
-    spec = preset("h100-fp8").matmul
-    lhs = jnp.zeros((2, 4, 200), jnp.float32)
-    rhs = jnp.zeros((2, 200, 8), jnp.float32)
-    dims = (((2,), (1,)), ((0,), (0,)))
-    assert_clean(lambda a, b: emulated_dot_general(a, b, dims, spec, splits=2), lhs, rhs)
-
-    def mlp(params, x):
-        return jnp.tanh(x @ params["w1"]) @ params["w2"]
-
-    params = {"w1": jnp.zeros((200, 16), jnp.float32), "w2": jnp.zeros((16, 8), jnp.float32)}
-    assert_clean(on_kernel(mlp, "h100-fp8", batch_size=8), params, X)
-
-
-@pytest.mark.parametrize("name", ["h100-fp8", "a100-int8"])
-def test_tiny_lm_forward_and_decode_step_lower_without_erasable_casts(name):
-    cfg = ModelConfig(vocab=32, d_model=16, layers=1, heads=2, d_ff=32, context=8)
-    model = TinyLM(cfg, seed=0, ops=inference_ops(preset(name), batch_size=2))
-    tokens = jnp.zeros((2, 8), jnp.int32)
-    assert_clean(lambda t: model(t), tokens)
-    caches = model.init_cache(2, 8)
-    assert_clean(lambda t, c: model.step(t, jnp.int32(0), c), tokens[:, 0], caches)
-
-
-@pytest.mark.parametrize("kv", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"])
-def test_attention_with_a_low_precision_cache_lowers_without_erasable_casts(kv):
-    spec = AttentionSpec(kv_cache=kv, page_size=4, tiles="adaptive")
-    cache = PagedKVCache.create(2, 16, 2, 8, spec)
-    kv_new = jnp.ones((2, 2, 8), jnp.float32)
-
-    def step(cache, q, k, v):
-        cache = cache.append(k, v).append(2 * k, -v)
-        return decode_attention(q, cache, spec, batch_size=2), cache
-
-    assert_clean(step, cache, kv_new, kv_new, kv_new)
-
-
-def test_int8_quantizer_and_traced_epilogue_lower_without_erasable_casts():
-    spec = preset("a100-int8").matmul
-    assert_clean(lambda x, w: int8_matmul(x, w, spec, specialize=False), X, W)
-    assert_clean(lambda x, p, d: quantize_rows_int8(x, p, d), X, jnp.bool_(False), jnp.int32(2))
-
-
-@pytest.mark.parametrize("name", ["h100-fp8", "mxfp8", "a100-int8"])
-@pytest.mark.parametrize("transform", TRANSFORMS)
-def test_rescaled_matmul_lowers_without_erasable_casts(name, transform):
-    spec = preset(name).matmul
-    assert_clean(lambda x, w: rescaled_matmul(x, w, spec, transform, splits=2), X, W)
+@pytest.mark.parametrize("program", every_program(), ids=lambda p: p.id)
+def test_the_emulation_lowers_without_erasable_casts(program):
+    assert_clean(program.fn, *program.args)

@@ -1,0 +1,124 @@
+"""Every emulation entry point as a program to lower: ``(id, function, arguments)``.
+
+Shared by the lints of ``tests/kernels/test_no_erasable_casts.py`` (float conversions a compiler
+may erase) and ``tests/kernels/test_backend_independence.py`` (operations whose results depend
+on the backend). The shapes are small: the programs are lowered, not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from contracts import AttentionSpec, Scaling, preset
+from contracts.presets import PRESETS
+from kernels._matmul import emulated_dot_general, int8_matmul, matmul
+from kernels.attention import PagedKVCache, decode_attention
+from kernels.formats import cast_output, saturating_cast
+from kernels.model import ModelConfig, TinyLM
+from kernels.ops import inference_ops, train_ops
+from kernels.rescale import TRANSFORMS, rescaled_matmul
+from kernels.scaling import quantize_cols, quantize_rows, quantize_rows_int8
+from kernels.transform import on_kernel
+
+X = jnp.zeros((4, 200), jnp.float32)  # K = 200: ragged for every block, group and chunk
+W = jnp.zeros((200, 8), jnp.float32)
+
+
+class Program(NamedTuple):
+    id: str
+    fn: Callable
+    args: tuple
+
+
+def matmuls() -> Iterator[Program]:
+    """``matmul`` for every preset, implementation and number of splits."""
+    for name, kernel in PRESETS.items():
+        spec = kernel.matmul
+        impls = ("jax",) if spec.is_int8 else ("jax", "pallas", "pallas_gpu")
+        for impl in impls:
+            for splits in (1, 3):
+
+                def fn(x, w, spec=spec, impl=impl, splits=splits):
+                    return matmul(x, w, spec, impl=impl, splits=splits, interpret=True)
+
+                yield Program(f"matmul-{name}-{impl}-splits{splits}", fn, (X, W))
+
+
+def _formats(x):
+    out = []
+    for fmt in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
+        out += [saturating_cast(x, fmt), cast_output(x, fmt)]
+        for scaling in ("per_tensor", "per_row", "block:32", "mx:32"):
+            spec = Scaling.parse(scaling)
+            out += [*quantize_rows(x, fmt, spec), *quantize_cols(x.T, fmt, spec)]
+    return out
+
+
+def _mlp(params, x):
+    return jnp.maximum(x @ params["w1"], 0.0) @ params["w2"]
+
+
+def kernels_around_the_matmul() -> Iterator[Program]:
+    """The quantizers, ``emulated_dot_general``, ``on_kernel``, int8 and ``rescaled_matmul``."""
+    yield Program("formats-and-scalings", _formats, (X,))
+    spec = preset("h100-fp8").matmul
+    dims = (((2,), (1,)), ((0,), (0,)))
+    yield Program(
+        "emulated_dot_general",
+        lambda a, b: emulated_dot_general(a, b, dims, spec, splits=2),
+        (jnp.zeros((2, 4, 200), jnp.float32), jnp.zeros((2, 200, 8), jnp.float32)),
+    )
+    params = {"w1": jnp.zeros((200, 16), jnp.float32), "w2": jnp.zeros((16, 8), jnp.float32)}
+    yield Program("on_kernel-mlp", on_kernel(_mlp, "h100-fp8", batch_size=8), (params, X))
+    int8 = preset("a100-int8").matmul
+    yield Program("int8_matmul", lambda x, w: int8_matmul(x, w, int8, specialize=False), (X, W))
+    yield Program(
+        "quantize_rows_int8",
+        lambda x, p, d: quantize_rows_int8(x, p, d),
+        (X, jnp.bool_(False), jnp.int32(2)),
+    )
+    for name in ("h100-fp8", "mxfp8", "a100-int8"):
+        rescaled = preset(name).matmul
+        for transform in TRANSFORMS:
+
+            def fn(x, w, spec=rescaled, transform=transform):
+                return rescaled_matmul(x, w, spec, transform, splits=2)
+
+            yield Program(f"rescaled_matmul-{name}-{transform}", fn, (X, W))
+
+
+def models() -> Iterator[Program]:
+    """The TinyLM forward and decode step under K_inf and K_train, and paged attention with
+    each low-precision cache."""
+    cfg = ModelConfig(vocab=32, d_model=16, layers=1, heads=2, d_ff=32, context=8)
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    for name in ("h100-fp8", "a100-int8"):
+        for kind, ops in (
+            ("inference", inference_ops(preset(name), batch_size=2)),
+            ("train", train_ops(preset(name))),
+        ):
+            model = TinyLM(cfg, seed=0, ops=ops)
+            yield Program(f"tinylm-forward-{kind}-{name}", lambda t, m=model: m(t), (tokens,))
+            caches = model.init_cache(2, 8)
+            yield Program(
+                f"tinylm-step-{kind}-{name}",
+                lambda t, c, m=model: m.step(t, jnp.int32(0), c),
+                (tokens[:, 0], caches),
+            )
+    for kv in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
+        spec = AttentionSpec(kv_cache=kv, page_size=4, tiles="adaptive")
+        cache = PagedKVCache.create(2, 16, 2, 8, spec)
+        kv_new = jnp.ones((2, 2, 8), jnp.float32)
+
+        def step(cache, q, k, v, spec=spec):
+            cache = cache.append(k, v).append(2 * k, -v)
+            return decode_attention(q, cache, spec, batch_size=2), cache
+
+        yield Program(f"decode_attention-{kv}", step, (cache, kv_new, kv_new, kv_new))
+
+
+def every_program() -> list[Program]:
+    return [*matmuls(), *kernels_around_the_matmul(), *models()]
