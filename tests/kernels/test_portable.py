@@ -1,0 +1,340 @@
+"""The portable float32 functions of ``kernels.portable`` against NumPy float64, and their
+programs against the backend lint.
+
+Accuracy: each unary function is compared on one sweep of float32 inputs (every ``2**14``-th
+bit pattern, random patterns, dense grids over the interesting ranges, the thresholds and their
+neighbours, the special values) with NumPy's float64 function of the same (flushed) input.
+The assertion is tighter than the contract (within 1 ulp for ``exp``, ``log`` and ``rsqrt``,
+2 ulp for ``tanh`` and ``gelu_tanh``): every result lies within ``0.5 + 2**-8`` ulp of the
+float64 value, so it is the correctly rounded float32 value except where the float64 value
+lies within ``2**-8`` ulp of a midpoint (on these sweeps, none is off). ``divide`` is compared
+bit for bit with NumPy's correctly rounded float32 division, ``ordered_sum`` and ``dot`` bit
+for bit with their trees written here in NumPy. Results below ``2**-126`` are +0, and float32
+subnormal inputs are read as +0 (``kernels.formats``), in the references too.
+
+Structure: every function's lowered program is free of backend-dependent operations
+(:func:`kernels.portlint.backend_dependent`: transcendentals, float32 divisions and square
+roots, float reductions and contractions).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels import portable
+from kernels.formats import flush_np
+from kernels.portlint import backend_dependent
+
+TINY = 2.0**-126
+CLOSE = 0.5 + 2.0**-8  # ulps from the float64 value (module docstring)
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and bool(
+        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
+    )
+
+
+def around(*values) -> np.ndarray:
+    """The float32 values and their two neighbours each."""
+    v = np.float32(values)
+    with np.errstate(over="ignore"):  # the largest finite value's upper neighbour is inf
+        return np.concatenate([v, np.nextafter(v, np.float32(np.inf)), np.nextafter(v, -np.inf)])
+
+
+@functools.cache
+def sweep() -> np.ndarray:
+    strided = np.arange(0, 2**32, 2**14, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    rng = np.random.default_rng(7)
+    random = rng.integers(0, 2**32, 2**16, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    dense = [
+        np.linspace(-110, 100, 2**16, dtype=np.float32),  # exp's range, tanh, gelu
+        np.linspace(-13, 13, 2**16, dtype=np.float32),
+        np.linspace(0.5, 2, 2**16, dtype=np.float32),  # log around 1
+        np.linspace(-(2.0**-7), 2.0**-7, 2**14, dtype=np.float32),  # small arguments
+    ]
+    edges = np.float32([0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, TINY, -TINY])
+    edges = np.concatenate(
+        [
+            edges,
+            around(88.72283, 88.7229, -87.33655, -103.97, 89, -104),  # exp's thresholds
+            around(1, 2.0**-10, 2.0**-12, 9.0, 9.1, -10.4, 3.4028235e38, -3.4028235e38),
+        ]
+    )
+    return np.concatenate([strided, random, *dense, edges]).astype(np.float32)
+
+
+def rounded(ref64: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return flush_np(ref64.astype(np.float32))
+
+
+def assert_close(got, ref64: np.ndarray, bound: float = CLOSE) -> float:
+    """Results within ``bound`` ulps of the float64 ``ref64`` where that is a normal float32
+    value; elsewhere (zeros, flushed, overflowing, inf, NaN) the bits of its rounding.
+    Returns the largest error in ulps."""
+    got = np.asarray(got, np.float32)
+    want = rounded(ref64)
+    normal = np.isfinite(ref64) & (np.abs(ref64) >= TINY) & np.isfinite(want)
+    assert same_bits(got[~normal], want[~normal])
+    ref = ref64[normal]
+    _, e = np.frexp(np.abs(ref))
+    ulps = np.abs(got[normal].astype(np.float64) - ref) / np.ldexp(1.0, e - 1 - 23)
+    worst = float(ulps.max())
+    assert worst <= bound, (worst, sweep()[normal][np.argmax(ulps)])
+    return worst
+
+
+def inputs64() -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return flush_np(sweep()).astype(np.float64)
+
+
+def gelu64(x: np.ndarray) -> np.ndarray:
+    """The tanh GELU in float64, as ``x/(1 + e**-t)`` (``0.5·(1 + tanh(t/2))`` cancels in
+    float64 too, for ``x < -5``); −inf gives NaN as in JAX."""
+    t = 2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(np.isneginf(x), np.nan, x / (1 + np.exp(-t)))
+
+
+REFERENCES = {
+    "exp": np.exp,
+    "log": np.log,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "tanh": np.tanh,
+    "gelu_tanh": gelu64,
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_unary_functions_are_correctly_rounded_on_the_sweep(name):
+    x = sweep()
+    with np.errstate(all="ignore"):
+        ref = REFERENCES[name](inputs64())
+    assert_close(getattr(portable, name)(x), ref)
+
+
+def test_divide_is_the_correctly_rounded_division():
+    rng = np.random.default_rng(3)
+    a = sweep()
+    b = rng.permutation(a)
+    # quotients around 2**-126, where a double rounding could go wrong
+    c = (rng.uniform(0.5, 2, 2**14) * TINY).astype(np.float32)
+    d = rng.uniform(0.5, 2, 2**14).astype(np.float32)
+    specials = np.float32([0, 0, 1, -1, 1, np.inf, np.inf, 3, np.nan, -5, 1e-45])
+    over = np.float32([0, -0.0, 0, -0.0, -0.0, np.inf, 1, np.inf, 1, 1e-45, 2])
+    a, b = np.concatenate([a, c, specials]), np.concatenate([b, d, over])
+    with np.errstate(all="ignore"):
+        want = flush_np(flush_np(a) / flush_np(b))
+    assert same_bits(portable.divide(a, b), want)
+    edge = np.asarray(portable.divide(specials, over))
+    assert np.isnan(edge[[0, 1, 5, 8]]).all()
+    assert same_bits(edge[[2, 3, 4, 6, 7, 9, 10]], [np.inf, -np.inf, np.inf, np.inf, 0, -np.inf, 0])
+    # broadcasting between equal ranks
+    m = rng.normal(size=(3, 4)).astype(np.float32)
+    row = rng.normal(size=(1, 4)).astype(np.float32)
+    assert same_bits(portable.divide(m, row), m / row)
+
+
+def test_special_values():
+    nan, inf = np.nan, np.inf
+    x = np.float32([0, -0.0, 1e-45, -1e-45, inf, -inf, nan, 1, -1])
+    assert same_bits(portable.exp(x), [1, 1, 1, 1, inf, 0, nan, np.e, 1 / np.e])
+    assert same_bits(portable.log(x), [-inf, -inf, -inf, -inf, inf, nan, nan, 0, nan])
+    assert same_bits(portable.rsqrt(x), [inf, inf, inf, inf, 0, nan, nan, 1, nan])
+    assert same_bits(portable.tanh(x), [0, 0, 0, 0, 1, -1, nan, np.tanh(1), -np.tanh(1)])
+    assert same_bits(portable.gelu_tanh(x)[:7], [0, 0, 0, 0, inf, nan, nan])
+    # the thresholds
+    assert same_bits(portable.exp(np.float32([89, 1e30, -88, -104, -1e30])), [inf, inf, 0, 0, 0])
+    assert same_bits(portable.tanh(np.float32([9.2, -1e30, 2.0**-20])), [1, -1, 2.0**-20])
+    assert same_bits(portable.gelu_tanh(np.float32([-11, -1e30, 1e30])), [0, 0, 1e30])
+    # every zero result is +0
+    zeros = np.concatenate(
+        [
+            np.asarray(f(np.float32([-0.0, -1e-45, -inf, -200])))
+            for f in (portable.exp, portable.tanh, portable.gelu_tanh)
+        ]
+    )
+    assert not np.any((zeros == 0) & np.signbit(zeros))
+
+
+def test_tanh_is_odd():
+    x = sweep()
+    x = x[np.abs(x) >= TINY]
+    assert same_bits(portable.tanh(-x), -np.asarray(portable.tanh(x)))
+
+
+def test_gelu_tanh_is_jaxs_where_jaxs_float32_formula_is_accurate():
+    """JAX's float32 GELU rounds ``√(2/π)`` and ``0.044715`` to float32 and cancels in
+    ``1 + tanh`` for ``x < 0``: it agrees to a few ulps for ``x >= -1``."""
+    x = np.linspace(-1, 10, 4097, dtype=np.float32)
+    ours = np.asarray(portable.gelu_tanh(x), np.float64)
+    theirs = np.asarray(jax.nn.gelu(jnp.asarray(x), approximate=True), np.float64)
+    ulp = np.spacing(np.abs(ours).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(ours - theirs) <= 4 * ulp + 2 * TINY)
+
+
+def tree_sum_np(x: np.ndarray) -> np.ndarray:
+    """The float32 pairwise tree along the last axis: padded with +0 to a power of two, the
+    first half added to the second half at each level, every sum flushed."""
+    v = flush_np(x)
+    n = v.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    v = np.concatenate([v, np.zeros((*v.shape[:-1], width - n), np.float32)], axis=-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        while width > 1:
+            width //= 2
+            v = flush_np(v[..., :width] + v[..., width:])
+    return v[..., 0]
+
+
+def wide_values(rng, shape) -> np.ndarray:
+    """Float32 values over a wide exponent range, with some subnormals and near-cancellations."""
+    v = rng.normal(size=shape) * np.exp2(rng.integers(-30, 30, size=shape))
+    v = v.astype(np.float32)
+    v.flat[::7] = np.float32(3e-39)  # a subnormal, read as +0
+    return v
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 8, 33, 100])
+def test_ordered_sum_is_the_pairwise_tree(n):
+    rng = np.random.default_rng(n)
+    x = wide_values(rng, (3, 2, n))
+    assert same_bits(portable.ordered_sum(x), tree_sum_np(x))
+    assert same_bits(portable.ordered_sum(x, axis=0), tree_sum_np(np.moveaxis(x, 0, -1)))
+    with np.errstate(invalid="ignore"):
+        mean = flush_np(tree_sum_np(x) / np.float32(n))
+    assert same_bits(portable.ordered_mean(x), mean)
+
+
+def test_ordered_sum_specials_and_flushes():
+    inf, nan = np.inf, np.nan
+    x = np.float32(
+        [
+            [1, -1, 1e-45, -0.0],  # +0, never −0
+            [inf, 1, 2, 3],
+            [inf, -inf, 0, 0],
+            [nan, 1, 1, 1],
+            [3.4e38, 3.4e38, 0, 0],  # overflow
+            [1.5 * TINY, -TINY, 0, 0],  # a subnormal sum, flushed
+        ]
+    )
+    got = np.asarray(portable.ordered_sum(x))
+    assert same_bits(got, [0, inf, nan, nan, inf, 0])
+    assert not np.signbit(got[[0, 5]]).any()
+
+
+def dot_np(x: np.ndarray, y: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """Exact float64 products, summed in float64 by the pairwise tree, times ``scale``,
+    rounded once."""
+    a, b = flush_np(x).astype(np.float64), flush_np(y).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        v = np.swapaxes(a[..., :, None] * b, -1, -2)  # (..., n, k)
+    k = v.shape[-1]
+    width = 1 << max(k - 1, 0).bit_length()
+    v = np.concatenate([v, np.zeros((*v.shape[:-1], width - k))], axis=-1)
+    with np.errstate(invalid="ignore"):
+        while width > 1:
+            width //= 2
+            v = v[..., :width] + v[..., width:]
+    return rounded(v[..., 0] * scale)
+
+
+@pytest.mark.parametrize("k", [0, 1, 7, 64])
+def test_dot_sums_exact_products_by_the_tree(k):
+    rng = np.random.default_rng(k)
+    x = wide_values(rng, (2, 3, k))
+    y = wide_values(rng, (k, 5))
+    assert same_bits(portable.dot(x, y), dot_np(x, y))
+    if k:
+        close = np.asarray(portable.dot(x, y), np.float64)
+        exact = flush_np(x).astype(np.float64) @ flush_np(y).astype(np.float64)
+        scale = np.abs(flush_np(x).astype(np.float64)) @ np.abs(flush_np(y).astype(np.float64))
+        assert np.all(np.abs(close - exact) <= 2.0**-40 * scale + 2.0**-24 * np.abs(exact) + TINY)
+
+
+def test_sum_products_broadcasts_scales_and_rounds_once():
+    rng = np.random.default_rng(5)
+    q = wide_values(rng, (3, 4, 1, 7))
+    k = wide_values(rng, (3, 1, 5, 7))
+    scale = 1 / np.sqrt(7.0)
+    got = portable.sum_products(q, k, scale)
+    assert got.shape == (3, 4, 5)
+    want = np.stack([dot_np(q[h, :, 0], k[h, 0].T, scale) for h in range(3)])
+    assert same_bits(got, want)
+    assert not same_bits(got, portable.sum_products(q, k))  # the scale is applied
+
+
+def test_dot_specials():
+    x = np.float32([[np.inf, 1], [1, 1e-45], [np.nan, 0]])
+    y = np.float32([[0, 1], [1, 1]])
+    assert same_bits(portable.dot(x, y), [[np.nan, np.inf], [0, 1], [np.nan, np.nan]])
+
+
+def test_softmax_matches_float64_and_jax():
+    rng = np.random.default_rng(11)
+    n = 64
+    x = (rng.normal(size=(8, n)) * 6).astype(np.float32)
+    got = np.asarray(portable.softmax(x), np.float64)
+    # float64 softmax of the float32 differences (JAX's x − max is rounded to float32 too)
+    d = flush_np(x - x.max(axis=-1, keepdims=True)).astype(np.float64)
+    e = np.exp(d)
+    want = e / e.sum(axis=-1, keepdims=True)
+    # exp's rounding, log2(n) rounded additions in the tree and the division
+    assert np.all(np.abs(got - want) <= (2 + np.log2(n)) * 2.0**-24 * want + TINY)
+    theirs = np.asarray(jax.nn.softmax(jnp.asarray(x)), np.float64)
+    assert np.all(np.abs(got - theirs) <= (4 + np.log2(n)) * 2.0**-24 * want + TINY)
+    assert same_bits(portable.softmax(x.T, axis=0), np.asarray(portable.softmax(x)).T)
+
+
+def test_softmax_special_rows_are_jaxs():
+    inf = np.inf
+    x = np.float32(
+        [[-inf, -inf, -inf], [inf, 1, 2], [np.nan, 1, 2], [-inf, 0, 0], [1, 2, 3]],
+    )
+    got = np.asarray(portable.softmax(x))
+    assert np.isnan(got[:3]).all()
+    assert same_bits(got[3], [0, 0.5, 0.5])
+    assert np.isnan(np.asarray(jax.nn.softmax(jnp.asarray(x)))[:3]).all()
+
+
+def test_callers_need_no_64_bit_types_and_jit_gives_the_same_bits():
+    assert not jax.config.jax_enable_x64
+    x = jnp.asarray(sweep()[:4096])
+    for f in (portable.exp, portable.log, portable.tanh, portable.gelu_tanh, portable.rsqrt):
+        assert same_bits(jax.jit(f)(x), f(x))
+        assert f(x).dtype == jnp.float32
+    assert not jax.config.jax_enable_x64
+    assert same_bits(portable.exp(np.float32(1)), np.float32(np.e))  # NumPy scalars too
+    assert same_bits(portable.divide(np.float32([1, 2]), 3.0), [1 / 3, 2 / 3])
+
+
+V = np.linspace(-3, 3, 20, dtype=np.float32).reshape(4, 5)
+W = np.linspace(-1, 2, 15, dtype=np.float32).reshape(5, 3)
+PROGRAMS = {
+    "exp": (portable.exp, V),
+    "log": (portable.log, V),
+    "rsqrt": (portable.rsqrt, V),
+    "divide": (portable.divide, V, V[:1]),
+    "tanh": (portable.tanh, V),
+    "gelu_tanh": (portable.gelu_tanh, V),
+    "ordered_sum": (portable.ordered_sum, V),
+    "ordered_mean": (functools.partial(portable.ordered_mean, axis=0), V),
+    "softmax": (portable.softmax, V),
+    "dot": (portable.dot, V, W),
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_programs_use_no_backend_dependent_operation(name):
+    fn, *args = PROGRAMS[name]
+    text = jax.jit(fn).lower(*args).as_text(debug_info=True)
+    assert backend_dependent(text) == ()
+    assert "f64" in text  # the lint sees the real program, traced with 64-bit types
