@@ -1,7 +1,7 @@
 """Attention for the two kernels: exact full-sequence (training) and paged, tiled decoding.
 
 * :func:`reference_attention` is the training kernel: teacher-forced softmax attention over the
-  whole sequence in float32 (``Precision.HIGHEST`` products, one max-subtracted softmax).
+  whole sequence in float32 (one max-subtracted softmax).
 * :class:`PagedKVCache` stores keys and values in pages of ``page_size`` positions, in the
   ``kv_cache`` format of an ``AttentionSpec`` (a real low-precision dtype; values are rounded
   with the saturating cast of :mod:`kernels.formats` and unit scale, the serving default, and
@@ -17,7 +17,12 @@
 Online softmax, per tile ``t`` with scores ``s``: ``m_t = max s``, ``l_t = Σ exp(s - m_t)``,
 ``a_t = Σ exp(s - m_t) v``; a split folds its tiles in order
 (``m' = max(m, m_t)``, ``l' = l e^{m-m'} + l_t e^{m_t-m'}``, same for ``a``), and the splits are
-merged in order the same way; the output is ``a / l``. All in float32.
+merged in order the same way; the output is ``a / l``. All in float32, with the arithmetic of
+:mod:`kernels.portable`, so every backend computes the same bits: scores and weighted sums of
+values are exact products summed in binary64 by a fixed pairwise tree and rounded once (the
+score scale applied before that rounding); ``exp``, the softmax and the division are portable;
+a tile's ``l_t`` and ``a_t`` are pairwise trees over its positions, and each merge forms
+``l e^{m-m'} + l_t e^{m_t-m'}`` from exact products with one rounding.
 
 References:
     M. Milakov and N. Gimelshein, "Online normalizer calculation for softmax", arXiv 1805.02867.
@@ -38,14 +43,13 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from contracts import AttentionSpec
+from kernels import portable
 from kernels.batching import reduction_splits
 from kernels.bitround import encode
 from kernels.formats import format_info, min_normal_exponent, saturating_cast
 from kernels.ops import widen_heads
 
 __all__ = ["PagedKVCache", "decode_attention", "reference_attention", "tile_pages"]
-
-_HIGHEST = lax.Precision.HIGHEST
 
 
 def reference_attention(
@@ -58,13 +62,13 @@ def reference_attention(
     """Exact float32 softmax attention over the whole sequence (the training kernel)."""
     q, k, v = (jnp.asarray(a, jnp.float32) for a in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1])
-    s = jnp.einsum("hqd,hkd->hqk", q, k, precision=_HIGHEST) * scale
+    s = portable.sum_products(q[:, :, None, :], k[:, None, :, :], scale)  # heads, q, k
     if causal:
         n_q, n_k = s.shape[-2], s.shape[-1]
         mask = jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None] + (n_k - n_q)
-        s = jnp.where(mask, s, -jnp.inf)
-    p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum("hqk,hkd->hqd", p, v, precision=_HIGHEST)
+        s = jnp.where(mask[None], s, -jnp.inf)
+    p = portable.softmax(s, axis=-1)
+    return portable.sum_products(p[:, :, None, :], jnp.swapaxes(v, 1, 2)[:, None, :, :])
 
 
 @no_type_check  # a pytree: JAX rebuilds it with tracers, placeholders and per-layer stacks
@@ -190,9 +194,13 @@ def _merge(m, l, a, m2, l2, a2):
     """Fold (m2, l2, a2) into (m, l, a); empty states have m = -inf."""
     new = jnp.maximum(m, m2)
     safe = jnp.where(jnp.isfinite(new), new, 0.0)
-    e1 = jnp.where(jnp.isfinite(m), jnp.exp(m - safe), 0.0)
-    e2 = jnp.where(jnp.isfinite(m2), jnp.exp(m2 - safe), 0.0)
-    return new, l * e1 + l2 * e2, a * e1[..., None] + a2 * e2[..., None]
+    e1 = jnp.where(jnp.isfinite(m), portable.exp(m - safe), 0.0)
+    e2 = jnp.where(jnp.isfinite(m2), portable.exp(m2 - safe), 0.0)
+    # l·e1 + l2·e2 with both products exact and one rounding, as every backend computes it
+    weights = jnp.stack([e1, e2], axis=-1)
+    total = portable.sum_products(jnp.stack([l, l2], axis=-1), weights)
+    acc = portable.sum_products(jnp.stack([a, a2], axis=-1), weights[..., None, :])
+    return new, total, acc
 
 
 def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
@@ -200,16 +208,20 @@ def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
     pos = keys.shape[0]
     n_tiles_max = -(-pos // page_size)
     scale = 1.0 / np.sqrt(q.shape[-1])
-    s = jnp.einsum("hd,phd->hp", q, keys, precision=_HIGHEST) * scale
+    s = portable.sum_products(q[:, None, :], jnp.swapaxes(keys, 0, 1), scale)  # heads, pos
     valid = jnp.arange(pos) < length
     s = jnp.where(valid[None, :], s, -jnp.inf)
     tile = (jnp.arange(pos) // page_size) // tp
     seg_max = jax.vmap(lambda r: jax.ops.segment_max(r, tile, n_tiles_max))(s)  # heads, tiles
     m_t = jnp.where(jnp.isfinite(seg_max), seg_max, -jnp.inf)
-    p = jnp.where(valid[None, :], jnp.exp(s - jnp.where(jnp.isfinite(m_t), m_t, 0.0)[:, tile]), 0.0)
-    l_t = jax.vmap(lambda r: jax.ops.segment_sum(r, tile, n_tiles_max))(p)  # heads, tiles
-    pv = p[:, :, None] * jnp.moveaxis(values, 0, 1)  # heads, pos, dim
-    a_t = jax.vmap(lambda r: jax.ops.segment_sum(r, tile, n_tiles_max))(pv)  # heads, tiles, dim
+    shift = jnp.where(jnp.isfinite(m_t), m_t, 0.0)[:, tile]
+    p = jnp.where(valid[None, :], portable.exp(s - shift), 0.0)
+    # each tile's sums, by the pairwise tree over the positions with the others' set to 0
+    in_tile = tile[None, :] == jnp.arange(n_tiles_max)[:, None]  # tiles, pos
+    p_t = jnp.where(in_tile[None], p[:, None, :], 0.0)  # heads, tiles, pos
+    l_t = portable.ordered_sum(p_t, axis=-1)  # heads, tiles
+    v_t = jnp.moveaxis(values, 0, 2)[:, None, :, :]  # heads, 1, dim, pos
+    a_t = portable.sum_products(p_t[:, :, None, :], v_t)  # heads, tiles, dim
     n_tiles = jnp.maximum(1, -(-length // (tp * page_size)))
     per_split = -(-n_tiles // splits)
     heads, dim = q.shape
@@ -234,7 +246,8 @@ def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
     for i in range(1, splits):
         acc = _merge(*acc, m[i], l[i], a[i])
     _, l_all, a_all = acc
-    return jnp.where(l_all[:, None] > 0, a_all / jnp.where(l_all > 0, l_all, 1.0)[:, None], 0.0)
+    quotient = portable.divide(a_all, jnp.where(l_all > 0, l_all, 1.0)[:, None])
+    return jnp.where(l_all[:, None] > 0, quotient, 0.0)
 
 
 def decode_attention(

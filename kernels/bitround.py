@@ -11,6 +11,8 @@ integer-to-float conversion), so every backend computes the same bits:
   does (to ±inf, or to NaN for a format without infinities such as e4m3fn);
 * :func:`round_binary32` rounds binary64 values to binary32 (to nearest, ties to even, IEEE
   overflow) and flushes results below ``2**-126`` to +0, returning binary64;
+* :func:`to_float32` is :func:`round_binary32` delivered as float32, its pattern assembled
+  from integers (no float conversion at all);
 * :func:`reciprocal` is the correctly rounded float32 reciprocal, by integer long division;
 * :func:`encode` gives the bit pattern of a float32 value that is exactly representable in a
   narrow format, for storing it in that format's container without a float conversion.
@@ -27,7 +29,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, UInt
 
-__all__ = ["encode", "reciprocal", "round_binary32", "round_float32"]
+__all__ = ["encode", "reciprocal", "round_binary32", "round_float32", "to_float32"]
 
 _SIGN32 = -(2**31)  # the sign bit of an int32 pattern
 _MAG32 = 0x7FFF_FFFF
@@ -109,6 +111,29 @@ def round_binary32(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     ``2**-126``) up round to ``2**-126``; smaller ones give a subnormal, which is flushed.
     Must be traced with 64-bit types enabled (``jax.enable_x64``).
     """
+    negative, out = _rounded_magnitude64(v)
+    value = lax.bitcast_convert_type(out, jnp.float64)
+    return jnp.where(negative & (out != 0), -value, value)
+
+
+def to_float32(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """:func:`round_binary32` of binary64 ``v`` as a float32 array, its pattern assembled from
+    the rounded binary64 pattern with integer operations: no float conversion, which a
+    compiler could fold into its neighbours (NaNs come out as the quiet NaN with the sign of
+    ``v``). Must be traced with 64-bit types enabled."""
+    negative, out = _rounded_magnitude64(v)
+    exponent = (out >> 52) - (1023 - 127)  # in [1, 254] for a finite non-zero result
+    finite = (exponent << 23) | ((out >> (52 - 23)) & _FRAC32)
+    bits = jnp.where(out == 0, 0, finite)
+    bits = jnp.where(out >= _INF64, _INF32, bits)
+    bits = jnp.where(out > _INF64, _NAN32, bits)
+    bits = jnp.where(negative & (out != 0), bits | (1 << 31), bits)
+    return _float32(bits - jnp.where(bits >= 2**31, 2**32, 0))
+
+
+def _rounded_magnitude64(v):
+    """Whether binary64 ``v`` is negative, and the binary64 pattern of ``|round_binary32(v)|``
+    (module docstring of :func:`round_binary32`)."""
     bits = lax.bitcast_convert_type(v.astype(jnp.float64), jnp.int64)
     mag = bits & jnp.int64(_MAG64)
     drop = 52 - 23
@@ -118,8 +143,7 @@ def round_binary32(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     small = jnp.where(mag >= _ROUNDS_UP64, jnp.int64(_TINY64), jnp.int64(0))
     out = jnp.where(mag < _TINY64, small, out)
     out = jnp.where(mag >= _INF64, mag, out)  # inf and NaN pass through
-    value = lax.bitcast_convert_type(out, jnp.float64)
-    return jnp.where((bits < 0) & (out != 0), -value, value)
+    return bits < 0, out
 
 
 def reciprocal(s: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:

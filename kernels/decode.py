@@ -23,6 +23,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from kernels import portable
+
 __all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force"]
 
 # how many times each jitted function has been traced (a retrace detector)
@@ -44,19 +46,32 @@ def sample(
     top_k: int = 0,
     top_p: float = 1.0,
 ) -> Int[Array, " seqs"]:
-    """Sample one token per row from softmax(logits / T), truncated by top-k and top-p."""
-    x = logits / temperature
+    """Sample one token per row from softmax(logits / T), truncated by top-k and top-p.
+
+    The Gumbel-max draw argmax(x + g), g = −log(−log u), with the arithmetic of
+    :mod:`kernels.portable` (the division by T, the logarithms, the top-p softmax) and a
+    fixed-order prefix sum, so a key draws the same token on every backend."""
+    x = portable.divide(logits, jnp.asarray(temperature, jnp.float32))
     if top_k > 0:
         kth = jax.lax.top_k(x, top_k)[0][..., -1:]
         x = jnp.where(x < kth, -jnp.inf, x)
     if top_p < 1.0:
         ordered = -jnp.sort(-x, axis=-1)
-        probs = jax.nn.softmax(ordered, axis=-1)
-        before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each entry
+        probs = portable.softmax(ordered, axis=-1)
+        prefix = jax.lax.associative_scan(jnp.add, probs, axis=-1)  # one fixed tree of adds
+        before = prefix - probs  # mass strictly above each entry
         keep = before < top_p  # the smallest prefix whose mass reaches top_p
         cutoff = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1, keepdims=True)
         x = jnp.where(x < cutoff, -jnp.inf, x)
-    return jax.random.categorical(key, x, axis=-1)
+    return jnp.argmax(x + _gumbel(key, x.shape), axis=-1)
+
+
+def _gumbel(key: Array, shape: tuple[int, ...]) -> Float[Array, "*shape"]:
+    """Standard Gumbel noise −log(−log u), u uniform in (0, 1) built from 23 random bits
+    (``u = (b + ½)·2**-23``: exact, never 0 or 1)."""
+    bits = jax.random.bits(key, shape, jnp.uint32) >> 9
+    u = (bits.astype(jnp.float32) + 0.5) * jnp.float32(2.0**-23)
+    return -portable.log(-portable.log(u))
 
 
 @nnx.jit(static_argnames=("new_tokens", "top_k", "top_p"))

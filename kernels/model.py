@@ -63,12 +63,6 @@ class ModelConfig:
         return self.d_model // self.heads
 
 
-def _rms_norm(x, scale, eps=1e-6):
-    x = x.astype(jnp.float32)
-    scale = jnp.reshape(scale, (1,) * (x.ndim - 1) + (-1,))  # broadcast over the leading axes
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
-
-
 def _normal(rng: np.random.Generator, shape, std):
     # numpy, not jax.random: no per-shape compilation when a model is built
     return jnp.asarray((std * rng.standard_normal(shape)).astype(np.float32))
@@ -92,15 +86,15 @@ class Block(nnx.Module):
 
 
 def _qkv(p, x, ops: Ops, heads: int):
-    qkv = ops.matmul(_rms_norm(x, p["attn_norm"]), p["wqkv"])
+    qkv = ops.matmul(ops.layers.rms_norm(x, p["attn_norm"]), p["wqkv"])
     q, k, v = jnp.split(qkv, 3, axis=-1)
     shape = (*x.shape[:-1], heads, x.shape[-1] // heads)
     return q.reshape(shape), k.reshape(shape), v.reshape(shape)
 
 
 def _mlp(p, x, ops: Ops):
-    h = ops.matmul(_rms_norm(x, p["mlp_norm"]), p["w_in"])
-    return x + ops.matmul(jax.nn.gelu(h), p["w_out"])
+    h = ops.matmul(ops.layers.rms_norm(x, p["mlp_norm"]), p["w_in"])
+    return x + ops.matmul(ops.layers.gelu(h), p["w_out"])
 
 
 def _block_forward(p, x, ops: Ops, heads: int):
@@ -138,7 +132,7 @@ class TinyLM(nnx.Module):
         return {n: jnp.stack([getattr(b, n)[...] for b in self.blocks]) for n in _BLOCK_PARAMS}
 
     def _logits(self, x):
-        return self.ops.matmul(_rms_norm(x, self.final_norm[...]), self.head[...])
+        return self.ops.matmul(self.ops.layers.rms_norm(x, self.final_norm[...]), self.head[...])
 
     def __call__(self, tokens: Int[ArrayLike, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences."""

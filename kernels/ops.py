@@ -16,15 +16,18 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
+from kernels import portable
 
 __all__ = [
     "AttentionFn",
     "CacheOps",
     "ContiguousCache",
     "EmulatedMatmul",
+    "Layers",
     "MatmulFn",
     "Ops",
     "PagedAttention",
@@ -176,7 +179,12 @@ class ReferenceAttention:
 
 @dataclass(frozen=True)
 class ContiguousCache:
-    """A float32 cache held as dense ``[seqs, max_len, heads, dim]`` arrays (for plain ops)."""
+    """A float32 cache held as dense ``[seqs, max_len, heads, dim]`` arrays.
+
+    ``portable``: attend with :mod:`kernels.portable` arithmetic (the same bits on every
+    backend, not differentiable; K_train's cache), else with plain ``jnp`` (plain ops)."""
+
+    portable: bool = False
 
     def create(self, num_seqs, max_len, heads, dim):
         zeros = jnp.zeros((num_seqs, max_len, heads, dim), jnp.float32)
@@ -192,9 +200,14 @@ class ContiguousCache:
 
     def attend(self, q, cache):
         keys, values = (widen_heads(cache[n], q.shape[-2]) for n in ("k", "v"))
+        valid = jnp.arange(keys.shape[1]) < cache["length"]
+        if self.portable:
+            scale = 1.0 / np.sqrt(q.shape[-1])
+            s = portable.sum_products(q[:, :, None, :], keys.transpose(0, 2, 1, 3), scale)
+            weights = portable.softmax(jnp.where(valid, s, -jnp.inf), axis=-1)
+            return portable.sum_products(weights[:, :, None, :], values.transpose(0, 2, 3, 1))
         scale = 1.0 / jnp.sqrt(jnp.float32(q.shape[-1]))
         scores = jnp.einsum("shd,sthd->sht", q, keys, precision=jax.lax.Precision.HIGHEST)
-        valid = jnp.arange(keys.shape[1]) < cache["length"]
         scores = jnp.where(valid, scores * scale, -jnp.inf)
         weights = jax.nn.softmax(scores, axis=-1)
         return jnp.einsum("sht,sthd->shd", weights, values, precision=jax.lax.Precision.HIGHEST)
@@ -232,13 +245,41 @@ class PagedAttention:
 
 
 @dataclass(frozen=True)
+class Layers:
+    """The arithmetic between the kernels: the RMS norm and the GELU of the model's blocks.
+
+    ``portable=False``: plain ``jnp`` (differentiable; each backend's own ``rsqrt``, ``tanh``
+    and summation order). ``portable=True``: :mod:`kernels.portable`, the same bits on every
+    backend (not differentiable), as the emulated kernels need."""
+
+    portable: bool = False
+
+    def rms_norm(
+        self, x: Float[ArrayLike, "*lead d"], scale: Float[ArrayLike, " d"], eps: float = 1e-6
+    ) -> Float[Array, "*lead d"]:
+        x = jnp.asarray(x, jnp.float32)
+        scale = jnp.reshape(scale, (1,) * (x.ndim - 1) + (-1,))  # over the leading axes
+        if not self.portable:
+            return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+        # mean square: exact squares summed in binary64 by the tree, times 1/d, rounded once
+        mean_square = portable.sum_products(x, x, 1.0 / x.shape[-1])[..., None]
+        return x * portable.rsqrt(mean_square + jnp.float32(eps)) * scale
+
+    def gelu(self, x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+        """GELU with the tanh approximation (``jax.nn.gelu``'s default)."""
+        return portable.gelu_tanh(x) if self.portable else jax.nn.gelu(x)
+
+
+@dataclass(frozen=True)
 class Ops:
-    """The kernels a model runs on: one matmul, one whole-sequence attention, one cache."""
+    """The kernels a model runs on: one matmul, one whole-sequence attention, one cache, and
+    the arithmetic of the layers between them."""
 
     name: str
     matmul: MatmulFn
     attention: AttentionFn
     cache: CacheOps
+    layers: Layers = Layers()
 
 
 def plain_ops() -> Ops:
@@ -255,7 +296,8 @@ def train_ops(spec: KernelSpec) -> Ops:
         f"train:{spec.preset}",
         EmulatedMatmul(spec.matmul, batch_size=1, batching="fixed"),
         ReferenceAttention(),
-        ContiguousCache(),
+        ContiguousCache(portable=True),
+        Layers(portable=True),
     )
 
 
@@ -269,4 +311,5 @@ def inference_ops(spec: KernelSpec, batch_size: int) -> Ops:
         EmulatedMatmul(spec.matmul, batch_size=batch_size, batching=spec.batching),
         ReferenceAttention(),
         PagedAttention(spec.attention, batch_size=batch_size, batching=spec.batching),
+        Layers(portable=True),
     )

@@ -65,7 +65,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
-from kernels.bitround import round_binary32
+from kernels.bitround import round_binary32, to_float32
 
 __all__ = [
     "divide",
@@ -114,16 +114,23 @@ _GELU_T = 120.0  # beyond ±120, gelu is x (σ = 1 within 2**-173) or below 2**-
 
 
 def _read(x):
-    """Float32 ``x`` as float64, with binary32 subnormals and −0 read as +0 (exact)."""
-    x = jnp.asarray(x, jnp.float32)
-    bits = lax.bitcast_convert_type(x, jnp.int32)
-    x = jnp.where((bits & _MAG32) < _NORMAL32, jnp.float32(0), x)
-    return x.astype(jnp.float64)
+    """Float32 ``x`` as float64, with binary32 subnormals and −0 read as +0 (exact), the
+    pattern widened with integer operations (no float conversion, so none can be folded with
+    a conversion that produced ``x``)."""
+    bits = lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.int32).astype(jnp.int64)
+    mag = bits & _MAG32
+    exponent = mag >> 23
+    wide = ((exponent + (1023 - 127)) << 52) | ((mag & _FRAC32) << 29)
+    wide = jnp.where(exponent == 255, (jnp.int64(0x7FF) << 52) | ((mag & _FRAC32) << 29), wide)
+    wide = jnp.where(bits < 0, wide | (jnp.int64(1) << 63), wide)
+    wide = jnp.where(mag < _NORMAL32, 0, wide)
+    return lax.bitcast_convert_type(wide, jnp.float64)
 
 
 def _result(v):
-    """Float64 ``v`` as float32: :func:`round_binary32`, then the exact conversion."""
-    return round_binary32(v).astype(jnp.float32)
+    """Float64 ``v`` rounded to float32 (:func:`~kernels.bitround.to_float32`: by integer
+    operations, with no float conversion that a compiler could fold into a later one)."""
+    return to_float32(v)
 
 
 def _seal(v):
@@ -172,7 +179,7 @@ def _exp(x):
     y = round_binary32(p * _pow2(k))  # an exact product
     y = jnp.where(v >= _EXP_MAX, _INF, y)
     y = jnp.where(v <= _EXP_MIN, 0.0, y)
-    return jnp.where(jnp.isnan(v), _NAN, y).astype(jnp.float32)
+    return to_float32(jnp.where(jnp.isnan(v), _NAN, y))
 
 
 def _log(x):
@@ -193,13 +200,13 @@ def _log(x):
     y = jnp.where(bits < 0, _NAN, y)  # negative (−0 and subnormals are zeros, below)
     y = jnp.where(mag < _NORMAL32, -_INF, y)
     y = jnp.where(bits == 0x7F80_0000, _INF, y)
-    return jnp.where(mag > 0x7F80_0000, _NAN, y).astype(jnp.float32)
+    return to_float32(jnp.where(mag > 0x7F80_0000, _NAN, y))
 
 
 def _rsqrt(x):
     v = _read(x)
     y = jnp.sqrt(_seal(1.0 / v))  # +0 gives inf, +inf gives 0, NaN stays
-    return jnp.where(v < 0, _NAN, round_binary32(y)).astype(jnp.float32)
+    return to_float32(jnp.where(v < 0, _NAN, y))
 
 
 def _divide(a, b):
@@ -217,7 +224,7 @@ def _tanh(x):
     t = jnp.where(a < _TANH_SMALL, small, (1.0 - e) / (1.0 + e))
     t = jnp.where(jnp.abs(v) > _TANH_ONE, 1.0, t)
     t = jnp.where(v < 0, -t, t)
-    return jnp.where(jnp.isnan(v), _NAN, round_binary32(t)).astype(jnp.float32)
+    return to_float32(jnp.where(jnp.isnan(v), _NAN, t))
 
 
 def _gelu_tanh(x):

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from contracts import AttentionSpec, Scaling, preset
 from contracts.presets import PRESETS
 from kernels._matmul import emulated_dot_general, int8_matmul, matmul
 from kernels.attention import PagedKVCache, decode_attention
+from kernels.decode import sample
 from kernels.formats import cast_output, saturating_cast
 from kernels.model import ModelConfig, TinyLM
 from kernels.ops import inference_ops, train_ops
@@ -91,8 +93,8 @@ def kernels_around_the_matmul() -> Iterator[Program]:
 
 
 def models() -> Iterator[Program]:
-    """The TinyLM forward and decode step under K_inf and K_train, and paged attention with
-    each low-precision cache."""
+    """The TinyLM forward and decode step under K_inf and K_train, paged attention with each
+    low-precision cache, and the sampler."""
     cfg = ModelConfig(vocab=32, d_model=16, layers=1, heads=2, d_ff=32, context=8)
     tokens = jnp.zeros((2, 8), jnp.int32)
     for name in ("h100-fp8", "a100-int8"):
@@ -118,6 +120,13 @@ def models() -> Iterator[Program]:
             return decode_attention(q, cache, spec, batch_size=2), cache
 
         yield Program(f"decode_attention-{kv}", step, (cache, kv_new, kv_new, kv_new))
+    logits = jnp.zeros((2, 32), jnp.float32)
+    for top_k, top_p in ((0, 1.0), (5, 0.9)):
+        yield Program(
+            f"sample-top_k{top_k}-top_p{top_p}",
+            lambda key, z, k=top_k, p=top_p: sample(key, z, 0.7, k, p),
+            (jax.random.key(0), logits),
+        )
 
 
 def every_program() -> list[Program]:

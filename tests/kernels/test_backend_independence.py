@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-from emulation_programs import kernels_around_the_matmul, matmuls
+from emulation_programs import every_program
 from jax import lax
 
 from kernels.portlint import backend_dependent, order_free
@@ -115,7 +115,7 @@ def test_without_locations_every_order_is_reported():
 # every emulation entry point is portable
 
 
-@pytest.mark.parametrize("program", [*matmuls(), *kernels_around_the_matmul()], ids=lambda p: p.id)
+@pytest.mark.parametrize("program", every_program(), ids=lambda p: p.id)
 def test_the_emulation_is_backend_independent(program):
     found = lint(program.fn, *program.args)
     assert found == (), "\n".join(str(f) for f in found[:5]) + f"\n({len(found)} in all)"
