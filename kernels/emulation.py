@@ -366,6 +366,7 @@ def emulate(
             z_inf.reshape(-1, vocab),
             observed.reshape(-1),
             policy.temperature,
+            impl="cpu",  # on the host on every machine, never the GPU's Pallas pass
         )
         n_new = ev.max_new_tokens
         keep = np.repeat(real, n_new)
