@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, ArrayLike, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from contracts import AttentionSpec
 from kernels import portable
@@ -49,7 +49,13 @@ from kernels.bitround import encode
 from kernels.formats import format_info, min_normal_exponent, saturating_cast
 from kernels.ops import widen_heads
 
-__all__ = ["PagedKVCache", "decode_attention", "reference_attention", "tile_pages"]
+__all__ = [
+    "PagedKVCache",
+    "decode_attention",
+    "masked_attention",
+    "reference_attention",
+    "tile_pages",
+]
 
 
 def reference_attention(
@@ -60,14 +66,24 @@ def reference_attention(
     causal: bool = True,
 ) -> Float[Array, "heads seq dim"]:
     """Exact float32 softmax attention over the whole sequence (the training kernel)."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    mask = jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None] + (n_k - n_q)
+    return masked_attention(q, k, v, mask if causal else jnp.ones_like(mask))
+
+
+def masked_attention(
+    q: Float[ArrayLike, "heads q dim"],
+    k: Float[ArrayLike, "heads k dim"],
+    v: Float[ArrayLike, "heads k dim"],
+    mask: Bool[ArrayLike, "q k"],
+) -> Float[Array, "heads q dim"]:
+    """Softmax attention of each query over the keys ``mask`` allows, with the arithmetic of
+    :mod:`kernels.portable` (module docstring): the scaled scores and the weighted values are
+    exact products summed by the binary64 tree and rounded once."""
     q, k, v = (jnp.asarray(a, jnp.float32) for a in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1])
     s = portable.sum_products(q[:, :, None, :], k[:, None, :, :], scale)  # heads, q, k
-    if causal:
-        n_q, n_k = s.shape[-2], s.shape[-1]
-        mask = jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None] + (n_k - n_q)
-        s = jnp.where(mask[None], s, -jnp.inf)
-    p = portable.softmax(s, axis=-1)
+    p = portable.softmax(jnp.where(jnp.asarray(mask)[None], s, -jnp.inf), axis=-1)
     return portable.sum_products(p[:, :, None, :], jnp.swapaxes(v, 1, 2)[:, None, :, :])
 
 

@@ -16,7 +16,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
@@ -202,10 +201,13 @@ class ContiguousCache:
         keys, values = (widen_heads(cache[n], q.shape[-2]) for n in ("k", "v"))
         valid = jnp.arange(keys.shape[1]) < cache["length"]
         if self.portable:
-            scale = 1.0 / np.sqrt(q.shape[-1])
-            s = portable.sum_products(q[:, :, None, :], keys.transpose(0, 2, 1, 3), scale)
-            weights = portable.softmax(jnp.where(valid, s, -jnp.inf), axis=-1)
-            return portable.sum_products(weights[:, :, None, :], values.transpose(0, 2, 3, 1))
+            from kernels.attention import masked_attention
+
+            def one(qs, ks, vs):  # q [heads, dim], cached [max_len, heads, dim]
+                heads_first = (a.transpose(1, 0, 2) for a in (ks, vs))
+                return masked_attention(qs[:, None, :], *heads_first, valid[None, :])[:, 0]
+
+            return jax.vmap(one)(q, keys, values)
         scale = 1.0 / jnp.sqrt(jnp.float32(q.shape[-1]))
         scores = jnp.einsum("shd,sthd->sht", q, keys, precision=jax.lax.Precision.HIGHEST)
         scores = jnp.where(valid, scores * scale, -jnp.inf)
