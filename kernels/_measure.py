@@ -216,7 +216,7 @@ def _compiled(devices: tuple, block: int, nested: bool = False):
     )
 
 
-IMPLS = ("auto", "jax", "cpu", "pallas")
+IMPLS = ("auto", "jax", "cpu", "pallas", "portable")
 
 
 def measure(
@@ -237,17 +237,27 @@ def measure(
     only, no tracers), recomputing on the JAX path the rows that it flags (log-domain rows, NaN,
     no finite maximum); ``"pallas"`` runs the chunked kernel of ``kernels.measure_pallas`` on
     the default device (compiled on a GPU, interpreted elsewhere; jit-compatible), its flagged
-    rows recomputed on the JAX path likewise; ``"auto"`` (default) takes ``"cpu"`` for arrays
-    when the one device is a CPU, ``"pallas"`` when it is a GPU, ``"jax"`` for traced values on
-    a CPU and for several devices (sharded). Shapes and ``block`` select the compiled JAX
-    program; the temperature is a traced argument, so new temperatures do not recompile.
+    rows recomputed on the JAX path likewise; ``"portable"`` computes every column in
+    binary64 from ``kernels.portable``'s parts (``kernels.measure_portable``; arrays only),
+    the same bits on every backend and machine, several times slower; ``"auto"`` (default)
+    takes ``"cpu"`` for arrays when the one device is a CPU, ``"pallas"`` when it is a GPU,
+    ``"jax"`` for traced values on a CPU and for several devices (sharded). Shapes and
+    ``block`` select the compiled JAX program; the temperature is a traced argument, so new
+    temperatures do not recompile.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     traced = any(isinstance(x, jax.core.Tracer) for x in (z_train, z_inf, tokens))
     devices = tuple(jax.local_devices() if devices is None else devices)
-    if impl == "cpu" and traced:
-        raise ValueError("impl='cpu' measures arrays, not traced values: use impl='jax'")
+    if impl in ("cpu", "portable") and traced:
+        raise ValueError(f"impl={impl!r} measures arrays, not traced values: use impl='jax'")
+    if impl == "portable":
+        z_train, z_inf, tokens = (np.asarray(x) for x in (z_train, z_inf, tokens))
+        _check(z_train, z_inf, tokens, temperature)
+        from kernels.measure_portable import measure_rows as portable_rows
+
+        table = portable_rows(z_train, z_inf, tokens, temperature)
+        return {k: jnp.asarray(table[:, i]) for i, k in enumerate(COLUMNS)}
     one = devices[0].platform if len(devices) == 1 else None
     if impl == "pallas" or (impl == "auto" and one == "gpu"):
         return _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced)

@@ -53,6 +53,12 @@ Float32 inputs are read with their subnormals flushed (a binary32 subnormal coun
 so does −0), as everywhere in ``kernels`` (:mod:`kernels.formats`); results below ``2**-126``
 are +0. The functions take float32 (anything else is converted to float32 first) and return
 float32; they enable 64-bit types themselves (callers need not), inside ``jax.jit`` too.
+
+A computation that keeps its intermediate values in binary64 (the portable measurement of
+:mod:`kernels.measure_portable`) builds on the same parts, exposed for float64 arrays traced
+with 64-bit types enabled: :func:`widen` (float32 to float64 by bits), :func:`seal`,
+:func:`sum64` (the pairwise tree, unrounded), :func:`exp64`, :func:`expm1_64`, :func:`phi64`,
+:func:`log64` and :func:`log1p64` (each within a few float64 ulps), and :func:`to_float32`.
 """
 
 from __future__ import annotations
@@ -71,17 +77,28 @@ __all__ = [
     "divide",
     "dot",
     "exp",
+    "exp64",
+    "expm1_64",
     "gelu_tanh",
     "log",
+    "log1p64",
+    "log64",
     "ordered_mean",
     "ordered_sum",
+    "phi64",
     "rsqrt",
+    "seal",
     "softmax",
+    "sum64",
     "sum_products",
     "tanh",
+    "to_float32",
+    "widen",
 ]
 
 _MAG32 = 0x7FFF_FFFF
+_MAG64 = 0x7FFF_FFFF_FFFF_FFFF
+_SEALED_MIN = (1023 - 969) << 52  # the pattern of 2**-969
 _FRAC32 = 0x007F_FFFF
 _NORMAL32 = 0x0080_0000  # 2**-126, the smallest normal binary32 number
 _NAN = float("nan")
@@ -111,6 +128,19 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _GELU_A = 2 * _SQRT_2_OVER_PI  # t = x·(A + B·x²)
 _GELU_B = 2 * _SQRT_2_OVER_PI * 0.044715
 _GELU_T = 120.0  # beyond ±120, gelu is x (σ = 1 within 2**-173) or below 2**-126
+# binary64 functions: exp64's domain (|v|·2**55 and k·_LN2_HI55 stay below 2**63)
+_EXP64_MIN = -250.0  # e**-250 < 3e-109: +0 below
+_EXP64_MAX = 250.0  # +inf above (e**250 ≈ 3.7e108; the callers stay far below)
+# ln 2 as a float64 high part with 42 significant bits (times |e| < 2**11, exact) and the rest
+_LN2_HI42 = float(Fraction(math.floor(_LN2 * 2**42), 2**42))
+_LN2_LO42 = float(_LN2 - Fraction(_LN2_HI42))
+_SQRT2_SIG64 = math.isqrt(2 << 104)  # floor(√2·2**52): a significand above it is at least √2
+_ATANH_SERIES64 = [1.0 / (2 * i + 1) for i in range(14)]  # s² <= 0.0295: 0.0295**14 < 2**-71
+_SERIES64_BELOW = 0.5  # |x| below which expm1 and φ are their Taylor series
+# 1/(k+1)! and 1/(k+2)! for k = 0..17: the series of expm1(x)/x and φ(x)/x² on |x| < ½, to
+# 2**-60 relative (last term ½**17/18!)
+_EXPM1_SERIES = [1.0 / math.factorial(k + 1) for k in range(18)]
+_PHI_SERIES = [1.0 / math.factorial(k + 2) for k in range(18)]
 
 
 def _read(x):
@@ -135,10 +165,14 @@ def _result(v):
 
 def _seal(v):
     """Float64 ``v`` with the last bit of its pattern cleared (toward zero by at most one
-    float64 ulp; infinities and quiet NaNs unchanged). An integer operation: a product sealed
-    before it is added cannot be fused into an FMA."""
+    float64 ulp; infinities and quiet NaNs unchanged), and magnitudes below ``2**-969`` set to
+    +0. Integer operations: a product sealed before it is added cannot be fused into an FMA,
+    and no backend's handling of subnormals (the CPU flushes them, a GPU keeps float64 ones)
+    can reach the sums: a sum or difference of values that are 0 or at least ``2**-969`` in
+    magnitude is 0 or normal."""
     bits = lax.bitcast_convert_type(v, jnp.int64)
-    return lax.bitcast_convert_type(bits & jnp.int64(-2), jnp.float64)
+    tiny = (bits & jnp.int64(_MAG64)) < jnp.int64(_SEALED_MIN)
+    return lax.bitcast_convert_type(jnp.where(tiny, 0, bits & jnp.int64(-2)), jnp.float64)
 
 
 def _to_float64(n):
@@ -387,3 +421,96 @@ def sum_products(
     constant) and rounded once. :func:`dot` is ``sum_products(x[..., None, :], y.T)``; written
     with broadcasting it gives any contraction (attention scores, weighted values)."""
     return _call("sum_products", a, b, scale=float(scale))
+
+
+# -- binary64 building blocks: for float64 arrays traced with 64-bit types enabled ------------
+
+
+def widen(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """Float32 ``x`` as float64 by its bits (subnormals and −0 read as +0): exact, and no float
+    conversion that a compiler could fold."""
+    return _read(x)
+
+
+def seal(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """Float64 ``v`` with the last bit of its pattern cleared (at most one ulp toward zero;
+    infinities and NaN kept). Seal every inexact product before an add or subtract uses it:
+    no compiler can then fuse the two into one FMA."""
+    return _seal(v)
+
+
+def sum64(v: Float[ArrayLike, "*shape"], axis: int = -1) -> Float[Array, "*reduced"]:
+    """The float64 sum along ``axis`` by :func:`ordered_sum`'s pairwise tree, every level's
+    sums correctly rounded in float64 (not rounded to float32)."""
+    return _tree(jnp.moveaxis(v, axis, -1), lambda s: s)
+
+
+def exp64(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """``e**v`` for float64 ``v`` (relative error about ``2**-50``): +0 for ``v < -250``
+    (``e**-250 < 3e-109``) and −inf, +inf for ``v > 250`` and +inf, NaN for NaN."""
+    v = jnp.asarray(v, jnp.float64)
+    inside = jnp.where(jnp.isnan(v), 0.0, jnp.clip(v, _EXP64_MIN, _EXP64_MAX))
+    k, p = _exp_parts(inside)
+    y = p * _pow2(k)  # an exact product
+    y = jnp.where(v > _EXP64_MAX, _INF, jnp.where(v < _EXP64_MIN, 0.0, y))
+    return jnp.where(jnp.isnan(v), _NAN, y)
+
+
+def expm1_64(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """``e**v − 1`` for float64 ``v``, relatively accurate near 0 (its series below ½): −1
+    for ``v < -250``, +inf for ``v > 250``, NaN for NaN."""
+    v = jnp.asarray(v, jnp.float64)
+    small = jnp.abs(v) < _SERIES64_BELOW
+    series = _seal(jnp.where(small, v, 0.0) * _horner(_EXPM1_SERIES, jnp.where(small, v, 0.0)))
+    return jnp.where(small, series, exp64(v) - 1.0)  # e**v is an exact product: no FMA issue
+
+
+def phi64(u: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """``φ(u) = e**u − 1 − u`` (``>= 0``) for float64 ``u``, relatively accurate for every
+    ``u`` (its series ``u²·Σ u**k/(k+2)!`` below ½, where ``e**u − 1 − u`` cancels), +0 where
+    it is below ``2**-969`` (:func:`seal`): +inf for ``u > 250``, ``−1 − u`` for
+    ``u < -250``, NaN for NaN."""
+    u = jnp.asarray(u, jnp.float64)
+    small = jnp.abs(u) < _SERIES64_BELOW
+    s = jnp.where(small, u, 0.0)
+    series = _seal(_seal(s * s) * _horner(_PHI_SERIES, s))
+    big = jnp.where(u == _INF, _INF, (exp64(u) - 1.0) - u)  # (not inf − inf)
+    return jnp.where(small, series, big)
+
+
+def log64(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """The natural logarithm of float64 ``x`` (within a few ulps): ±0 give −inf, negative
+    ``x`` and −inf NaN, +inf +inf, NaN NaN; 1 gives exactly +0. Subnormals count as zeros
+    (read by their bits: the CPU flushes them, a GPU does not).
+
+    ``x = m·2**e`` from the bits, ``m`` in
+    ``[√½, √2)``; ``log m = 2·atanh(s)``, ``s = (m − 1)/(m + 1)`` (``m − 1`` exact), by its
+    series; ``e·ln2`` with ``ln2`` split so that ``e`` times its high part is exact."""
+    x = jnp.asarray(x, jnp.float64)
+    bits = lax.bitcast_convert_type(x, jnp.int64)
+    zero = (bits & jnp.int64(_MAG64)) < jnp.int64(1 << 52)  # ±0 and subnormals, by bits
+    frac = bits & ((1 << 52) - 1)
+    e = ((bits >> 52) & 0x7FF) - 1023
+    high = (frac | (1 << 52)) > _SQRT2_SIG64
+    e = jnp.where(high, e + 1, e)
+    top = jnp.where(high, 1022, 1023).astype(jnp.int64) << 52
+    m = lax.bitcast_convert_type(top | frac, jnp.float64)
+    s = (m - 1.0) / (m + 1.0)  # m − 1 is exact (m within a factor 2 of 1)
+    log_m = _seal(s * _horner(_ATANH_SERIES64, _seal(s * s))) * 2.0
+    ef = e.astype(jnp.float64)  # |e| <= 1024: exact
+    y = ef * _LN2_HI42 + (_seal(ef * _LN2_LO42) + log_m)  # e·_LN2_HI42 is exact
+    y = jnp.where(zero, -_INF, y)
+    y = jnp.where(bits == jnp.int64(0x7FF0 << 48), _INF, y)
+    return jnp.where((bits < 0) & ~zero | jnp.isnan(x), _NAN, y)
+
+
+def log1p64(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """``log(1 + x)`` for float64 ``x``, relatively accurate near 0: with ``y = 1 + x``
+    rounded, ``log(y)·x/(y − 1)`` (``y − 1`` exact), and ``x`` itself where ``y`` rounds to 1.
+    −1 gives −inf, ``x < -1`` NaN, +inf +inf, NaN NaN."""
+    x = jnp.asarray(x, jnp.float64)
+    y = 1.0 + x
+    safe = jnp.where((y == 1.0) | (x == _INF), 2.0, y)
+    out = _seal(log64(safe) * x) / (safe - 1.0)
+    out = jnp.where(y == 1.0, x, jnp.where(x == _INF, _INF, out))
+    return jnp.where(x == -1.0, -_INF, out)

@@ -19,6 +19,7 @@ from kernels._matmul import emulated_dot_general, int8_matmul, matmul
 from kernels.attention import PagedKVCache, decode_attention
 from kernels.decode import sample
 from kernels.formats import cast_output, saturating_cast
+from kernels.measure_portable import _columns as _portable_block
 from kernels.model import ModelConfig, TinyLM
 from kernels.ops import inference_ops, train_ops
 from kernels.rescale import TRANSFORMS, rescaled_matmul
@@ -129,5 +130,16 @@ def models() -> Iterator[Program]:
         )
 
 
+def measurements() -> Iterator[Program]:
+    """The portable full-vocabulary measurement that ``evidence: emulate`` runs."""
+    z = jnp.zeros((4, 40), jnp.float32)
+
+    def measure(z, zp, y):
+        with jax.enable_x64(True):
+            return _portable_block(z, zp, y, 1.0 / 0.7)
+
+    yield Program("measure-portable", measure, (z, z, jnp.zeros(4, jnp.int32)))
+
+
 def every_program() -> list[Program]:
-    return [*matmuls(), *kernels_around_the_matmul(), *models()]
+    return [*matmuls(), *kernels_around_the_matmul(), *models(), *measurements()]

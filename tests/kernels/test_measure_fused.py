@@ -14,6 +14,8 @@ import pytest
 from kernels._measure import COLUMNS, measure
 from kernels.measure_cpu import measure_rows
 from kernels.measure_fused import EXTREME_U, SERIES_BELOW, block_metrics, phi_series
+from kernels.measure_portable import EXTREME_U as PORTABLE_EXTREME_U
+from kernels.measure_portable import measure_rows as portable_rows
 
 
 def _log_softmax(x):
@@ -87,8 +89,17 @@ def _host(z, zp, y, temperature):
     return {**{k: table[:, i] for i, k in enumerate(COLUMNS)}, "extreme": redo}
 
 
-PASSES = pytest.mark.parametrize("fused", [_fused, _host], ids=["jax", "cpu"])
-IMPLS = pytest.mark.parametrize("impl", ["jax", "cpu"])
+def _portable(z, zp, y, temperature):
+    """The portable pass (``impl="portable"``), which needs no fallback: ``extreme`` is empty."""
+    table = portable_rows(z, zp, y, temperature)
+    columns = {k: table[:, i] for i, k in enumerate(COLUMNS)}
+    return {**columns, "extreme": np.zeros(len(y), bool)}
+
+
+PASSES = pytest.mark.parametrize(
+    "fused", [_fused, _host, _portable], ids=["jax", "cpu", "portable"]
+)
+IMPLS = pytest.mark.parametrize("impl", ["jax", "cpu", "portable"])
 
 
 def _table(z, zp, y, temperature, impl):
@@ -214,10 +225,14 @@ def test_extreme_rows_are_flagged_and_recomputed_in_the_log_domain(impl):
     z, zp, y = _pair(rng, 6, 128, 0.01)
     zp[1, 3] = z[1, 3] + 40.0  # u far above the fast path's range
     zp[4] = z[4] + 0.5 * rng.normal(size=128) + 35.0 * (np.arange(128) == 9)
-    fused = _fused if impl == "jax" else _host
-    flags = np.asarray(fused(z, zp, y, 1.0)["extreme"])
-    np.testing.assert_array_equal(flags, [False, True, False, False, True, False])
-    assert EXTREME_U < 40.0 - 1.0
+    if impl != "portable":  # the portable pass takes its log-domain rows itself
+        fused = _fused if impl == "jax" else _host
+        flags = np.asarray(fused(z, zp, y, 1.0)["extreme"])
+        np.testing.assert_array_equal(flags, [False, True, False, False, True, False])
+        assert EXTREME_U < 40.0 - 1.0
+    else:  # past its binary64 range: u far above PORTABLE_EXTREME_U
+        zp[1, 3] = z[1, 3] + 2.5 * PORTABLE_EXTREME_U
+        zp[4, 9] = z[4, 9] + 1.2 * PORTABLE_EXTREME_U
     _assert_close(_table(z, zp, y, 1.0, impl), _reference(z, zp, y, 1.0), 1.0)
 
 

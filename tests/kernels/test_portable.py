@@ -338,3 +338,98 @@ def test_programs_use_no_backend_dependent_operation(name):
     text = jax.jit(fn).lower(*args).as_text(debug_info=True)
     assert backend_dependent(text) == ()
     assert "f64" in text  # the lint sees the real program, traced with 64-bit types
+
+
+# -- the binary64 building blocks of kernels.measure_portable --------------------------------
+
+_ULPS64 = {"exp64": 2, "expm1_64": 4, "phi64": 8, "log64": 4, "log1p64": 6}
+
+
+def _mp_reference(name: str, x: np.ndarray) -> np.ndarray:
+    import mpmath as mp
+
+    with mp.workdps(400):  # φ cancels to u²/2 down to u = 1e-150
+        f = {
+            "exp64": mp.exp,
+            "expm1_64": mp.expm1,
+            "phi64": lambda v: mp.expm1(v) - v,
+            "log64": mp.log,
+            "log1p64": mp.log1p,
+        }[name]
+        return np.array([float(f(mp.mpf(float(v)))) for v in x])
+
+
+def _sweep64(name: str) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    if name in ("log64", "log1p64"):
+        wide = np.exp(rng.uniform(-700, 700, 1500))
+        near = rng.uniform(0.5, 2.0, 1500) if name == "log64" else rng.uniform(-0.99, 1.0, 1500)
+        tiny = np.exp(rng.uniform(-600, -5, 500))
+        return np.concatenate([wide, near, tiny, [1.0, 2.0, 0.5, np.sqrt(2.0)]])
+    return np.concatenate(
+        [
+            rng.uniform(-250, 250, 1500),
+            rng.uniform(-0.6, 0.6, 1500),  # both sides of the series' threshold ½
+            rng.normal(size=500) * 1e-6,
+            np.exp(rng.uniform(-340, -20, 500)),  # tiny arguments (φ down to 2**-969)
+            [0.5, -0.5, np.nextafter(0.5, 0), 1.0, -1.0],
+        ]
+    )
+
+
+@pytest.mark.parametrize("name", list(_ULPS64))
+def test_binary64_functions_are_within_a_few_ulps(name):
+    """Each binary64 function against 400-digit arithmetic, in units of the float64 spacing
+    of the exact value; φ's values below 2**-969 are sealed to +0 (tiny arguments)."""
+    x = _sweep64(name)
+    with jax.enable_x64(True):
+        got = np.asarray(jax.jit(getattr(portable, name))(jnp.asarray(x, jnp.float64)))
+    want = _mp_reference(name, x)
+    sealed = (np.abs(want) < 2.0**-969) & (name == "phi64")
+    assert np.all(got[sealed] == 0.0)
+    ulps = np.abs(got - want)[~sealed] / np.spacing(np.abs(want[~sealed]))
+    assert ulps.max() <= _ULPS64[name], (name, ulps.max(), x[~sealed][np.argmax(ulps)])
+
+
+def test_binary64_special_values():
+    inf, nan = np.inf, np.nan
+    x = np.array([0.0, -0.0, inf, -inf, nan, 251.0, -251.0, 5e-320, -1.0, -2.0])
+    want = {
+        "exp64": [1, 1, inf, 0, nan, inf, 0, 1, np.exp(-1), np.exp(-2)],
+        "expm1_64": [0, 0, inf, -1, nan, inf, -1, 0, np.expm1(-1), np.expm1(-2)],
+        "phi64": [0, 0, inf, inf, nan, inf, 250, 0, np.exp(-1), np.exp(-2) + 1],
+        "log64": [-inf, -inf, inf, nan, nan, np.log(251), nan, -inf, nan, nan],
+        "log1p64": [0, 0, inf, nan, nan, np.log(252), nan, 5e-320, -inf, nan],
+    }
+    with jax.enable_x64(True):
+        for name, values in want.items():
+            got = np.asarray(jax.jit(getattr(portable, name))(jnp.asarray(x)))
+            np.testing.assert_allclose(got, values, rtol=4e-16, atol=0, err_msg=name)
+        assert float(portable.log64(jnp.float64(1.0))) == 0.0
+
+
+def test_seal_clears_the_last_bit_and_flushes_below_2_to_the_minus_969():
+    v = np.array([1.0 + 2.0**-52, -(1.0 + 2.0**-52), 2.0**-969, 2.0**-970, -1e-300, np.inf])
+    with jax.enable_x64(True):
+        got = np.asarray(jax.jit(portable.seal)(jnp.asarray(v)))
+    np.testing.assert_array_equal(got, [1.0, -1.0, 2.0**-969, 0.0, 0.0, np.inf])
+    assert not np.signbit(got[4])
+
+
+def test_sum64_is_the_unrounded_pairwise_tree():
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(3, 13)) * np.exp(rng.uniform(-30, 30, (3, 13)))
+    want = np.pad(v, ((0, 0), (0, 3)))
+    while want.shape[1] > 1:
+        half = want.shape[1] // 2
+        want = want[:, :half] + want[:, half:]
+    with jax.enable_x64(True):
+        got = np.asarray(jax.jit(portable.sum64)(jnp.asarray(v)))
+    np.testing.assert_array_equal(got, want[:, 0])
+
+
+@pytest.mark.parametrize("name", ["exp64", "expm1_64", "phi64", "log64", "log1p64", "sum64"])
+def test_binary64_programs_use_no_backend_dependent_operation(name):
+    with jax.enable_x64(True):
+        lowered = jax.jit(getattr(portable, name)).lower(jnp.zeros((4, 8), jnp.float64))
+    assert not backend_dependent(lowered.as_text(debug_info=True))
