@@ -21,7 +21,9 @@ merged in order the same way; the output is ``a / l``. All in float32, with the 
 :mod:`kernels.portable`, so every backend computes the same bits: scores and weighted sums of
 values are exact products summed in binary64 by a fixed pairwise tree and rounded once (the
 score scale applied before that rounding); ``exp``, the softmax and the division are portable;
-a tile's ``l_t`` and ``a_t`` are pairwise trees over its positions, and each merge forms
+a tile's ``l_t`` and ``a_t`` are pairwise trees over its pages of pairwise trees over each
+page's positions (``l_t`` rounded to float32 at every level, ``a_t``'s exact products summed
+in binary64 and rounded once), and each merge forms
 ``l e^{m-m'} + l_t e^{m_t-m'}`` from exact products with one rounding.
 
 References:
@@ -219,6 +221,21 @@ def _merge(m, l, a, m2, l2, a2):
     return new, total, acc
 
 
+def _tile_sums(p_pages, values, in_tile):
+    """``a_t = Σ p·v`` of each tile: [heads, pages, page] weights, [pos, heads, dim] values and
+    [tiles, pages] membership give [heads, tiles, dim]. The products are exact in binary64,
+    summed by the tree over each page's positions and then over each tile's pages, and rounded
+    once to float32."""
+    heads, pages, size = p_pages.shape
+    with jax.enable_x64(True):
+        p64 = portable.widen(p_pages)[:, :, None, :]  # heads, pages, 1, page
+        v64 = portable.widen(values).reshape(pages, size, heads, -1)
+        v64 = jnp.transpose(v64, (2, 0, 3, 1))  # heads, pages, dim, page
+        per_page = portable.sum64(p64 * v64)  # heads, pages, dim: exact products
+        per_page = jnp.swapaxes(per_page, 1, 2)[:, None]  # heads, 1, dim, pages
+        return portable.to_float32(portable.sum64(jnp.where(in_tile[:, None, :], per_page, 0.0)))
+
+
 def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
     """One sequence: q (heads, dim), keys/values (pos, heads, dim) -> (heads, dim)."""
     pos = keys.shape[0]
@@ -232,15 +249,17 @@ def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
     m_t = jnp.where(jnp.isfinite(seg_max), seg_max, -jnp.inf)
     shift = jnp.where(jnp.isfinite(m_t), m_t, 0.0)[:, tile]
     p = jnp.where(valid[None, :], portable.exp(s - shift), 0.0)
-    # each tile's sums, by the pairwise tree over the positions with the others' set to 0
-    in_tile = tile[None, :] == jnp.arange(n_tiles_max)[:, None]  # tiles, pos
-    p_t = jnp.where(in_tile[None], p[:, None, :], 0.0)  # heads, tiles, pos
-    l_t = portable.ordered_sum(p_t, axis=-1)  # heads, tiles
-    v_t = jnp.moveaxis(values, 0, 2)[:, None, :, :]  # heads, 1, dim, pos
-    a_t = portable.sum_products(p_t[:, :, None, :], v_t)  # heads, tiles, dim
+    # each tile's sums: every page's by the pairwise tree over its positions, then the tile's
+    # by the pairwise tree over the pages, the other tiles' pages set to 0
+    heads, dim = q.shape
+    p_pages = p.reshape(heads, n_tiles_max, page_size)
+    page_tile = jnp.arange(n_tiles_max) // tp
+    in_tile = page_tile[None, :] == jnp.arange(n_tiles_max)[:, None]  # tiles, pages
+    l_page = portable.ordered_sum(p_pages, axis=-1)  # heads, pages
+    l_t = portable.ordered_sum(jnp.where(in_tile[None], l_page[:, None, :], 0.0), axis=-1)
+    a_t = _tile_sums(p_pages, values, in_tile)  # heads, tiles, dim
     n_tiles = jnp.maximum(1, -(-length // (tp * page_size)))
     per_split = -(-n_tiles // splits)
-    heads, dim = q.shape
     init = (
         jnp.full((splits, heads), -jnp.inf),
         jnp.zeros((splits, heads)),

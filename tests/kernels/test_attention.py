@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from contracts import AttentionSpec
-from kernels.attention import PagedKVCache, decode_attention, reference_attention, tile_pages
+from kernels.attention import (
+    PagedKVCache,
+    _tile_sums,
+    decode_attention,
+    reference_attention,
+    tile_pages,
+)
 from kernels.formats import saturating_cast_np
 
 
@@ -137,3 +143,32 @@ def test_empty_sequence_gives_zeros():
         jnp.ones((2, 1, 4)), cache
     )
     assert np.array_equal(np.asarray(out), np.zeros((2, 1, 4)))
+
+
+def _tree_np(v):
+    """The pairwise tree along the last axis (padded with 0 to a power of two; first half plus
+    second half), in NumPy float64."""
+    width = 1 << max(v.shape[-1] - 1, 0).bit_length()
+    v = np.concatenate([v, np.zeros((*v.shape[:-1], width - v.shape[-1]))], axis=-1)
+    while v.shape[-1] > 1:
+        half = v.shape[-1] // 2
+        v = v[..., :half] + v[..., half:]
+    return v[..., 0]
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_tile_sums_are_page_trees_then_tile_trees_rounded_once(tp):
+    """``a_t``: exact products, the tree over each page's positions, then over each tile's
+    pages, in binary64, one rounding to float32: bit for bit against NumPy."""
+    rng = np.random.default_rng(tp)
+    heads, pages, size, dim = 2, 6, 4, 3
+    p = rng.uniform(0, 1, (heads, pages, size)).astype(np.float32)
+    values = rng.normal(size=(pages * size, heads, dim)).astype(np.float32)
+    in_tile = (np.arange(pages) // tp)[None, :] == np.arange(pages)[:, None]
+    got = np.asarray(_tile_sums(jnp.asarray(p), jnp.asarray(values), jnp.asarray(in_tile)))
+    v = values.astype(np.float64).reshape(pages, size, heads, dim).transpose(2, 0, 3, 1)
+    per_page = _tree_np(p.astype(np.float64)[:, :, None, :] * v)  # heads, pages, dim
+    masked = np.where(in_tile[None, :, None, :], per_page.transpose(0, 2, 1)[:, None], 0.0)
+    want = _tree_np(masked).astype(np.float32)  # heads, tiles, dim
+    assert got.shape == (heads, pages, dim)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
