@@ -366,7 +366,7 @@ def emulate(
             z_inf.reshape(-1, vocab),
             observed.reshape(-1),
             policy.temperature,
-            impl="cpu",  # on the host on every machine, never the GPU's Pallas pass
+            impl="portable",  # the same bits on every backend and machine
         )
         n_new = ev.max_new_tokens
         keep = np.repeat(real, n_new)
