@@ -248,11 +248,13 @@ class PagedAttention:
 
 @dataclass(frozen=True)
 class Layers:
-    """The arithmetic between the kernels: the RMS norm and the GELU of the model's blocks.
+    """The arithmetic between the kernels: the RMS norm, the GELU and SiLU activations and the
+    rotary embeddings of the models' blocks.
 
-    ``portable=False``: plain ``jnp`` (differentiable; each backend's own ``rsqrt``, ``tanh``
-    and summation order). ``portable=True``: :mod:`kernels.portable`, the same bits on every
-    backend (not differentiable), as the emulated kernels need."""
+    ``portable=False``: plain ``jnp`` (differentiable; each backend's own ``rsqrt``, ``tanh``,
+    ``cos``, ``sin`` and summation order, and a GPU fuses ``x·cos + y·sin`` into one
+    multiply-add). ``portable=True``: :mod:`kernels.portable`, the same bits on every backend
+    (not differentiable), as the emulated kernels need."""
 
     portable: bool = False
 
@@ -270,6 +272,36 @@ class Layers:
     def gelu(self, x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
         """GELU with the tanh approximation (``jax.nn.gelu``'s default)."""
         return portable.gelu_tanh(x) if self.portable else jax.nn.gelu(x)
+
+    def silu(self, x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+        """SiLU, ``x·σ(x)`` (``jax.nn.silu``)."""
+        return portable.silu(x) if self.portable else jax.nn.silu(x)
+
+    def cos_sin(
+        self, angles: Float[ArrayLike, "*shape"]
+    ) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
+        """``(cos, sin)`` of float32 ``angles`` (portable: for ``|angle| <= 2**24``, NaN
+        beyond; :func:`kernels.portable.cos_sin`)."""
+        if self.portable:
+            return portable.cos_sin(angles)
+        return jnp.cos(angles), jnp.sin(angles)
+
+    def rotate(
+        self,
+        x: Float[ArrayLike, "*a"],
+        turned: Float[ArrayLike, "*a"],
+        cos: Float[ArrayLike, "*b"],
+        sin: Float[ArrayLike, "*b"],
+    ) -> Float[Array, "*shape"]:
+        """``x·cos + turned·sin`` elementwise (broadcast, equal ranks), a rotary embedding's
+        rotation of ``x`` given its partner ``turned``. Portable: both products exact in
+        binary64 and added there (:func:`kernels.portable.sum_products`), the sum rounded to
+        float32 by integer operations: no product is left for a compiler to fuse."""
+        if not self.portable:
+            return x * cos + turned * sin
+        values = jnp.stack(jnp.broadcast_arrays(x, turned), axis=-1)
+        factors = jnp.stack(jnp.broadcast_arrays(cos, sin), axis=-1)
+        return portable.sum_products(values, factors)
 
 
 @dataclass(frozen=True)

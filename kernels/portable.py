@@ -45,6 +45,17 @@ to float32; the sweeps of ``tests/kernels/test_portable.py`` measure the rest):
   (``1 − E`` is exact where it cancels), and ``x·(1 − x²/3 + 2x⁴/15)`` below ``2**-10``;
 * :func:`gelu_tanh` is ``x/(1 + e**(−t))``, ``t = 2·√(2/π)·(x + 0.044715·x³)``, the same
   function as ``x/2·(1 + tanh(t/2))`` without the cancellation of ``1 + tanh`` for ``x < 0``;
+* :func:`sin` and :func:`cos` (:func:`cos_sin`: both) reduce ``|x| = k·π/2 + r`` (``|r| <= π/4``)
+  in fixed point: ``|x|·2**24`` is an integer (for ``k >= 1``), ``π/2`` is held to 137 fraction
+  bits in four int64 parts whose products with ``k < 2**24`` are exact, and ``r`` is formed in
+  int64 with 61 fraction bits less a float64 correction below ``2**-37`` (``r`` within about
+  one float64 ulp, however close ``x`` lies to a multiple of ``π/2``: the float32 values up to
+  ``2**24`` come no closer than about ``2**-28``); then the Taylor polynomials of ``sin r`` and
+  ``cos r`` to ``r**19`` and ``r**18`` (Horner in ``r²``, every product sealed), chosen and
+  signed by ``k mod 4``: relative error about ``2**-50``. The domain is ``|x| <= 2**24``
+  (every float32 rotary angle ``p·f`` of a position ``p`` that float32 holds exactly and a
+  frequency ``f <= 1``); beyond it, and for ±inf and NaN, the result is NaN;
+* :func:`silu` is ``x/(1 + e**(−x))`` from :func:`exp`'s parts, as :func:`gelu_tanh`;
 * :func:`softmax` is ``exp(x − max)`` divided by its :func:`ordered_sum`;
 * :func:`dot` forms the products exactly in float64, sums them in float64 by the pairwise tree
   and rounds once.
@@ -74,6 +85,8 @@ from jaxtyping import Array, ArrayLike, Float
 from kernels.bitround import round_binary32, to_float32
 
 __all__ = [
+    "cos",
+    "cos_sin",
     "divide",
     "dot",
     "exp",
@@ -88,6 +101,8 @@ __all__ = [
     "phi64",
     "rsqrt",
     "seal",
+    "silu",
+    "sin",
     "softmax",
     "sum64",
     "sum_products",
@@ -141,6 +156,21 @@ _SERIES64_BELOW = 0.5  # |x| below which expm1 and φ are their Taylor series
 # 2**-60 relative (last term ½**17/18!)
 _EXPM1_SERIES = [1.0 / math.factorial(k + 1) for k in range(18)]
 _PHI_SERIES = [1.0 / math.factorial(k + 2) for k in range(18)]
+# sin and cos: x = k·π/2 + r in fixed point. π/2·2**24 = A0 + (A1 + (A2 + A3·2**-38)·2**-38)·
+# 2**-37 (25, 37, 38 and 38 bits; 137 fraction bits in all); for k < 2**24 every k·Ai fits int64
+_PI = Fraction("3.14159265358979323846264338327950288419716939937510582097494459")  # to 1e-62
+_HALF_PI_Q137 = math.floor(_PI / 2 * 2**137)
+_HALF_PI_A0 = _HALF_PI_Q137 >> 113
+_HALF_PI_A1 = (_HALF_PI_Q137 >> 76) & (2**37 - 1)
+_HALF_PI_A2 = (_HALF_PI_Q137 >> 38) & (2**38 - 1)
+_HALF_PI_A3 = _HALF_PI_Q137 & (2**38 - 1)
+_TWO_OVER_PI = float(2 / _PI)  # only picks k: any value near 2/π would do
+_TRIG_MAX = 2.0**24  # the reduction's domain: |x| <= 2**24 (k < 2**24)
+# Taylor series of sin(r)/r and cos(r) in u = r², |r| <= π/4 (a little more, from k's choice):
+# the first terms left out are below 2**-62 and 2**-58 relative
+_SIN_TAYLOR = [(-1) ** i / math.factorial(2 * i + 1) for i in range(10)]
+_COS_TAYLOR = [(-1) ** i / math.factorial(2 * i) for i in range(10)]
+_SILU_T = 120.0  # beyond ±120, silu is x (σ = 1 within 2**-173) or below 2**-126
 
 
 def _read(x):
@@ -314,6 +344,56 @@ def _dot(x, y):
     return _sum_products(jnp.asarray(x)[..., None, :], jnp.swapaxes(y, 0, 1), 1.0)
 
 
+def _quarter_turns(a):
+    """``(k, r)`` with ``a = k·π/2 + r`` (``|r| <= π/4``, within about one float64 ulp of ``r``)
+    for float64 ``a`` read from a float32 value in ``[0, 2**24]``: ``a·2**24`` is an integer
+    where ``k >= 1`` (``a >= 0.5``), and ``a − k·π/2`` is formed exactly in int64 fixed point
+    with 61 fraction bits, less ``k`` times π/2's bits below ``2**-61`` (a correction below
+    ``2**-37``, formed in float64); ``k = 0`` gives ``r = a``."""
+    k = jnp.round(a * _TWO_OVER_PI).astype(jnp.int64)  # a rounded product: nothing to fuse
+    fixed = (a * 2.0**24).astype(jnp.int64)  # exact scaling; an integer where k >= 1
+    high = (fixed - k * _HALF_PI_A0) * (1 << 37) - k * _HALF_PI_A1  # |·| < 2**61
+    low = _to_float64(k * _HALF_PI_A2) * 2.0**-38 + _to_float64(k * _HALF_PI_A3) * 2.0**-76
+    r = (_to_float64(high) - low) * 2.0**-61  # exact products by powers of two
+    return k, jnp.where(k == 0, a, r)
+
+
+def _cos_sin(x):
+    v = _read(x)
+    a = jnp.abs(v)
+    inside = a <= _TRIG_MAX  # false for ±inf and NaN
+    k, r = _quarter_turns(jnp.where(inside, a, 0.0))
+    u = _seal(r * r)
+    s = r * _horner(_SIN_TAYLOR, u)  # sin r: a product that no add uses
+    c = _horner(_COS_TAYLOR, u)  # cos r
+    quadrant = k & 3  # a = k·π/2 + r
+    sin_a = jnp.where(quadrant % 2 == 1, c, s)
+    sin_a = jnp.where(quadrant >= 2, -sin_a, sin_a)
+    cos_a = jnp.where(quadrant % 2 == 1, s, c)
+    cos_a = jnp.where((quadrant == 1) | (quadrant == 2), -cos_a, cos_a)
+    sin_x = jnp.where(v < 0, -sin_a, sin_a)  # sin is odd, cos even
+    cos_x, sin_x = (jnp.where(inside, y, _NAN) for y in (cos_a, sin_x))
+    return _result(cos_x), _result(sin_x)
+
+
+def _cos(x):
+    return _cos_sin(x)[0]
+
+
+def _sin(x):
+    return _cos_sin(x)[1]
+
+
+def _silu(x):
+    v = _read(x)
+    k, p = _exp_parts(jnp.where(jnp.isnan(v), 0.0, -jnp.clip(v, -_SILU_T, _SILU_T)))
+    y = v / (1.0 + p * _pow2(k))  # an exact product
+    y = jnp.where(v > _SILU_T, v, y)  # +inf stays +inf
+    y = jnp.where(v < -_SILU_T, 0.0, y)
+    y = jnp.where(jnp.isnan(v) | (v == -_INF), _NAN, y)  # as jax.nn.silu: −inf·0 is NaN
+    return _result(y)
+
+
 _STATIC = {"sum": ("axis",), "mean": ("axis",), "softmax": ("axis",), "sum_products": ("scale",)}
 _jitted = {
     name: jax.jit(fn, static_argnames=_STATIC.get(name, ()))
@@ -329,6 +409,10 @@ _jitted = {
         "softmax": _softmax,
         "dot": _dot,
         "sum_products": _sum_products,
+        "cos": _cos,
+        "sin": _sin,
+        "cos_sin": _cos_sin,
+        "silu": _silu,
     }.items()
 }
 
@@ -421,6 +505,35 @@ def sum_products(
     constant) and rounded once. :func:`dot` is ``sum_products(x[..., None, :], y.T)``; written
     with broadcasting it gives any contraction (attention scores, weighted values)."""
     return _call("sum_products", a, b, scale=float(scale))
+
+
+def sin(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """The sine, odd, for ``|x| <= 2**24`` (every float32 angle ``p·f`` of a position ``p``
+    that float32 holds exactly and a frequency ``f <= 1``): ``x`` reduced exactly by multiples
+    of ``π/2`` (module docstring). Beyond ``2**24``, ±inf and NaN give NaN; ±0 (and
+    subnormals) give +0, and so do results below ``2**-126``."""
+    return _call("sin", x)
+
+
+def cos(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """The cosine, even, for ``|x| <= 2**24`` (as :func:`sin`); beyond, ±inf and NaN give
+    NaN; ±0 (and subnormals) give 1."""
+    return _call("cos", x)
+
+
+def cos_sin(
+    x: Float[ArrayLike, "*shape"],
+) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
+    """``(cos(x), sin(x))`` from one argument reduction: the bits of :func:`cos` and
+    :func:`sin`."""
+    return _call("cos_sin", x)
+
+
+def silu(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
+    """The SiLU of ``jax.nn.silu``: ``x·σ(x) = x/(1 + e**(−x))``. +inf gives +inf, and −inf
+    NaN and NaN NaN as in JAX (``−inf·0``); results below ``2**-126`` (``x <= -91.8568``, ±0
+    and subnormals) are +0."""
+    return _call("silu", x)
 
 
 # -- binary64 building blocks: for float64 arrays traced with 64-bit types enabled ------------

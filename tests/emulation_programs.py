@@ -19,6 +19,8 @@ from kernels._matmul import emulated_dot_general, int8_matmul, matmul
 from kernels.attention import PagedKVCache, decode_attention
 from kernels.decode import sample
 from kernels.formats import cast_output, saturating_cast
+from kernels.hf.config import parse_config
+from kernels.hf.decoder import Decoder
 from kernels.measure_portable import _columns as _portable_block
 from kernels.model import ModelConfig, TinyLM
 from kernels.ops import inference_ops, train_ops
@@ -130,6 +132,47 @@ def models() -> Iterator[Program]:
         )
 
 
+# a tiny Qwen3 (q/k norms, grouped-query attention, head_dim apart from hidden/heads) with the
+# Llama 3 rotary scaling: every switch of the decoder that computes
+HF_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "vocab_size": 32,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 8,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 4,
+    },
+}
+
+
+def hf_decoders() -> Iterator[Program]:
+    """The Hugging Face decoder's forward and decode step under K_inf and K_train."""
+    config = parse_config(HF_CONFIG)
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    spec = preset("h100-fp8")
+    for kind, ops in (
+        ("inference", inference_ops(spec, batch_size=2)),
+        ("train", train_ops(spec)),
+    ):
+        model = Decoder(config, seed=0, ops=ops)
+        yield Program(f"hf-forward-{kind}", lambda t, m=model: m(t), (tokens,))
+        caches = model.init_cache(2, 8)
+        yield Program(
+            f"hf-step-{kind}",
+            lambda t, c, m=model: m.step(t, jnp.int32(3), c),
+            (tokens[:, 0], caches),
+        )
+
+
 def measurements() -> Iterator[Program]:
     """The portable full-vocabulary measurement that ``evidence: emulate`` runs."""
     z = jnp.zeros((4, 40), jnp.float32)
@@ -142,4 +185,10 @@ def measurements() -> Iterator[Program]:
 
 
 def every_program() -> list[Program]:
-    return [*matmuls(), *kernels_around_the_matmul(), *models(), *measurements()]
+    return [
+        *matmuls(),
+        *kernels_around_the_matmul(),
+        *models(),
+        *hf_decoders(),
+        *measurements(),
+    ]

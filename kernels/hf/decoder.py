@@ -14,7 +14,11 @@ key/value head once and its ``attend`` repeats them (``kernels.ops.widen_heads``
 As in :mod:`kernels.model`, every matmul (projections, MLP, LM head) is ``self.ops.matmul``,
 whole-sequence attention is ``self.ops.attention`` and incremental decoding reads and writes
 ``self.ops.cache``; RMSNorm, rotary embeddings, SiLU, biases, residual adds and the embedding
-lookup are float32 in both kernels. ``kernels.model.with_ops`` switches the kernels, and
+lookup are float32 in both kernels, RMSNorm, SiLU and the rotary embeddings computed by
+``self.ops.layers``: plain ``jnp`` under ``plain_ops`` (differentiable), the same bits on every
+backend under ``train_ops`` and ``inference_ops`` (:mod:`kernels.portable`: the RMS norm's mean
+square summed exactly in binary64, the rotary products exact in binary64 and rounded once after
+their add). ``kernels.model.with_ops`` switches the kernels, and
 ``kernels.decode.generate`` / ``teacher_force`` run this model as they run TinyLM.
 
 Parameters carry the reference implementation's names (``embed_tokens``, ``layers/i/self_attn/
@@ -97,10 +101,13 @@ class DecoderLayer(nnx.Module):
 # ----------------------------------------------------------------------- computation
 
 
-def _rms_norm(x: Float[ArrayLike, "... d"], weight: Float[ArrayLike, " d"], eps: float) -> Array:
-    x = x.astype(jnp.float32)
-    weight = jnp.reshape(weight, (1,) * (x.ndim - 1) + (-1,))
-    return weight * (x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps))
+def _rms_norm(
+    ops: Ops, x: Float[ArrayLike, "... d"], weight: Float[ArrayLike, " d"], eps: float
+) -> Array:
+    """``x·rsqrt(mean(x²) + eps)·weight`` in float32 by ``ops.layers`` (plain: the bits of the
+    reference implementation's ``weight·(x·rsqrt(mean(x²) + eps))``: a product of three
+    factors rounded in the same order)."""
+    return ops.layers.rms_norm(x.astype(jnp.float32), weight, eps)
 
 
 def _project(ops: Ops, x: Float[ArrayLike, "... k"], p: dict, inputs: int = 1) -> Array:
@@ -118,21 +125,21 @@ def _project(ops: Ops, x: Float[ArrayLike, "... k"], p: dict, inputs: int = 1) -
 
 def _qkv(p: dict, x: Array, c: DecoderConfig, ops: Ops, cos: Array, sin: Array):
     """Rotated queries ``[..., heads, hd]`` and keys, values ``[..., kv_heads, hd]``."""
-    n = _rms_norm(x, p["input_layernorm"]["weight"], c.rms_norm_eps)
+    n = _rms_norm(ops, x, p["input_layernorm"]["weight"], c.rms_norm_eps)
     a = p["self_attn"]
     q, k, v = (_project(ops, n, a[name]) for name in ("q_proj", "k_proj", "v_proj"))
     if c.qk_norm:
-        q = _rms_norm(q, a["q_norm"]["weight"], c.rms_norm_eps)
-        k = _rms_norm(k, a["k_norm"]["weight"], c.rms_norm_eps)
-    return rotate(q, cos, sin), rotate(k, cos, sin), v
+        q = _rms_norm(ops, q, a["q_norm"]["weight"], c.rms_norm_eps)
+        k = _rms_norm(ops, k, a["k_norm"]["weight"], c.rms_norm_eps)
+    return rotate(q, cos, sin, ops.layers), rotate(k, cos, sin, ops.layers), v
 
 
 def _finish(p: dict, x: Array, attended: Array, c: DecoderConfig, ops: Ops) -> Array:
     """The attention output's projection, the residual add and the MLP."""
     h = x + _project(ops, attended, p["self_attn"]["o_proj"], inputs=2)
-    m = _rms_norm(h, p["post_attention_layernorm"]["weight"], c.rms_norm_eps)
+    m = _rms_norm(ops, h, p["post_attention_layernorm"]["weight"], c.rms_norm_eps)
     mlp = p["mlp"]
-    gated = jax.nn.silu(_project(ops, m, mlp["gate_proj"])) * _project(ops, m, mlp["up_proj"])
+    gated = ops.layers.silu(_project(ops, m, mlp["gate_proj"])) * _project(ops, m, mlp["up_proj"])
     return h + _project(ops, gated, mlp["down_proj"])
 
 
@@ -184,7 +191,8 @@ class Decoder(nnx.Module):
         return jax.tree.map(lambda *a: jnp.stack([x.astype(jnp.float32) for x in a]), *layers)
 
     def _logits(self, x: Array) -> Array:
-        n = _rms_norm(x, self.norm.weight[...].astype(jnp.float32), self.config.rms_norm_eps)
+        weight = self.norm.weight[...].astype(jnp.float32)
+        n = _rms_norm(self.ops, x, weight, self.config.rms_norm_eps)
         if self.lm_head is None:
             head = self.embed_tokens[...].astype(jnp.float32).T
         else:
@@ -199,7 +207,7 @@ class Decoder(nnx.Module):
         seq = tokens.shape[-1]
         if seq > self.context:
             raise ValueError(f"sequence length {seq} exceeds the context {self.context}")
-        cos, sin = cos_sin(jnp.arange(seq), self._inv_freq())
+        cos, sin = cos_sin(jnp.arange(seq), self._inv_freq(), self.ops.layers)
         c, ops = self.config, self.ops
 
         def layer(x, p):
@@ -225,7 +233,7 @@ class Decoder(nnx.Module):
         self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
     ) -> tuple[Float[Array, "seqs vocab"], Any]:
         """Logits after one more token per sequence (all at ``position``), and the new caches."""
-        cos, sin = cos_sin(jnp.asarray(position), self._inv_freq())
+        cos, sin = cos_sin(jnp.asarray(position), self._inv_freq(), self.ops.layers)
         c, ops = self.config, self.ops
 
         def layer(x, p_and_cache):

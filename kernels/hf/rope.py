@@ -9,7 +9,11 @@ recipe) rescales them by wavelength ``w = 2π / f`` against the pre-training con
 
 A vector ``x`` of ``head_dim`` entries at position ``p`` becomes ``x cos(θ) + rot(x) sin(θ)``
 with ``θ = p · [f, f]`` (the frequencies repeated for both halves) and
-``rot([a, b]) = [-b, a]`` on the halves, all in float32.
+``rot([a, b]) = [-b, a]`` on the halves, all in float32: the angles ``p · f`` rounded to
+float32 as the reference implementation rounds them, their cosines and sines, and the rotation
+computed by the ``Layers`` given (``kernels.ops.Layers``): plain ``jnp`` by default, or
+:mod:`kernels.portable` arithmetic, the same bits on every backend (its ``cos_sin`` takes
+angles up to ``2**24``, beyond every position float32 holds exactly, as ``f <= 1``).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from kernels.hf.config import RopeConfig
+from kernels.ops import Layers
 
 __all__ = ["cos_sin", "inverse_frequencies", "rotate"]
+
+_PLAIN = Layers()  # plain jnp arithmetic, the default
 
 
 def inverse_frequencies(rope: RopeConfig, head_dim: int) -> np.ndarray:
@@ -49,26 +56,33 @@ def inverse_frequencies(rope: RopeConfig, head_dim: int) -> np.ndarray:
 
 
 def cos_sin(
-    positions: Shaped[ArrayLike, "*pos"], inv_freq: Float[ArrayLike, " half"]
+    positions: Shaped[ArrayLike, "*pos"],
+    inv_freq: Float[ArrayLike, " half"],
+    layers: Layers = _PLAIN,
 ) -> tuple[Float[Array, "*pos dim"], Float[Array, "*pos dim"]]:
-    """``cos θ`` and ``sin θ`` at every position (float32), ``θ = p · [f, f]``; ``positions``
-    is a scalar (one decoding step) or a vector (a whole sequence)."""
+    """``cos θ`` and ``sin θ`` at every position (float32), ``θ = p · [f, f]``, from
+    ``layers.cos_sin``; ``positions`` is a scalar (one decoding step) or a vector (a whole
+    sequence)."""
     positions = jnp.asarray(positions, jnp.float32)
     freqs = positions[..., None] * jnp.reshape(inv_freq, (1,) * positions.ndim + (-1,))
-    angles = jnp.concatenate([freqs, freqs], axis=-1)
-    return jnp.cos(angles), jnp.sin(angles)
+    if layers.portable:  # each angle's cosine and sine once, then repeated for both halves
+        cos, sin = layers.cos_sin(freqs)
+        return tuple(jnp.concatenate([t, t], axis=-1) for t in (cos, sin))
+    return layers.cos_sin(jnp.concatenate([freqs, freqs], axis=-1))
 
 
 def rotate(
     x: Float[ArrayLike, "... heads dim"],
     cos: Float[ArrayLike, "... dim"],
     sin: Float[ArrayLike, "... dim"],
+    layers: Layers = _PLAIN,
 ) -> Float[Array, "... heads dim"]:
-    """``x`` rotated by the angles whose cosines and sines are given (broadcast over heads)."""
+    """``x`` rotated by the angles whose cosines and sines are given (broadcast over heads):
+    ``layers.rotate(x, rot(x), cos, sin)``."""
     half = x.shape[-1] // 2
     turned = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     # cos, sin: [*pos, dim] -> [1.., *pos, 1, dim], lined up with x's axes (no rank promotion)
     lead = (1,) * (x.ndim - cos.ndim - 1)
     cos = jnp.reshape(cos, (*lead, *cos.shape[:-1], 1, cos.shape[-1]))
     sin = jnp.reshape(sin, (*lead, *sin.shape[:-1], 1, sin.shape[-1]))
-    return x * cos + turned * sin
+    return layers.rotate(x, turned, cos, sin)

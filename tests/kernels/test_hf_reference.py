@@ -4,11 +4,13 @@ tests/data/hf/make_reference.py (run with torch and transformers, outside this p
 dependencies) wrote each family's tiny checkpoint in the hub's format (bfloat16 safetensors, the
 hub's tensor names and config keys; Llama in two shards with the index) and the logits
 transformers computes from it in float32, over a whole sequence and decoding token by token
-through its KV cache. Here the same folders are loaded and run on plain float32 ops.
+through its KV cache. Here the same folders are loaded and run on plain float32 ops, and one
+on the portable layers of K_train and K_inf (``kernels.portable``: the same bits on every backend).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -23,6 +25,8 @@ from kernels.hf.checkpoint import hf_tensors, load_decoder
 from kernels.hf.config import RopeConfig, parse_config, read_config
 from kernels.hf.decoder import Decoder
 from kernels.hf.rope import inverse_frequencies
+from kernels.model import with_ops
+from kernels.ops import Layers, plain_ops
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "hf"
 FAMILIES = ("llama3", "qwen2", "qwen3")
@@ -68,6 +72,18 @@ def test_full_sequence_logits_match_reference(loaded, ours, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_incremental_decoding_matches_reference_cache(loaded, ours, family):
     np.testing.assert_allclose(ours[family][1], loaded[family][1]["decode_logits"], **TOLERANCE)
+
+
+def test_portable_layers_match_reference(loaded, ours):
+    """With portable layers (K_train's and K_inf's: ``kernels.portable``'s RMS norms, q/k norms
+    too, SiLU and rotary embeddings) and plain matmuls and attention, the logits still match
+    transformers' (Qwen3: every layer switch but the biases and the rope scaling)."""
+    model, ref = loaded["qwen3"]
+    ops = dataclasses.replace(plain_ops(), name="portable-layers", layers=Layers(portable=True))
+    full, decoded = _both(with_ops(model, ops), jnp.asarray(ref["tokens"]))
+    np.testing.assert_allclose(np.asarray(full), ref["logits"], **TOLERANCE)
+    np.testing.assert_allclose(np.asarray(decoded), ref["decode_logits"], **TOLERANCE)
+    assert not np.array_equal(np.asarray(full), ours["qwen3"][0])  # the layers did switch
 
 
 def test_each_family_switch_is_exercised(loaded):

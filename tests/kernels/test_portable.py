@@ -4,6 +4,9 @@ programs against the backend lint.
 Accuracy: each unary function is compared on one sweep of float32 inputs (every ``2**14``-th
 bit pattern, random patterns, dense grids over the interesting ranges, the thresholds and their
 neighbours, the special values) with NumPy's float64 function of the same (flushed) input.
+``sin`` and ``cos`` also on their own sweep (dense grids, random angles up to ``2**24``, rotary
+angles, and the float32 values nearest to multiples of ``π/2``, where the reduction cancels
+most), with NaN beyond their domain ``|x| <= 2**24``.
 The assertion is tighter than the contract (within 1 ulp for ``exp``, ``log`` and ``rsqrt``,
 2 ulp for ``tanh`` and ``gelu_tanh``): every result lies within ``0.5 + 2**-8`` ulp of the
 float64 value, so it is the correctly rounded float32 value except where the float64 value
@@ -20,6 +23,8 @@ roots, float reductions and contractions).
 from __future__ import annotations
 
 import functools
+import math
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -75,10 +80,10 @@ def rounded(ref64: np.ndarray) -> np.ndarray:
         return flush_np(ref64.astype(np.float32))
 
 
-def assert_close(got, ref64: np.ndarray, bound: float = CLOSE) -> float:
+def assert_close(got, ref64: np.ndarray, bound: float = CLOSE, x=None) -> float:
     """Results within ``bound`` ulps of the float64 ``ref64`` where that is a normal float32
     value; elsewhere (zeros, flushed, overflowing, inf, NaN) the bits of its rounding.
-    Returns the largest error in ulps."""
+    Returns the largest error in ulps (``x``: the inputs, for the message; the sweep)."""
     got = np.asarray(got, np.float32)
     want = rounded(ref64)
     normal = np.isfinite(ref64) & (np.abs(ref64) >= TINY) & np.isfinite(want)
@@ -87,13 +92,13 @@ def assert_close(got, ref64: np.ndarray, bound: float = CLOSE) -> float:
     _, e = np.frexp(np.abs(ref))
     ulps = np.abs(got[normal].astype(np.float64) - ref) / np.ldexp(1.0, e - 1 - 23)
     worst = float(ulps.max())
-    assert worst <= bound, (worst, sweep()[normal][np.argmax(ulps)])
+    assert worst <= bound, (worst, (sweep() if x is None else x)[normal][np.argmax(ulps)])
     return worst
 
 
-def inputs64() -> np.ndarray:
+def inputs64(x=None) -> np.ndarray:
     with np.errstate(invalid="ignore"):
-        return flush_np(sweep()).astype(np.float64)
+        return flush_np(sweep() if x is None else x).astype(np.float64)
 
 
 def gelu64(x: np.ndarray) -> np.ndarray:
@@ -104,21 +109,74 @@ def gelu64(x: np.ndarray) -> np.ndarray:
         return np.where(np.isneginf(x), np.nan, x / (1 + np.exp(-t)))
 
 
+def silu64(x: np.ndarray) -> np.ndarray:
+    """``x/(1 + e**-x)`` in float64; −inf gives NaN as in JAX (``−inf·0``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(np.isneginf(x), np.nan, x / (1 + np.exp(-x)))
+
+
+TRIG_MAX = 2.0**24  # sin and cos: NaN beyond
+
+
+def trig(f):
+    """``f`` (NumPy's float64 ``sin`` or ``cos``) within the domain, NaN beyond."""
+    return lambda x: np.where(np.abs(x) <= TRIG_MAX, f(x), np.nan)
+
+
+@functools.cache
+def near_quarter_turns(count: int = 256) -> np.ndarray:
+    """The ``count`` float32 values nearest to ``k·π/2`` for ``1 <= k <= 2**24·2/π``, and their
+    neighbours: ``float32(k·π/2)``, ranked by ``|x − k·π/2|`` (π/2 in two float64 parts, the
+    first times ``k`` exact)."""
+    k = np.arange(1, int(TRIG_MAX * 2 / np.pi) + 1, dtype=np.float64)
+    pi = Fraction("3.14159265358979323846264338327950288419716939937510582097494459")
+    hi = math.floor(pi / 2 * 2**26) / 2**26
+    lo = float(pi / 2 - Fraction(hi))
+    x = (k * (np.pi / 2)).astype(np.float32)
+    r = np.abs((x - k * hi) - k * lo)
+    return around(*x[np.argpartition(r, count)[:count]])
+
+
+@functools.cache
+def trig_sweep() -> np.ndarray:
+    """The sweep, and angles: dense and random, rotary ``p·f`` (positions up to 2**20 with a
+    Llama 3 band of frequencies), the hardest reductions, the domain's edge."""
+    rng = np.random.default_rng(13)
+    positions = rng.integers(0, 2**20, 2**12).astype(np.float32)
+    inv_freq = np.float32(500000.0) ** -(np.arange(0, 128, 2, dtype=np.float32) / np.float32(128))
+    hard = near_quarter_turns()
+    return np.concatenate(
+        [
+            sweep(),
+            np.linspace(-20, 20, 2**16, dtype=np.float32),
+            rng.uniform(-TRIG_MAX, TRIG_MAX, 2**16).astype(np.float32),
+            (positions[:, None] * inv_freq[None, :]).ravel(),
+            hard,
+            -hard,
+            around(TRIG_MAX, -TRIG_MAX, np.pi / 4, np.pi / 2, np.pi, 2.0**20),
+        ]
+    )
+
+
 REFERENCES = {
     "exp": np.exp,
     "log": np.log,
     "rsqrt": lambda x: 1 / np.sqrt(x),
     "tanh": np.tanh,
     "gelu_tanh": gelu64,
+    "silu": silu64,
+    "sin": trig(np.sin),
+    "cos": trig(np.cos),
 }
+SWEEPS = {"sin": trig_sweep, "cos": trig_sweep}  # the others: sweep()
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))
 def test_unary_functions_are_correctly_rounded_on_the_sweep(name):
-    x = sweep()
+    x = SWEEPS.get(name, sweep)()
     with np.errstate(all="ignore"):
-        ref = REFERENCES[name](inputs64())
-    assert_close(getattr(portable, name)(x), ref)
+        ref = REFERENCES[name](inputs64(x))
+    assert_close(getattr(portable, name)(x), ref, x=x)
 
 
 def test_divide_is_the_correctly_rounded_division():
@@ -163,6 +221,48 @@ def test_special_values():
         ]
     )
     assert not np.any((zeros == 0) & np.signbit(zeros))
+
+
+def test_sin_cos_and_silu_special_values():
+    nan, inf = np.nan, np.inf
+    edge = np.nextafter(np.float32(TRIG_MAX), np.float32(inf))  # 2**24 + 2: beyond the domain
+    tiny = [2.0**-126, -(2.0**-100), 2.0**-20]
+    x = np.float32([0, -0.0, 1e-45, -1e-45, inf, -inf, nan, TRIG_MAX, -TRIG_MAX, edge, *tiny])
+    s, c = np.sin(TRIG_MAX), np.cos(TRIG_MAX)
+    cos, sin = portable.cos_sin(x)
+    assert same_bits(sin, [0, 0, 0, 0, nan, nan, nan, s, -s, nan, *tiny])
+    assert same_bits(cos, [1, 1, 1, 1, nan, nan, nan, c, c, nan, 1, 1, 1])
+    assert same_bits(portable.sin(x), sin) and same_bits(portable.cos(x), cos)
+    y = np.float32(
+        [0, -0.0, 1e-45, -1e-45, inf, -inf, nan, 121, -121, -95, 1e30, -1e30, -1.5 * TINY]
+    )
+    silu = np.asarray(portable.silu(y))
+    assert same_bits(silu, [0, 0, 0, 0, inf, nan, nan, 121, 0, 0, 1e30, 0, 0])
+    zeros = np.concatenate([silu, sin])
+    # every zero result is +0, silu(−1.5·2**-126) too
+    assert not np.any((zeros == 0) & np.signbit(zeros))
+
+
+def test_sin_is_odd_and_cos_even():
+    x = trig_sweep()
+    x = x[(np.abs(x) >= TINY) & (np.abs(x) <= TRIG_MAX)]
+    assert same_bits(portable.sin(-x), -np.asarray(portable.sin(x)))
+    assert same_bits(portable.cos(-x), portable.cos(x))
+
+
+def test_sin_cos_and_silu_are_jaxs_within_a_few_ulps():
+    """On moderate arguments JAX's float32 ``sin``, ``cos`` and ``silu`` (on the CPU) are
+    accurate too."""
+    x = np.linspace(-30, 30, 4097, dtype=np.float32)
+    for ours, theirs in (
+        (portable.sin, jnp.sin),
+        (portable.cos, jnp.cos),
+        (portable.silu, jax.nn.silu),
+    ):
+        a = np.asarray(ours(x), np.float64)
+        b = np.asarray(theirs(jnp.asarray(x)), np.float64)
+        ulp = np.spacing(np.abs(a).astype(np.float32)).astype(np.float64)
+        assert np.all(np.abs(a - b) <= 4 * ulp + 2 * TINY)
 
 
 def test_tanh_is_odd():
@@ -308,7 +408,16 @@ def test_softmax_special_rows_are_jaxs():
 def test_callers_need_no_64_bit_types_and_jit_gives_the_same_bits():
     assert not jax.config.jax_enable_x64
     x = jnp.asarray(sweep()[:4096])
-    for f in (portable.exp, portable.log, portable.tanh, portable.gelu_tanh, portable.rsqrt):
+    for f in (
+        portable.exp,
+        portable.log,
+        portable.tanh,
+        portable.gelu_tanh,
+        portable.rsqrt,
+        portable.sin,
+        portable.cos,
+        portable.silu,
+    ):
         assert same_bits(jax.jit(f)(x), f(x))
         assert f(x).dtype == jnp.float32
     assert not jax.config.jax_enable_x64
@@ -329,6 +438,10 @@ PROGRAMS = {
     "ordered_mean": (functools.partial(portable.ordered_mean, axis=0), V),
     "softmax": (portable.softmax, V),
     "dot": (portable.dot, V, W),
+    "sin": (portable.sin, V),
+    "cos": (portable.cos, V),
+    "cos_sin": (portable.cos_sin, V),
+    "silu": (portable.silu, V),
 }
 
 
