@@ -187,6 +187,19 @@ def _read(x):
     return lax.bitcast_convert_type(wide, jnp.float64)
 
 
+def _once(x):
+    """``x`` itself, read through a gather with the identity indices. The values are the
+    same on every backend (a gather copies bits); it only keeps a compiler from fusing the
+    long integer and binary64 chain that computed ``x`` into a consumer that reads each
+    element many times (a product broadcast over a head dimension, say), which would compute
+    the chain again for every read. XLA's CPU fusion does that with every elementwise chain
+    and keeps a gather apart (an optimization barrier does not survive its pipeline)."""
+    if jnp.ndim(x) == 0:
+        return x
+    identity = lax.broadcasted_iota(jnp.int32, jnp.shape(x), jnp.ndim(x) - 1)
+    return jnp.take_along_axis(x, identity, axis=-1)
+
+
 def _result(v):
     """Float64 ``v`` rounded to float32 (:func:`~kernels.bitround.to_float32`: by integer
     operations, with no float conversion that a compiler could fold into a later one)."""
@@ -327,13 +340,13 @@ def _ordered_mean(x, axis):
 def _softmax(x, axis):
     v = _read(x)
     shifted = _result(v - jnp.max(v, axis=axis, keepdims=True))  # jnp.max: order-free
-    e = _exp(shifted)
-    total = jnp.expand_dims(_ordered_sum(e, axis), axis)
+    e = _once(_exp(shifted))
+    total = _once(jnp.expand_dims(_ordered_sum(e, axis), axis))
     return _divide(e, total)
 
 
 def _sum_products(a, b, scale):
-    a, b = _read(a), _read(b)
+    a, b = _once(_read(a)), _once(_read(b))  # each widened once, however often broadcast
     rank = max(a.ndim, b.ndim)
     a, b = (v.reshape((1,) * (rank - v.ndim) + v.shape) for v in (a, b))
     products = a * b  # broadcast; each product exact
@@ -417,11 +430,21 @@ _jitted = {
 }
 
 
+# results that cost tens of operations per element: computed once (:func:`_once`)
+_COSTLY = frozenset(
+    {"exp", "log", "rsqrt", "tanh", "gelu_tanh", "softmax", "cos", "sin", "cos_sin", "silu"}
+)
+
+
 def _call(name: str, *args, **static):
-    """The jitted ``name`` on float32 ``args``, traced with 64-bit types enabled."""
+    """The jitted ``name`` on float32 ``args``, traced with 64-bit types enabled; a costly
+    result is computed once (:func:`_once`) whatever reads it."""
     args = [jnp.asarray(a, jnp.float32) for a in args]
     with jax.enable_x64(True):
-        return _jitted[name](*args, **static)
+        out = _jitted[name](*args, **static)
+        if name in _COSTLY:
+            out = jax.tree.map(_once, out)
+        return out
 
 
 def exp(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
@@ -541,8 +564,8 @@ def silu(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
 
 def widen(x: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     """Float32 ``x`` as float64 by its bits (subnormals and −0 read as +0): exact, and no float
-    conversion that a compiler could fold."""
-    return _read(x)
+    conversion that a compiler could fold; widened once, however often a broadcast reads it."""
+    return _once(_read(x))
 
 
 def seal(v: Float[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
