@@ -307,11 +307,18 @@ def _tanh(x):
 def _gelu_tanh(x):
     v = _read(x)
     t = v * (_GELU_A + _seal(_GELU_B * (v * v)))  # v·v is exact
-    k, p = _exp_parts(jnp.where(jnp.isnan(t), 0.0, -jnp.clip(t, -_GELU_T, _GELU_T)))
+    return _times_sigmoid(v, t, _GELU_T)
+
+
+def _times_sigmoid(v, t, limit):
+    """``v·σ(t) = v/(1 + e**(−t))`` rounded to float32, for float64 ``v`` and ``t``: ``v``
+    where ``t > limit`` (+inf stays +inf), 0 where ``t < −limit``, NaN for NaN and −inf ``v``
+    (as JAX: ``−inf·0``)."""
+    k, p = _exp_parts(jnp.where(jnp.isnan(t), 0.0, -jnp.clip(t, -limit, limit)))
     y = v / (1.0 + p * _pow2(k))  # an exact product
-    y = jnp.where(t > _GELU_T, v, y)  # +inf stays +inf
-    y = jnp.where(t < -_GELU_T, 0.0, y)
-    y = jnp.where(jnp.isnan(v) | (v == -_INF), _NAN, y)  # as jax.nn.gelu: −inf·0 is NaN
+    y = jnp.where(t > limit, v, y)
+    y = jnp.where(t < -limit, 0.0, y)
+    y = jnp.where(jnp.isnan(v) | (v == -_INF), _NAN, y)
     return _result(y)
 
 
@@ -399,12 +406,7 @@ def _sin(x):
 
 def _silu(x):
     v = _read(x)
-    k, p = _exp_parts(jnp.where(jnp.isnan(v), 0.0, -jnp.clip(v, -_SILU_T, _SILU_T)))
-    y = v / (1.0 + p * _pow2(k))  # an exact product
-    y = jnp.where(v > _SILU_T, v, y)  # +inf stays +inf
-    y = jnp.where(v < -_SILU_T, 0.0, y)
-    y = jnp.where(jnp.isnan(v) | (v == -_INF), _NAN, y)  # as jax.nn.silu: −inf·0 is NaN
-    return _result(y)
+    return _times_sigmoid(v, v, _SILU_T)
 
 
 _STATIC = {"sum": ("axis",), "mean": ("axis",), "softmax": ("axis",), "sum_products": ("scale",)}

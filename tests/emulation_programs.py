@@ -95,23 +95,29 @@ def kernels_around_the_matmul() -> Iterator[Program]:
             yield Program(f"rescaled_matmul-{name}-{transform}", fn, (X, W))
 
 
+def _forward_and_step(model, name: str, position: int) -> Iterator[Program]:
+    """A decoder's whole-sequence forward and one decode step at ``position`` on two sequences
+    of eight tokens (``name`` formatted with "forward" and "step")."""
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    yield Program(name.format("forward"), lambda t: model(t), (tokens,))
+    yield Program(
+        name.format("step"),
+        lambda t, c: model.step(t, jnp.int32(position), c),
+        (tokens[:, 0], model.init_cache(2, 8)),
+    )
+
+
 def models() -> Iterator[Program]:
     """The TinyLM forward and decode step under K_inf and K_train, paged attention with each
     low-precision cache, and the sampler."""
     cfg = ModelConfig(vocab=32, d_model=16, layers=1, heads=2, d_ff=32, context=8)
-    tokens = jnp.zeros((2, 8), jnp.int32)
     for name in ("h100-fp8", "a100-int8"):
         for kind, ops in (
             ("inference", inference_ops(preset(name), batch_size=2)),
             ("train", train_ops(preset(name))),
         ):
-            model = TinyLM(cfg, seed=0, ops=ops)
-            yield Program(f"tinylm-forward-{kind}-{name}", lambda t, m=model: m(t), (tokens,))
-            caches = model.init_cache(2, 8)
-            yield Program(
-                f"tinylm-step-{kind}-{name}",
-                lambda t, c, m=model: m.step(t, jnp.int32(0), c),
-                (tokens[:, 0], caches),
+            yield from _forward_and_step(
+                TinyLM(cfg, seed=0, ops=ops), f"tinylm-{{}}-{kind}-{name}", 0
             )
     for kv in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
         spec = AttentionSpec(kv_cache=kv, page_size=4, tiles="adaptive")
@@ -157,20 +163,12 @@ HF_CONFIG = {
 def hf_decoders() -> Iterator[Program]:
     """The Hugging Face decoder's forward and decode step under K_inf and K_train."""
     config = parse_config(HF_CONFIG)
-    tokens = jnp.zeros((2, 8), jnp.int32)
     spec = preset("h100-fp8")
     for kind, ops in (
         ("inference", inference_ops(spec, batch_size=2)),
         ("train", train_ops(spec)),
     ):
-        model = Decoder(config, seed=0, ops=ops)
-        yield Program(f"hf-forward-{kind}", lambda t, m=model: m(t), (tokens,))
-        caches = model.init_cache(2, 8)
-        yield Program(
-            f"hf-step-{kind}",
-            lambda t, c, m=model: m.step(t, jnp.int32(3), c),
-            (tokens[:, 0], caches),
-        )
+        yield from _forward_and_step(Decoder(config, seed=0, ops=ops), f"hf-{{}}-{kind}", 3)
 
 
 def measurements() -> Iterator[Program]:
