@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from kernels.ops import Ops, plain_ops
+from kernels.ops import Ops, plain_ops, prepared
 
 __all__ = [
     "CHECKPOINTS",
@@ -69,6 +69,7 @@ def _normal(rng: np.random.Generator, shape, std):
 
 
 _BLOCK_PARAMS = ("attn_norm", "wqkv", "wo", "mlp_norm", "w_in", "w_out")
+_MATMUL_WEIGHTS = ("wqkv", "wo", "w_in", "w_out")
 
 
 class Block(nnx.Module):
@@ -128,11 +129,18 @@ class TinyLM(nnx.Module):
         self.final_norm = nnx.Param(jnp.ones((d,), jnp.float32))
         self.head = nnx.Param(_normal(rng, (d, config.vocab), 0.02))
 
-    def _stacked(self) -> dict[str, Array]:
-        return {n: jnp.stack([getattr(b, n)[...] for b in self.blocks]) for n in _BLOCK_PARAMS}
+    def _stacked(self) -> dict[str, Any]:
+        """The blocks' parameters stacked on a leading axis, the matmul weights in the form the
+        matmul reads (:func:`~kernels.ops.prepared`: quantized once, not once per layer call
+        or decode step)."""
+        stacked = {n: jnp.stack([getattr(b, n)[...] for b in self.blocks]) for n in _BLOCK_PARAMS}
+        for n in _MATMUL_WEIGHTS:
+            stacked[n] = prepared(self.ops.matmul, stacked[n])
+        return stacked
 
     def _logits(self, x):
-        return self.ops.matmul(self.ops.layers.rms_norm(x, self.final_norm[...]), self.head[...])
+        head = prepared(self.ops.matmul, self.head[...])
+        return self.ops.matmul(self.ops.layers.rms_norm(x, self.final_norm[...]), head)
 
     def __call__(self, tokens: Int[ArrayLike, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences."""

@@ -20,6 +20,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
 from kernels import portable
+from kernels._matmul.api import QuantizedWeight
 
 __all__ = [
     "AttentionFn",
@@ -35,6 +36,7 @@ __all__ = [
     "ReferenceAttention",
     "inference_ops",
     "plain_ops",
+    "prepared",
     "train_ops",
     "widen_heads",
 ]
@@ -42,11 +44,24 @@ __all__ = [
 
 @runtime_checkable
 class MatmulFn(Protocol):
+    """``x @ w`` under some arithmetic. A matmul may also have ``prepare(w)``: the form of a
+    weight it reads many times (stacked ``[..., k, n]`` weights allowed), computed once and
+    passed as ``w`` in place of the weight itself (:func:`prepared`)."""
+
     def __call__(
         self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
     ) -> Float[Array, "... n"]:
         """``x @ w`` under some arithmetic; the result is float32."""
         ...
+
+
+def prepared(matmul: MatmulFn, w: Float[ArrayLike, "*lead k n"]) -> Any:
+    """``matmul.prepare(w)`` where the matmul has it, else ``w``: what a model passes to the
+    matmul for a weight. A model prepares its weights where it stacks them, outside its loop
+    over layers, so a decode loop finds them loop-invariant and a compiler computes them once
+    (XLA moves loop-invariant code out of a while loop)."""
+    prepare = getattr(matmul, "prepare", None)
+    return w if prepare is None else prepare(w)
 
 
 @runtime_checkable
@@ -126,7 +141,7 @@ class EmulatedMatmul:
     impl: str = "jax"
 
     def __call__(
-        self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
+        self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"] | QuantizedWeight
     ) -> Float[Array, "... n"]:
         from kernels._matmul import matmul
         from kernels.batching import reduction_splits
@@ -134,6 +149,15 @@ class EmulatedMatmul:
         k = int(x.shape[-1])
         splits = reduction_splits(self.batch_size, k, self.batching)
         return matmul(x, w, self.spec, impl=self.impl, splits=splits)
+
+    def prepare(self, w: Float[ArrayLike, "*lead k n"]) -> Array | QuantizedWeight:
+        """``w`` quantized once for this spec (:class:`~kernels._matmul.QuantizedWeight`: the
+        same bits as quantizing it in every call); an int8 spec's weight as it is."""
+        if self.spec.is_int8:
+            return jnp.asarray(w)
+        from kernels._matmul import quantize_weight
+
+        return quantize_weight(w, self.spec)
 
 
 # ------------------------------------------------------------------------ attention

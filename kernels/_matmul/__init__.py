@@ -94,7 +94,7 @@ References:
     summation error bounds).
 """
 
-from kernels._matmul.api import emulated_dot_general, matmul
+from kernels._matmul.api import QuantizedWeight, emulated_dot_general, matmul, quantize_weight
 from kernels._matmul.int8 import Int8Product, int8_matmul
 from kernels._matmul.plan import Plan, make_plan
 from kernels._matmul.reference import matmul_reference
@@ -103,11 +103,13 @@ from kernels._matmul.rounding import round_accumulator, round_accumulator_np
 __all__ = [
     "Int8Product",
     "Plan",
+    "QuantizedWeight",
     "emulated_dot_general",
     "int8_matmul",
     "make_plan",
     "matmul",
     "matmul_reference",
+    "quantize_weight",
     "round_accumulator",
     "round_accumulator_np",
 ]

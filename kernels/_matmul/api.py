@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cache, partial
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,26 +18,59 @@ from kernels._matmul.reference import matmul_reference
 from kernels.formats import cast_output
 from kernels.scaling import quantize_cols, quantize_rows
 
-__all__ = ["emulated_dot_general", "matmul"]
+__all__ = ["QuantizedWeight", "emulated_dot_general", "matmul", "quantize_weight"]
 
 Impl = Literal["jax", "pallas", "pallas_gpu", "numpy"]
+
+
+class QuantizedWeight(NamedTuple):
+    """A right operand ``w`` (K, N) quantized for a matmul spec, as step 1 of the arithmetic
+    quantizes it (:func:`quantize_weight`); :func:`matmul` takes it in place of ``w``.
+
+    A weight read by many matmuls (every step of a decode) is quantized once this way: the
+    same values and scales, so the same bits. Leading axes (stacked layers) are allowed; a
+    ``lax.scan`` over them hands each layer its own ``QuantizedWeight``."""
+
+    values: Float[Array, "*lead k n"]  # quantized values, float32
+    scales: Float[Array, "*lead runs n"]  # float32 scales, one per scale run of each column
+
+
+def _quantize_2d(w, spec: MatmulSpec) -> QuantizedWeight:
+    with jax.named_scope("quantize_weight"):
+        plan = make_plan(spec, w.shape[0])  # the quantization does not depend on the splits
+        return QuantizedWeight(*quantize_cols(w, plan.inputs, plan.scaling))
+
+
+def quantize_weight(w: Float[ArrayLike, "*lead k n"], spec: MatmulSpec) -> QuantizedWeight:
+    """``w`` quantized once for ``spec`` (a float, non-int8 spec), over any leading axes;
+    ``matmul(x, quantize_weight(w, spec), spec)`` is ``matmul(x, w, spec)`` bit for bit."""
+    if spec.is_int8:
+        raise ValueError("an int8 spec quantizes its weight with its product: pass w itself")
+    w = jnp.asarray(w, jnp.float32)
+    if w.ndim < 2:
+        raise ValueError(f"a weight has shape (..., K, N), got {w.shape}")
+    make_plan(spec, int(w.shape[-2]))  # validate before tracing
+    with jax.enable_x64(True):
+        one = partial(_quantize_2d, spec=spec)
+        for _ in range(w.ndim - 2):
+            one = jax.vmap(one)
+        return one(w)
 
 
 def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool | None):
     plan = make_plan(spec, x.shape[1], splits)
     xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
+    wq, sw = w if isinstance(w, QuantizedWeight) else _quantize_2d(w, spec)
     if impl == "pallas_gpu" or (impl == "pallas" and _gpu_kernel(interpret)):
         from kernels._matmul.pallas_gpu import reduce_quantized_pallas_gpu
 
-        wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
-        total = reduce_quantized_pallas_gpu(xq, sx, wq_t, sw_t, plan, interpret=interpret)
+        # quantize_cols(w) is quantize_rows(w.T) transposed, bit for bit
+        total = reduce_quantized_pallas_gpu(xq, sx, wq.T, sw.T, plan, interpret=interpret)
     elif impl == "pallas":
         from kernels._matmul.pallas import reduce_quantized_pallas
 
-        wq_t, sw_t = quantize_rows(w.T, plan.inputs, plan.scaling)
-        total = reduce_quantized_pallas(xq, sx, wq_t, sw_t, plan, interpret=interpret)
+        total = reduce_quantized_pallas(xq, sx, wq.T, sw.T, plan, interpret=interpret)
     else:  # w quantized in its own layout, the scales per column: no transposed copy
-        wq, sw = quantize_cols(w, plan.inputs, plan.scaling)
         total = reduce_quantized(xq, sx, wq, sw, plan, w_k_leading=True)
     return cast_output(total, plan.output)
 
@@ -64,7 +97,7 @@ def _compiled(cpu: bool):
 
 def matmul(
     x: Float[ArrayLike, "... k"],
-    w: Float[ArrayLike, "k n"],
+    w: Float[ArrayLike, "k n"] | QuantizedWeight,
     spec: MatmulSpec,
     *,
     impl: Impl = "jax",
@@ -75,7 +108,8 @@ def matmul(
 
     Args:
       x: float array (..., K); leading axes are flattened into rows.
-      w: float array (K, N).
+      w: float array (K, N), or the :class:`QuantizedWeight` of one (:func:`quantize_weight`
+        with the same ``spec``).
       spec: the matmul arithmetic (hashable; static under ``jax.jit``).
       impl: ``"jax"`` (vectorised), ``"pallas"`` (``pl.pallas_call``: compiled for a GPU, the
         GPU-shaped kernel of ``kernels._matmul.pallas_gpu``; elsewhere the one of
@@ -90,22 +124,27 @@ def matmul(
     """
     if impl not in ("jax", "pallas", "pallas_gpu", "numpy"):
         raise ValueError(f"impl must be 'jax', 'pallas', 'pallas_gpu' or 'numpy', got {impl!r}")
-    if jnp.ndim(w) != 2 or jnp.ndim(x) < 1 or jnp.shape(x)[-1] != jnp.shape(w)[0]:
-        raise ValueError(f"matmul shapes do not fit: x {jnp.shape(x)}, w {jnp.shape(w)}")
+    quantized = isinstance(w, QuantizedWeight)
+    w_shape = jnp.shape(w.values if quantized else w)
+    if len(w_shape) != 2 or jnp.ndim(x) < 1 or jnp.shape(x)[-1] != w_shape[0]:
+        raise ValueError(f"matmul shapes do not fit: x {jnp.shape(x)}, w {w_shape}")
+    if quantized and (spec.is_int8 or impl == "numpy"):
+        raise ValueError("a QuantizedWeight is for the JAX and Pallas paths of a float spec")
     if spec.is_int8:
         return _int8(x, w, spec, impl)
-    make_plan(spec, int(jnp.shape(w)[0]), splits)  # validate before tracing
+    make_plan(spec, int(w_shape[0]), splits)  # validate before tracing
     if impl == "numpy":
         return matmul_reference(np.asarray(x), np.asarray(w), spec, splits=splits)
-    lead, k, n = jnp.shape(x)[:-1], jnp.shape(x)[-1], jnp.shape(w)[1]
+    lead, k, n = jnp.shape(x)[:-1], jnp.shape(x)[-1], w_shape[1]
     rows = int(np.prod(lead)) if lead else 1
     if rows == 0 or n == 0 or k == 0:  # an empty sum is +0
         return jnp.zeros((*lead, n), jnp.float32)
     x2 = jnp.reshape(jnp.asarray(x, jnp.float32), (rows, k))
+    w = QuantizedWeight(*map(jnp.asarray, w)) if quantized else jnp.asarray(w, jnp.float32)
     with jax.enable_x64(True):
-        traced = isinstance(x2, jax.core.Tracer) or isinstance(w, jax.core.Tracer)
+        traced = any(isinstance(a, jax.core.Tracer) for a in (x2, *jax.tree.leaves(w)))
         run = _compiled(not traced and jax.default_backend() == "cpu")
-        out = run(x2, jnp.asarray(w, jnp.float32), spec, impl, splits, interpret)
+        out = run(x2, w, spec, impl, splits, interpret)
     return out.reshape(*lead, n)
 
 

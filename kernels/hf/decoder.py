@@ -43,7 +43,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernels.hf.config import DecoderConfig
 from kernels.hf.rope import cos_sin, inverse_frequencies, rotate
-from kernels.ops import Ops, plain_ops, widen_heads
+from kernels.ops import Ops, plain_ops, prepared, widen_heads
 
 __all__ = ["Attention", "Decoder", "DecoderLayer", "Linear", "Mlp", "RMSNorm"]
 
@@ -53,6 +53,10 @@ _STD = 0.02
 def _normal(rng: np.random.Generator, shape) -> Array:
     # numpy, not jax.random: no per-shape compilation when a model is built
     return jnp.asarray((_STD * rng.standard_normal(shape)).astype(np.float32))
+
+
+# a projection's kernel axes contracted with its input: the first one, but o_proj's first two
+_INPUT_AXES = {"o_proj": 2}
 
 
 class Linear(nnx.Module):
@@ -110,13 +114,15 @@ def _rms_norm(
     return ops.layers.rms_norm(x.astype(jnp.float32), weight, eps)
 
 
-def _project(ops: Ops, x: Float[ArrayLike, "... k"], p: dict, inputs: int = 1) -> Array:
-    """``x @ kernel + bias`` through ``ops.matmul``; the kernel's first ``inputs`` axes are
-    contracted with ``x``'s last ``inputs`` axes, its other axes are the output's."""
-    kernel = p["kernel"]
-    k_in, out = kernel.shape[:inputs], kernel.shape[inputs:]
-    flat_in = int(np.prod(k_in))
-    y = ops.matmul(x.reshape(*x.shape[: x.ndim - inputs], flat_in), kernel.reshape(flat_in, -1))
+def _project(
+    ops: Ops, x: Float[ArrayLike, "... k"], p: dict, out: tuple[int, ...], inputs: int = 1
+) -> Array:
+    """``x @ kernel + bias`` through ``ops.matmul``: ``x``'s last ``inputs`` axes are
+    contracted with the kernel's rows, and the result's last axes are ``out``. ``p["kernel"]``
+    is the kernel flattened to ``[in, out]`` and prepared for the matmul
+    (:meth:`Decoder._stacked`)."""
+    flat_in = int(np.prod(x.shape[x.ndim - inputs :]))
+    y = ops.matmul(x.reshape(*x.shape[: x.ndim - inputs], flat_in), p["kernel"])
     y = y.reshape(*y.shape[:-1], *out)
     if "bias" not in p:
         return y
@@ -127,7 +133,9 @@ def _qkv(p: dict, x: Array, c: DecoderConfig, ops: Ops, cos: Array, sin: Array):
     """Rotated queries ``[..., heads, hd]`` and keys, values ``[..., kv_heads, hd]``."""
     n = _rms_norm(ops, x, p["input_layernorm"]["weight"], c.rms_norm_eps)
     a = p["self_attn"]
-    q, k, v = (_project(ops, n, a[name]) for name in ("q_proj", "k_proj", "v_proj"))
+    heads, kv_heads = (c.num_attention_heads, c.head_dim), (c.num_key_value_heads, c.head_dim)
+    q = _project(ops, n, a["q_proj"], heads)
+    k, v = (_project(ops, n, a[name], kv_heads) for name in ("k_proj", "v_proj"))
     if c.qk_norm:
         q = _rms_norm(ops, q, a["q_norm"]["weight"], c.rms_norm_eps)
         k = _rms_norm(ops, k, a["k_norm"]["weight"], c.rms_norm_eps)
@@ -136,11 +144,14 @@ def _qkv(p: dict, x: Array, c: DecoderConfig, ops: Ops, cos: Array, sin: Array):
 
 def _finish(p: dict, x: Array, attended: Array, c: DecoderConfig, ops: Ops) -> Array:
     """The attention output's projection, the residual add and the MLP."""
-    h = x + _project(ops, attended, p["self_attn"]["o_proj"], inputs=2)
+    d, f = (c.hidden_size,), (c.intermediate_size,)
+    h = x + _project(ops, attended, p["self_attn"]["o_proj"], d, inputs=2)
     m = _rms_norm(ops, h, p["post_attention_layernorm"]["weight"], c.rms_norm_eps)
     mlp = p["mlp"]
-    gated = ops.layers.silu(_project(ops, m, mlp["gate_proj"])) * _project(ops, m, mlp["up_proj"])
-    return h + _project(ops, gated, mlp["down_proj"])
+    gated = ops.layers.silu(_project(ops, m, mlp["gate_proj"], f)) * _project(
+        ops, m, mlp["up_proj"], f
+    )
+    return h + _project(ops, gated, mlp["down_proj"], d)
 
 
 def _layer_forward(p, x, c: DecoderConfig, ops: Ops, cos, sin):
@@ -187,8 +198,19 @@ class Decoder(nnx.Module):
         return self.config.max_position_embeddings
 
     def _stacked(self) -> dict[str, Any]:
+        """The layers' parameters stacked on a leading axis, each projection's kernel flattened
+        to ``[in, out]`` and in the form the matmul reads (:func:`~kernels.ops.prepared`:
+        quantized once, not once per layer call or decode step)."""
         layers = [nnx.to_pure_dict(nnx.state(layer, nnx.Param)) for layer in self.layers]
-        return jax.tree.map(lambda *a: jnp.stack([x.astype(jnp.float32) for x in a]), *layers)
+        stacked = jax.tree.map(lambda *a: jnp.stack([x.astype(jnp.float32) for x in a]), *layers)
+        for block in (stacked["self_attn"], stacked["mlp"]):
+            for name, p in block.items():
+                if isinstance(p, dict) and "kernel" in p:
+                    kernel, inputs = p["kernel"], _INPUT_AXES.get(name, 1)
+                    rows = int(np.prod(kernel.shape[1 : 1 + inputs]))
+                    flat = kernel.reshape(kernel.shape[0], rows, -1)
+                    p["kernel"] = prepared(self.ops.matmul, flat)
+        return stacked
 
     def _logits(self, x: Array) -> Array:
         weight = self.norm.weight[...].astype(jnp.float32)
@@ -197,7 +219,7 @@ class Decoder(nnx.Module):
             head = self.embed_tokens[...].astype(jnp.float32).T
         else:
             head = self.lm_head.kernel[...].astype(jnp.float32)
-        return self.ops.matmul(n, head)
+        return self.ops.matmul(n, prepared(self.ops.matmul, head))
 
     def _embed(self, tokens: Array) -> Array:
         return self.embed_tokens[...][tokens].astype(jnp.float32)
