@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from bits import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import examples
@@ -31,11 +32,6 @@ from kernels.formats import (
 )
 
 NARROW = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return bool(np.all((a.view(np.int32) == b.view(np.int32)) | (np.isnan(a) & np.isnan(b))))
 
 
 def every_value(fmt: str) -> np.ndarray:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from bits import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import examples
@@ -25,14 +26,6 @@ from kernels.scaling import Scaling, parse_scaling, quantize_rows, quantize_rows
 
 FMTS = list(FORMATS)
 FP8 = ["float8_e4m3fn", "float8_e5m2"]
-
-
-def same_bits(a, b) -> bool:
-    a = np.asarray(a, np.float32)
-    b = np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(
-        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
-    )
 
 
 floats32 = st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)

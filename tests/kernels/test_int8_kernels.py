@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bits import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import examples
@@ -26,13 +27,6 @@ from kernels.scaling import quantize_rows_int8_np
 INT8 = preset("a100-int8").matmul
 FLOATS = ("float32", "bfloat16", "float16")
 M, K, N = 3, 24, 5  # one shape: the spec is data, so the JAX path compiles once
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(
-        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
-    )
 
 
 def spec_of(scales, order, fused, rounding, output, scaling="per_row", k_max=4096):

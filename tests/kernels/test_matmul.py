@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bits import same_bits
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import examples
@@ -20,15 +21,6 @@ from kernels._matmul import (
     round_accumulator,
     round_accumulator_np,
 )
-
-
-def same_bits(a, b) -> bool:
-    a = np.asarray(a, np.float32)
-    b = np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(
-        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
-    )
-
 
 _round = jax.jit(round_accumulator, static_argnums=(1, 2))
 

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_matmul import operands, same_bits, spec_of
+from bits import same_bits
+from test_matmul import operands, spec_of
 
 from contracts import preset
 from kernels._matmul import make_plan, matmul

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bits import same_bits
 
 from contracts import AccumulatorSpec, MatmulSpec, preset
 from kernels._matmul import emulated_dot_general, make_plan, matmul
@@ -26,13 +27,6 @@ from kernels._matmul.rounding import (
 )
 from kernels.formats import cast_output
 from kernels.scaling import quantize_cols, quantize_rows
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(
-        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
-    )
 
 
 def spec_of(inputs, scaling, m, rounding, group, promote, output="float32"):

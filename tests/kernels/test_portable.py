@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bits import same_bits
 
 from kernels import portable
 from kernels.formats import flush_np
@@ -37,13 +38,6 @@ from kernels.portlint import backend_dependent
 
 TINY = 2.0**-126
 CLOSE = 0.5 + 2.0**-8  # ulps from the float64 value (module docstring)
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(
-        np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
-    )
 
 
 def around(*values) -> np.ndarray:
