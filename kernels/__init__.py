@@ -37,6 +37,8 @@ _EXPORTS = {
     "emulated_dot_general": "kernels._matmul",
     "int8_matmul": "kernels._matmul",
     "matmul_reference": "kernels._matmul",
+    "quantize_weight": "kernels._matmul",
+    "QuantizedWeight": "kernels._matmul",
     "on_kernel": "kernels.transform",
     "reduction_splits": "kernels.batching",
     "reference_attention": "kernels.attention",

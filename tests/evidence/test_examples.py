@@ -112,7 +112,7 @@ def test_logs_only_evaluation_imports_no_jax():
 @pytest.mark.slow
 def test_fp8_emulated_example_as_shipped(tmp_path):
     """Real emulation through both kernels, through the command line, and the report re-checks
-    (the slowest test here: about 80 s alone on 2 cores, five settings of the runtime sweep)."""
+    (the slowest test here: about 75 s alone on 2 cores, five settings of the runtime sweep)."""
     out = tmp_path / "report.json"
     stdout, stderr = io.StringIO(), io.StringIO()
     code = main(
