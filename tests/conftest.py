@@ -1,15 +1,16 @@
 """Test-wide settings: strict JAX dtype promotion, the hypothesis profiles and the CLI runner.
 
-Every test runs under ``jax.numpy_dtype_promotion("strict")`` (a mixed-dtype operation must
-cast explicitly) except those marked ``standard_promotion``: they train through optax, whose
-Adam raises a Python float to an int32 step count.
+Every test and fixture runs under strict dtype promotion (``jax_numpy_dtype_promotion`` is
+``"strict"`` for the session: a mixed-dtype operation must cast explicitly) except the tests
+marked ``standard_promotion``: they train through optax, whose Adam raises a Python float to
+an int32 step count.
 
 Hypothesis profiles: ``quick`` (the default) and ``thorough``, ten times the examples, chosen by
 ``KERNEL_CONTRACTS_HYPOTHESIS=thorough``. A test asks for its share with
 ``strategies.examples(n)``: ``n`` examples under ``quick``.
 
-Rank promotion is strict too (``jax.numpy_rank_promotion("raise")``): an operation between
-arrays of different ranks must broadcast explicitly (a scalar may still meet any array).
+Rank promotion is strict too (``jax_numpy_rank_promotion`` is ``"raise"``): an operation
+between arrays of different ranks must broadcast explicitly (a scalar may still meet any array).
 
 Shape checks: every module of the five packages that annotates array shapes (imports
 ``jaxtyping``) is imported through jaxtyping's import hook with beartype, so each call of its
@@ -72,12 +73,20 @@ def cli():
     return run_cli
 
 
+# set for the whole session, not per test: a module-scoped fixture then compiles under the same
+# settings as its tests (the settings are part of every jit cache key, so a fixture run outside
+# them compiled each of its programs twice)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
 @pytest.fixture(autouse=True)
-def _strict_dtype_promotion(request):
-    if request.node.get_closest_marker("standard_promotion"):
+def _standard_promotion(request):
+    """A test marked ``standard_promotion`` runs under JAX's default promotion rules."""
+    if not request.node.get_closest_marker("standard_promotion"):
         yield
         return
-    with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
         yield
 
 
