@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
 from kernels import portable
-from kernels._matmul.api import QuantizedWeight
+from kernels._matmul.api import QuantizedWeight, matmul, quantize_weight
 
 __all__ = [
     "AttentionFn",
@@ -143,7 +143,6 @@ class EmulatedMatmul:
     def __call__(
         self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"] | QuantizedWeight
     ) -> Float[Array, "... n"]:
-        from kernels._matmul import matmul
         from kernels.batching import reduction_splits
 
         k = int(x.shape[-1])
@@ -155,8 +154,6 @@ class EmulatedMatmul:
         same bits as quantizing it in every call); an int8 spec's weight as it is."""
         if self.spec.is_int8:
             return jnp.asarray(w)
-        from kernels._matmul import quantize_weight
-
         return quantize_weight(w, self.spec)
 
 
