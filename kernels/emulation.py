@@ -53,6 +53,7 @@ __all__ = [
     "emulate",
     "length_range",
     "prompt_count",
+    "prompt_stream",
     "prompts_from",
     "serving_batch",
 ]
@@ -129,31 +130,48 @@ def prompt_count(ev: EmulateEvidence) -> int:
     return len(_prompt_texts(ev.prompts)) if isinstance(ev.prompts, str) else ev.prompts
 
 
-def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
-    """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
-    if not isinstance(ev.prompts, str):
-        return None
+def _encoded(path: str, folder: str, model: str, vocab: int, texts: list[str]) -> list[list[int]]:
+    """``texts`` (read from the prompt file ``path``) encoded by the checkpoint's tokenizer,
+    every id checked against the model's vocabulary."""
     from kernels.hf.errors import CheckpointError
     from kernels.hf.tokenizer import encode, read_tokenizer
     from kernels.user_model import MODEL_KEY, UserModelError
 
-    texts = _prompt_texts(ev.prompts)
     try:
         ids = encode(read_tokenizer(folder), texts)
     except CheckpointError as err:
-        raise UserModelError(MODEL_KEY, f"{ev.model}: {err}") from None
+        raise UserModelError(MODEL_KEY, f"{model}: {err}") from None
+    top = max((max(row) for row in ids if row), default=-1)
+    if top >= vocab:
+        raise UserModelError(
+            _PROMPTS_KEY,
+            f"{path}: the tokenizer gives token id {top}, outside the model's vocabulary "
+            f"[0, {vocab})",
+        )
+    return ids
+
+
+def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
+    """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
+    if not isinstance(ev.prompts, str):
+        return None
+    from kernels.user_model import UserModelError
+
+    ids = _encoded(ev.prompts, folder, ev.model, vocab, _prompt_texts(ev.prompts))
     width = min(len(row) for row in ids)
     if width == 0:
         line = next(i for i, row in enumerate(ids) if not row)
         raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}: prompt {line + 1} encodes to no tokens")
-    rows = np.asarray([row[:width] for row in ids], np.int64)
-    if rows.max() >= vocab:
-        raise UserModelError(
-            _PROMPTS_KEY,
-            f"{ev.prompts}: the tokenizer gives token id {int(rows.max())}, outside the "
-            f"model's vocabulary [0, {vocab})",
-        )
-    return rows.astype(np.int32)
+    return np.asarray([row[:width] for row in ids], np.int32)
+
+
+def prompt_stream(path: str, folder: str, model: str, vocab: int) -> np.ndarray:
+    """The prompt file ``path`` as one stream of real text: its prompts joined by newlines and
+    encoded whole by the tokenizer of the checkpoint ``folder`` (``model`` names it in errors).
+    The diagnostic commands cut their token windows from it. Raises ``UserModelError`` at
+    ``evidence.emulate.prompts`` for an unreadable or empty file or an id outside ``vocab``."""
+    (ids,) = _encoded(path, folder, model, vocab, ["\n".join(_prompt_texts(path))])
+    return np.asarray(ids, np.int32)
 
 
 def _hf_config(ev: EmulateEvidence, folder: str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from cli_runner import run_cli
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -117,9 +118,49 @@ def test_localize_and_conformance_take_the_contracts_hf_model(folder):
 
     contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
     chosen = choose_model(contract, None, None, 16)
-    assert (chosen.name, chosen.vocab, chosen.max_length) == (f"hf:{folder / 'ckpt'}", 64, 64)
+    assert (chosen.name, chosen.vocab, chosen.model_length) == (f"hf:{folder / 'ckpt'}", 64, 64)
     tokens = jax.ShapeDtypeStruct((2, 5), jnp.int32)
     assert jax.eval_shape(chosen.fn, chosen.params, tokens).shape == (2, 5, 64)
     code, out, err = run_cli("localize", folder / "c.yaml", "--model", "hf:nowhere")
     assert (code, out) == (2, "")
     assert err == "--model: cannot load hf:nowhere: nowhere/config.json: no such file\n"
+
+
+def test_diagnostics_cut_their_token_windows_from_the_contracts_prompt_file(folder):
+    # real text, not uniform ids: the prompt file encoded whole by the checkpoint's tokenizer
+    from verify.diagnostics.localize.model import choose_model, token_rows
+
+    contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
+    chosen = choose_model(contract, None, None, 16)
+    stream = [WORDS.index(w) for w in PROMPTS.split()]  # the blank line holds no token
+    assert chosen.windows.tolist() == [stream]
+    assert (chosen.model_length, chosen.max_length) == (64, len(stream)) == (64, 18)
+    assert chosen.tokens == f"the prompt file {folder / 'prompts.txt'}"
+    rows = token_rows(chosen, 5, 16, np.random.default_rng(0)).tolist()
+    for row in rows:  # each a run of the stream, at its own offset
+        assert any(stream[s : s + 16] == row for s in range(len(stream) - 15)), row
+    assert len({tuple(r) for r in rows}) > 1
+    report = folder / "localize.json"
+    argv = ("--length", 12, "--sequences", 2, "--replay", 0)
+    code, out, err = run_cli("localize", folder / "c.yaml", *argv, "--json", report)
+    assert code == 0, err
+    assert f"2 sequences x 12 tokens (the prompt file {folder / 'prompts.txt'})" in out
+    assert json.loads(report.read_text())["tokens"] == chosen.tokens
+    # longer than the file's tokens: one message, exit 2, before any model runs
+    for command in ("localize", "conformance"):
+        code, out, err = run_cli(command, folder / "c.yaml", "--length", 19)
+        assert (code, out) == (2, "")
+        assert err == (
+            f"--length 19: the token windows (the prompt file {folder / 'prompts.txt'}) are 18 "
+            "tokens long; give --length 18 or less\n"
+        )
+
+
+@pytest.mark.parametrize("command", ["localize", "conformance"])
+def test_the_diagnostics_report_an_unreadable_prompt_file_at_its_key(folder, command):
+    path = folder / f"bad-{command}.yaml"
+    path.write_text(contract_text("hf:ckpt", "missing.txt"))
+    code, out, err = run_cli(command, path)
+    assert (code, out) == (2, "")
+    assert err == f"{path}:11:5: evidence.emulate.prompts: no such file: {folder}/missing.txt\n"
+    assert not list(folder.glob("*.json.part"))

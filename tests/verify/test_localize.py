@@ -329,7 +329,8 @@ def test_cli_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path):
         ([contract, "--model", "loc_model:nothing", "--params", d / "params.npz"],
          "--model: module 'loc_model' has no attribute 'nothing'\n"),
         ([contract, "--length", 13],
-         "--length 13: model loc_model:logits runs sequences of at most 12 tokens\n"),
+         "--length 13: the token windows (the params file's prompts) are 12 tokens long; give "
+         "--length 12 or less\n"),
         ([contract, "--model", "tiny-lm", "--length", 200],
          "--length 200: model tiny-lm runs sequences of at most 128 tokens\n"),
         ([contract, "--replay", 1],

@@ -70,7 +70,8 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
             stderr.write(f"verify localize: cannot run {chosen.name} on these kernels: {first}\n")
             return 2
         meta = {"contract": args.contract, "model": chosen.name, "seed": args.seed,
-                "sequences": args.sequences, "length": args.length}  # fmt: skip
+                "sequences": args.sequences, "length": args.length,
+                "tokens": chosen.tokens}  # fmt: skip
         if args.json is not None:
             try:
                 target.write([to_json(loc, rep, meta)])

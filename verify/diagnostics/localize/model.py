@@ -4,9 +4,10 @@ A shipped checkpoint name (``tiny-lm``), an entry point ``package.module:functio
 params file (``kernels.user_model``) or a Hugging Face checkpoint folder ``hf:PATH``
 (``kernels.hf``; a ``--model`` path is relative to the working directory, a contract's to the
 contract). Without ``--model`` the contract's ``evidence.emulate`` model and params are used,
-and ``tiny-lm`` when it has none. Token windows come from the checkpoint's held-out text, or the
-params file's ``extra/prompts``; without them (and for an ``hf:`` folder) tokens are drawn
-uniformly from the vocabulary.
+and ``tiny-lm`` when it has none. Token windows come from the checkpoint's held-out text, the
+params file's ``extra/prompts`` or, for an ``hf:`` folder, the contract's prompt file
+(``evidence.emulate.prompts``) encoded whole by the folder's tokenizer; without any of them,
+tokens are drawn uniformly from the vocabulary. ``Chosen.tokens`` says which.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import numpy as np
 from contracts import KernelContractsError
 from contracts.sections import HF_PREFIX
 
-__all__ = ["Chosen", "ModelError", "choose_model", "token_rows"]
+__all__ = ["UNIFORM", "Chosen", "ModelError", "choose_model", "token_rows"]
+
+
+UNIFORM = "tokens drawn uniformly from the vocabulary"
 
 
 class ModelError(KernelContractsError, ValueError):
@@ -31,8 +35,20 @@ class Chosen(NamedTuple):
     fn: Any  # fn(params, tokens) -> logits [batch, seq, vocab]
     params: Any
     windows: np.ndarray | None  # token windows [rows, width]
-    max_length: int | None  # the longest sequence it runs (None: not known)
+    model_length: int | None  # the longest sequence the model runs (None: not known)
     vocab: int
+    tokens: str = UNIFORM  # where its token windows come from, for the output
+
+    @property
+    def width(self) -> int | None:
+        """The length of the token windows (``None``: uniform tokens, any length)."""
+        return None if self.windows is None else int(self.windows.shape[1])
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest sequence it runs on its windows (``None``: not known)."""
+        known = [n for n in (self.model_length, self.width) if n is not None]
+        return min(known) if known else None
 
 
 def _directory(contract) -> str:
@@ -58,10 +74,15 @@ def choose_model(
         if problem is not None:
             raise ModelError(problem)
     chosen = _choose(contract, model, params)
-    if length is not None and chosen.max_length is not None and length > chosen.max_length:
+    longest, width = chosen.model_length, chosen.width
+    if length is not None and longest is not None and length > longest:
         raise ModelError(
-            f"--length {length}: model {chosen.name} runs sequences of at most "
-            f"{chosen.max_length} tokens"
+            f"--length {length}: model {chosen.name} runs sequences of at most {longest} tokens"
+        )
+    if length is not None and width is not None and length > width:
+        raise ModelError(
+            f"--length {length}: the token windows ({chosen.tokens}) are {width} tokens long; "
+            f"give --length {width} or less"
         )
     return chosen
 
@@ -86,10 +107,10 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
             option = options.get(err.key)
             text = str(err).replace(f"{err.key}: ", f"{option}: ", 1) if option else str(err)
             raise ModelError(text) from None
-        width = None if um.windows is None else int(um.windows.shape[1])
-        return Chosen(model, um.fn, um.params, um.windows, width, um.vocab)
+        tokens = UNIFORM if um.windows is None else "the params file's prompts"
+        return Chosen(model, um.fn, um.params, um.windows, None, um.vocab, tokens)
     if model.startswith(HF_PREFIX):
-        return _hf(model, options["evidence.emulate.model"])
+        return _hf(contract, model, options["evidence.emulate.model"])
     if model not in CHECKPOINTS:
         raise ModelError(
             f"--model {model}: unknown model (shipped: {', '.join(sorted(CHECKPOINTS))}; or an "
@@ -100,25 +121,41 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
 
     fn, state, windows = shipped_model(model)
     config = load_pretrained(model).config
-    return Chosen(model, fn, state, windows, min(config.context, windows.shape[1]), config.vocab)
+    tokens = f"held-out text of {model}"
+    return Chosen(model, fn, state, windows, config.context, config.vocab, tokens)
 
 
-def _hf(model: str, option: str | None) -> Chosen:
+def _hf(contract, model: str, option: str | None) -> Chosen:
     from kernels.hf.checkpoint import logits_function
     from kernels.hf.errors import CheckpointError
 
+    folder = model[len(HF_PREFIX) :]
     try:
-        fn, params, config = logits_function(model[len(HF_PREFIX) :])
+        fn, params, config = logits_function(folder)
     except CheckpointError as err:
         raise ModelError(
             f"{option or 'evidence.emulate.model'}: cannot load {model}: {err}"
         ) from None
-    return Chosen(model, fn, params, None, config.max_position_embeddings, config.vocab_size)
+    vocab, longest = config.vocab_size, config.max_position_embeddings
+    ev = contract.evidence.emulate
+    if ev is None or not isinstance(ev.prompts, str):
+        return Chosen(model, fn, params, None, longest, vocab)
+    from kernels.emulation import prompt_stream
+    from kernels.user_model import UserModelError
+
+    try:
+        stream = prompt_stream(ev.prompts, folder, model, vocab)
+    except UserModelError as err:
+        where = contract.source.where(err.key)
+        at = f"{contract.source.path}:{where[0]}:{where[1]}: " if where is not None else ""
+        raise ModelError(f"{at}{err}") from None
+    tokens = f"the prompt file {ev.prompts}"
+    return Chosen(model, fn, params, stream[None, :], longest, vocab, tokens)
 
 
 def token_rows(chosen: Chosen, count: int, length: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` token sequences of ``length``: held-out windows cut at seeded offsets (rows
-    without repetition while there are enough), else uniform tokens."""
+    """``count`` token sequences of ``length``: ``chosen``'s windows cut at seeded offsets
+    (rows without repetition while there are enough), else uniform tokens."""
     if chosen.windows is None:
         return rng.integers(0, chosen.vocab, (count, length)).astype(np.int32)
     rows, width = chosen.windows.shape

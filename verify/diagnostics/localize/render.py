@@ -51,8 +51,9 @@ def to_text(loc: Localization, rep: Replay | None, meta: dict) -> str:
     lines = [
         f"localize {meta['contract']}: kernel A = {loc.kernel_a} (train), kernel B = "
         f"{loc.kernel_b} (inference), model {meta['model']}",
-        f"shared operands: {meta['sequences']} sequences x {meta['length']} tokens; every "
-        "matmul of B is fed the operands A computed there (errors do not compound)",
+        f"shared operands: {meta['sequences']} sequences x {meta['length']} tokens "
+        f"({meta['tokens']}); every matmul of B is fed the operands A computed there (errors "
+        "do not compound)",
         f"ulps of {loc.fmt} at A's output; pow2: both kernels' scales rounded up to powers of two",
         "",
         f"{'site':>4} {'layer':>5} {'matmul':<18} {'MxK.N':>14} {'identical':>9} {'ulp p50':>8} "
