@@ -14,7 +14,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from kernels._measure import COLUMNS, TRACES, measure, measure_numpy
+from kernels._measure import COLUMNS, TRACES, measure, measure_numpy, redo_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPLS = pytest.mark.parametrize("impl", ["jax", "cpu"])
@@ -148,6 +148,58 @@ def test_no_retrace_across_calls_and_temperatures():
         measure(z, zp, y, t, impl="jax")
         measure(z, zp, y, t)  # the host path (the default here) traces nothing
     assert TRACES["measure"] == before
+
+
+def _top_k_masked(rng, tokens, vocab, k):
+    """Logit pairs whose inference side keeps only its top ``k`` logits in about half the rows
+    (−inf elsewhere): the rows the host pass leaves to the XLA program."""
+    z, zp, _ = _pair(rng, tokens, vocab, 2.0, 0.1)
+    kth = np.sort(zp, axis=1)[:, -k][:, None]
+    keep = (zp >= kth) | (rng.random(tokens) < 0.5)[:, None]
+    zp = np.where(keep, zp, -np.inf).astype(np.float32)
+    return z, zp, np.argmax(zp, axis=1)
+
+
+@IMPLS
+def test_a_row_does_not_depend_on_the_rows_measured_with_it(impl):
+    """Bit for bit, a row's columns are the same measured alone, in any run of rows and in
+    the whole batch, on both paths, for rows the host pass leaves to the XLA program too (the
+    XLA program computed blocks of fewer rows with other bits before it padded them)."""
+    z, zp, y = _top_k_masked(np.random.default_rng(5), 13, 640, 50)
+    full = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.7, impl=impl).items()}
+    for count in (1, 3, 8, 13):
+        for start in (0, 13 - count):
+            cut = slice(start, start + count)
+            part = measure(z[cut], zp[cut], y[cut], 0.7, impl=impl)
+            for k in COLUMNS:
+                np.testing.assert_array_equal(np.asarray(part[k]), full[k][cut], err_msg=k)
+
+
+def test_flagged_rows_compile_per_bucket_not_per_count():
+    """The host pass leaves 9 to 16 rows to the XLA program in turn: one program (16 rows)."""
+    rng = np.random.default_rng(6)
+
+    def measured(flagged):
+        z, zp, y = _pair(rng, 40, 256, 2.0, 0.1)
+        zp[:flagged, 0] = -np.inf  # one side masks a token: the host pass flags the row
+        return measure(z, zp, y, 1.0, impl="cpu")
+
+    measured(16)
+    before = TRACES["measure"]
+    for flagged in range(9, 17):
+        assert np.all(np.asarray(measured(flagged)["kl_train_inf"])[:flagged] == np.inf)
+    assert TRACES["measure"] == before
+
+
+def test_redo_buckets_are_few_and_waste_little():
+    counts = np.arange(1, 70_000)
+    buckets = np.array([redo_bucket(int(n)) for n in counts])
+    assert np.all(buckets >= counts) and np.all(np.diff(buckets) >= 0)
+    small = counts <= 1024
+    assert np.all(buckets[small] <= np.maximum(8, 2 * counts[small] - 1))
+    assert np.all(buckets[~small] <= counts[~small] * 9 / 8)
+    assert len(set(buckets[small])) == 8  # 8, 16, ..., 1024
+    assert len(set(buckets)) <= 8 + 8 * 7  # an eighth of an octave above 1024 rows
 
 
 @pytest.mark.no_shape_checks
