@@ -1,7 +1,11 @@
 """An append-safe JSONL file that takes a batch of records at a time.
 
 Each batch is encoded whole in memory and handed to the operating system in one ``write`` on a
-file opened for appending, so concurrent appenders never interleave inside a line. A process
+file opened for appending, so concurrent appenders never interleave inside a line. A write
+that fails part way (a full disk, a quota) takes back what it wrote of its batch before the
+error reaches the caller, so the file holds whole batches only (unless another appender has
+written after it: then nothing is cut, and a line of the batch torn there is glued to the
+other appender's next line, which the reader counts as one malformed line). A process
 killed in the middle of that write can leave the batch cut short, its last line torn: the reader
 counts the torn line as a "truncated record at end of file", and the next ``JsonlSink`` opened
 on the file cuts it off before it appends, so no half-written line is ever followed by more
@@ -61,12 +65,25 @@ class JsonlSink:
         if not lines:
             return 0
         data = memoryview(("\n".join(lines) + "\n").encode("utf-8"))
-        while data:
-            data = data[os.write(self._fd, data) :]
-        if self.fsync:
-            os.fsync(self._fd)
+        start = written = 0
+        try:
+            while written < len(data):
+                n = os.write(self._fd, data[written:])
+                if not written:  # an appending write ends at the file's offset
+                    start = os.lseek(self._fd, 0, os.SEEK_CUR) - n
+                written += n
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError:
+            self._take_back(start, written)
+            raise
         self.lines += len(lines)
         return len(lines)
+
+    def _take_back(self, start: int, written: int) -> None:
+        """Cut the file back to ``start`` where its last ``written`` bytes are this batch's."""
+        if written and os.fstat(self._fd).st_size == start + written:
+            os.ftruncate(self._fd, start)
 
     def close(self) -> None:
         if self._fd is not None:

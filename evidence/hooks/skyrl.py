@@ -96,7 +96,7 @@ class SkyrlLogHook:
     """Appends each ``TrainingInputBatch`` it is given to a JSONL log (``generic`` format).
 
     Call ``hook(batch, step=...)`` on the batch ``fwd_logprobs_values_reward`` returns, e.g.
-    from an override of that method; each call writes one batch atomically. ``path`` may hold
+    from an override of that method; each call appends one batch in one write. ``path`` may hold
     ``{rank}``, filled with ``rank``.
     """
 

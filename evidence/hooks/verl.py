@@ -106,7 +106,7 @@ class VerlLogHook:
     Call ``hook(batch)`` (or ``hook(batch, step=...)``) where the trainer holds the batch after
     its old-log-prob pass, e.g. from an override of ``RayPPOTrainer._update_actor`` (verl 0.7
     on; earlier, where ``fit`` calls ``actor_rollout_wg.update_actor``); each call
-    writes one batch atomically (``evidence.hooks.sink.JsonlSink``). ``path`` may hold
+    appends one batch in one write (``evidence.hooks.sink.JsonlSink``). ``path`` may hold
     ``{rank}``, filled with ``rank``, so that each process writes its own file.
     """
 

@@ -240,3 +240,58 @@ def test_each_batch_is_one_write_call(tmp_path, monkeypatch):
         sink.write(verl_records(verl_batch()))
         sink.write(trl_records(trl_output()))
     assert len(writes) == 2 and sum(writes) == (tmp_path / "log.jsonl").stat().st_size
+
+
+def test_a_failed_write_takes_its_batch_back(tmp_path, monkeypatch):
+    """A full disk part way through a batch: the part written is cut off before the error
+    reaches the caller, and the next batch follows the last whole one."""
+    import errno
+
+    path = tmp_path / "log.jsonl"
+    records = verl_records(verl_batch())
+    with JsonlSink(path) as sink:
+        sink.write(records)
+        whole = path.read_bytes()
+        real = os.write
+        calls = []
+
+        def full_disk(fd, data):
+            calls.append(len(data))
+            if len(calls) == 1:
+                return real(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "write", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            sink.write(records)
+        assert len(calls) == 2 and path.read_bytes() == whole
+        monkeypatch.setattr(os, "write", real)
+        sink.write(records)
+    assert path.read_bytes() == whole * 2
+    assert read_log(path, "verl").malformed_count == 0
+
+
+def test_a_failed_write_leaves_another_appenders_lines(tmp_path, monkeypatch):
+    """When another appender wrote after the failed part, nothing is cut: its bytes stay."""
+    import errno
+
+    path = tmp_path / "log.jsonl"
+    records = verl_records(verl_batch())
+    other = b'{"other": 1}\n'
+    with JsonlSink(path) as sink:
+        real = os.write
+
+        def interleaved(fd, data):
+            if fd == sink._fd and not interleaved.done:
+                interleaved.done = True
+                n = real(fd, bytes(data[:10]))
+                with open(path, "ab") as f:  # the other appender
+                    f.write(other)
+                return n
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        interleaved.done = False
+        monkeypatch.setattr(os, "write", interleaved)
+        with pytest.raises(OSError):
+            sink.write(records)
+    assert path.read_bytes() == json.dumps(records[0], separators=(",", ":")).encode()[:10] + other
