@@ -94,6 +94,12 @@ class Source:
             path = path[:cut] if cut > 0 else ""
         return None
 
+    def prefix(self, key_path: str) -> str:
+        """``"path:line:col: "`` of ``key_path`` (or of its nearest located parent) for a
+        message about it; ``""`` where no position is known."""
+        at = self.where(key_path)
+        return f"{self.path}:{at[0]}:{at[1]}: " if at is not None else ""
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -380,8 +380,7 @@ def emulate_sources(contract, stream) -> list[Source]:
         from kernels import emulation as emulate_module  # loaded on first use: logs need no JAX
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
-    where = contract.source.where("evidence.emulate")
-    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
+    prefix = contract.source.prefix("evidence.emulate")
     try:
         grid = settings(
             contract, emulate_module.MAX_BATCH, lambda: emulate_module.length_range(contract)
@@ -403,10 +402,8 @@ def _at_key(contract, err: Exception, prefix: str) -> str:
     if not str(message).startswith("evidence.emulate"):
         message = f"evidence.emulate: {message}"
     key = getattr(err, "key", None)
-    where = contract.source.where(key) if isinstance(key, str) else None
-    if where is not None:
-        prefix = f"{contract.source.path}:{where[0]}:{where[1]}: "
-    return f"{prefix}{message}"
+    at = contract.source.prefix(key) if isinstance(key, str) else ""
+    return f"{at or prefix}{message}"
 
 
 def _emulate_source(contract, emulate_module, stream, prefix, batch, length, count) -> Source:

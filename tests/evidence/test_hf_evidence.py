@@ -134,7 +134,7 @@ def test_diagnostics_cut_their_token_windows_from_the_contracts_prompt_file(fold
     chosen = choose_model(contract, None, None, 16)
     stream = [WORDS.index(w) for w in PROMPTS.split()]  # the blank line holds no token
     assert chosen.windows.tolist() == [stream]
-    assert (chosen.model_length, chosen.max_length) == (64, len(stream)) == (64, 18)
+    assert (chosen.model_length, chosen.width) == (64, len(stream)) == (64, 18)
     assert chosen.tokens == f"the prompt file {folder / 'prompts.txt'}"
     rows = token_rows(chosen, 5, 16, np.random.default_rng(0)).tolist()
     for row in rows:  # each a run of the stream, at its own offset

@@ -46,8 +46,7 @@ def consent_problem(contract, flag: bool, environ: Mapping[str, str] | None = No
     what = named_code(contract)
     if what is None or trusted(flag, environ):
         return None
-    where = contract.source.where("evidence.emulate.model")
-    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
+    prefix = contract.source.prefix("evidence.emulate.model")
     return (
         f"{prefix}evidence.emulate.model: the contract names code to run: it would {what}; "
         f"pass --trust-code (or set {TRUST_ENV}=1) to allow it"

@@ -46,8 +46,7 @@ def _declared_evidence(contract) -> tuple[str, str] | None:
     declared = contract.evidence.logprobs
     if declared is None:
         return None
-    where = contract.source.where("evidence.logprobs.path")
-    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
+    prefix = contract.source.prefix("evidence.logprobs.path")
     return declared.path, f"{prefix}evidence.logprobs.path: {declared.path}"
 
 

@@ -52,9 +52,7 @@ def _log_paths(contract, paths) -> tuple[tuple[str, str | None, str, str | None]
         return tuple((os.fspath(p), fmt, "--evidence ", None) for p in paths)
     if declared is None:
         return ()
-    where = contract.source.where("evidence.logprobs.path")
-    prefix = f"{contract.source.path}:{where[0]}:{where[1]}: " if where else ""
-    where = f"{prefix}evidence.logprobs.path: "
+    where = f"{contract.source.prefix('evidence.logprobs.path')}evidence.logprobs.path: "
     return ((declared.path, declared.format, where, declared.file_format),)
 
 

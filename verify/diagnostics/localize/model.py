@@ -44,12 +44,6 @@ class Chosen(NamedTuple):
         """The length of the token windows (``None``: uniform tokens, any length)."""
         return None if self.windows is None else int(self.windows.shape[1])
 
-    @property
-    def max_length(self) -> int | None:
-        """The longest sequence it runs on its windows (``None``: not known)."""
-        known = [n for n in (self.model_length, self.width) if n is not None]
-        return min(known) if known else None
-
 
 def _directory(contract) -> str:
     path = contract.source.path
@@ -146,9 +140,7 @@ def _hf(contract, model: str, option: str | None) -> Chosen:
     try:
         stream = prompt_stream(ev.prompts, folder, model, vocab)
     except UserModelError as err:
-        where = contract.source.where(err.key)
-        at = f"{contract.source.path}:{where[0]}:{where[1]}: " if where is not None else ""
-        raise ModelError(f"{at}{err}") from None
+        raise ModelError(f"{contract.source.prefix(err.key)}{err}") from None
     tokens = f"the prompt file {ev.prompts}"
     return Chosen(model, fn, params, stream[None, :], longest, vocab, tokens)
 
