@@ -17,6 +17,12 @@ Shape checks: every module of the five packages that annotates array shapes (imp
 functions and each construction of its dataclasses checks the annotated dtypes and shapes, and
 that the named dimensions agree across the arguments and the result of one call.
 ``KERNEL_CONTRACTS_SHAPE_CHECKS=0`` turns the checks off (for timing a test without them).
+
+Compilation cache: the test processes (pytest-xdist's workers, the notebooks' kernels and any
+subprocess they start) share one JAX persistent compilation cache in a temporary directory made
+for the run and removed after it, so a program that several tests build (the same HLO from a new
+``jit``, in the same process or another) is compiled once per run. Every run starts empty. A
+``JAX_COMPILATION_CACHE_DIR`` already set is used as it is, and kept.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 import sys
+import tempfile
 
 import jax
 import jaxtyping
@@ -78,6 +86,30 @@ def cli():
 # them compiled each of its programs twice)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# the run's compilation cache; the first process of the run (pytest-xdist's controller) makes it
+# and its workers, started later, inherit the variables. A cache with a maximum size takes a file
+# lock for each read and write, so two workers never read an entry that the other is writing.
+CACHE_OWNER = "KERNEL_CONTRACTS_TEST_CACHE_OWNER"
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernel-contracts-jax-")
+    os.environ[CACHE_OWNER] = str(os.getpid())
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(16 << 30))
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
+jax.config.update(
+    "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
+)
+
+
+def pytest_unconfigure(config):
+    """The process that made the run's compilation cache removes it."""
+    if os.environ.get(CACHE_OWNER) == str(os.getpid()):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,8 @@ Each jupytext file in ``notebooks/`` is converted to a notebook and executed wit
 from a new process, in a kernel running this interpreter (a kernel spec written to a temporary
 directory, so the test does not depend on which kernels the machine has registered). A cell
 that raises fails the test. Every PNG the notebook displays is decoded and must not be blank,
-and each notebook must display at least one. The kernels share a JAX compilation cache in a
-temporary directory, so a kernel pair that two notebooks emulate is compiled once per test run.
+and each notebook must display at least one. The kernels inherit the run's JAX compilation cache
+(``tests/conftest.py``), so a kernel pair that two notebooks emulate is compiled once per run.
 """
 
 from __future__ import annotations
@@ -94,8 +94,6 @@ def kernel_env(tmp_path_factory):
         "JUPYTER_PATH": str(home),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # plots become PNG outputs
-        # notebooks 1 and 2 emulate some of the same kernel pairs: compile them once per run
-        "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax-cache")),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
