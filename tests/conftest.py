@@ -22,7 +22,7 @@ Compilation cache: the test processes (pytest-xdist's workers, the notebooks' ke
 subprocess they start) share one JAX persistent compilation cache in a temporary directory made
 for the run and removed after it, so a program that several tests build (the same HLO from a new
 ``jit``, in the same process or another) is compiled once per run. Every run starts empty. A
-``JAX_COMPILATION_CACHE_DIR`` already set is used as it is, and kept.
+``JAX_COMPILATION_CACHE_DIR`` already set is used as it is, with the user's settings, and kept.
 """
 
 from __future__ import annotations
@@ -88,22 +88,22 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 # the run's compilation cache; the first process of the run (pytest-xdist's controller) makes it
-# and its workers, started later, inherit the variables. A cache with a maximum size takes a file
-# lock for each read and write, so two workers never read an entry that the other is writing.
+# and sets it here, and every process started after (workers, notebook kernels, subprocesses)
+# inherits the variables, which JAX reads when it is imported. A cache with a maximum size takes
+# a file lock for each read and write, so two workers never read an entry the other is writing.
+# A cache directory the user set is left as it is, with the user's settings (no size cap that
+# could evict the user's entries).
 CACHE_OWNER = "KERNEL_CONTRACTS_TEST_CACHE_OWNER"
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernel-contracts-jax-")
+    RUN_CACHE = {
+        "jax_compilation_cache_dir": tempfile.mkdtemp(prefix="kernel-contracts-jax-"),
+        "jax_persistent_cache_min_compile_time_secs": 0.1,
+        "jax_compilation_cache_max_size": 16 << 30,
+    }
+    os.environ.update({k.upper(): str(v) for k, v in RUN_CACHE.items()})
     os.environ[CACHE_OWNER] = str(os.getpid())
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(16 << 30))
-jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-jax.config.update(
-    "jax_persistent_cache_min_compile_time_secs",
-    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
-)
-jax.config.update(
-    "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
-)
+    for option, value in RUN_CACHE.items():
+        jax.config.update(option, value)
 
 
 def pytest_unconfigure(config):
