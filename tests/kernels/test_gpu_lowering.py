@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
+from test_matmul_pallas_gpu import PRESETS
 
 from contracts import preset
 from kernels._matmul import make_plan, matmul
@@ -30,7 +31,6 @@ from kernels.measure_pallas import GPU_OPTIONS, measure_rows
 from kernels.portlint import backend_dependent
 from kernels.scaling import quantize_rows
 
-PRESETS = ("fp32", "bf16", "h100-fp8", "h100-fp8-fast-accum", "mxfp8")
 SHAPES = {"aligned": ((256, 1024, 256), 1), "ragged": ((200, 300, 130), 3)}
 TRITON_CALL = "__gpu$xla.gpu.triton"
 _LAUNCH = re.compile(
