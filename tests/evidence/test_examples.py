@@ -138,13 +138,11 @@ def test_fp8_emulated_example_as_shipped(tmp_path):
         assert src["kind"] == "emulate" and src["tokens"] == 512
         assert src["checkpoint_sha256"] is not None and src["inference"] == "h100-fp8"
     assert {c["fingerprint"] for c in measured} == {s["fingerprint"] for s in sources}
-    # the sweep as the report lists it, the runtime clause over it, and the report re-checks
+    # the sweep as the report lists it
     sweep = report["evidence"]["sweep"]
     assert [(s["batch_size"], s["sequence_length"], s["tokens"]) for s in sweep] == [
         (1, 33, 512), (1, 128, 512), (8, 64, 512), (16, 33, 512), (16, 128, 512)
     ]  # fmt: skip
-    assert by[("R1", "all")]["status"] == "held"
-    assert main(["check", str(out)], stdout=io.StringIO(), stderr=io.StringIO()) == 0
     assert by[("R1", "all")]["status"] == "held"
     assert [o["status"] for o in report["obligations"]] == ["proved"]
     check_out = io.StringIO()
