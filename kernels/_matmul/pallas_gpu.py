@@ -56,7 +56,13 @@ from kernels._matmul.rounding import round_accumulator, round_accumulator_in_ran
 from kernels.formats import flush
 from kernels.portlint import order_free
 
-__all__ = ["Variant", "choose_variant", "fused_exact", "reduce_quantized_pallas_gpu"]
+__all__ = [
+    "Variant",
+    "allowed_variants",
+    "choose_variant",
+    "fused_exact",
+    "reduce_quantized_pallas_gpu",
+]
 
 Variant = Literal["dot", "fma64", "fma32"]
 _DOT_K = 16  # the smallest K of a binary64 dot in Triton (MMAv2, m8n8k4 aggregated to k16)
@@ -82,6 +88,17 @@ def fused_exact(plan: Plan) -> bool:
     if not plan.toward_zero:
         bound *= (1 + 2.0 ** -(plan.mantissa_bits + 1)) ** ceil(plan.chunk_len / plan.group)
     return bound < 2.0**34
+
+
+def allowed_variants(plan: Plan) -> tuple[Variant, ...]:
+    """The variants that compute ``plan``'s bits: binary64 multiply-adds always, the binary32
+    chain where the plan allows it (bfloat16 behind the data check), the binary64 dot where
+    group sums are exact."""
+    return (
+        ("fma64",)
+        + (("fma32",) if plan.binary32_chain else ())
+        + (("dot",) if plan.exact_group_sums else ())
+    )
 
 
 def choose_variant(plan: Plan) -> Variant:
@@ -283,9 +300,7 @@ def reduce_quantized_pallas_gpu(
         if b is not None and (b < 1 or b & (b - 1)):
             raise ValueError(f"{name} must be a power of two, got {b}")
     if variant is not None:
-        allowed = {"fma64"}
-        allowed |= {"fma32"} if plan.binary32_chain else set()
-        allowed |= {"dot"} if plan.exact_group_sums else set()
+        allowed = allowed_variants(plan)
         if variant not in allowed:
             raise ValueError(
                 f"variant {variant!r} does not compute this plan's bits; allowed: {sorted(allowed)}"
