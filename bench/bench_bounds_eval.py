@@ -18,8 +18,16 @@ import time
 import numpy as np
 from timing import best
 
-import bounds
-from contracts import Contract, Guarantee, KernelPair, NumericalClause, Policy, Source, preset
+from kernel_contracts import bounds
+from kernel_contracts.contracts import (
+    Contract,
+    Guarantee,
+    KernelPair,
+    NumericalClause,
+    Policy,
+    Source,
+    preset,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -62,7 +70,7 @@ def eval_bench(n: int, repeats: int) -> None:
 
 
 def derive_bench(repeats: int) -> None:
-    from contracts import load
+    from kernel_contracts.contracts import load
 
     paths = sorted((ROOT / "contracts" / "examples").glob("*.yaml"))
     print(f"\nderivation of {len(paths)} example contracts (load + derive, best of {repeats})")

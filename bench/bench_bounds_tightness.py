@@ -17,9 +17,9 @@ import time
 
 import sympy
 
-from bounds import LEMMAS
-from bounds.sequence import best_iid_witness, sequence_routes
-from bounds.token import kl_tilt_sup
+from kernel_contracts.bounds import LEMMAS
+from kernel_contracts.bounds.sequence import best_iid_witness, sequence_routes
+from kernel_contracts.bounds.token import kl_tilt_sup
 
 GRID = [(osc, T) for osc in (0.002, 0.02, 0.2, 1.0, 4.0) for T in (0.05, 0.7, 1.0, 20.0)]
 EXTRA = {

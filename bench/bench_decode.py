@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from timing import median_ready
 
-from contracts import preset
-from kernels.decode import generate
-from kernels.model import load_pretrained
-from kernels.ops import inference_ops, plain_ops
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels.decode import generate
+from kernel_contracts.kernels.model import load_pretrained
+from kernel_contracts.kernels.ops import inference_ops, plain_ops
 
 PRESETS = ("h100-fp8", "bf16")
 

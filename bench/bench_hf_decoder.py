@@ -41,12 +41,19 @@ import numpy as np
 from flax import nnx
 from timing import median_ready
 
-from contracts import preset
-from kernels.decode import generate, teacher_force
-from kernels.hf.config import parse_config
-from kernels.hf.decoder import Decoder
-from kernels.model import with_ops
-from kernels.ops import ContiguousCache, Ops, PlainAttention, inference_ops, plain_ops, train_ops
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels.decode import generate, teacher_force
+from kernel_contracts.kernels.hf.config import parse_config
+from kernel_contracts.kernels.hf.decoder import Decoder
+from kernel_contracts.kernels.model import with_ops
+from kernel_contracts.kernels.ops import (
+    ContiguousCache,
+    Ops,
+    PlainAttention,
+    inference_ops,
+    plain_ops,
+    train_ops,
+)
 
 QWEN25_05B = {
     "architectures": ["Qwen2ForCausalLM"],

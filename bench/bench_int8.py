@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from timing import interleaved
 
-from bounds import matmul_error
-from contracts import preset
-from kernels._matmul import int8_matmul, matmul
-from kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.bounds import matmul_error
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels._matmul import int8_matmul, matmul
+from kernel_contracts.kernels.scaling import quantize_rows_int8_np
 
 
 def main(argv=None, *, stdout=sys.stdout) -> int:

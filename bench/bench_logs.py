@@ -30,8 +30,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from timing import interleaved
 
-from evidence.logs import LoggedSequence, framework_metrics, read_log, token_metrics, write_log
-from evidence.summary import select, summarize
+from kernel_contracts.evidence.logs import (
+    LoggedSequence,
+    framework_metrics,
+    read_log,
+    token_metrics,
+    write_log,
+)
+from kernel_contracts.evidence.summary import select, summarize
 
 
 def _generate(path: str, tokens: int, seq_len: int, fmt: str, seed: int = 0) -> int:
@@ -62,7 +68,7 @@ def _baseline(path: str) -> int:
 
 
 def _evaluate_path(path: str, fmt: str):
-    from contracts.model import Slice
+    from kernel_contracts.contracts.model import Slice
 
     table = read_log(path, fmt)
     c = table.columns
@@ -78,8 +84,8 @@ def _evaluate_contract(path: str):
     """``verify.decide.evaluate`` of the shipped rollout-log contract on this log."""
     import dataclasses
 
-    import contracts
-    from verify.decide import evaluate
+    from kernel_contracts import contracts
+    from kernel_contracts.verify.decide import evaluate
 
     here = os.path.dirname(os.path.abspath(__file__))
     c = contracts.load(os.path.join(here, "..", "contracts", "examples", "rollout-log.yaml"))

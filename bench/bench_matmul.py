@@ -37,9 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from timing import interleaved, median_ready
 
-from contracts import preset
-from kernels._matmul import make_plan, matmul
-from kernels.scaling import quantize_cols, quantize_rows
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels._matmul import make_plan, matmul
+from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 # the targets, wall-clock ratios to float32 jnp.dot at (1024, 4096, 4096)

@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 from timing import median_ready
 
-from contracts import preset
-from kernels._matmul import make_plan, matmul
-from kernels._matmul.pallas_gpu import choose_variant, reduce_quantized_pallas_gpu
-from kernels.formats import cast_output
-from kernels.scaling import quantize_rows
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels._matmul import make_plan, matmul
+from kernel_contracts.kernels._matmul.pallas_gpu import choose_variant, reduce_quantized_pallas_gpu
+from kernel_contracts.kernels.formats import cast_output
+from kernel_contracts.kernels.scaling import quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 CHECK_SHAPES = ((256, 1024, 256), (200, 300, 130))  # aligned; ragged in every dimension

@@ -145,7 +145,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int, drift: flo
     import jax
     import jax.numpy as jnp
 
-    from kernels import measure, measure_numpy
+    from kernel_contracts.kernels import measure, measure_numpy
 
     rng = np.random.default_rng(0)
     z = (rng.standard_normal((tokens, vocab), np.float32) * 3).astype(np.float32)
@@ -215,7 +215,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int, drift: flo
         )
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
     print(f"  impl=cpu / impl=jax: {t_jax / t_cpu:.2f} x faster; divergences agree to {agree:.1e}")
-    from kernels._measure import _compiled
+    from kernel_contracts.kernels._measure import _compiled
 
     block = 8  # measure()'s default
     hlo = _compiled(tuple(jax.local_devices()), block).lower(zj, zpj, yj, jnp.float32(1.0))
@@ -263,8 +263,8 @@ def _tightness(tab, temperature: float) -> float:
 
 
 def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
-    from contracts import PRESETS
-    from contracts.model import (
+    from kernel_contracts.contracts import PRESETS
+    from kernel_contracts.contracts.model import (
         Contract,
         EmulateEvidence,
         Evidence,
@@ -272,7 +272,7 @@ def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
         Policy,
         Source,
     )
-    from kernels import emulate
+    from kernel_contracts.kernels import emulate
 
     rows = []
     for name, spec in PRESETS.items():

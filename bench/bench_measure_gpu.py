@@ -81,7 +81,7 @@ def check(vocab: int, sample_rows: int, z, zp, y, temperature: float) -> bool:
     """The compiled kernel's columns against float64 (sampled rows, then rows of every kind)."""
     import jax.numpy as jnp
 
-    from kernels import measure, measure_numpy
+    from kernel_contracts.kernels import measure, measure_numpy
 
     picks = np.linspace(0, z.shape[0] - 1, sample_rows).astype(int)
     zs, zps, ys = (np.asarray(a[picks]) for a in (z, zp, y))
@@ -142,8 +142,8 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    from kernels import measure
-    from kernels.measure_pallas import GPU_OPTIONS, measure_rows
+    from kernel_contracts.kernels import measure
+    from kernel_contracts.kernels.measure_pallas import GPU_OPTIONS, measure_rows
 
     if jax.default_backend() != "gpu":
         print(f"no GPU here (JAX backend: {jax.default_backend()}): nothing measured")

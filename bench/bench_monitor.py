@@ -35,15 +35,15 @@ EXAMPLES = os.path.join(HERE, "..", "contracts", "examples")
 
 
 def _offline(contract_path: str, log: str):
-    import contracts
-    from verify.decide import evaluate
+    from kernel_contracts import contracts
+    from kernel_contracts.verify.decide import evaluate
 
     _, info = evaluate(contracts.load(contract_path), paths=(log,))
     return info["sources"][0]["tokens"]
 
 
 def _monitor(contract_path: str, log: str, tmp: str, checkpoint: bool) -> int:
-    from verify.pipeline.monitor import main
+    from kernel_contracts.verify.pipeline.monitor import main
 
     out, ck = os.path.join(tmp, "out.jsonl"), os.path.join(tmp, "ck.json")
     for path in (out, ck):

@@ -24,11 +24,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from timing import interleaved
 
-from contracts.presets import PRESETS
+from kernel_contracts.contracts.presets import PRESETS
 
 
 def _stepper(session, steps: int, rollout_seconds: list):
-    from kernels.rl.loop import rl_step
+    from kernel_contracts.kernels.rl.loop import rl_step
 
     counter = itertools.count(1)  # step 0 was the warm-up
 
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from kernels.rl.loop import RLConfig, rl_step, start_session
+    from kernel_contracts.kernels.rl.loop import RLConfig, rl_step, start_session
 
     fns, rollout, compile_s = {}, {}, {}
     for name in presets:

@@ -35,10 +35,10 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from contracts import PRESETS
-    from kernels import on_kernel
-    from kernels.model import load_pretrained, with_ops
-    from kernels.ops import PlainAttention, inference_ops
+    from kernel_contracts.contracts import PRESETS
+    from kernel_contracts.kernels import on_kernel
+    from kernel_contracts.kernels.model import load_pretrained, with_ops
+    from kernel_contracts.kernels.ops import PlainAttention, inference_ops
 
     spec = PRESETS[args.preset]
     model = load_pretrained("tiny-lm")

@@ -39,9 +39,8 @@ VARIANTS = ("off", "cold", "warm")
 
 
 def per_obligation(runs: int) -> list[tuple[str, str, float, str]]:
-    import bounds
-    import contracts
-    from verify.proving.obligations import discharge
+    from kernel_contracts import bounds, contracts
+    from kernel_contracts.verify.proving.obligations import discharge
 
     rows = []
     for path in EXAMPLES:
@@ -57,7 +56,7 @@ def per_obligation(runs: int) -> list[tuple[str, str, float, str]]:
 
 
 def _proofs_only(path: pathlib.Path) -> bool:
-    import contracts
+    from kernel_contracts import contracts
 
     evidence = contracts.load(path).evidence
     return evidence.emulate is None and evidence.logprobs is None

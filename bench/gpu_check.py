@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from timing import median_ready as timed
 
-from contracts import PRESETS, preset
-from kernels._matmul import matmul
+from kernel_contracts.contracts import PRESETS, preset
+from kernel_contracts.kernels._matmul import matmul
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ("contracts/examples/fp8-emulated.yaml", "contracts/examples/int8-conformance.yaml")
@@ -87,8 +87,8 @@ def _comparable(value):
 
 def measure_verdicts() -> dict:
     """The evidence part of each contract's run: clause verdicts and the evidence record."""
-    from contracts import load
-    from verify.proving.runner import clause_verdicts
+    from kernel_contracts.contracts import load
+    from kernel_contracts.verify.proving.runner import clause_verdicts
 
     out = {}
     for path in CONTRACTS:
@@ -138,8 +138,8 @@ def check_matmul(gpu, rng, row) -> int:
 
 
 def check_forward(gpu, row) -> int:
-    from kernels.model import load_pretrained
-    from kernels.ops import inference_ops
+    from kernel_contracts.kernels.model import load_pretrained
+    from kernel_contracts.kernels.ops import inference_ops
 
     failures = 0
     cpu = jax.devices("cpu")[0]

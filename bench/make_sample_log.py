@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import contracts
-from evidence.logs import LoggedSequence, read_log, write_log
-from kernels import emulate
+from kernel_contracts import contracts
+from kernel_contracts.evidence.logs import LoggedSequence, read_log, write_log
+from kernel_contracts.kernels import emulate
 
 CONTRACT = """contract: 1
 name: sample-log-generator

@@ -10,21 +10,27 @@ Importing this package does not import JAX: JAX is loaded only by :func:`jax_fun
 ``Lemma.jax``) when a JAX evaluator is built.
 """
 
-from bounds._derive import derive
-from bounds._evaluate import evaluate, evaluate_mp, jax_function, numpy_function
-from bounds.apriori import DriftBound, MatmulError, apriori_logit_drift, matmul_error, unit_roundoff
-from bounds.catalog import LEMMAS
-from bounds.derivation import Alternative, Derivation, Variable
-from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.pg.evaluate import pg_bias_bound, pg_bias_supremum
-from bounds.stats.confidence import (
+from kernel_contracts.bounds._derive import derive
+from kernel_contracts.bounds._evaluate import evaluate, evaluate_mp, jax_function, numpy_function
+from kernel_contracts.bounds.apriori import (
+    DriftBound,
+    MatmulError,
+    apriori_logit_drift,
+    matmul_error,
+    unit_roundoff,
+)
+from kernel_contracts.bounds.catalog import LEMMAS
+from kernel_contracts.bounds.derivation import Alternative, Derivation, Variable
+from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds.pg.evaluate import pg_bias_bound, pg_bias_supremum
+from kernel_contracts.bounds.stats.confidence import (
     clopper_pearson_upper,
     mean_ucb,
     min_samples_quantile,
     min_samples_rate,
     quantile_ucb,
 )
-from bounds.synth import loosest
+from kernel_contracts.bounds.synth import loosest
 
 __all__ = [
     "LEMMAS",

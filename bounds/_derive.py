@@ -21,15 +21,21 @@ from types import MappingProxyType
 
 import sympy
 
-from bounds._evaluate import evaluate
-from bounds.derivation import Alternative, Derivation, Variable
-from bounds.pg.links import clip_budget_drift
-from bounds.pg.routes import pg_bias_notes, pg_bias_routes
-from bounds.premises import Fact, Premises, gather, truncation_blocks, truncation_notes
-from bounds.route import NoLemma, Route, combine
-from bounds.sequence.lemmas import sequence_routes
-from bounds.token.lemmas import kl_tilt_sup
-from contracts import Contract, Guarantee, exact
+from kernel_contracts.bounds._evaluate import evaluate
+from kernel_contracts.bounds.derivation import Alternative, Derivation, Variable
+from kernel_contracts.bounds.pg.links import clip_budget_drift
+from kernel_contracts.bounds.pg.routes import pg_bias_notes, pg_bias_routes
+from kernel_contracts.bounds.premises import (
+    Fact,
+    Premises,
+    gather,
+    truncation_blocks,
+    truncation_notes,
+)
+from kernel_contracts.bounds.route import NoLemma, Route, combine
+from kernel_contracts.bounds.sequence.lemmas import sequence_routes
+from kernel_contracts.bounds.token.lemmas import kl_tilt_sup
+from kernel_contracts.contracts import Contract, Guarantee, exact
 
 __all__ = ["derive"]
 

@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from contracts import FLOAT_FORMATS, INT_FORMATS, MatmulSpec
+from kernel_contracts.contracts import FLOAT_FORMATS, INT_FORMATS, MatmulSpec
 
 __all__ = [
     "DriftBound",

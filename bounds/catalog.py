@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from bounds.lemma import Lemma
-from bounds.pg.links import RL_LEMMAS
-from bounds.sequence.lemmas import SEQUENCE_LEMMAS
-from bounds.token.lemmas import TOKEN_LEMMAS
+from kernel_contracts.bounds.lemma import Lemma
+from kernel_contracts.bounds.pg.links import RL_LEMMAS
+from kernel_contracts.bounds.sequence.lemmas import SEQUENCE_LEMMAS
+from kernel_contracts.bounds.token.lemmas import TOKEN_LEMMAS
 
 __all__ = ["LEMMAS"]
 
@@ -25,7 +25,7 @@ class _Registry(Mapping[str, Lemma]):
 
     def _all(self) -> Mapping[str, Lemma]:
         if self._lemmas is None:
-            from bounds.pg.lemmas import CORRECTION_LEMMAS
+            from kernel_contracts.bounds.pg.lemmas import CORRECTION_LEMMAS
 
             every = (*TOKEN_LEMMAS, *SEQUENCE_LEMMAS, *RL_LEMMAS, *CORRECTION_LEMMAS)
             self._lemmas = MappingProxyType({lemma.name: lemma for lemma in every})

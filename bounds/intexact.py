@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from contracts import Contract, KernelSpec
+from kernel_contracts.contracts import Contract, KernelSpec
 
 __all__ = [
     "FP32_EXACT",

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import sympy
 
-from bounds._evaluate import evaluate, jax_function, numpy_function, symbol_names
+from kernel_contracts.bounds._evaluate import evaluate, jax_function, numpy_function, symbol_names
 
 __all__ = ["SYMBOLS", "Lemma", "Witness"]
 

@@ -18,8 +18,15 @@ from fractions import Fraction
 
 import sympy
 
-from bounds.derivation import Variable
-from contracts import Contract, Guarantee, NumericalClause, Slice, StatisticalClause, exact
+from kernel_contracts.bounds.derivation import Variable
+from kernel_contracts.contracts import (
+    Contract,
+    Guarantee,
+    NumericalClause,
+    Slice,
+    StatisticalClause,
+    exact,
+)
 
 __all__ = [
     "Fact",

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from bounds.premises import Fact
-from contracts import KernelContractsError
+from kernel_contracts.bounds.premises import Fact
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = ["NoLemma", "Route", "combine"]
 

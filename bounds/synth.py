@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import mpmath
 
-from bounds._evaluate import evaluate_mp
-from bounds.derivation import Derivation
+from kernel_contracts.bounds._evaluate import evaluate_mp
+from kernel_contracts.bounds.derivation import Derivation
 
 __all__ = ["loosest", "round_down"]
 

@@ -1,9 +1,15 @@
 """contracts: the kernel-contract DSL (version 1), its schema, loading and validation."""
 
-from contracts._load import file_kind, load, loads, read_regular
-from contracts.errors import ContractError, KernelContractsError, Problem
-from contracts.formats import FLOAT_FORMATS, INT_FORMATS, FloatFormat, IntFormat, float_format
-from contracts.model import (
+from kernel_contracts.contracts._load import file_kind, load, loads, read_regular
+from kernel_contracts.contracts.errors import ContractError, KernelContractsError, Problem
+from kernel_contracts.contracts.formats import (
+    FLOAT_FORMATS,
+    INT_FORMATS,
+    FloatFormat,
+    IntFormat,
+    float_format,
+)
+from kernel_contracts.contracts.model import (
     MX_BLOCK,
     AccumulatorSpec,
     AttentionSpec,
@@ -29,8 +35,8 @@ from contracts.model import (
     StatisticalClause,
     exact,
 )
-from contracts.presets import PRESETS, preset
-from contracts.schema import json_schema
+from kernel_contracts.contracts.presets import PRESETS, preset
+from kernel_contracts.contracts.schema import json_schema
 
 __all__ = [
     "FLOAT_FORMATS",

@@ -6,10 +6,10 @@ import hashlib
 import os
 import stat
 
-from contracts.document import MAX_BYTES, read_document
-from contracts.errors import ContractError, KernelContractsError, Problem
-from contracts.model import Contract
-from contracts.validate import validate
+from kernel_contracts.contracts.document import MAX_BYTES, read_document
+from kernel_contracts.contracts.errors import ContractError, KernelContractsError, Problem
+from kernel_contracts.contracts.model import Contract
+from kernel_contracts.contracts.validate import validate
 
 __all__ = ["NotRegularFile", "file_kind", "load", "loads", "read_regular"]
 

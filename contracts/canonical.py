@@ -16,8 +16,8 @@ import dataclasses
 import json
 import math
 
-from contracts.errors import ContractError, Problem
-from contracts.model import Contract
+from kernel_contracts.contracts.errors import ContractError, Problem
+from kernel_contracts.contracts.model import Contract
 
 __all__ = ["canonical_json", "from_canonical", "to_plain"]
 
@@ -131,8 +131,8 @@ def from_canonical(text: str, *, path: str = "<canonical>", sha256: str = "") ->
     included), not a valid contract, or not exactly the canonical text of the contract it
     describes; problems are named by ``path``.
     """
-    from contracts.document import Document  # validate imports this module
-    from contracts.validate import validate
+    from kernel_contracts.contracts.document import Document  # validate imports this module
+    from kernel_contracts.contracts.validate import validate
 
     def fail(message: str) -> ContractError:
         return ContractError([Problem(path, None, None, "", message)])

@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection, Mapping
 from decimal import Decimal
 from typing import NamedTuple
 
-from contracts.document import INVALID
-from contracts.errors import Problem
+from kernel_contracts.contracts.document import INVALID
+from kernel_contracts.contracts.errors import Problem
 
 __all__ = [
     "ID_PATTERN",

@@ -25,7 +25,7 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
-from contracts.errors import KernelContractsError, Problem
+from kernel_contracts.contracts.errors import KernelContractsError, Problem
 
 __all__ = ["INVALID", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Document", "read_document"]
 

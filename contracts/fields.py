@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import NamedTuple
 
-from contracts.formats import FLOAT_FORMATS
+from kernel_contracts.contracts.formats import FLOAT_FORMATS
 
 __all__ = [
     "ACCUMULATOR_DTYPES",

@@ -11,8 +11,15 @@ Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``hori
 
 from __future__ import annotations
 
-from contracts.checks import Checker, did_you_mean, param_range, show, sub, valid_band
-from contracts.fields import (
+from kernel_contracts.contracts.checks import (
+    Checker,
+    did_you_mean,
+    param_range,
+    show,
+    sub,
+    valid_band,
+)
+from kernel_contracts.contracts.fields import (
     ASSUMPTIONS,
     ESTIMATOR_PARAMS,
     ESTIMATORS,
@@ -21,9 +28,9 @@ from contracts.fields import (
     QUANTITY_FIELDS,
     QUANTITY_REQUIRED,
 )
-from contracts.model import Guarantee, Policy
-from contracts.rejection import RejectionError, parse_rejection
-from contracts.sections import Names
+from kernel_contracts.contracts.model import Guarantee, Policy
+from kernel_contracts.contracts.rejection import RejectionError, parse_rejection
+from kernel_contracts.contracts.sections import Names
 
 __all__ = ["read_guarantee"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from contracts.checks import Checker, show, sub
-from contracts.fields import (
+from kernel_contracts.contracts.checks import Checker, show, sub
+from kernel_contracts.contracts.fields import (
     ACCUMULATOR_DTYPES,
     EPILOGUE_ORDERS,
     FORMATS,
@@ -29,7 +29,7 @@ from contracts.fields import (
     ROUNDINGS,
     SCALE_FORMATS,
 )
-from contracts.model import (
+from kernel_contracts.contracts.model import (
     MX_BLOCK,
     AccumulatorSpec,
     EpilogueSpec,
@@ -39,7 +39,7 @@ from contracts.model import (
     MatmulSpec,
     Scaling,
 )
-from contracts.presets import PRESETS
+from kernel_contracts.contracts.presets import PRESETS
 
 __all__ = ["read_kernels"]
 

@@ -14,7 +14,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Literal
 
-from contracts import fields as F
+from kernel_contracts.contracts import fields as F
 
 __all__ = [
     "MX_BLOCK",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from contracts.model import (
+from kernel_contracts.contracts.model import (
     AccumulatorSpec,
     AttentionSpec,
     EpilogueSpec,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from contracts.errors import KernelContractsError
+from kernel_contracts.contracts.errors import KernelContractsError
 
 __all__ = ["LEVELS", "Criterion", "RejectionError", "parse_rejection"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import copy
 
-from contracts import fields as F
-from contracts.checks import ID_PATTERN
-from contracts.presets import PRESETS
+from kernel_contracts.contracts import fields as F
+from kernel_contracts.contracts.checks import ID_PATTERN
+from kernel_contracts.contracts.presets import PRESETS
 
 __all__ = ["json_schema"]
 

@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from contracts.checks import Checker, did_you_mean, show, sub
-from contracts.fields import (
+from kernel_contracts.contracts.checks import Checker, did_you_mean, show, sub
+from kernel_contracts.contracts.fields import (
     ACTIONS,
     CLAUSE_STATUSES,
     EVIDENCE_FORMATS,
@@ -24,7 +24,7 @@ from contracts.fields import (
     STATISTICAL_METRICS,
     STATISTICS,
 )
-from contracts.model import (
+from kernel_contracts.contracts.model import (
     EmulateEvidence,
     EscalationRule,
     Evidence,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-from contracts.canonical import canonical_json
-from contracts.checks import Checker, describe, show, sub
-from contracts.document import INVALID, Document
-from contracts.errors import ContractError
-from contracts.fields import OBJECTS, VERSION
-from contracts.guarantees import read_guarantee
-from contracts.kernelspec import read_kernels
-from contracts.model import Contract, Policy, Source
-from contracts.sections import (
+from kernel_contracts.contracts.canonical import canonical_json
+from kernel_contracts.contracts.checks import Checker, describe, show, sub
+from kernel_contracts.contracts.document import INVALID, Document
+from kernel_contracts.contracts.errors import ContractError
+from kernel_contracts.contracts.fields import OBJECTS, VERSION
+from kernel_contracts.contracts.guarantees import read_guarantee
+from kernel_contracts.contracts.kernelspec import read_kernels
+from kernel_contracts.contracts.model import Contract, Policy, Source
+from kernel_contracts.contracts.sections import (
     Names,
     read_escalation,
     read_evidence,

@@ -14,9 +14,9 @@ a log's weight diagnostics (``evidence.weights``) load ``kernels.rl`` when the c
 an estimator.
 """
 
-from evidence.drift import DriftCell, drift_cell, merge_tables, table_rows
-from evidence.envelope import CONDITIONS, observe, settings
-from evidence.logs import (
+from kernel_contracts.evidence.drift import DriftCell, drift_cell, merge_tables, table_rows
+from kernel_contracts.evidence.envelope import CONDITIONS, observe, settings
+from kernel_contracts.evidence.logs import (
     FORMATS,
     LogError,
     LogFormat,
@@ -28,10 +28,16 @@ from evidence.logs import (
     token_metrics,
     write_log,
 )
-from evidence.sources import EvidenceError, Source, emulate_sources, log_source, tables_source
-from evidence.summary import Summary, merge, merge_all, select, summarize
-from evidence.table import RANGE, clause_column, from_logprobs, from_measured
-from evidence.weights import weight_diagnostics
+from kernel_contracts.evidence.sources import (
+    EvidenceError,
+    Source,
+    emulate_sources,
+    log_source,
+    tables_source,
+)
+from kernel_contracts.evidence.summary import Summary, merge, merge_all, select, summarize
+from kernel_contracts.evidence.table import RANGE, clause_column, from_logprobs, from_measured
+from kernel_contracts.evidence.weights import weight_diagnostics
 
 __all__ = [
     "CONDITIONS",

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float, Int
 
-from evidence.summary import DEFAULT_CAP, Summary, summarize
-from evidence.summary import merge as merge_summaries
+from kernel_contracts.evidence.summary import DEFAULT_CAP, Summary, summarize
+from kernel_contracts.evidence.summary import merge as merge_summaries
 
 __all__ = [
     "QUANTILES",

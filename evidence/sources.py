@@ -21,9 +21,9 @@ from importlib import resources
 
 import numpy as np
 
-from contracts import KernelContractsError
-from evidence.envelope import observe, settings
-from evidence.table import (
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.evidence.envelope import observe, settings
+from kernel_contracts.evidence.table import (
     FULL_VOCAB,
     LOWER_BOUNDED,
     SAMPLED_ONLY,
@@ -82,7 +82,7 @@ def _needs(contract) -> tuple[dict, dict]:
 
 def _summarize(columns, prompt_names, thresholds, slices, metric_skip, cap=None):
     """Summaries of every needed (slice, column) of one token table (one shard)."""
-    from evidence.summary import DEFAULT_CAP, MissingColumn, select, summarize
+    from kernel_contracts.evidence.summary import DEFAULT_CAP, MissingColumn, select, summarize
 
     out, nonfinite, slice_skip = {}, {}, {}
     for name, sl in slices.items():
@@ -130,7 +130,7 @@ def log_source(
 ) -> Source:
     """The evidence of the logs ``(path, format, where, file_format)``, read as shards of one
     log (``file_format`` ``None``: by the file name's ending)."""
-    from evidence.logs import LogError, read_log
+    from kernel_contracts.evidence.logs import LogError, read_log
 
     tables = []
     for path, fmt, where, stored in paths:
@@ -151,9 +151,9 @@ def log_source(
 def tables_source(contract, tables) -> Source:
     """The evidence of token tables (``evidence.logs.LogTable``, shards of one log): the
     summaries every clause needs, merged, and what the tables cannot give."""
-    from evidence.logs import framework_metrics, support_shift
-    from evidence.summary import merge_all
-    from evidence.weights import estimators_of, weight_diagnostics
+    from kernel_contracts.evidence.logs import framework_metrics, support_shift
+    from kernel_contracts.evidence.summary import merge_all
+    from kernel_contracts.evidence.weights import estimators_of, weight_diagnostics
 
     thresholds, slices = _needs(contract)
     policy = contract.policy
@@ -248,7 +248,7 @@ def log_notes(contract, tables) -> list[str]:
     """What a reader of the summary must know about how the logs were read: an undeclared
     vocabulary (ids checked to be ≥ 0 only, and the largest one seen), and whole sequences left
     out for a single log-probability above 0."""
-    from evidence.logs.reader import LOGPROB_TOLERANCE
+    from kernel_contracts.evidence.logs.reader import LOGPROB_TOLERANCE
 
     notes = []
     if contract.policy.vocab_size is None:
@@ -345,10 +345,16 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
 def _checkpoint_sha256(model: str) -> str | None:
     """sha256 of the shipped checkpoint file of ``model``; ``None`` when there is none."""
     try:
-        from kernels.model import CHECKPOINTS  # loaded on first use: logs need no JAX
+        from kernel_contracts.kernels.model import (
+            CHECKPOINTS,  # loaded on first use: logs need no JAX
+        )
 
         files = CHECKPOINTS[model]
-        data = resources.files("kernels").joinpath("checkpoints", files[0]).read_bytes()
+        data = (
+            resources.files("kernel_contracts.kernels")
+            .joinpath("checkpoints", files[0])
+            .read_bytes()
+        )
     except (KeyError, AttributeError, OSError):
         return None
     return hashlib.sha256(data).hexdigest()
@@ -356,11 +362,13 @@ def _checkpoint_sha256(model: str) -> str | None:
 
 def _hf_sha256(model: str) -> str | None:
     """sha256 of an ``hf:`` checkpoint folder's config and weights; ``None`` for another model."""
-    from contracts.sections import HF_PREFIX
+    from kernel_contracts.contracts.sections import HF_PREFIX
 
     if not model.startswith(HF_PREFIX):
         return None
-    from kernels.hf.checkpoint import folder_sha256  # loaded on first use: logs need no JAX
+    from kernel_contracts.kernels.hf.checkpoint import (
+        folder_sha256,  # loaded on first use: logs need no JAX
+    )
 
     return folder_sha256(model[len(HF_PREFIX) :])
 
@@ -377,7 +385,9 @@ def _file_sha256(path: str) -> str | None:
 def emulate_sources(contract, stream) -> list[Source]:
     """One source per setting of the runtime sweep (``evidence.envelope.settings``)."""
     try:
-        from kernels import emulation as emulate_module  # loaded on first use: logs need no JAX
+        from kernel_contracts.kernels import (
+            emulation as emulate_module,  # loaded on first use: logs need no JAX
+        )
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
     prefix = contract.source.prefix("evidence.emulate")

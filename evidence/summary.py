@@ -32,9 +32,9 @@ from fractions import Fraction
 import numpy as np
 from jaxtyping import Bool, Float
 
-from contracts import KernelContractsError
-from contracts.model import Slice
-from evidence.table import SLICE_RANGES
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.model import Slice
+from kernel_contracts.evidence.table import SLICE_RANGES
 
 __all__ = [
     "DEFAULT_CAP",

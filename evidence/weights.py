@@ -39,7 +39,7 @@ from collections.abc import Mapping
 import numpy as np
 from jaxtyping import Float, Int
 
-from contracts.fields import ESTIMATOR_PARAMS
+from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS
 
 __all__ = ["NAMES", "estimators_of", "label", "weight_diagnostics"]
 
@@ -104,7 +104,7 @@ def _pad(n: int, step: int) -> int:
 
 
 def _weights(name: str, params: Mapping, lr, lq, valid, sign: float) -> np.ndarray:
-    from kernels.rl import correction_weights
+    from kernel_contracts.kernels.rl import correction_weights
 
     advantages = np.full(lr.shape, sign, np.float32)
     return np.asarray(

@@ -32,12 +32,12 @@ import pathlib
 import sys
 import time
 
-import contracts
-from contracts.presets import PRESETS
-from evidence.logs import write_log
-from kernels.rl.curves import degraded_steps, mean_curve, step_ranges, summary_row
-from kernels.rl.loop import RLConfig, run_rl
-from kernels.rl.task import TASKS
+from kernel_contracts import contracts
+from kernel_contracts.contracts.presets import PRESETS
+from kernel_contracts.evidence.logs import write_log
+from kernel_contracts.kernels.rl.curves import degraded_steps, mean_curve, step_ranges, summary_row
+from kernel_contracts.kernels.rl.loop import RLConfig, run_rl
+from kernel_contracts.kernels.rl.task import TASKS
 
 HERE = pathlib.Path(__file__).resolve().parent
 TEMPLATE = HERE / "rl_experiment.yaml"
@@ -111,7 +111,7 @@ def _contract_text(preset: str, window: int, new_tokens: int) -> str:
 
 def _monitor(contract: pathlib.Path, log: pathlib.Path, decisions: pathlib.Path, batch: int):
     """Run ``python -m verify monitor`` on one log; per step, the clauses it found violated."""
-    from verify.pipeline.monitor import main as monitor_main
+    from kernel_contracts.verify.pipeline.monitor import main as monitor_main
 
     decisions.unlink(missing_ok=True)
     err = io.StringIO()

@@ -22,8 +22,8 @@ import sys
 
 import numpy as np
 
-import contracts
-from verify.pipeline import routing
+from kernel_contracts import contracts
+from kernel_contracts.verify.pipeline import routing
 
 HERE = pathlib.Path(__file__).resolve().parent
 CONTRACT = HERE / "routing_loop.yaml"
@@ -32,7 +32,7 @@ LOG = HERE.parent / "contracts" / "examples" / "rollout-sample.jsonl"
 
 def recorded_batches(contract, batch: int, steps: int):
     """[batch, tokens] arrays of the recorded log, ``batch`` sequences per step."""
-    from evidence.logs import read_log
+    from kernel_contracts.evidence.logs import read_log
 
     table = read_log(str(LOG), "generic", vocab_size=contract.policy.vocab_size)
     c = table.columns
@@ -49,8 +49,8 @@ def recorded_batches(contract, batch: int, steps: int):
 
 def model_batches(contract, batch: int, steps: int, tokens: int = 32):
     """Fresh rollouts of the shipped policy each step: K_inf generates, K_train re-scores."""
-    from contracts.model import EmulateEvidence, Evidence
-    from kernels import emulate
+    from kernel_contracts.contracts.model import EmulateEvidence, Evidence
+    from kernel_contracts.kernels import emulate
 
     for step in range(steps):
         ev = EmulateEvidence(prompts=batch, max_new_tokens=tokens, seed=step)

@@ -57,9 +57,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from contracts.checks import check_temperature
-from kernels.columns import MEASURED_COLUMNS
-from kernels.measure_fused import block_metrics, centred_drift, row_maxima
+from kernel_contracts.contracts.checks import check_temperature
+from kernel_contracts.kernels.columns import MEASURED_COLUMNS
+from kernel_contracts.kernels.measure_fused import block_metrics, centred_drift, row_maxima
 
 __all__ = ["COLUMNS", "IMPLS", "TRACES", "measure", "measure_numpy", "redo_bucket"]
 
@@ -260,7 +260,7 @@ def measure(
     if impl == "portable":
         z_train, z_inf, tokens = (np.asarray(x) for x in (z_train, z_inf, tokens))
         _check(z_train, z_inf, tokens, temperature)
-        from kernels.measure_portable import measure_rows as portable_rows
+        from kernel_contracts.kernels.measure_portable import measure_rows as portable_rows
 
         table = portable_rows(z_train, z_inf, tokens, temperature)
         return {k: jnp.asarray(table[:, i]) for i, k in enumerate(COLUMNS)}
@@ -272,7 +272,7 @@ def measure(
         return _measure_jax(z_train, z_inf, tokens, temperature, devices, block, traced)
     z_train, z_inf, tokens = (np.asarray(x) for x in (z_train, z_inf, tokens))
     _check(z_train, z_inf, tokens, temperature)
-    from kernels.measure_cpu import measure_rows
+    from kernel_contracts.kernels.measure_cpu import measure_rows
 
     table, redo = measure_rows(z_train, z_inf, tokens, np.float32(1.0 / temperature))
     if redo.any():
@@ -307,7 +307,7 @@ def _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced:
     """``kernels.measure_pallas``'s columns, its flagged rows taken from the JAX path: only those
     rows for arrays; for traced values (no row count to branch on) the JAX path's values of every
     row, computed only when some row is flagged."""
-    from kernels.measure_pallas import measure_rows as pallas_rows
+    from kernel_contracts.kernels.measure_pallas import measure_rows as pallas_rows
 
     z_train, z_inf, tokens = _inputs(z_train, z_inf, tokens, temperature)
     if z_train.shape[0] == 0:

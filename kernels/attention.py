@@ -44,12 +44,12 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from contracts import AttentionSpec
-from kernels import portable
-from kernels.batching import reduction_splits
-from kernels.bitround import encode
-from kernels.formats import format_info, min_normal_exponent, saturating_cast
-from kernels.ops import widen_heads
+from kernel_contracts.contracts import AttentionSpec
+from kernel_contracts.kernels import portable
+from kernel_contracts.kernels.batching import reduction_splits
+from kernel_contracts.kernels.bitround import encode
+from kernel_contracts.kernels.formats import format_info, min_normal_exponent, saturating_cast
+from kernel_contracts.kernels.ops import widen_heads
 
 __all__ = [
     "PagedKVCache",

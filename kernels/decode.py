@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from kernels import portable
+from kernel_contracts.kernels import portable
 
 __all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force"]
 

@@ -43,8 +43,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contracts.model import Contract, EmulateEvidence
-from kernels.columns import TABLE_COLUMNS
+from kernel_contracts.contracts.model import Contract, EmulateEvidence
+from kernel_contracts.kernels.columns import TABLE_COLUMNS
 
 __all__ = [
     "MAX_BATCH",
@@ -94,14 +94,14 @@ class _Pair(NamedTuple):
 
 
 def _user(model: str) -> bool:
-    from kernels.user_model import is_entry_point
+    from kernel_contracts.kernels.user_model import is_entry_point
 
     return is_entry_point(model)
 
 
 def _hf(model: str) -> str | None:
     """The checkpoint folder an ``hf:FOLDER`` model names, or ``None``."""
-    from contracts.sections import HF_PREFIX
+    from kernel_contracts.contracts.sections import HF_PREFIX
 
     return model[len(HF_PREFIX) :] if model.startswith(HF_PREFIX) else None
 
@@ -110,7 +110,7 @@ _PROMPTS_KEY = "evidence.emulate.prompts"
 
 
 def _prompt_texts(path: str) -> list[str]:
-    from kernels.user_model import UserModelError
+    from kernel_contracts.kernels.user_model import UserModelError
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -133,9 +133,9 @@ def prompt_count(ev: EmulateEvidence) -> int:
 def _encoded(path: str, folder: str, model: str, vocab: int, texts: list[str]) -> list[list[int]]:
     """``texts`` (read from the prompt file ``path``) encoded by the checkpoint's tokenizer,
     every id checked against the model's vocabulary."""
-    from kernels.hf.errors import CheckpointError
-    from kernels.hf.tokenizer import encode, read_tokenizer
-    from kernels.user_model import MODEL_KEY, UserModelError
+    from kernel_contracts.kernels.hf.errors import CheckpointError
+    from kernel_contracts.kernels.hf.tokenizer import encode, read_tokenizer
+    from kernel_contracts.kernels.user_model import MODEL_KEY, UserModelError
 
     try:
         ids = encode(read_tokenizer(folder), texts)
@@ -155,7 +155,7 @@ def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
     """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
     if not isinstance(ev.prompts, str):
         return None
-    from kernels.user_model import UserModelError
+    from kernel_contracts.kernels.user_model import UserModelError
 
     ids = _encoded(ev.prompts, folder, ev.model, vocab, _prompt_texts(ev.prompts))
     width = min(len(row) for row in ids)
@@ -175,9 +175,9 @@ def prompt_stream(path: str, folder: str, model: str, vocab: int) -> np.ndarray:
 
 
 def _hf_config(ev: EmulateEvidence, folder: str):
-    from kernels.hf.config import read_config
-    from kernels.hf.errors import CheckpointError
-    from kernels.user_model import MODEL_KEY, UserModelError
+    from kernel_contracts.kernels.hf.config import read_config
+    from kernel_contracts.kernels.hf.errors import CheckpointError
+    from kernel_contracts.kernels.user_model import MODEL_KEY, UserModelError
 
     try:
         return read_config(folder)
@@ -204,14 +204,19 @@ def length_range(contract: Contract) -> tuple[int, int]:
         context = config.max_position_embeddings
         return ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width)
     if _user(ev.model):
-        from kernels.user_model import MODEL_KEY, PROMPT_TOKENS, UserModelError, load_params
+        from kernel_contracts.kernels.user_model import (
+            MODEL_KEY,
+            PROMPT_TOKENS,
+            UserModelError,
+            load_params,
+        )
 
         if ev.params is None:
             raise UserModelError(MODEL_KEY, f"the entry point {ev.model!r} needs params: PATH")
         windows = load_params(ev.params)[1]
         width = PROMPT_TOKENS if windows is None else windows.shape[1]
         return ev.max_new_tokens + 1, ev.max_new_tokens + width
-    from kernels.model import load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
 
     context = load_pretrained(ev.model).config.context
     width = pretrained_extra(ev.model)["heldout_windows"].shape[1]
@@ -222,9 +227,9 @@ def _decoder_run(contract: Contract, ev: EmulateEvidence, batch: int, model, con
     """The ``run`` of a :class:`_Pair` for a model with the :class:`~kernels.ops.Ops` injection
     points (TinyLM, a Hugging Face decoder): sample on K_inf through the paged cache, then
     teacher-force the samples on K_train."""
-    from kernels.decode import generate, teacher_force
-    from kernels.model import with_ops
-    from kernels.ops import inference_ops, train_ops
+    from kernel_contracts.kernels.decode import generate, teacher_force
+    from kernel_contracts.kernels.model import with_ops
+    from kernel_contracts.kernels.ops import inference_ops, train_ops
 
     if not 1 <= ev.max_new_tokens < context:
         raise ValueError(
@@ -246,7 +251,7 @@ def _decoder_run(contract: Contract, ev: EmulateEvidence, batch: int, model, con
 
 
 def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernels.model import load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
 
     model = load_pretrained(ev.model)
     context = model.config.context
@@ -258,9 +263,9 @@ def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
 
 
 def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernels.hf.checkpoint import load_decoder
-    from kernels.hf.errors import CheckpointError
-    from kernels.user_model import MODEL_KEY, UserModelError
+    from kernel_contracts.kernels.hf.checkpoint import load_decoder
+    from kernel_contracts.kernels.hf.errors import CheckpointError
+    from kernel_contracts.kernels.user_model import MODEL_KEY, UserModelError
 
     folder = _hf(ev.model)
     try:
@@ -278,8 +283,8 @@ def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
 
 
 def _user_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernels.transform import on_kernel
-    from kernels.user_model import (
+    from kernel_contracts.kernels.transform import on_kernel
+    from kernel_contracts.kernels.user_model import (
         MODEL_KEY,
         PROMPT_TOKENS,
         UserModelError,
@@ -340,7 +345,7 @@ def emulate(
     import jax  # here, not at the top: importing this module must not import JAX
     import jax.numpy as jnp
 
-    from kernels._measure import measure
+    from kernel_contracts.kernels._measure import measure
 
     ev = contract.evidence.emulate or EmulateEvidence()
     policy = contract.policy

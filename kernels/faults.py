@@ -47,12 +47,12 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
-from contracts import MatmulSpec
-from kernels._matmul import int8_matmul, matmul
-from kernels._matmul.epilogue import apply_epilogue, epilogue_code
-from kernels.formats import cast_output_np, format_info
-from kernels.rescale import rescaled_matmul
-from kernels.scaling import quantize_rows_int8
+from kernel_contracts.contracts import MatmulSpec
+from kernel_contracts.kernels._matmul import int8_matmul, matmul
+from kernel_contracts.kernels._matmul.epilogue import apply_epilogue, epilogue_code
+from kernel_contracts.kernels.formats import cast_output_np, format_info
+from kernel_contracts.kernels.rescale import rescaled_matmul
+from kernel_contracts.kernels.scaling import quantize_rows_int8
 
 __all__ = ["FAULTS", "Candidate", "Fault", "applies", "designed_check", "inject", "reference"]
 

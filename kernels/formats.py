@@ -44,9 +44,9 @@ import ml_dtypes
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from contracts.formats import FLOAT_FORMATS, IntFormat
-from contracts.formats import INT_FORMATS as CONTRACT_INT_FORMATS
-from kernels.bitround import round_float32
+from kernel_contracts.contracts.formats import FLOAT_FORMATS, IntFormat
+from kernel_contracts.contracts.formats import INT_FORMATS as CONTRACT_INT_FORMATS
+from kernel_contracts.kernels.bitround import round_float32
 
 __all__ = [
     "FORMATS",

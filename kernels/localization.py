@@ -38,14 +38,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int
 
-from contracts.model import KernelSpec
-from kernels._matmul import matmul
-from kernels.batching import reduction_splits
-from kernels.flipstats import FlipPrediction, predict_flips
-from kernels.rescale import rescaled_matmul
-from kernels.sites import Site, as_batched, walk
-from kernels.transform import resolve_spec
-from kernels.ulp import coarser, identical, ulp_distance, ulp_summary
+from kernel_contracts.contracts.model import KernelSpec
+from kernel_contracts.kernels._matmul import matmul
+from kernel_contracts.kernels.batching import reduction_splits
+from kernel_contracts.kernels.flipstats import FlipPrediction, predict_flips
+from kernel_contracts.kernels.rescale import rescaled_matmul
+from kernel_contracts.kernels.sites import Site, as_batched, walk
+from kernel_contracts.kernels.transform import resolve_spec
+from kernel_contracts.kernels.ulp import coarser, identical, ulp_distance, ulp_summary
 
 __all__ = [
     "LayerDivergence",
@@ -266,7 +266,7 @@ def shipped_model(name: str = "tiny-lm"):
     teacher-forced logits on plain float32 ops, and its held-out token windows."""
     from flax import nnx
 
-    from kernels.model import load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
 
     model = load_pretrained(name)
     graphdef, state = nnx.split(model)

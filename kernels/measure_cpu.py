@@ -41,7 +41,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from kernels.measure_fused import EXTREME_U, SERIES_BELOW
+from kernel_contracts.kernels.measure_fused import EXTREME_U, SERIES_BELOW
 
 __all__ = ["SHORT_BELOW", "measure_rows"]
 

@@ -49,7 +49,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from kernels.measure_fused import EXTREME_U, SERIES_BELOW, log_mass, phi_series
+from kernel_contracts.kernels.measure_fused import EXTREME_U, SERIES_BELOW, log_mass, phi_series
 
 __all__ = ["GPU_OPTIONS", "STATS", "columns", "measure_rows", "row_stats"]
 

@@ -39,8 +39,8 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int
 
-from kernels.columns import MEASURED_COLUMNS
-from kernels.portable import (
+from kernel_contracts.kernels.columns import MEASURED_COLUMNS
+from kernel_contracts.kernels.portable import (
     exp64,
     expm1_64,
     log1p64,

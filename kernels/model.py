@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from kernels.ops import Ops, plain_ops, prepared
+from kernel_contracts.kernels.ops import Ops, plain_ops, prepared
 
 __all__ = [
     "CHECKPOINTS",
@@ -260,7 +260,7 @@ def load_checkpoint(path) -> tuple[TinyLM, dict[str, np.ndarray]]:
 
 
 def _package_file(name: str):
-    return resources.files("kernels").joinpath("checkpoints", name)
+    return resources.files("kernel_contracts.kernels").joinpath("checkpoints", name)
 
 
 def pretrained_log(name: str = "tiny-lm") -> dict:
@@ -278,7 +278,7 @@ def load_pretrained(name: str = "tiny-lm", ops: Ops | None = None) -> TinyLM:
     if not file.is_file():
         raise FileNotFoundError(
             f"checkpoint {CHECKPOINTS[name][0]} is missing from kernels/checkpoints; "
-            "train it with `python -m kernels.train`"
+            "train it with `python -m kernel_contracts.kernels.train`"
         )
     model, _ = _read(io.BytesIO(file.read_bytes()))
     return model if ops is None else with_ops(model, ops)

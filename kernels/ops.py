@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from contracts.model import AttentionSpec, KernelSpec, MatmulSpec
-from kernels import portable
-from kernels._matmul.api import QuantizedWeight, matmul, quantize_weight
+from kernel_contracts.contracts.model import AttentionSpec, KernelSpec, MatmulSpec
+from kernel_contracts.kernels import portable
+from kernel_contracts.kernels._matmul.api import QuantizedWeight, matmul, quantize_weight
 
 __all__ = [
     "AttentionFn",
@@ -143,7 +143,7 @@ class EmulatedMatmul:
     def __call__(
         self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"] | QuantizedWeight
     ) -> Float[Array, "... n"]:
-        from kernels.batching import reduction_splits
+        from kernel_contracts.kernels.batching import reduction_splits
 
         k = int(x.shape[-1])
         splits = reduction_splits(self.batch_size, k, self.batching)
@@ -183,7 +183,7 @@ class ReferenceAttention:
     """The emulation package's float32 reference attention, per sequence (the K_train one)."""
 
     def __call__(self, q, k, v):
-        from kernels.attention import reference_attention
+        from kernel_contracts.kernels.attention import reference_attention
 
         def one(qs, ks, vs):  # [seq, heads, dim] -> [heads, seq, dim] and back
             out = reference_attention(
@@ -222,7 +222,7 @@ class ContiguousCache:
         keys, values = (widen_heads(cache[n], q.shape[-2]) for n in ("k", "v"))
         valid = jnp.arange(keys.shape[1]) < cache["length"]
         if self.portable:
-            from kernels.attention import masked_attention
+            from kernel_contracts.kernels.attention import masked_attention
 
             def one(qs, ks, vs):  # q [heads, dim], cached [max_len, heads, dim]
                 heads_first = (a.transpose(1, 0, 2) for a in (ks, vs))
@@ -249,7 +249,7 @@ class PagedAttention:
     batching: str = "fixed"
 
     def create(self, num_seqs, max_len, heads, dim):
-        from kernels.attention import PagedKVCache
+        from kernel_contracts.kernels.attention import PagedKVCache
 
         return PagedKVCache.create(num_seqs, max_len, heads, dim, self.spec)
 
@@ -257,7 +257,7 @@ class PagedAttention:
         return cache.append(k, v)
 
     def attend(self, q, cache):
-        from kernels.attention import decode_attention
+        from kernel_contracts.kernels.attention import decode_attention
 
         return decode_attention(
             q, cache, self.spec, batch_size=self.batch_size, batching=self.batching

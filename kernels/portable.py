@@ -82,7 +82,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
-from kernels.bitround import round_binary32, to_float32
+from kernel_contracts.kernels.bitround import round_binary32, to_float32
 
 __all__ = [
     "cos",

@@ -41,7 +41,7 @@ from typing import Literal, NamedTuple
 
 import jax
 
-from kernels.castlint import float_type
+from kernel_contracts.kernels.castlint import float_type
 
 __all__ = ["ORDER_FREE", "Finding", "backend_dependent", "order_free"]
 

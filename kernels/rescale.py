@@ -31,16 +31,22 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
-from contracts import MatmulSpec
-from kernels._matmul import matmul
-from kernels._matmul.epilogue import apply_epilogue, epilogue_code
-from kernels._matmul.fast import reduce_quantized
-from kernels._matmul.int8 import check_int8_spec
-from kernels._matmul.plan import Plan, make_plan
-from kernels.bitround import reciprocal
-from kernels.formats import cast_output, flush, format_info, saturating_cast, saturating_round_int
-from kernels.portlint import order_free
-from kernels.scaling import quantize_rows, quantize_rows_int8
+from kernel_contracts.contracts import MatmulSpec
+from kernel_contracts.kernels._matmul import matmul
+from kernel_contracts.kernels._matmul.epilogue import apply_epilogue, epilogue_code
+from kernel_contracts.kernels._matmul.fast import reduce_quantized
+from kernel_contracts.kernels._matmul.int8 import check_int8_spec
+from kernel_contracts.kernels._matmul.plan import Plan, make_plan
+from kernel_contracts.kernels.bitround import reciprocal
+from kernel_contracts.kernels.formats import (
+    cast_output,
+    flush,
+    format_info,
+    saturating_cast,
+    saturating_round_int,
+)
+from kernel_contracts.kernels.portlint import order_free
+from kernel_contracts.kernels.scaling import quantize_rows, quantize_rows_int8
 
 __all__ = ["TRANSFORMS", "pow2_ceil", "rescaled_matmul"]
 

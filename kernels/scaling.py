@@ -57,9 +57,9 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from contracts import Scaling
-from kernels.bitround import reciprocal
-from kernels.formats import (
+from kernel_contracts.contracts import Scaling
+from kernel_contracts.kernels.bitround import reciprocal
+from kernel_contracts.kernels.formats import (
     TINY,
     flush,
     flush_np,

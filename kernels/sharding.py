@@ -146,7 +146,7 @@ def param_specs(
 def rules_for(model: nnx.Module) -> tuple[Rule, ...]:
     """The shipped rules for ``model``: ``HF_DECODER_RULES`` for a ``kernels.hf`` decoder,
     ``TINY_LM_RULES`` otherwise."""
-    from kernels.hf.decoder import Decoder
+    from kernel_contracts.kernels.hf.decoder import Decoder
 
     return HF_DECODER_RULES if isinstance(model, Decoder) else TINY_LM_RULES
 

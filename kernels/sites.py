@@ -33,7 +33,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
-from kernels.transform import (
+from kernel_contracts.kernels.transform import (
     CALL_BODIES,
     CALLS,
     REMATS,

@@ -1,6 +1,6 @@
 """Train the shipped byte-level policy on the Python standard library's own sources.
 
-``python -m kernels.train`` reads every ``.py`` file of this interpreter's standard library
+``python -m kernel_contracts.kernels.train`` reads every ``.py`` file of the standard library
 (found through ``sysconfig``), splits the files deterministically into train and held-out sets
 by a hash of their relative path, trains ``TinyLM`` with AdamW on random windows of the train
 bytes, and writes ``kernels/checkpoints/tiny-lm.npz`` (the weights plus the held-out evaluation
@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from kernels.model import ModelConfig, TinyLM, save_checkpoint
+from kernel_contracts.kernels.model import ModelConfig, TinyLM, save_checkpoint
 
 __all__ = ["Corpus", "TrainConfig", "evaluate", "load_corpus", "main", "train"]
 
@@ -200,7 +200,9 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: Corpus, log=None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.train", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m kernel_contracts.kernels.train", description=__doc__
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "checkpoints"))
     parser.add_argument("--name", default="tiny-lm")
     parser.add_argument("--steps", type=int, default=TrainConfig.steps)

@@ -66,8 +66,8 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
-from contracts.model import KernelSpec, MatmulSpec
-from contracts.presets import PRESETS
+from kernel_contracts.contracts.model import KernelSpec, MatmulSpec
+from kernel_contracts.contracts.presets import PRESETS
 
 __all__ = [
     "CALLS",
@@ -103,7 +103,7 @@ class DotRule:
     attention: Attention = "matmul"
 
     def splits(self, k: int) -> int:
-        from kernels.batching import reduction_splits
+        from kernel_contracts.kernels.batching import reduction_splits
 
         return reduction_splits(self.batch_size, k, self.batching) if k >= 1 else 1
 
@@ -180,8 +180,8 @@ def _check_runnable(matmul: MatmulSpec, impl: str) -> None:
     """Raise ``ValueError`` for a matmul spec the emulation cannot run. An int8 spec has no
     chunk layout (its accumulation is exact, so reduction splits change nothing) and no Pallas
     kernel; a dot whose K could wrap its int32 accumulator is refused when it is reached."""
-    from kernels._matmul import make_plan
-    from kernels._matmul.int8 import check_int8_spec
+    from kernel_contracts.kernels._matmul import make_plan
+    from kernel_contracts.kernels._matmul.int8 import check_int8_spec
 
     if not matmul.is_int8:
         make_plan(matmul, 1)
@@ -304,7 +304,7 @@ def _emulated_dot(lhs, rhs, dims: tuple, rule: DotRule, out_dtype):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _ste_dot(lhs, rhs, dims, rule: DotRule, out_dtype):
-    from kernels._matmul import emulated_dot_general
+    from kernel_contracts.kernels._matmul import emulated_dot_general
 
     k = int(np.prod([np.shape(lhs)[d] for d in dims[0][0]], dtype=np.int64))
     out = emulated_dot_general(lhs, rhs, dims, rule.matmul, impl=rule.impl, splits=rule.splits(k))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats import format_info, min_normal_exponent
+from kernel_contracts.kernels.formats import format_info, min_normal_exponent
 
 __all__ = ["coarser", "identical", "ulp_distance", "ulp_summary"]
 

@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from contracts import KernelContractsError
-from contracts.sections import ENTRY_POINT
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.sections import ENTRY_POINT
 
 __all__ = [
     "PROMPT_TOKENS",
@@ -86,7 +86,7 @@ class UserModelError(KernelContractsError, ValueError):
 def is_entry_point(model: str) -> bool:
     """Whether ``model`` names an entry point (``module:function``) rather than a shipped model
     or an ``hf:`` checkpoint folder."""
-    from contracts.sections import HF_PREFIX
+    from kernel_contracts.contracts.sections import HF_PREFIX
 
     return ":" in model and not model.startswith(HF_PREFIX)
 
@@ -274,7 +274,7 @@ def _generate(fn, params, prompts, key, temperature, *, new_tokens, top_k, top_p
     import jax
     import jax.numpy as jnp
 
-    from kernels.decode import sample
+    from kernel_contracts.kernels.decode import sample
 
     seqs, prompt_len = prompts.shape
     tokens = jnp.concatenate([prompts, jnp.zeros((seqs, new_tokens), prompts.dtype)], axis=1)

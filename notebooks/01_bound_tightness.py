@@ -40,10 +40,10 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
-import bounds
-import contracts
-from bounds import LEMMAS
-from kernels import emulate
+from kernel_contracts import bounds
+from kernel_contracts import contracts
+from kernel_contracts.bounds import LEMMAS
+from kernel_contracts.kernels import emulate
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 

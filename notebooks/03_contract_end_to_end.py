@@ -39,9 +39,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
-import bounds
-import contracts
-import verify
+from kernel_contracts import bounds
+from kernel_contracts import contracts
+from kernel_contracts import verify
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 

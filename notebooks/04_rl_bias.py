@@ -49,9 +49,9 @@ if (
 import matplotlib.pyplot as plt
 import numpy as np
 
-import bounds
-import contracts
-from kernels.rl import (
+from kernel_contracts import bounds
+from kernel_contracts import contracts
+from kernel_contracts.kernels.rl import (
     ESTIMATOR_NAMES,
     RLConfig,
     bandit_bias,

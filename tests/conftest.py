@@ -28,10 +28,7 @@ for the run and removed after it, so a program that several tests build (the sam
 from __future__ import annotations
 
 import os
-import pathlib
-import re
 import shutil
-import sys
 import tempfile
 
 import jax
@@ -40,35 +37,13 @@ import pytest
 from hypothesis import settings
 from jaxtyping import install_import_hook
 
-TESTS = pathlib.Path(__file__).resolve().parent
-ROOT = TESTS.parent
-PACKAGES = ("contracts", "kernels", "evidence", "bounds", "verify")
-if str(TESTS) not in sys.path:
-    sys.path.append(str(TESTS))  # shared helpers (strategies, cli_runner) from any sub-folder
+from tests.support.shape_checks import SHAPE_CHECKS, shape_annotated_modules
 
-
-def shape_annotated_modules() -> list[str]:
-    """The modules of the five packages that import ``jaxtyping`` (their array functions carry
-    shape annotations), as dotted names. A module that compiles its functions with Numba is left
-    out: Numba compiles (and caches) the functions themselves, not a checking wrapper."""
-    found = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            text = path.read_text("utf-8")
-            if re.search(r"^(from jaxtyping|import jaxtyping)", text, re.M) and not re.search(
-                r"^(from numba|import numba)", text, re.M
-            ):
-                parts = path.relative_to(ROOT).with_suffix("").parts
-                found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return found
-
-
-SHAPE_CHECKS = os.environ.get("KERNEL_CONTRACTS_SHAPE_CHECKS", "1") != "0"
 if SHAPE_CHECKS:
     # before any test (or the CLI runner below) imports the packages
-    install_import_hook(shape_annotated_modules(), "shape_checks.typechecker")
+    install_import_hook(shape_annotated_modules(), "tests.support.shape_checks.typechecker")
 
-from cli_runner import run_cli  # noqa: E402
+from tests.support.cli_runner import run_cli
 
 settings.register_profile("quick", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)

@@ -17,9 +17,9 @@ its name is named otherwise (``verify.proving.runner`` defines ``run``).
 
 from __future__ import annotations
 
-from contracts.lazy import lazy_exports
-from verify.common.clauses import ClauseResult
-from verify.common.status import Status, worst
+from kernel_contracts.contracts.lazy import lazy_exports
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.status import Status, worst
 
 __all__ = [
     "ClauseResult",
@@ -44,22 +44,22 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Obligation": "verify.proving.obligations",
-    "discharge": "verify.proving.obligations",
-    "Report": "verify.proving.render.report",
-    "report_json": "verify.proving.render.report",
-    "enclose": "verify.proving.solve.enclosures",
-    "encode": "verify.proving.solve.encoding",
-    "export_main": "verify.pipeline.export",
-    "localize_main": "verify.diagnostics.localize.command",
-    "conformance_main": "verify.diagnostics.conformance.command",
-    "prove": "verify.proving.solve.solver",
-    "run": "verify.proving.runner",
-    "to_html": "verify.proving.render.documents",
-    "to_markdown": "verify.proving.render.documents",
-    "check_report": "verify.proving.check.recheck",
-    "synthesize": "verify.proving.synth",
-    "main": "verify.cli.commands",
+    "Obligation": "kernel_contracts.verify.proving.obligations",
+    "discharge": "kernel_contracts.verify.proving.obligations",
+    "Report": "kernel_contracts.verify.proving.render.report",
+    "report_json": "kernel_contracts.verify.proving.render.report",
+    "enclose": "kernel_contracts.verify.proving.solve.enclosures",
+    "encode": "kernel_contracts.verify.proving.solve.encoding",
+    "export_main": "kernel_contracts.verify.pipeline.export",
+    "localize_main": "kernel_contracts.verify.diagnostics.localize.command",
+    "conformance_main": "kernel_contracts.verify.diagnostics.conformance.command",
+    "prove": "kernel_contracts.verify.proving.solve.solver",
+    "run": "kernel_contracts.verify.proving.runner",
+    "to_html": "kernel_contracts.verify.proving.render.documents",
+    "to_markdown": "kernel_contracts.verify.proving.render.documents",
+    "check_report": "kernel_contracts.verify.proving.check.recheck",
+    "synthesize": "kernel_contracts.verify.proving.synth",
+    "main": "kernel_contracts.verify.cli.commands",
 }
 
 

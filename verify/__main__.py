@@ -2,7 +2,7 @@
 
 import sys
 
-from verify.cli.commands import main
+from kernel_contracts.verify.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

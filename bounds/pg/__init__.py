@@ -12,7 +12,7 @@ One subject, one room: each estimator's closed form, lemma, witness and routes s
 - ``evaluate``: numbers for plots, the bound an obligation uses and the exact supremum.
 """
 
-from bounds.pg.evaluate import pg_bias_bound, pg_bias_supremum
-from bounds.pg.routes import pg_bias_notes, pg_bias_routes
+from kernel_contracts.bounds.pg.evaluate import pg_bias_bound, pg_bias_supremum
+from kernel_contracts.bounds.pg.routes import pg_bias_notes, pg_bias_routes
 
 __all__ = ["pg_bias_bound", "pg_bias_notes", "pg_bias_routes", "pg_bias_supremum"]

@@ -16,11 +16,11 @@ import math
 import mpmath
 import sympy
 
-from bounds._evaluate import evaluate
-from bounds.pg import closed_forms as C
-from bounds.pg.links import mis_drift, tis_drift
-from bounds.sequence.lemmas import sequence_tv_bound
-from bounds.token.lemmas import kl_tilt_sup
+from kernel_contracts.bounds._evaluate import evaluate
+from kernel_contracts.bounds.pg import closed_forms as C
+from kernel_contracts.bounds.pg.links import mis_drift, tis_drift
+from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
+from kernel_contracts.bounds.token.lemmas import kl_tilt_sup
 
 __all__ = ["pg_bias_bound", "pg_bias_supremum"]
 

@@ -20,10 +20,10 @@ import math
 import numpy as np
 import sympy
 
-from bounds import measure
-from bounds._evaluate import evaluate
-from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.pg.closed_forms import (
+from kernel_contracts.bounds import measure
+from kernel_contracts.bounds._evaluate import evaluate
+from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds.pg.closed_forms import (
     band_drift,
     band_ratio,
     band_tv,
@@ -39,8 +39,8 @@ from bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
-from bounds.pg.links import tis_drift, tis_ratio
-from bounds.pg.witnesses import (
+from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.witnesses import (
     band_dropped_mass,
     band_pair,
     best_iid_seq_mask,
@@ -55,8 +55,8 @@ from bounds.pg.witnesses import (
     tis_mask_discrepancy,
     tv_band_laws,
 )
-from bounds.sequence.lemmas import sequence_tv_bound
-from bounds.token.lemmas import kl_tilt_sup, tilt_pair
+from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
+from kernel_contracts.bounds.token.lemmas import kl_tilt_sup, tilt_pair
 
 __all__ = ["CORRECTION_LEMMAS"]
 

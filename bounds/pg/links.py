@@ -20,9 +20,9 @@ import math
 import numpy as np
 import sympy
 
-from bounds import measure
-from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.token.lemmas import tilt_pair
+from kernel_contracts.bounds import measure
+from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds.token.lemmas import tilt_pair
 
 __all__ = [
     "RL_LEMMAS",

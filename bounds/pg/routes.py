@@ -18,8 +18,8 @@ from fractions import Fraction
 import mpmath
 import sympy
 
-from bounds._evaluate import evaluate
-from bounds.pg.closed_forms import (
+from kernel_contracts.bounds._evaluate import evaluate
+from kernel_contracts.bounds.pg.closed_forms import (
     ETA,
     band_drift,
     band_ratio,
@@ -40,11 +40,11 @@ from bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
-from bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
-from bounds.premises import Fact
-from bounds.route import NoLemma, Route, combine
-from contracts import exact
-from contracts.rejection import parse_rejection
+from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
+from kernel_contracts.bounds.premises import Fact
+from kernel_contracts.bounds.route import NoLemma, Route, combine
+from kernel_contracts.contracts import exact
+from kernel_contracts.contracts.rejection import parse_rejection
 
 __all__ = ["canonical", "pg_bias_notes", "pg_bias_routes"]
 
@@ -398,7 +398,7 @@ def _tv_mask(ctx, GA, name: str = "pg_bias_tv_mask") -> list[Route]:
 
 def _kl_mask(ctx, GA, name: str = "pg_bias_kl_mask") -> list[Route]:
     """kl_mask, and dppo_kl (binary KL ≤ KL by data processing, equal on two tokens)."""
-    from bounds.token.lemmas import kl_tilt_sup
+    from kernel_contracts.bounds.token.lemmas import kl_tilt_sup
 
     tau = ctx.const("tau", _need(ctx, "threshold", "threshold: τ"))
     out = _mask(ctx, GA, name, ctx.kl_routes(), tau)

@@ -14,9 +14,9 @@ from fractions import Fraction
 import numpy as np
 from jaxtyping import Float
 
-from bounds import measure
-from bounds.search import golden_max
-from bounds.token.lemmas import tilt_pair
+from kernel_contracts.bounds import measure
+from kernel_contracts.bounds.search import golden_max
+from kernel_contracts.bounds.token.lemmas import tilt_pair
 
 __all__ = [
     "band_dropped_mass",

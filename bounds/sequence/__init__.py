@@ -1,7 +1,7 @@
 """Token → sequence links: total variation of L-token sequence laws by four routes
 (``bounds.sequence.lemmas``: the lemmas, their closed forms, routes and i.i.d. witnesses)."""
 
-from bounds.sequence.lemmas import (
+from kernel_contracts.bounds.sequence.lemmas import (
     SEQUENCE_LEMMAS,
     best_iid_witness,
     sequence_routes,

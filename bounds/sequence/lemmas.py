@@ -27,10 +27,10 @@ import math
 import numpy as np
 import sympy
 
-from bounds import measure
-from bounds.lemma import SYMBOLS, Lemma, Witness
-from bounds.search import golden_max
-from bounds.token.lemmas import kl_tilt_sup
+from kernel_contracts.bounds import measure
+from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds.search import golden_max
+from kernel_contracts.bounds.token.lemmas import kl_tilt_sup
 
 __all__ = ["SEQUENCE_LEMMAS", "best_iid_witness", "sequence_routes", "sequence_tv_bound"]
 

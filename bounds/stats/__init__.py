@@ -1,7 +1,7 @@
 """Statistical bounds for evidence clauses: distribution-free upper confidence bounds and
 sample-size planning (``bounds.stats.confidence``)."""
 
-from bounds.stats.confidence import (
+from kernel_contracts.bounds.stats.confidence import (
     binomial_cdf,
     clopper_pearson_lower,
     clopper_pearson_upper,

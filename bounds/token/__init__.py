@@ -1,7 +1,7 @@
 """Token-level links: logit drift → oscillation → log ratio, total variation and KL
 (``bounds.token.lemmas``: the lemmas, their closed forms and two-token witnesses)."""
 
-from bounds.token.lemmas import (
+from kernel_contracts.bounds.token.lemmas import (
     KL_SWITCH,
     TOKEN_LEMMAS,
     kl_tilt_sup,

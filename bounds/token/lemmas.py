@@ -13,8 +13,8 @@ import math
 import numpy as np
 import sympy
 
-from bounds import measure
-from bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds import measure
+from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
 
 __all__ = [
     "KL_SWITCH",

@@ -7,11 +7,11 @@ policies' log-probs of every sampled token, and appends them a batch at a time
 ``detach().cpu().numpy()``. ``*_CHECKED`` names the framework versions each was read against.
 """
 
-from evidence.hooks.records import HookError, sequence_records, to_numpy
-from evidence.hooks.sink import JsonlSink
-from evidence.hooks.skyrl import SKYRL_CHECKED, SkyrlLogHook, skyrl_records
-from evidence.hooks.trl import TRL_CHECKED, TrlLogHook, trl_records
-from evidence.hooks.verl import VERL_CHECKED, VerlLogHook, verl_records
+from kernel_contracts.evidence.hooks.records import HookError, sequence_records, to_numpy
+from kernel_contracts.evidence.hooks.sink import JsonlSink
+from kernel_contracts.evidence.hooks.skyrl import SKYRL_CHECKED, SkyrlLogHook, skyrl_records
+from kernel_contracts.evidence.hooks.trl import TRL_CHECKED, TrlLogHook, trl_records
+from kernel_contracts.evidence.hooks.verl import VERL_CHECKED, VerlLogHook, verl_records
 
 __all__ = [
     "SKYRL_CHECKED",

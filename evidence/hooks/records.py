@@ -15,8 +15,8 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 from jaxtyping import Bool, Float, Int, Shaped
 
-from contracts import KernelContractsError
-from evidence.logs.schema import FORMATS
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.evidence.logs.schema import FORMATS
 
 __all__ = ["HookError", "sequence_records", "to_numpy"]
 

@@ -28,14 +28,14 @@ import os
 
 import numpy as np
 
-from evidence.hooks.records import (
+from kernel_contracts.evidence.hooks.records import (
     HookError,
     check_shapes,
     require,
     sequence_records,
     to_numpy,
 )
-from evidence.hooks.sink import JsonlSink
+from kernel_contracts.evidence.hooks.sink import JsonlSink
 
 __all__ = ["VERL_CHECKED", "VerlLogHook", "verl_records"]
 

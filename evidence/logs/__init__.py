@@ -1,11 +1,27 @@
 """Evidence from users' RL stacks: log readers (JSONL; Parquet and Arrow through pyarrow) and
 sampled-token metrics (numpy only)."""
 
-from evidence.logs.metrics import IS_RATIO_QUANTILES, framework_metrics, token_metrics
-from evidence.logs.reader import LOGPROB_TOLERANCE, LogError, LogTable, Problem, read_log
-from evidence.logs.schema import FILE_FORMATS, FORMATS, LogFormat, detect_format, file_format_of
-from evidence.logs.shift import SupportShift, support_shift
-from evidence.logs.writer import LoggedSequence, record, write_log
+from kernel_contracts.evidence.logs.metrics import (
+    IS_RATIO_QUANTILES,
+    framework_metrics,
+    token_metrics,
+)
+from kernel_contracts.evidence.logs.reader import (
+    LOGPROB_TOLERANCE,
+    LogError,
+    LogTable,
+    Problem,
+    read_log,
+)
+from kernel_contracts.evidence.logs.schema import (
+    FILE_FORMATS,
+    FORMATS,
+    LogFormat,
+    detect_format,
+    file_format_of,
+)
+from kernel_contracts.evidence.logs.shift import SupportShift, support_shift
+from kernel_contracts.evidence.logs.writer import LoggedSequence, record, write_log
 
 __all__ = [
     "FILE_FORMATS",

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from evidence.logs.reader import LogError, LogTable, Reading, open_log
-from evidence.logs.schema import FORMATS, detect_format
+from kernel_contracts.evidence.logs.reader import LogError, LogTable, Reading, open_log
+from kernel_contracts.evidence.logs.schema import FORMATS, detect_format
 
 __all__ = ["BATCH_ROWS", "read_columnar_log"]
 

@@ -22,8 +22,14 @@ from types import MappingProxyType
 
 import numpy as np
 
-from contracts import KernelContractsError
-from evidence.logs.schema import FILE_FORMATS, FORMATS, LogFormat, detect_format, file_format_of
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.evidence.logs.schema import (
+    FILE_FORMATS,
+    FORMATS,
+    LogFormat,
+    detect_format,
+    file_format_of,
+)
 
 # the record-level pieces are public for readers of growing logs (``verify.monitor``)
 __all__ = [
@@ -604,7 +610,9 @@ def read_log(
             f"{path}: unknown file format {stored!r} (expected one of: {', '.join(FILE_FORMATS)})"
         )
     if stored != "jsonl":
-        from evidence.logs.arrow import read_columnar_log  # pyarrow loads for columnar logs only
+        from kernel_contracts.evidence.logs.arrow import (
+            read_columnar_log,  # pyarrow loads for columnar logs only
+        )
 
         return read_columnar_log(
             path, format, file_format=stored, vocab_size=vocab_size, progress=progress

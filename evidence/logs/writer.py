@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evidence.logs.schema import FORMATS
+from kernel_contracts.evidence.logs.schema import FORMATS
 
 __all__ = ["LoggedSequence", "record", "write_log"]
 

@@ -94,11 +94,16 @@ References:
     summation error bounds).
 """
 
-from kernels._matmul.api import QuantizedWeight, emulated_dot_general, matmul, quantize_weight
-from kernels._matmul.int8 import Int8Product, int8_matmul
-from kernels._matmul.plan import Plan, make_plan
-from kernels._matmul.reference import matmul_reference
-from kernels._matmul.rounding import round_accumulator, round_accumulator_np
+from kernel_contracts.kernels._matmul.api import (
+    QuantizedWeight,
+    emulated_dot_general,
+    matmul,
+    quantize_weight,
+)
+from kernel_contracts.kernels._matmul.int8 import Int8Product, int8_matmul
+from kernel_contracts.kernels._matmul.plan import Plan, make_plan
+from kernel_contracts.kernels._matmul.reference import matmul_reference
+from kernel_contracts.kernels._matmul.rounding import round_accumulator, round_accumulator_np
 
 __all__ = [
     "Int8Product",

@@ -10,13 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from contracts import MatmulSpec
-from kernels._matmul.fast import reduce_quantized
-from kernels._matmul.int8 import check_int8_spec, int8_matmul, may_overflow
-from kernels._matmul.plan import make_plan
-from kernels._matmul.reference import matmul_reference
-from kernels.formats import cast_output
-from kernels.scaling import quantize_cols, quantize_rows
+from kernel_contracts.contracts import MatmulSpec
+from kernel_contracts.kernels._matmul.fast import reduce_quantized
+from kernel_contracts.kernels._matmul.int8 import check_int8_spec, int8_matmul, may_overflow
+from kernel_contracts.kernels._matmul.plan import make_plan
+from kernel_contracts.kernels._matmul.reference import matmul_reference
+from kernel_contracts.kernels.formats import cast_output
+from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows
 
 __all__ = ["QuantizedWeight", "emulated_dot_general", "matmul", "quantize_weight"]
 
@@ -62,12 +62,12 @@ def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool |
     xq, sx = quantize_rows(x, plan.inputs, plan.scaling)
     wq, sw = w if isinstance(w, QuantizedWeight) else _quantize_2d(w, spec)
     if impl == "pallas_gpu" or (impl == "pallas" and _gpu_kernel(interpret)):
-        from kernels._matmul.pallas_gpu import reduce_quantized_pallas_gpu
+        from kernel_contracts.kernels._matmul.pallas_gpu import reduce_quantized_pallas_gpu
 
         # quantize_cols(w) is quantize_rows(w.T) transposed, bit for bit
         total = reduce_quantized_pallas_gpu(xq, sx, wq.T, sw.T, plan, interpret=interpret)
     elif impl == "pallas":
-        from kernels._matmul.pallas import reduce_quantized_pallas
+        from kernel_contracts.kernels._matmul.pallas import reduce_quantized_pallas
 
         total = reduce_quantized_pallas(xq, sx, wq.T, sw.T, plan, interpret=interpret)
     else:  # w quantized in its own layout, the scales per column: no transposed copy

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from contracts import EpilogueSpec
-from kernels.formats import TINY, format_info, min_normal_exponent
+from kernel_contracts.contracts import EpilogueSpec
+from kernel_contracts.kernels.formats import TINY, format_info, min_normal_exponent
 
 __all__ = [
     "EpilogueCode",

@@ -46,11 +46,11 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from kernels._matmul.plan import Plan
-from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
-from kernels.bitround import round_binary32
-from kernels.formats import flush, format_info
-from kernels.portlint import order_free
+from kernel_contracts.kernels._matmul.plan import Plan
+from kernel_contracts.kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
+from kernel_contracts.kernels.bitround import round_binary32
+from kernel_contracts.kernels.formats import flush, format_info
+from kernel_contracts.kernels.portlint import order_free
 
 __all__ = [
     "binary32_exact",

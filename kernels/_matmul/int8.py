@@ -22,11 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from contracts import MatmulSpec
-from kernels._matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
-from kernels.formats import int_format_info
-from kernels.portlint import order_free
-from kernels.scaling import quantize_rows_int8
+from kernel_contracts.contracts import MatmulSpec
+from kernel_contracts.kernels._matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
+from kernel_contracts.kernels.formats import int_format_info
+from kernel_contracts.kernels.portlint import order_free
+from kernel_contracts.kernels.scaling import quantize_rows_int8
 
 __all__ = ["INT32_MAX", "MAX_K", "Int8Product", "check_int8_spec", "int8_matmul"]
 
@@ -116,7 +116,7 @@ def int8_matmul(
     (m, k), n = jnp.shape(x), jnp.shape(w)[1]
     check_int8_spec(spec, int(k))
     if impl == "numpy":
-        from kernels._matmul.int8_reference import int8_matmul_reference
+        from kernel_contracts.kernels._matmul.int8_reference import int8_matmul_reference
 
         return int8_matmul_reference(np.asarray(x), np.asarray(w), spec)
     if m == 0 or n == 0 or k == 0:  # an empty sum is +0

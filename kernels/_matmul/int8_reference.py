@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from contracts import EpilogueSpec, MatmulSpec
-from kernels._matmul.int8 import Int8Product
-from kernels.formats import format_info, min_normal_exponent
-from kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.contracts import EpilogueSpec, MatmulSpec
+from kernel_contracts.kernels._matmul.int8 import Int8Product
+from kernel_contracts.kernels.formats import format_info, min_normal_exponent
+from kernel_contracts.kernels.scaling import quantize_rows_int8_np
 
 __all__ = ["epilogue_np", "int8_matmul_reference", "round_fraction"]
 

@@ -19,10 +19,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, ArrayLike, Float
 
-from kernels._matmul.fast import lay_out, scaled_term
-from kernels._matmul.plan import Plan
-from kernels._matmul.rounding import round_accumulator
-from kernels.formats import flush
+from kernel_contracts.kernels._matmul.fast import lay_out, scaled_term
+from kernel_contracts.kernels._matmul.plan import Plan
+from kernel_contracts.kernels._matmul.rounding import round_accumulator
+from kernel_contracts.kernels.formats import flush
 
 __all__ = ["pad_to", "reduce_quantized_pallas"]
 

@@ -49,12 +49,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, ArrayLike, Float
 
-from kernels._matmul.fast import binary32_exact, for_all, scaled_term
-from kernels._matmul.pallas import pad_to
-from kernels._matmul.plan import Plan
-from kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
-from kernels.formats import flush
-from kernels.portlint import order_free
+from kernel_contracts.kernels._matmul.fast import binary32_exact, for_all, scaled_term
+from kernel_contracts.kernels._matmul.pallas import pad_to
+from kernel_contracts.kernels._matmul.plan import Plan
+from kernel_contracts.kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
+from kernel_contracts.kernels.formats import flush
+from kernel_contracts.kernels.portlint import order_free
 
 __all__ = [
     "Variant",

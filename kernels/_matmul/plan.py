@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contracts import MatmulSpec
-from kernels.formats import format_info
-from kernels.scaling import Scaling, parse_scaling
+from kernel_contracts.contracts import MatmulSpec
+from kernel_contracts.kernels.formats import format_info
+from kernel_contracts.kernels.scaling import Scaling, parse_scaling
 
 __all__ = ["Plan", "make_plan"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from contracts import MatmulSpec
-from kernels._matmul.plan import Plan, make_plan
-from kernels._matmul.rounding import round_accumulator_np
-from kernels.formats import cast_output_np, flush_np
-from kernels.scaling import quantize_rows_np
+from kernel_contracts.contracts import MatmulSpec
+from kernel_contracts.kernels._matmul.plan import Plan, make_plan
+from kernel_contracts.kernels._matmul.rounding import round_accumulator_np
+from kernel_contracts.kernels.formats import cast_output_np, flush_np
+from kernel_contracts.kernels.scaling import quantize_rows_np
 
 __all__ = ["matmul_reference", "reduce_quantized_np"]
 

@@ -9,25 +9,25 @@ loads nothing heavy until a name is used.
 
 from __future__ import annotations
 
-from contracts.lazy import lazy_exports
+from kernel_contracts.contracts.lazy import lazy_exports
 
 # public name -> submodule that defines it
 _EXPORTS = {
-    "ARCHITECTURES": "kernels.hf.config",
-    "DecoderConfig": "kernels.hf.config",
-    "RopeConfig": "kernels.hf.config",
-    "parse_config": "kernels.hf.config",
-    "read_config": "kernels.hf.config",
-    "CheckpointError": "kernels.hf.errors",
-    "CheckpointProblem": "kernels.hf.errors",
-    "Decoder": "kernels.hf.decoder",
-    "inverse_frequencies": "kernels.hf.rope",
-    "hf_tensors": "kernels.hf.checkpoint",
-    "config_json": "kernels.hf.checkpoint",
-    "load_decoder": "kernels.hf.checkpoint",
-    "save_decoder": "kernels.hf.checkpoint",
-    "read_tokenizer": "kernels.hf.tokenizer",
-    "encode": "kernels.hf.tokenizer",
+    "ARCHITECTURES": "kernel_contracts.kernels.hf.config",
+    "DecoderConfig": "kernel_contracts.kernels.hf.config",
+    "RopeConfig": "kernel_contracts.kernels.hf.config",
+    "parse_config": "kernel_contracts.kernels.hf.config",
+    "read_config": "kernel_contracts.kernels.hf.config",
+    "CheckpointError": "kernel_contracts.kernels.hf.errors",
+    "CheckpointProblem": "kernel_contracts.kernels.hf.errors",
+    "Decoder": "kernel_contracts.kernels.hf.decoder",
+    "inverse_frequencies": "kernel_contracts.kernels.hf.rope",
+    "hf_tensors": "kernel_contracts.kernels.hf.checkpoint",
+    "config_json": "kernel_contracts.kernels.hf.checkpoint",
+    "load_decoder": "kernel_contracts.kernels.hf.checkpoint",
+    "save_decoder": "kernel_contracts.kernels.hf.checkpoint",
+    "read_tokenizer": "kernel_contracts.kernels.hf.tokenizer",
+    "encode": "kernel_contracts.kernels.hf.tokenizer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -31,9 +31,9 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
-from kernels.hf.config import DecoderConfig, read_config
-from kernels.hf.errors import CheckpointError, CheckpointProblem
-from kernels.ops import Ops
+from kernel_contracts.kernels.hf.config import DecoderConfig, read_config
+from kernel_contracts.kernels.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.ops import Ops
 
 __all__ = [
     "DTYPES",
@@ -260,7 +260,7 @@ def load_decoder(folder: str, ops: Ops | None = None):
     import jax.numpy as jnp
     from flax import nnx
 
-    from kernels.hf.decoder import Decoder
+    from kernel_contracts.kernels.hf.decoder import Decoder
 
     config = read_config(folder)
     problems: list[CheckpointProblem] = []

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.hf.errors import CheckpointError, CheckpointProblem
 
 __all__ = [
     "ARCHITECTURES",

@@ -41,9 +41,9 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from kernels.hf.config import DecoderConfig
-from kernels.hf.rope import cos_sin, inverse_frequencies, rotate
-from kernels.ops import Ops, plain_ops, prepared, widen_heads
+from kernel_contracts.kernels.hf.config import DecoderConfig
+from kernel_contracts.kernels.hf.rope import cos_sin, inverse_frequencies, rotate
+from kernel_contracts.kernels.ops import Ops, plain_ops, prepared, widen_heads
 
 __all__ = ["Attention", "Decoder", "DecoderLayer", "Linear", "Mlp", "RMSNorm"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from contracts.errors import KernelContractsError
+from kernel_contracts.contracts.errors import KernelContractsError
 
 __all__ = ["CheckpointError", "CheckpointProblem"]
 

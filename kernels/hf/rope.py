@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Shaped
 
-from kernels.hf.config import RopeConfig
-from kernels.ops import Layers
+from kernel_contracts.kernels.hf.config import RopeConfig
+from kernel_contracts.kernels.ops import Layers
 
 __all__ = ["cos_sin", "inverse_frequencies", "rotate"]
 

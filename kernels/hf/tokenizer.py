@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
-from kernels.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.hf.errors import CheckpointError, CheckpointProblem
 
 __all__ = ["TOKENIZER", "encode", "read_tokenizer"]
 

@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from contracts.checks import check_temperature
-from kernels.rl.estimators import check_params, correction_weights
+from kernel_contracts.contracts.checks import check_temperature
+from kernel_contracts.kernels.rl.estimators import check_params, correction_weights
 
 __all__ = [
     "BanditBias",

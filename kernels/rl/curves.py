@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kernels.rl.loop import StepRecord
+from kernel_contracts.kernels.rl.loop import StepRecord
 
 __all__ = [
     "degraded_steps",

@@ -62,9 +62,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from contracts.checks import param_range, valid_band
-from contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
-from contracts.rejection import Criterion, RejectionError, parse_rejection
+from kernel_contracts.contracts.checks import param_range, valid_band
+from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
+from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
 

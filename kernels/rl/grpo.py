@@ -32,8 +32,8 @@ import optax
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from kernels.model import TinyLM
-from kernels.rl.estimators import correction_weights
+from kernel_contracts.kernels.model import TinyLM
+from kernel_contracts.kernels.rl.estimators import correction_weights
 
 __all__ = [
     "TRACES",

@@ -38,15 +38,15 @@ import optax
 from flax import nnx
 from jaxtyping import Array
 
-from contracts.checks import check_temperature
-from contracts.presets import PRESETS, preset
-from kernels._measure import measure
-from kernels.decode import generate, teacher_force
-from kernels.model import CHECKPOINTS, TinyLM, load_pretrained, with_ops
-from kernels.ops import inference_ops
-from kernels.rl.estimators import check_params
-from kernels.rl.grpo import Batch, correct, group_advantages, train_step
-from kernels.rl.task import get_task, group_prompts
+from kernel_contracts.contracts.checks import check_temperature
+from kernel_contracts.contracts.presets import PRESETS, preset
+from kernel_contracts.kernels._measure import measure
+from kernel_contracts.kernels.decode import generate, teacher_force
+from kernel_contracts.kernels.model import CHECKPOINTS, TinyLM, load_pretrained, with_ops
+from kernel_contracts.kernels.ops import inference_ops
+from kernel_contracts.kernels.rl.estimators import check_params
+from kernel_contracts.kernels.rl.grpo import Batch, correct, group_advantages, train_step
+from kernel_contracts.kernels.rl.task import get_task, group_prompts
 
 __all__ = [
     "RECORD_FIELDS",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Int
 
-from contracts.checks import check_temperature
-from contracts.presets import preset
-from kernels.decode import PairLogits
+from kernel_contracts.contracts.checks import check_temperature
+from kernel_contracts.contracts.presets import preset
+from kernel_contracts.kernels.decode import PairLogits
 
 __all__ = ["held_out_prompts", "rollout_pairs"]
 
@@ -25,8 +25,8 @@ def held_out_prompts(
     count: int, length: int, seed: int, model: str = "tiny-lm"
 ) -> Int[np.ndarray, "prompts length"]:
     """``count`` prompts of ``length`` bytes from ``model``'s held-out windows (seeded)."""
-    from kernels.emulation import prompts_from
-    from kernels.model import pretrained_extra
+    from kernel_contracts.kernels.emulation import prompts_from
+    from kernel_contracts.kernels.model import pretrained_extra
 
     windows = pretrained_extra(model)["heldout_windows"].astype(np.int32)
     if count < 1:
@@ -53,9 +53,9 @@ def rollout_pairs(
     import jax
     import jax.numpy as jnp
 
-    from kernels.decode import generate, teacher_force
-    from kernels.model import load_pretrained, with_ops
-    from kernels.ops import inference_ops, train_ops
+    from kernel_contracts.kernels.decode import generate, teacher_force
+    from kernel_contracts.kernels.model import load_pretrained, with_ops
+    from kernel_contracts.kernels.ops import inference_ops, train_ops
 
     prompts = np.asarray(prompts, np.int32)
     if prompts.ndim != 2 or prompts.shape[0] < 1 or prompts.shape[1] < 1:

@@ -61,7 +61,7 @@ def group_prompts(
     """``groups`` prompts of ``length`` bytes from ``model``'s held-out text, each repeated
     ``group_size`` times in a row (rows ``g * group_size`` to ``(g + 1) * group_size - 1``
     share prompt ``g``), as GRPO samples a group of completions per prompt."""
-    from kernels.rl.rollouts import held_out_prompts
+    from kernel_contracts.kernels.rl.rollouts import held_out_prompts
 
     if groups < 1 or group_size < 1:
         raise ValueError(f"groups and group_size must be at least 1, got {groups}, {group_size}")

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from bounds import apriori_logit_drift, matmul_error, unit_roundoff
-from contracts import MatmulSpec, preset
+from kernel_contracts.bounds import apriori_logit_drift, matmul_error, unit_roundoff
+from kernel_contracts.contracts import MatmulSpec, preset
 
 PRESETS = ("fp32", "bf16", "h100-fp8", "h100-fp8-fast-accum", "mxfp8")
 
@@ -32,7 +32,7 @@ def _exact(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("signs", ["positive", "mixed"])
 def test_deterministic_bound_holds_for_emulated_matmul(name, signs):
     """Magnitudes in [0.5, 1] keep every scaled value normal (the stated assumption)."""
-    matmul = pytest.importorskip("kernels._matmul").matmul_reference
+    matmul = pytest.importorskip("kernel_contracts.kernels._matmul").matmul_reference
     rng = np.random.default_rng(0)
     k = 1024
     x = rng.uniform(0.5, 1.0, (4, k)).astype(np.float32)
@@ -52,8 +52,8 @@ def test_truncating_accumulator_bound_is_within_a_small_factor():
     """Positive terms, a 13-bit truncating accumulator, no quantization: every rounding loses
     up to u of a partial sum that grows linearly, so the loss averages about m·u/4 against the
     worst case γ_m(u) ≈ m·u: the bound must be within a factor 8 of what happens."""
-    matmul = pytest.importorskip("kernels._matmul").matmul_reference
-    from contracts import AccumulatorSpec
+    matmul = pytest.importorskip("kernel_contracts.kernels._matmul").matmul_reference
+    from kernel_contracts.contracts import AccumulatorSpec
 
     spec = MatmulSpec(
         inputs="float32",

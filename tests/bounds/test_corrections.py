@@ -18,21 +18,21 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-import strategies
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_contracts import pg_contract
-from strategies import TOL, examples, within
 
-import bounds
-from bounds import LEMMAS, measure
-from bounds.pg import closed_forms as C
-from bounds.pg.witnesses import band_dropped_mass, geo_dropped_mass
-from bounds.token import kl_tilt_sup
-from contracts.canonical import from_canonical
-from verify.common.status import Status
-from verify.proving.obligations import discharge
+from kernel_contracts import bounds
+from kernel_contracts.bounds import LEMMAS, measure
+from kernel_contracts.bounds.pg import closed_forms as C
+from kernel_contracts.bounds.pg.witnesses import band_dropped_mass, geo_dropped_mass
+from kernel_contracts.bounds.token import kl_tilt_sup
+from kernel_contracts.contracts.canonical import from_canonical
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
+from tests.support import strategies
+from tests.support.pg_contracts import pg_contract
+from tests.support.strategies import TOL, examples, within
 
 _x, _y = sympy.Symbol("x", nonnegative=True), sympy.Symbol("y", nonnegative=True)
 _lo, _hi, _c = (sympy.Symbol(n, positive=True) for n in ("lo", "hi", "c"))

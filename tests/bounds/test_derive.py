@@ -14,11 +14,10 @@ import pytest
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-import bounds
-from bounds import derive, evaluate, loosest
-from contracts import (
+from kernel_contracts import bounds
+from kernel_contracts.bounds import derive, evaluate, loosest
+from kernel_contracts.contracts import (
     Contract,
     Guarantee,
     KernelPair,
@@ -29,6 +28,7 @@ from contracts import (
     StatisticalClause,
     preset,
 )
+from tests.support.strategies import examples
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "contracts" / "examples").glob("*.yaml"))
@@ -241,7 +241,7 @@ def test_loosest_none_when_zero_fails():
 @pytest.mark.skipif(not EXAMPLES, reason="no example contracts")
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_contracts_are_fully_derived(path):
-    from contracts import load
+    from kernel_contracts.contracts import load
 
     for d in derive(load(str(path))):
         assert d.expr is not None, (d.guarantee, d.reason)
@@ -277,7 +277,7 @@ def test_import_does_not_load_jax():
 )
 def test_derived_values_bound_the_true_quantities(delta, T, seed):
     """End to end: a contract's derived values hold for logit pairs meeting its clause."""
-    from bounds import measure
+    from kernel_contracts.bounds import measure
 
     gs = [
         Guarantee("tv", "token_tv", 1.0, ("N1",)),

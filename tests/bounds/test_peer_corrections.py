@@ -23,29 +23,28 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import strategies
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_contracts import head, pg_contract
-from strategies import examples, within
 
-import bounds
-import contracts
-from bounds import LEMMAS, measure
-from bounds.pg import closed_forms as C
-from bounds.pg.witnesses import (
+from kernel_contracts import bounds, contracts
+from kernel_contracts.bounds import LEMMAS, measure
+from kernel_contracts.bounds.pg import closed_forms as C
+from kernel_contracts.bounds.pg.witnesses import (
     band_dropped_mass,
     dppo_dropped_mass,
     geo_dropped_mass,
     raised_pair,
     tis_mask_discrepancy,
 )
-from bounds.sequence.lemmas import sequence_tv_bound
-from bounds.token import kl_tilt_sup
-from contracts.errors import KernelContractsError
-from verify.common.status import Status
-from verify.proving.obligations import discharge
+from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
+from kernel_contracts.bounds.token import kl_tilt_sup
+from kernel_contracts.contracts.errors import KernelContractsError
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
+from tests.support import strategies
+from tests.support.pg_contracts import head, pg_contract
+from tests.support.strategies import examples, within
 
 _x = sympy.Symbol("x", nonnegative=True)
 _lo, _hi = sympy.Symbol("lo", positive=True), sympy.Symbol("hi", positive=True)

@@ -8,14 +8,14 @@ import mpmath
 import numpy as np
 import pytest
 
-from bounds import (
+from kernel_contracts.bounds import (
     clopper_pearson_upper,
     mean_ucb,
     min_samples_quantile,
     min_samples_rate,
     quantile_ucb,
 )
-from bounds.stats import binomial_cdf
+from kernel_contracts.bounds.stats import binomial_cdf
 
 
 def _mc_floor(conf: float, reps: int) -> float:

@@ -8,8 +8,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from bounds import LEMMAS, measure
-from bounds.sequence import best_iid_witness
+from kernel_contracts.bounds import LEMMAS, measure
+from kernel_contracts.bounds.sequence import best_iid_witness
 
 GRID = [(0.001, 1.0), (0.02, 1.0), (0.1, 0.5), (1.0, 1.0), (3.0, 0.7), (0.5, 0.05), (8.0, 20.0)]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from contracts import ContractError, load, loads
-from contracts.canonical import from_canonical
+from kernel_contracts.contracts import ContractError, load, loads
+from kernel_contracts.contracts.canonical import from_canonical
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = [

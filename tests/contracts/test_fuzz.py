@@ -9,11 +9,11 @@ import pathlib
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from strategies import examples
 
-import contracts
-from contracts import ContractError
-from contracts.fields import OBJECTS, QUANTITIES
+from kernel_contracts import contracts
+from kernel_contracts.contracts import ContractError
+from kernel_contracts.contracts.fields import OBJECTS, QUANTITIES
+from tests.support.strategies import examples
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = [

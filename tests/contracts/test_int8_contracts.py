@@ -8,9 +8,9 @@ import pathlib
 
 import pytest
 
-import contracts
-from contracts import EpilogueSpec, IntAccumulatorSpec
-from contracts.canonical import from_canonical
+from kernel_contracts import contracts
+from kernel_contracts.contracts import EpilogueSpec, IntAccumulatorSpec
+from kernel_contracts.contracts.canonical import from_canonical
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "contracts" / "examples" / "int8-serving.yaml"
@@ -118,8 +118,8 @@ def test_a_forged_int8_canonical_form_is_refused(change, message):
 
 def test_an_order_is_required_when_a_fused_start_is_made_separate():
     """No shipped preset is fused, so this rule is reached through the reader directly."""
-    from contracts.checks import Checker
-    from contracts.kernelspec import _epilogue
+    from kernel_contracts.contracts.checks import Checker
+    from kernel_contracts.contracts.kernelspec import _epilogue
 
     ck = Checker("t.yaml", {})
     start = EpilogueSpec(order=None, fused=True)

@@ -11,8 +11,8 @@ import pathlib
 
 import pytest
 
-import contracts
-from contracts import PRESETS, AccumulatorSpec, ContractError, MatmulSpec, Scaling
+from kernel_contracts import contracts
+from kernel_contracts.contracts import PRESETS, AccumulatorSpec, ContractError, MatmulSpec, Scaling
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "contracts" / "examples"

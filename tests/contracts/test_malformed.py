@@ -13,8 +13,8 @@ import tracemalloc
 
 import pytest
 
-import contracts
-from contracts import ContractError, Problem
+from kernel_contracts import contracts
+from kernel_contracts.contracts import ContractError, Problem
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "malformed"
 CASES = sorted(p.stem for p in DATA.glob("*.yaml"))

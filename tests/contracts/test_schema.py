@@ -10,9 +10,9 @@ import pathlib
 
 import pytest
 
-import contracts
-from contracts.document import read_document
-from contracts.fields import OBJECTS
+from kernel_contracts import contracts
+from kernel_contracts.contracts.document import read_document
+from kernel_contracts.contracts.fields import OBJECTS
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -9,10 +9,17 @@ import math
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from evidence.drift import ROW_COLUMNS, drift_cell, merge, merge_tables, quantile, table_rows
-from evidence.summary import summarize
+from kernel_contracts.evidence.drift import (
+    ROW_COLUMNS,
+    drift_cell,
+    merge,
+    merge_tables,
+    quantile,
+    table_rows,
+)
+from kernel_contracts.evidence.summary import summarize
+from tests.support.strategies import examples
 
 SPECIAL = (np.nan, np.inf, -np.inf, 0.0, 5e-324)
 

@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-import contracts
-from kernels.columns import TABLE_COLUMNS as COLUMNS
-from verify.common.status import Status
-from verify.decide import evaluate
+from kernel_contracts import contracts
+from kernel_contracts.kernels.columns import TABLE_COLUMNS as COLUMNS
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.decide import evaluate
 
 
 def _table(n=4000, seed=0, tv_scale=0.004, flips=0):
@@ -43,7 +43,7 @@ def _table(n=4000, seed=0, tv_scale=0.004, flips=0):
 
 @pytest.fixture
 def fake_emulate(monkeypatch):
-    import kernels.emulation
+    import kernel_contracts.kernels.emulation as emulation_module
 
     holder = {}
 
@@ -52,7 +52,7 @@ def fake_emulate(monkeypatch):
             progress(1, 1)
         return holder["table"]
 
-    monkeypatch.setattr(kernels.emulation, "emulate", emulate)
+    monkeypatch.setattr(emulation_module, "emulate", emulate)
     return holder
 
 
@@ -170,7 +170,7 @@ def test_progress_bar_only_when_not_quiet_and_on_a_terminal(tmp_path, fake_emula
 
 
 def test_progress_draws_each_percent_once_on_a_terminal_and_nothing_elsewhere():
-    from evidence.sources import Progress
+    from kernel_contracts.evidence.sources import Progress
 
     term, log = _Terminal(), io.StringIO()
     for stream in (term, log):
@@ -193,7 +193,7 @@ def test_mean_bound_matches_hoeffding_or_better(tmp_path, fake_emulate):
 
 def test_emulation_problems_are_evidence_errors(tmp_path):
     """The real emulator's refusals come back as one-line evidence errors (exit 2)."""
-    from verify.decide import EvidenceError
+    from kernel_contracts.verify.decide import EvidenceError
 
     text = (
         "contract: 1\nname: bad\n"

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-import contracts
-from evidence.logs import LoggedSequence, write_log
-from verify.common.status import Status
-from verify.decide import EvidenceError, evaluate
+from kernel_contracts import contracts
+from kernel_contracts.evidence.logs import LoggedSequence, write_log
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.decide import EvidenceError, evaluate
 
 HEAD = """contract: 1
 name: evidence-test
@@ -349,8 +349,8 @@ def test_no_evidence_means_no_results(tmp_path):
 
 def test_quantile_lower_bound_covers(tmp_path):
     """The lower confidence bound behind 'violated' holds at its confidence (uniform law)."""
-    from evidence.summary import summarize
-    from verify.decide.verdicts import quantile_lower_bound
+    from kernel_contracts.evidence.summary import summarize
+    from kernel_contracts.verify.decide.verdicts import quantile_lower_bound
 
     rng = np.random.default_rng(11)
     misses = 0
@@ -365,9 +365,9 @@ def test_quantile_lower_bound_covers(tmp_path):
 
 def test_quantile_lower_bound_index_against_the_binomial_tail():
     """The rank it returns is the largest k with P(Binom(n, q) ≥ k) ≥ confidence (strictly)."""
-    from bounds.stats import binomial_cdf
-    from evidence.summary import summarize
-    from verify.decide.verdicts import quantile_lower_bound
+    from kernel_contracts.bounds.stats import binomial_cdf
+    from kernel_contracts.evidence.summary import summarize
+    from kernel_contracts.verify.decide.verdicts import quantile_lower_bound
 
     for n in (1, 2, 5, 20, 100, 333):
         ranks = summarize(np.arange(1, n + 1, dtype=float))

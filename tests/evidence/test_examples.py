@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-import contracts
-from evidence.logs import read_log
-from verify.cli.commands import main
-from verify.common.status import Status
-from verify.decide import evaluate
+from kernel_contracts import contracts
+from kernel_contracts.evidence.logs import read_log
+from kernel_contracts.verify.cli.commands import main
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.decide import evaluate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "contracts" / "examples"

@@ -14,9 +14,9 @@ import types
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from framework_batches import skyrl_batch, trl_output, verl_batch
 
-from evidence.logs import read_log
+from kernel_contracts.evidence.logs import read_log
+from tests.support.framework_batches import skyrl_batch, trl_output, verl_batch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "framework-logs.md").read_text(encoding="utf-8")

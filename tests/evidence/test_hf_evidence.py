@@ -13,14 +13,14 @@ import json
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from contracts import ContractError, loads
-from contracts.canonical import canonical_json, from_canonical
-from kernels.hf.checkpoint import folder_sha256, save_decoder
-from kernels.hf.config import parse_config
-from kernels.hf.decoder import Decoder
+from kernel_contracts.contracts import ContractError, loads
+from kernel_contracts.contracts.canonical import canonical_json, from_canonical
+from kernel_contracts.kernels.hf.checkpoint import folder_sha256, save_decoder
+from kernel_contracts.kernels.hf.config import parse_config
+from kernel_contracts.kernels.hf.decoder import Decoder
+from tests.support.cli_runner import run_cli
 
 CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -114,7 +114,7 @@ def test_localize_and_conformance_take_the_contracts_hf_model(folder):
     import jax
     import jax.numpy as jnp
 
-    from verify.diagnostics.localize.model import choose_model
+    from kernel_contracts.verify.diagnostics.localize.model import choose_model
 
     contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
     chosen = choose_model(contract, None, None, 16)
@@ -128,7 +128,7 @@ def test_localize_and_conformance_take_the_contracts_hf_model(folder):
 
 def test_diagnostics_cut_their_token_windows_from_the_contracts_prompt_file(folder):
     # real text, not uniform ids: the prompt file encoded whole by the checkpoint's tokenizer
-    from verify.diagnostics.localize.model import choose_model, token_rows
+    from kernel_contracts.verify.diagnostics.localize.model import choose_model, token_rows
 
     contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
     chosen = choose_model(contract, None, None, 16)

@@ -14,9 +14,8 @@ from types import SimpleNamespace
 import ml_dtypes
 import numpy as np
 import pytest
-from framework_batches import Tensor, skyrl_batch, trl_output, verl_batch
 
-from evidence.hooks import (
+from kernel_contracts.evidence.hooks import (
     HookError,
     JsonlSink,
     SkyrlLogHook,
@@ -27,7 +26,8 @@ from evidence.hooks import (
     trl_records,
     verl_records,
 )
-from evidence.logs import framework_metrics, read_log
+from kernel_contracts.evidence.logs import framework_metrics, read_log
+from tests.support.framework_batches import Tensor, skyrl_batch, trl_output, verl_batch
 
 
 def _expected(ids, train, rollout, mask, offset, first):

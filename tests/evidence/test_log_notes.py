@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-import contracts
-from contracts.canonical import canonical_json, from_canonical
-from evidence.logs import read_log
-from evidence.sources import log_notes
+from kernel_contracts import contracts
+from kernel_contracts.contracts.canonical import canonical_json, from_canonical
+from kernel_contracts.evidence.logs import read_log
+from kernel_contracts.evidence.sources import log_notes
 
 CONTRACT = """\
 contract: 1

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from evidence.logs import framework_metrics, support_shift, token_metrics
+from kernel_contracts.evidence.logs import framework_metrics, support_shift, token_metrics
+from tests.support.strategies import examples
 
 
 def _log(seed, n_seq=6, max_len=40, noise=0.05):

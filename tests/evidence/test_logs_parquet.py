@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import evidence.logs.arrow as arrow_reader
-from evidence.logs import LogError, read_log
+import kernel_contracts.evidence.logs.arrow as arrow_reader
+from kernel_contracts.evidence.logs import LogError, read_log
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"

@@ -7,7 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from evidence.logs import FORMATS, LogError, LoggedSequence, read_log, record, write_log
+from kernel_contracts.evidence.logs import (
+    FORMATS,
+    LogError,
+    LoggedSequence,
+    read_log,
+    record,
+    write_log,
+)
 
 
 def _sequences(n_seq=5, length=7, seed=0):

@@ -9,13 +9,13 @@ import json
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
-import contracts
-from evidence.envelope import observe, points, settings
-from kernels.columns import TABLE_COLUMNS
-from verify.common.static_clauses import static_clauses
-from verify.common.status import Status
+from kernel_contracts import contracts
+from kernel_contracts.evidence.envelope import observe, points, settings
+from kernel_contracts.kernels.columns import TABLE_COLUMNS
+from kernel_contracts.verify.common.static_clauses import static_clauses
+from kernel_contracts.verify.common.status import Status
+from tests.support.cli_runner import run_cli
 
 BASE = """\
 contract: 1
@@ -231,7 +231,7 @@ def test_a_log_without_batch_sizes_or_offsets_is_unchecked(tmp_path):
 
 @pytest.mark.parametrize("value", ['"8"', "0", "-1", "true", "2.0", "1e400"])
 def test_a_bad_batch_size_is_a_counted_bad_line(tmp_path, value):
-    from evidence.logs import read_log
+    from kernel_contracts.evidence.logs import read_log
 
     log = tmp_path / "log.jsonl"
     good = '"response_ids": [1], "train_logprobs": [-0.5], "rollout_logprobs": [-0.5]'
@@ -248,7 +248,7 @@ def test_a_bad_batch_size_is_a_counted_bad_line(tmp_path, value):
 @pytest.fixture
 def fake_emulate(monkeypatch):
     """The emulator replaced by a table whose positions follow the requested length."""
-    import kernels.emulation
+    import kernel_contracts.kernels.emulation as emulation_module
 
     calls = []
 
@@ -266,8 +266,8 @@ def fake_emulate(monkeypatch):
         table["token"] = np.ones(n, np.int64)
         return table
 
-    monkeypatch.setattr(kernels.emulation, "emulate", emulate)
-    monkeypatch.setattr(kernels.emulation, "length_range", lambda c: (9, 128))
+    monkeypatch.setattr(emulation_module, "emulate", emulate)
+    monkeypatch.setattr(emulation_module, "length_range", lambda c: (9, 128))
     return calls
 
 

@@ -8,10 +8,17 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from contracts.model import Slice
-from evidence.summary import EDGES, MissingColumn, merge, merge_all, select, summarize
+from kernel_contracts.contracts.model import Slice
+from kernel_contracts.evidence.summary import (
+    EDGES,
+    MissingColumn,
+    merge,
+    merge_all,
+    select,
+    summarize,
+)
+from tests.support.strategies import examples
 
 THRESHOLDS = (-1.0, 0.0, 0.01, 2.5)
 

@@ -13,9 +13,9 @@ import sys
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
-from verify.common.consent import TRUST_ENV, trusted
+from kernel_contracts.verify.common.consent import TRUST_ENV, trusted
+from tests.support.cli_runner import run_cli
 
 MODULE = """
 import pathlib

@@ -15,10 +15,10 @@ import pathlib
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
-from contracts import ContractError, loads
-from contracts.canonical import canonical_json, from_canonical
+from kernel_contracts.contracts import ContractError, loads
+from kernel_contracts.contracts.canonical import canonical_json, from_canonical
+from tests.support.cli_runner import run_cli
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "user_model"
 
@@ -174,7 +174,7 @@ def test_prompt_windows_outside_the_vocabulary_are_refused(folder):
 def test_two_folders_with_a_module_of_the_same_name_each_get_their_own(tmp_path):
     """A model module is imported from its contract's folder even when a module of that name
     was imported before from another folder; both functions keep working afterwards."""
-    from kernels.user_model import load_entry
+    from kernel_contracts.kernels.user_model import load_entry
 
     funcs = []
     for value in (1, 2):
@@ -203,7 +203,7 @@ def test_the_same_kernel_on_both_sides_gives_zero_drift(folder):
     """K_inf decodes by rerunning the model on a padded buffer, K_train teacher-forces the
     finished sequences: with one kernel on both sides every logit must agree exactly, so the
     decoding loop reads the right position at every step."""
-    from kernels.emulation import emulate
+    from kernel_contracts.kernels.emulation import emulate
 
     path = folder / "c.yaml"
     text = contract_text("user_models_for_tests:bigram", "params.npz", inference="fp32")

@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 
-import contracts
-from evidence.logs import read_log
-from evidence.sources import tables_source
-from evidence.weights import NAMES, estimators_of, label, weight_diagnostics
+from kernel_contracts import contracts
+from kernel_contracts.evidence.logs import read_log
+from kernel_contracts.evidence.sources import tables_source
+from kernel_contracts.evidence.weights import NAMES, estimators_of, label, weight_diagnostics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -103,14 +103,14 @@ def test_what_a_log_cannot_weigh_is_named_with_the_reason():
 
 
 def test_chunks_give_the_numbers_of_one_pass(monkeypatch):
-    import evidence.weights
+    import kernel_contracts.evidence.weights as weights_module
 
     rng = np.random.default_rng(3)
     seq = np.repeat(np.arange(40), rng.integers(1, 9, size=40))
     log_w = rng.normal(0.0, 0.5, size=seq.size)
     ests = (("icepop", (("band", (0.5, 2.0)),)), ("seq_tis", (("cap", 1.5),)))
     whole = _diagnose(*ests, log_w=log_w, seq=seq)
-    monkeypatch.setattr(evidence.weights, "_CELLS", 64)  # 8 sequences a chunk
+    monkeypatch.setattr(weights_module, "_CELLS", 64)  # 8 sequences a chunk
     chunked = _diagnose(*ests, log_w=log_w, seq=seq)
     assert chunked[1] == whole[1] == {}
     for key, got in chunked[0].items():

@@ -18,9 +18,9 @@ from math import log
 
 import numpy as np
 
-from contracts import preset
-from kernels._matmul import matmul
-from kernels.scaling import parse_scaling, quantize_rows_np
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels._matmul import matmul
+from kernel_contracts.kernels.scaling import parse_scaling, quantize_rows_np
 
 K = 4096
 

@@ -8,15 +8,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from contracts import AttentionSpec
-from kernels.attention import (
+from kernel_contracts.contracts import AttentionSpec
+from kernel_contracts.kernels.attention import (
     PagedKVCache,
     _tile_sums,
     decode_attention,
     reference_attention,
     tile_pages,
 )
-from kernels.formats import saturating_cast_np
+from kernel_contracts.kernels.formats import saturating_cast_np
 
 
 def naive_attention(q, k, v, causal=True):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-from emulation_programs import every_program
 from jax import lax
 
-from kernels.portlint import backend_dependent, order_free
+from kernel_contracts.kernels.portlint import backend_dependent, order_free
+from tests.support.emulation_programs import every_program
 
 
 def lint(fn, *args):

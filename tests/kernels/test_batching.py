@@ -9,10 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-from contracts import AttentionSpec, preset
-from kernels._matmul import matmul
-from kernels.attention import PagedKVCache, decode_attention
-from kernels.batching import reduction_splits
+from kernel_contracts.contracts import AttentionSpec, preset
+from kernel_contracts.kernels._matmul import matmul
+from kernel_contracts.kernels.attention import PagedKVCache, decode_attention
+from kernel_contracts.kernels.batching import reduction_splits
 
 
 def test_reduction_splits():

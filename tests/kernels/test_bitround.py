@@ -15,13 +15,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from bits import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from kernels.bitround import encode, reciprocal, round_binary32
-from kernels.formats import (
+from kernel_contracts.kernels.bitround import encode, reciprocal, round_binary32
+from kernel_contracts.kernels.formats import (
     cast_output,
     cast_output_np,
     flush_np,
@@ -30,6 +28,8 @@ from kernels.formats import (
     saturating_cast,
     saturating_cast_np,
 )
+from tests.support.bits import same_bits
+from tests.support.strategies import examples
 
 NARROW = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 

@@ -7,13 +7,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from bits import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from contracts import FLOAT_FORMATS
-from kernels.formats import (
+from kernel_contracts.contracts import FLOAT_FORMATS
+from kernel_contracts.kernels.formats import (
     FORMATS,
     TINY,
     cast_output,
@@ -22,7 +20,9 @@ from kernels.formats import (
     saturating_cast,
     saturating_cast_np,
 )
-from kernels.scaling import Scaling, parse_scaling, quantize_rows, quantize_rows_np
+from kernel_contracts.kernels.scaling import Scaling, parse_scaling, quantize_rows, quantize_rows_np
+from tests.support.bits import same_bits
+from tests.support.strategies import examples
 
 FMTS = list(FORMATS)
 FP8 = ["float8_e4m3fn", "float8_e5m2"]

@@ -20,16 +20,19 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
-from test_matmul_pallas_gpu import PRESETS
 
-from contracts import preset
-from kernels._matmul import make_plan, matmul
-from kernels._matmul.pallas_gpu import allowed_variants, reduce_quantized_pallas_gpu
-from kernels.castlint import erasable_casts
-from kernels.formats import cast_output
-from kernels.measure_pallas import GPU_OPTIONS, measure_rows
-from kernels.portlint import backend_dependent
-from kernels.scaling import quantize_rows
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels._matmul import make_plan, matmul
+from kernel_contracts.kernels._matmul.pallas_gpu import (
+    allowed_variants,
+    reduce_quantized_pallas_gpu,
+)
+from kernel_contracts.kernels.castlint import erasable_casts
+from kernel_contracts.kernels.formats import cast_output
+from kernel_contracts.kernels.measure_pallas import GPU_OPTIONS, measure_rows
+from kernel_contracts.kernels.portlint import backend_dependent
+from kernel_contracts.kernels.scaling import quantize_rows
+from tests.kernels.test_matmul_pallas_gpu import PRESETS
 
 SHAPES = {"aligned": ((256, 1024, 256), 1), "ragged": ((200, 300, 130), 3)}
 TRITON_CALL = "__gpu$xla.gpu.triton"

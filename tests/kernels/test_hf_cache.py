@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contracts import preset
-from kernels.decode import generate
-from kernels.hf import load_decoder
-from kernels.model import with_ops
-from kernels.ops import CacheOps, inference_ops, plain_ops, widen_heads
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels.decode import generate
+from kernel_contracts.kernels.hf import load_decoder
+from kernel_contracts.kernels.model import with_ops
+from kernel_contracts.kernels.ops import CacheOps, inference_ops, plain_ops, widen_heads
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "data" / "hf" / "qwen3"  # 4 heads, 2 kv
 

@@ -21,12 +21,12 @@ import pytest
 from flax import nnx
 from safetensors import safe_open
 
-from kernels.hf.checkpoint import hf_tensors, load_decoder
-from kernels.hf.config import RopeConfig, parse_config, read_config
-from kernels.hf.decoder import Decoder
-from kernels.hf.rope import inverse_frequencies
-from kernels.model import with_ops
-from kernels.ops import Layers, plain_ops
+from kernel_contracts.kernels.hf.checkpoint import hf_tensors, load_decoder
+from kernel_contracts.kernels.hf.config import RopeConfig, parse_config, read_config
+from kernel_contracts.kernels.hf.decoder import Decoder
+from kernel_contracts.kernels.hf.rope import inverse_frequencies
+from kernel_contracts.kernels.model import with_ops
+from kernel_contracts.kernels.ops import Layers, plain_ops
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "hf"
 FAMILIES = ("llama3", "qwen2", "qwen3")

@@ -11,18 +11,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bits import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from bounds import matmul_error
-from bounds.intexact import Claim, witness
-from contracts import EpilogueSpec, preset
-from kernels._matmul import emulated_dot_general, int8_matmul, matmul
-from kernels._matmul.epilogue import round_scaled, target
-from kernels._matmul.int8_reference import round_fraction
-from kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.bounds import matmul_error
+from kernel_contracts.bounds.intexact import Claim, witness
+from kernel_contracts.contracts import EpilogueSpec, preset
+from kernel_contracts.kernels._matmul import emulated_dot_general, int8_matmul, matmul
+from kernel_contracts.kernels._matmul.epilogue import round_scaled, target
+from kernel_contracts.kernels._matmul.int8_reference import round_fraction
+from kernel_contracts.kernels.scaling import quantize_rows_int8_np
+from tests.support.bits import same_bits
+from tests.support.strategies import examples
 
 INT8 = preset("a100-int8").matmul
 FLOATS = ("float32", "bfloat16", "float16")

@@ -8,19 +8,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bits import same_bits
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from strategies import examples
 
-from contracts import AccumulatorSpec, MatmulSpec, preset
-from kernels._matmul import (
+from kernel_contracts.contracts import AccumulatorSpec, MatmulSpec, preset
+from kernel_contracts.kernels._matmul import (
     emulated_dot_general,
     make_plan,
     matmul,
     round_accumulator,
     round_accumulator_np,
 )
+from tests.support.bits import same_bits
+from tests.support.strategies import examples
 
 _round = jax.jit(round_accumulator, static_argnums=(1, 2))
 

@@ -14,10 +14,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from contracts import AccumulatorSpec, MatmulSpec, preset
-from kernels._matmul import make_plan, matmul
-from kernels.formats import cast_output_np, flush_np
-from kernels.scaling import quantize_rows_np
+from kernel_contracts.contracts import AccumulatorSpec, MatmulSpec, preset
+from kernel_contracts.kernels._matmul import make_plan, matmul
+from kernel_contracts.kernels.formats import cast_output_np, flush_np
+from kernel_contracts.kernels.scaling import quantize_rows_np
 
 
 def round_exact(v: Fraction, m: int, toward_zero: bool) -> float:

@@ -11,15 +11,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bits import same_bits
-from test_matmul import operands, spec_of
 
-from contracts import preset
-from kernels._matmul import make_plan, matmul
-from kernels._matmul.fast import binary32_exact
-from kernels._matmul.pallas_gpu import choose_variant, fused_exact, reduce_quantized_pallas_gpu
-from kernels.formats import cast_output
-from kernels.scaling import quantize_rows
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels._matmul import make_plan, matmul
+from kernel_contracts.kernels._matmul.fast import binary32_exact
+from kernel_contracts.kernels._matmul.pallas_gpu import (
+    choose_variant,
+    fused_exact,
+    reduce_quantized_pallas_gpu,
+)
+from kernel_contracts.kernels.formats import cast_output
+from kernel_contracts.kernels.scaling import quantize_rows
+from tests.kernels.test_matmul import operands, spec_of
+from tests.support.bits import same_bits
 
 PRESETS = ("fp32", "bf16", "h100-fp8", "h100-fp8-fast-accum", "mxfp8")
 ALIGNED, RAGGED = (64, 256, 64), (50, 200, 40)

@@ -15,18 +15,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bits import same_bits
 
-from contracts import AccumulatorSpec, MatmulSpec, preset
-from kernels._matmul import emulated_dot_general, make_plan, matmul
-from kernels._matmul.fast import _BLOCK, _schedule, binary32_exact, reduce_quantized, transposed
-from kernels._matmul.rounding import (
+from kernel_contracts.contracts import AccumulatorSpec, MatmulSpec, preset
+from kernel_contracts.kernels._matmul import emulated_dot_general, make_plan, matmul
+from kernel_contracts.kernels._matmul.fast import (
+    _BLOCK,
+    _schedule,
+    binary32_exact,
+    reduce_quantized,
+    transposed,
+)
+from kernel_contracts.kernels._matmul.rounding import (
     round_accumulator,
     round_accumulator_in_range,
     round_accumulator_np,
 )
-from kernels.formats import cast_output
-from kernels.scaling import quantize_cols, quantize_rows
+from kernel_contracts.kernels.formats import cast_output
+from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows
+from tests.support.bits import same_bits
 
 
 def spec_of(inputs, scaling, m, rounding, group, promote, output="float32"):

@@ -12,12 +12,19 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from contracts import PRESETS
-from contracts.model import Contract, EmulateEvidence, Evidence, KernelPair, Policy, Source
-from kernels._measure import measure
-from kernels.emulation import TABLE_COLUMNS, emulate
+from kernel_contracts.contracts import PRESETS
+from kernel_contracts.contracts.model import (
+    Contract,
+    EmulateEvidence,
+    Evidence,
+    KernelPair,
+    Policy,
+    Source,
+)
+from kernel_contracts.kernels._measure import measure
+from kernel_contracts.kernels.emulation import TABLE_COLUMNS, emulate
+from tests.support.strategies import examples
 
 RTOL = 1e-5  # float32 rounding of the measured metrics; the bounds are evaluated in float64
 TEMPERATURE = 0.8

@@ -13,13 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
-from test_measure_fused import _assert_close as assert_close
-from test_measure_fused import _reference as reference
-from test_measure_metrics import _assert_close as assert_matches_numpy
 
-from kernels._measure import COLUMNS, measure, measure_numpy
-from kernels.measure_cpu import (
+from kernel_contracts.kernels._measure import COLUMNS, measure, measure_numpy
+from kernel_contracts.kernels.measure_cpu import (
     SHORT_BELOW,
     _exp_neg,
     _key,
@@ -29,7 +25,11 @@ from kernels.measure_cpu import (
     _unkey,
     measure_rows,
 )
-from kernels.measure_fused import SERIES_BELOW
+from kernel_contracts.kernels.measure_fused import SERIES_BELOW
+from tests.kernels.test_measure_fused import _assert_close as assert_close
+from tests.kernels.test_measure_fused import _reference as reference
+from tests.kernels.test_measure_metrics import _assert_close as assert_matches_numpy
+from tests.support.strategies import examples
 
 _ULP = 2.0**-23
 

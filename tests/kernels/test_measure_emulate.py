@@ -7,12 +7,15 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_measure_bounds import TEMPERATURE, contract_for  # same shapes: compiled once
 
-from contracts.model import RuntimeClause
-from kernels.emulation import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
-from kernels.model import load_pretrained, pretrained_extra
-from kernels.ops import plain_ops
+from kernel_contracts.contracts.model import RuntimeClause
+from kernel_contracts.kernels.emulation import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
+from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+from kernel_contracts.kernels.ops import plain_ops
+from tests.kernels.test_measure_bounds import (  # same shapes: compiled once
+    TEMPERATURE,
+    contract_for,
+)
 
 NEW = 8
 

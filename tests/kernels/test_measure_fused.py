@@ -11,11 +11,16 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from kernels._measure import COLUMNS, measure
-from kernels.measure_cpu import measure_rows
-from kernels.measure_fused import EXTREME_U, SERIES_BELOW, block_metrics, phi_series
-from kernels.measure_portable import EXTREME_U as PORTABLE_EXTREME_U
-from kernels.measure_portable import measure_rows as portable_rows
+from kernel_contracts.kernels._measure import COLUMNS, measure
+from kernel_contracts.kernels.measure_cpu import measure_rows
+from kernel_contracts.kernels.measure_fused import (
+    EXTREME_U,
+    SERIES_BELOW,
+    block_metrics,
+    phi_series,
+)
+from kernel_contracts.kernels.measure_portable import EXTREME_U as PORTABLE_EXTREME_U
+from kernel_contracts.kernels.measure_portable import measure_rows as portable_rows
 
 
 def _log_softmax(x):
@@ -275,7 +280,7 @@ def test_compiled_pass_exponentials_per_logit_pair(monkeypatch):
     monkeypatch.syspath_prepend(str(bench))
     from bench_measure import count_ops
 
-    from kernels._measure import _compiled
+    from kernel_contracts.kernels._measure import _compiled
 
     tokens, vocab, block = 16, 1024, 8
     z = jnp.zeros((tokens, vocab), jnp.float32)

@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_measure_fused import _assert_close, _exact, _reference
 
-from kernels._measure import COLUMNS, measure
-from kernels.castlint import erasable_casts
-from kernels.measure_pallas import measure_rows
+from kernel_contracts.kernels._measure import COLUMNS, measure
+from kernel_contracts.kernels.castlint import erasable_casts
+from kernel_contracts.kernels.measure_pallas import measure_rows
+from tests.kernels.test_measure_fused import _assert_close, _exact, _reference
 
 # 16 rows x 4096 logits in chunks of 1024 (four chunks), blocks of 4 rows, 3 persistent
 # programs (the third walks one block, the others two; one compiled program for these tests)
@@ -148,7 +148,7 @@ def test_with_and_without_jit():
 
 def test_auto_takes_the_kernel_on_one_gpu(monkeypatch):
     """``impl="auto"`` with one GPU device runs the kernel (here interpreted)."""
-    import kernels.measure_pallas as kernel
+    import kernel_contracts.kernels.measure_pallas as kernel
 
     calls = []
     real = kernel.measure_rows

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.model import (
+from kernel_contracts.kernels.model import (
     CHECKPOINTS,
     ModelConfig,
     TinyLM,
@@ -20,7 +20,7 @@ from kernels.model import (
     pretrained_log,
     save_checkpoint,
 )
-from kernels.train import TrainConfig, evaluate, load_corpus, train
+from kernel_contracts.kernels.train import TrainConfig, evaluate, load_corpus, train
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def shipped():
 
 def test_checkpoint_is_package_data_and_small():
     for weights, log in CHECKPOINTS.values():
-        folder = resources.files("kernels").joinpath("checkpoints")
+        folder = resources.files("kernel_contracts.kernels").joinpath("checkpoints")
         assert folder.joinpath(weights).is_file()
         assert folder.joinpath(log).is_file()
         assert len(folder.joinpath(weights).read_bytes()) <= 10 * 2**20

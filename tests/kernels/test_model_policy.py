@@ -12,10 +12,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contracts import preset
-from kernels.decode import TRACES, generate, sample, teacher_force
-from kernels.model import ModelConfig, TinyLM, with_ops
-from kernels.ops import Ops, PlainAttention, PlainMatmul, inference_ops, plain_ops, train_ops
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels.decode import TRACES, generate, sample, teacher_force
+from kernel_contracts.kernels.model import ModelConfig, TinyLM, with_ops
+from kernel_contracts.kernels.ops import (
+    Ops,
+    PlainAttention,
+    PlainMatmul,
+    inference_ops,
+    plain_ops,
+    train_ops,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ModelConfig(d_model=32, layers=2, heads=2, d_ff=64, context=24)
@@ -39,7 +46,7 @@ def test_importing_kernels_and_emulate_does_not_import_jax():
 
 
 def test_lazy_exports_resolve():
-    import kernels
+    from kernel_contracts import kernels
 
     assert kernels.with_ops is with_ops
     assert kernels.Ops is Ops

@@ -12,10 +12,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-from emulation_programs import every_program
 from jax import lax
 
-from kernels.castlint import erasable_casts
+from kernel_contracts.kernels.castlint import erasable_casts
+from tests.support.emulation_programs import every_program
 
 
 def lint(fn, *args, x64=False):

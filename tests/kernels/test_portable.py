@@ -30,11 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bits import same_bits
 
-from kernels import portable
-from kernels.formats import flush_np
-from kernels.portlint import backend_dependent
+from kernel_contracts.kernels import portable
+from kernel_contracts.kernels.formats import flush_np
+from kernel_contracts.kernels.portlint import backend_dependent
+from tests.support.bits import same_bits
 
 TINY = 2.0**-126
 CLOSE = 0.5 + 2.0**-8  # ulps from the float64 value (module docstring)

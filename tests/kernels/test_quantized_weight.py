@@ -10,14 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bits import same_bits
 
-from contracts import PRESETS, preset
-from kernels._matmul import QuantizedWeight, matmul, quantize_weight
-from kernels.decode import generate
-from kernels.hf import load_decoder
-from kernels.model import ModelConfig, TinyLM, with_ops
-from kernels.ops import EmulatedMatmul, PlainMatmul, inference_ops, prepared
+from kernel_contracts.contracts import PRESETS, preset
+from kernel_contracts.kernels._matmul import QuantizedWeight, matmul, quantize_weight
+from kernel_contracts.kernels.decode import generate
+from kernel_contracts.kernels.hf import load_decoder
+from kernel_contracts.kernels.model import ModelConfig, TinyLM, with_ops
+from kernel_contracts.kernels.ops import EmulatedMatmul, PlainMatmul, inference_ops, prepared
+from tests.support.bits import same_bits
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLOAT_PRESETS = sorted(name for name, spec in PRESETS.items() if not spec.matmul.is_int8)

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bounds import LEMMAS
-from kernels.rl import ESTIMATOR_NAMES
-from kernels.rl.bias import bandit_bias, clip_share, divergences, sequence_bias
-from kernels.rl.rollouts import held_out_prompts, rollout_pairs
+from kernel_contracts.bounds import LEMMAS
+from kernel_contracts.kernels.rl import ESTIMATOR_NAMES
+from kernel_contracts.kernels.rl.bias import bandit_bias, clip_share, divergences, sequence_bias
+from kernel_contracts.kernels.rl.rollouts import held_out_prompts, rollout_pairs
 
 PARAMS = {
     "plain": {},
@@ -50,7 +50,7 @@ def _logits(seed: int, prompts: int = 6, vocab: int = 12, drift: float = 0.3):
 
 def _bias_by_autodiff(name, z, zp, reward, params):
     """Σ_y π'(y)ω(y)A(y)∇_b log π(y) − Σ_y π(y)A(y)∇_b log π(y), ∇ by jax.jacobian."""
-    from kernels.rl.bias import bandit_weights
+    from kernel_contracts.kernels.rl.bias import bandit_weights
 
     div = divergences(z, zp, T)
     p, q = np.asarray(div["p"], np.float64), np.asarray(div["q"], np.float64)
@@ -150,7 +150,7 @@ def _exact_sequence_bias(name, zt, zi, table, params, baseline):
     prob = np.exp(lq[np.arange(L), seqs].sum(axis=1))
     reward = table[seqs].mean(axis=1)
     adv = reward - baseline
-    from kernels.rl import correction_weights
+    from kernel_contracts.kernels.rl import correction_weights
 
     lr = lp[np.arange(L), seqs] - lq[np.arange(L), seqs]
     n = len(seqs)

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contracts.fields import ESTIMATORS
-from kernels.rl import ESTIMATOR_NAMES, correction_weights
+from kernel_contracts.contracts.fields import ESTIMATORS
+from kernel_contracts.kernels.rl import ESTIMATOR_NAMES, correction_weights
 
 # two sequences of four positions; the last position of row 1 is padding holding garbage
 W = np.array([[0.5, 1.0, 1.5, 3.0], [0.9, 2.5, 1.1, 0.0]])

@@ -13,8 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-import contracts
-from evidence.logs import read_log
+from kernel_contracts import contracts
+from kernel_contracts.evidence.logs import read_log
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = [

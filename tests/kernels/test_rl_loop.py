@@ -15,14 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels import _measure as measure_module
-from kernels import decode
-from kernels.model import load_pretrained, pretrained_extra
-from kernels.rl import grpo
-from kernels.rl.curves import degraded_steps, step_ranges, trailing_mean
-from kernels.rl.grpo import Batch, group_advantages, train_step
-from kernels.rl.loop import RLConfig, rl_step, run_rl, start_session
-from kernels.rl.task import TASKS, ByteClassTask, get_task, group_prompts
+from kernel_contracts.kernels import _measure as measure_module
+from kernel_contracts.kernels import decode
+from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+from kernel_contracts.kernels.rl import grpo
+from kernel_contracts.kernels.rl.curves import degraded_steps, step_ranges, trailing_mean
+from kernel_contracts.kernels.rl.grpo import Batch, group_advantages, train_step
+from kernel_contracts.kernels.rl.loop import RLConfig, rl_step, run_rl, start_session
+from kernel_contracts.kernels.rl.task import TASKS, ByteClassTask, get_task, group_prompts
 
 TINY = {"groups": 2, "group_size": 2, "prompt_len": 4, "new_tokens": 4, "learning_rate": 3e-3}
 

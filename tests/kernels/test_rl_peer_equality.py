@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.rl import correction_weights
+from kernel_contracts.kernels.rl import correction_weights
 
 B, T_MAX = 64, 256
 

@@ -13,8 +13,13 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec
 
-from kernels.model import ModelConfig, TinyLM
-from kernels.sharding import HF_DECODER_RULES, TINY_LM_RULES, make_mesh, param_specs
+from kernel_contracts.kernels.model import ModelConfig, TinyLM
+from kernel_contracts.kernels.sharding import (
+    HF_DECODER_RULES,
+    TINY_LM_RULES,
+    make_mesh,
+    param_specs,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = AbstractMesh((2, 2), ("data", "model"))
@@ -24,13 +29,13 @@ SCRIPT = """
 import json
 import jax, jax.numpy as jnp, numpy as np
 from flax import nnx
-from contracts import preset
-from kernels.decode import generate, teacher_force
-from kernels._measure import measure
-from kernels.hf import load_decoder
-from kernels.model import ModelConfig, TinyLM, with_ops
-from kernels.ops import inference_ops, train_ops
-from kernels.sharding import make_mesh, shard_batch, shard_model
+from kernel_contracts.contracts import preset
+from kernel_contracts.kernels.decode import generate, teacher_force
+from kernel_contracts.kernels._measure import measure
+from kernel_contracts.kernels.hf import load_decoder
+from kernel_contracts.kernels.model import ModelConfig, TinyLM, with_ops
+from kernel_contracts.kernels.ops import inference_ops, train_ops
+from kernel_contracts.kernels.sharding import make_mesh, shard_batch, shard_model
 
 models = {
     "tiny": TinyLM(ModelConfig(vocab=64, d_model=32, layers=2, heads=4, d_ff=64, context=16),

@@ -22,11 +22,11 @@ import pytest
 from flax import nnx
 from jax import lax
 
-from contracts import PRESETS
-from kernels import on_kernel
-from kernels._matmul import emulated_dot_general
-from kernels.model import load_pretrained, with_ops
-from kernels.ops import PlainAttention, inference_ops
+from kernel_contracts.contracts import PRESETS
+from kernel_contracts.kernels import on_kernel
+from kernel_contracts.kernels._matmul import emulated_dot_general
+from kernel_contracts.kernels.model import load_pretrained, with_ops
+from kernel_contracts.kernels.ops import PlainAttention, inference_ops
 
 FP8 = PRESETS["h100-fp8"]
 MM = (((1,), (0,)), ((), ()))  # x[m, k] @ w[k, n]

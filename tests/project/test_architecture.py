@@ -1,4 +1,4 @@
-"""The architecture of DESIGN §3: import directions, single importers, and our own packages."""
+"""The architecture of DESIGN §3: one namespace, import directions, single importers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("contracts", "kernels", "evidence", "bounds", "verify")
+# the installed namespace: the folder contracts/ is the package kernel_contracts.contracts, ...
+NAMESPACE = "kernel_contracts"
 
 # package -> the packages of ours it may import
 ALLOWED = {
@@ -138,8 +140,20 @@ def _parse(path: pathlib.Path) -> ast.AST:
     return _parse_text(path.read_text(encoding="utf-8"), str(path))
 
 
+def _ours(name: str) -> str:
+    """``name`` with the namespace taken off (``kernel_contracts.kernels.ops`` is
+    ``kernels.ops``); the rules below speak of the folders. A bare ``kernels.ops`` is left as it
+    is: ``test_no_module_imports_a_bare_name`` rejects it."""
+    return name.removeprefix(NAMESPACE + ".")
+
+
 @functools.cache
 def _imports_of(tree: ast.AST) -> tuple[tuple[str, int], ...]:
+    return tuple((_ours(name), line) for name, line in _raw_imports(tree))
+
+
+@functools.cache
+def _raw_imports(tree: ast.AST) -> tuple[tuple[str, int], ...]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -153,6 +167,54 @@ def _imports_of(tree: ast.AST) -> tuple[tuple[str, int], ...]:
 def test_every_package_has_modules():
     for package in PACKAGES:
         assert (ROOT / package / "__init__.py").is_file(), package
+
+
+def _bare_imports(path: pathlib.Path) -> list[str]:
+    """Where the module at ``path`` imports one of our packages by its bare folder name
+    (``import kernels``), which outside the repository root is another project's package. The
+    one bare name allowed is ``verify`` itself, the launcher module of ``python -m verify``."""
+    return [
+        f"{path.name}:{line}: imports {name}"
+        for name, line in _raw_imports(_parse(path))
+        if name.split(".")[0] in PACKAGES and name != "verify"
+    ]
+
+
+# every folder of Python code users or the suite run, besides the five packages
+CODE = (NAMESPACE, "launch", "tests", "bench", "examples", "notebooks")
+
+
+def test_no_module_imports_a_bare_name():
+    """Code imports itself through the namespace (``from kernel_contracts import kernels``):
+    ``import kernels`` finds Hugging Face's package wherever ours is installed."""
+    paths = [p for folder in (*PACKAGES, *CODE) for p in sorted((ROOT / folder).rglob("*.py"))]
+    bad = [f"{p.relative_to(ROOT)}: {v}" for p in paths for v in _bare_imports(p)]
+    assert len(paths) > 300 and bad == []
+
+
+def _distribution() -> dict:
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["setuptools"]
+
+
+def test_the_distribution_maps_every_folder_into_the_namespace():
+    """Every package folder is listed in pyproject.toml, under the namespace, and the folders
+    map onto it: nothing the repository holds is left out of the wheel."""
+    config = _distribution()
+    folders = sorted(
+        ".".join((NAMESPACE, *init.parent.relative_to(ROOT).parts))
+        for package in PACKAGES
+        for init in (ROOT / package).rglob("__init__.py")
+    )
+    assert sorted(config["packages"]) == sorted([NAMESPACE, *folders])
+    assert config["package-dir"] == {
+        "": "launch",
+        NAMESPACE: NAMESPACE,
+        **{f"{NAMESPACE}.{p}": p for p in PACKAGES},
+    }
+    assert config["py-modules"] == ["verify"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -198,15 +260,16 @@ def _private_names(path: pathlib.Path) -> list[str]:
     bad, modules = [], {}
     for node in ast.walk(_parse(path)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module = _ours(node.module)
             for alias in node.names:
                 if _private(alias.name):
-                    bad.append(f"{path.name}:{node.lineno}: imports {node.module}.{alias.name}")
-                elif node.module.split(".")[0] in PACKAGES:
-                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    bad.append(f"{path.name}:{node.lineno}: imports {module}.{alias.name}")
+                elif module.split(".")[0] in PACKAGES or module == NAMESPACE:
+                    modules[alias.asname or alias.name] = _ours(f"{module}.{alias.name}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in PACKAGES and alias.asname:
-                    modules[alias.asname] = alias.name
+                if _ours(alias.name).split(".")[0] in PACKAGES and alias.asname:
+                    modules[alias.asname] = _ours(alias.name)
     for node in ast.walk(_parse(path)):
         named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
         if named and node.value.id in modules and _private(node.attr):
@@ -258,12 +321,12 @@ def test_room_checker_sees_violations(tmp_path):
     bad = tmp_path / "m.py"
     bad.write_text(
         "import importlib\n"
-        "from verify.cli.commands import main\n"
-        "from verify.pipeline.promotion.chain import _read, link\n"
-        'importlib.import_module("verify.diagnostics.localize")\n'
-        "from verify.common.status import Status\n"
-        "from verify import Status as S\n"
-        "from verify.proving.solve import intervals\n"
+        "from kernel_contracts.verify.cli.commands import main\n"
+        "from kernel_contracts.verify.pipeline.promotion.chain import _read, link\n"
+        'importlib.import_module("kernel_contracts.verify.diagnostics.localize")\n'
+        "from kernel_contracts.verify.common.status import Status\n"
+        "from kernel_contracts.verify import Status as S\n"
+        "from kernel_contracts.verify.proving.solve import intervals\n"
         "intervals._mul(S, Status)\n",
         encoding="utf-8",
     )
@@ -287,7 +350,8 @@ def test_string_imports_name_existing_modules(package):
     """A lazy table or ``import_module`` string of ours must name a module that exists."""
     bad = []
     for path in _modules(package):
-        for name, line in _string_imports(_parse(path)):
+        for raw, line in _string_imports(_parse(path)):
+            name = _ours(raw)
             if name.split(".")[0] not in PACKAGES:
                 continue
             where = ROOT.joinpath(*name.split("."))
@@ -321,36 +385,25 @@ def test_compiler_dependency_has_one_module(module):
     assert found and set(found) == {owner}, found
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_package_is_ours(package):
-    """The package names are also unrelated distributions: the imported one must be this one."""
-    module = importlib.import_module(package)
-    where = pathlib.Path(module.__file__).resolve()
-    assert where.parent.name == package
-    # either this checkout (editable install) or an installed copy of kernel-contracts
-    if ROOT not in where.parents:
-        from importlib.metadata import files
-
-        installed = {str(f) for f in files("kernel-contracts") or ()}
-        assert f"{package}/__init__.py" in installed, where
-
-
 def test_import_checker_sees_violations(tmp_path):
     """The checker itself must be able to fail: a module importing a forbidden package, by an
     import statement or by a string."""
     bad = tmp_path / "m.py"
     bad.write_text(
         "import importlib, subprocess, sys\n"
-        "import verify.cli.commands\n"
-        "from kernels import matmul\n"
-        'importlib.import_module("bounds.apriori")\n'
-        'importlib.import_module(f"verify.{sys.argv[1]}")\n'
-        '__import__("kernels" + ".ops")\n'
-        '_EXPORTS = {"run": "verify.proving.runner", "Ops": "kernels.ops"}\n'
-        'subprocess.run([sys.executable, "-m", "verify.proving.solve._worker", "3"])\n'
-        'ENTRY = "bounds.derive:derive"\n'
+        "import kernel_contracts.verify.cli.commands\n"
+        "from kernel_contracts.kernels import matmul\n"
+        'importlib.import_module("kernel_contracts.bounds.apriori")\n'
+        'importlib.import_module(f"kernel_contracts.verify.{sys.argv[1]}")\n'
+        '__import__("kernel_contracts.kernels" + ".ops")\n'
+        '_EXPORTS = {"run": "kernel_contracts.verify.proving.runner",\n'
+        '            "Ops": "kernel_contracts.kernels.ops"}\n'
+        'subprocess.run([sys.executable, "-m", "kernel_contracts.verify.proving.solve._worker"])\n'
+        'ENTRY = "kernel_contracts.bounds.derive:derive"\n'
         'NOT_AN_IMPORT = {"key": "kernels.train", "note": "see kernels.matmul"}\n'
-        '"""kernels.train is only a docstring here"""\n',
+        '"""kernels.train is only a docstring here"""\n'
+        "import kernels\n"
+        'subprocess.run([sys.executable, "-m", "verify", "c.yaml"])\n',
         encoding="utf-8",
     )
     found = [(name, line) for name, line in _imports(bad) if name.split(".")[0] in PACKAGES]
@@ -363,11 +416,14 @@ def test_import_checker_sees_violations(tmp_path):
             ("verify", 5),
             ("kernels", 6),
             ("verify.proving.runner", 7),
-            ("kernels.ops", 7),
-            ("verify.proving.solve._worker", 8),
-            ("bounds.derive", 9),
+            ("kernels.ops", 8),
+            ("verify.proving.solve._worker", 9),
+            ("bounds.derive", 10),
+            ("kernels", 13),
+            ("verify", 14),
         ]
     )
+    assert _bare_imports(bad) == ["m.py:13: imports kernels"]
 
 
 def test_lazy_tables_count_only_where_names_are_imported(tmp_path):
@@ -377,8 +433,8 @@ def test_lazy_tables_count_only_where_names_are_imported(tmp_path):
     assert _imports(quiet) == []
     lazy = tmp_path / "lazy.py"
     lazy.write_text(
-        "from contracts.lazy import lazy_exports\n"
-        '_EXPORTS = {"run": "verify.proving.runner"}\n'
+        "from kernel_contracts.contracts.lazy import lazy_exports\n"
+        '_EXPORTS = {"run": "kernel_contracts.verify.proving.runner"}\n'
         "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)\n"
     )
     assert ("verify.proving.runner", 2) in _imports(lazy)
@@ -395,7 +451,7 @@ def _private_imports(package: str) -> list[str]:
                 continue
             names = [a.name for a in node.names if a.name.startswith("_")]
             names = [n for n in names if not n.startswith("__")]
-            if names and node.module != here:
+            if names and _ours(node.module) != here:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {names}")
         for name, line in _imports(path):
             outside = name.split(".")[0] in PACKAGES and name.split(".")[0] != package
@@ -434,7 +490,7 @@ def test_every_lazy_package_loads_through_the_one_helper():
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_public_name_resolves(package):
-    module = importlib.import_module(package)
+    module = importlib.import_module(f"{NAMESPACE}.{package}")
     assert module.__all__, package
     missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == []
@@ -444,7 +500,7 @@ def test_every_public_name_resolves(package):
 def test_no_public_name_is_shadowed_by_a_module(package):
     """A public name that is also a submodule's name would turn into the module once anything
     imports that submodule: such modules are private (``kernels._measure``)."""
-    module = importlib.import_module(package)
+    module = importlib.import_module(f"{NAMESPACE}.{package}")
     clashes = [
         name
         for name in module.__all__
@@ -457,14 +513,16 @@ def test_the_evidence_package_imports_no_jax():
     """Reading logs, summarising and deciding on them never loads JAX: only the emulate source
     does, on first use (the folder boundary of the proofs-and-logs path)."""
     modules = sorted(
-        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        ".".join((NAMESPACE, *p.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__")
         for p in _modules("evidence")
     )
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        "import verify.decide, verify.proving.check, verify.pipeline.monitor\n"
-        "import verify.pipeline.routing, verify.common.support\n"
+        "from kernel_contracts.verify import decide, common\n"
+        "from kernel_contracts.verify.proving import check\n"
+        "from kernel_contracts.verify.pipeline import monitor, routing\n"
+        "from kernel_contracts.verify.common import support\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
     )
     out = subprocess.run(

@@ -11,10 +11,10 @@ import shlex
 import shutil
 
 import pytest
-from cli_runner import run_cli
 
-import contracts
-from verify.cli.commands import SUBCOMMANDS
+from kernel_contracts import contracts
+from kernel_contracts.verify.cli.commands import SUBCOMMANDS
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -18,17 +18,17 @@ import importlib
 import pathlib
 import sys
 
-import contracts
-from contracts.errors import KernelContractsError
+from kernel_contracts import contracts
+from kernel_contracts.contracts.errors import KernelContractsError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("contracts", "kernels", "bounds", "verify")
-BASE = "contracts.errors.KernelContractsError"
+BASE = "kernel_contracts.contracts.errors.KernelContractsError"
 _THIRD_PARTY_SUFFIXES = ("Error", "Exception", "Warning")
 
 
 def _module_name(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = ["kernel_contracts", *path.relative_to(ROOT).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -143,7 +143,7 @@ def _outside_base(index: Index) -> list[str]:
 def test_every_exception_class_derives_from_the_base():
     index = _index()
     found = index.exceptions()
-    assert BASE in found and "contracts.errors.ContractError" in found
+    assert BASE in found and "kernel_contracts.contracts.errors.ContractError" in found
     assert _outside_base(index) == []
 
 
@@ -158,7 +158,7 @@ def test_source_index_agrees_with_the_runtime_classes():
     """For every module of ours already imported (contracts' always), the exception classes
     the source index finds are exactly the classes Python sees, bases and all."""
     for module in _sources():
-        if module.startswith("contracts"):
+        if module.startswith("kernel_contracts.contracts"):
             importlib.import_module(module)
     index = _index()
     found = set(index.exceptions())
@@ -185,17 +185,21 @@ def test_source_index_agrees_with_the_runtime_classes():
 def test_the_check_can_fail():
     """Chains through re-exports, aliases and relative imports are followed; a class outside
     the base is reported, and records that are not exceptions are left alone."""
+    ns = "kernel_contracts"
     sources = {
-        "contracts": ("from contracts.errors import KernelContractsError as Base\n", True),
-        "contracts.errors": ("class KernelContractsError(Exception):\n    pass\n", False),
-        "verify": ("", True),
-        "verify.a": (
-            "from contracts import Base\n"
+        f"{ns}.contracts": (
+            f"from {ns}.contracts.errors import KernelContractsError as Base\n",
+            True,
+        ),
+        f"{ns}.contracts.errors": ("class KernelContractsError(Exception):\n    pass\n", False),
+        f"{ns}.verify": ("", True),
+        f"{ns}.verify.a": (
+            f"from {ns}.contracts import Base\n"
             "class Good(Base, ValueError): ...\n"
             "class Bad(LookupError): ...\n",
             False,
         ),
-        "verify.b": (
+        f"{ns}.verify.b": (
             "import yaml\n"
             "from typing import NamedTuple\n"
             "from .a import Good, Bad\n"
@@ -209,15 +213,15 @@ def test_the_check_can_fail():
     }
     index = Index(sources)
     assert index.exceptions() == [
-        "contracts.errors.KernelContractsError",
-        "verify.a.Bad",
-        "verify.a.Good",
-        "verify.b.AlsoBad",
-        "verify.b.Fine",
-        "verify.b.YamlBad",
+        f"{ns}.contracts.errors.KernelContractsError",
+        f"{ns}.verify.a.Bad",
+        f"{ns}.verify.a.Good",
+        f"{ns}.verify.b.AlsoBad",
+        f"{ns}.verify.b.Fine",
+        f"{ns}.verify.b.YamlBad",
     ]
     assert _outside_base(index) == [
-        "verify.a.Bad (line 3)",
-        "verify.b.AlsoBad (line 6)",
-        "verify.b.YamlBad (line 7)",
+        f"{ns}.verify.a.Bad (line 3)",
+        f"{ns}.verify.b.AlsoBad (line 6)",
+        f"{ns}.verify.b.YamlBad (line 7)",
     ]

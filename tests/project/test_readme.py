@@ -9,9 +9,8 @@ import io
 import pathlib
 import re
 
-from cli_runner import run_cli
-
-import contracts
+from kernel_contracts import contracts
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

@@ -7,19 +7,24 @@ import jax.numpy as jnp
 import jaxtyping
 import numpy as np
 import pytest
-from conftest import SHAPE_CHECKS, shape_annotated_modules
 
-from contracts.presets import PRESETS
-from kernels import matmul
+from kernel_contracts.contracts.presets import PRESETS
+from kernel_contracts.kernels import matmul
+from tests.support.shape_checks import SHAPE_CHECKS, shape_annotated_modules
 
 needs_checks = pytest.mark.skipif(not SHAPE_CHECKS, reason="KERNEL_CONTRACTS_SHAPE_CHECKS=0")
 
 
 def test_the_annotated_modules_are_found():
     found = shape_annotated_modules()
-    for name in ("kernels._matmul.api", "kernels.model", "kernels.hf.decoder", "kernels.rl.bias"):
+    for name in (
+        "kernel_contracts.kernels._matmul.api",
+        "kernel_contracts.kernels.model",
+        "kernel_contracts.kernels.hf.decoder",
+        "kernel_contracts.kernels.rl.bias",
+    ):
         assert name in found
-    assert "kernels.measure_cpu" not in found  # compiled by Numba: left unwrapped
+    assert "kernel_contracts.kernels.measure_cpu" not in found  # compiled by Numba: left unwrapped
 
 
 @needs_checks

@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import sympy
 
-import bounds
-from bounds import measure
-from contracts import load, loads
-from verify.common.status import Status
-from verify.proving.check.recheck import check_data
-from verify.proving.obligations import discharge
-from verify.proving.render.report import dumps, report_json
-from verify.proving.runner import run
+from kernel_contracts import bounds
+from kernel_contracts.bounds import measure
+from kernel_contracts.contracts import load, loads
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.check.recheck import check_data
+from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.render.report import dumps, report_json
+from kernel_contracts.verify.proving.runner import run
 
 mpmath.mp.dps = 50
 _HEAD = """contract: 1
@@ -227,7 +227,7 @@ def _forged(tmp_path, change, monkeypatch) -> tuple[str, ...]:
 
 
 def _obligation(d):
-    from verify.proving.obligations import obligation_json
+    from kernel_contracts.verify.proving.obligations import obligation_json
 
     return obligation_json(discharge(d))
 

@@ -13,16 +13,16 @@ import itertools
 import math
 
 import numpy as np
-import strategies
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples, within
 
-from bounds import LEMMAS, measure
-from bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
-from bounds.sequence import sequence_routes
-from bounds.token import kl_tilt_sup
+from kernel_contracts.bounds import LEMMAS, measure
+from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
+from kernel_contracts.bounds.sequence import sequence_routes
+from kernel_contracts.bounds.token import kl_tilt_sup
+from tests.support import strategies
+from tests.support.strategies import examples, within
 
 
 def _log_ratio_error(z: np.ndarray, zp: np.ndarray, T: float) -> float:

@@ -14,11 +14,11 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from contracts.model import StatisticalClause
-from evidence.sources import Source
-from evidence.summary import summarize
-from verify.common.status import Status
-from verify.decide.verdicts import statistical_result
+from kernel_contracts.contracts.model import StatisticalClause
+from kernel_contracts.evidence.sources import Source
+from kernel_contracts.evidence.summary import summarize
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.decide.verdicts import statistical_result
 
 TRIALS = 300
 

@@ -13,11 +13,11 @@ import mpmath
 import numpy as np
 import pytest
 
-import bounds
-from bounds import LEMMAS, measure
-from contracts import loads
-from verify.common.status import Status
-from verify.proving.obligations import discharge
+from kernel_contracts import bounds
+from kernel_contracts.bounds import LEMMAS, measure
+from kernel_contracts.contracts import loads
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
 
 mpmath.mp.dps = 50
 _HEAD = """contract: 1
@@ -198,8 +198,8 @@ def test_huge_horizons_and_tiny_temperatures_end_within_the_budget(T, L):
 def test_a_solver_that_ignores_its_limit_is_stopped():
     import time
 
-    from verify.proving.solve import smt
-    from verify.proving.solve.encoding import encode
+    from kernel_contracts.verify.proving.solve import smt
+    from kernel_contracts.verify.proving.solve.encoding import encode
 
     # T = 0.05, L = 4096: the coupling route squares 12 times, a degree-4096 polynomial on
     # which z3's own (cooperative) time limit is not looked at for minutes
@@ -221,7 +221,7 @@ def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
     import time
     from fractions import Fraction
 
-    from verify.proving.solve import intervals
+    from kernel_contracts.verify.proving.solve import intervals
 
     x = (Fraction(999, 1000), Fraction(9999, 10000))
     start = time.perf_counter()
@@ -250,7 +250,7 @@ def test_a_clip_share_beyond_the_float_range_is_refuted_with_its_rational_bound(
     import json
     from fractions import Fraction
 
-    from verify.cli.commands import main
+    from kernel_contracts.verify.cli.commands import main
 
     path = tmp_path / "tiny-clip.yaml"
     path.write_text(

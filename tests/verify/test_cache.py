@@ -15,15 +15,15 @@ import time
 from typing import NamedTuple
 
 import pytest
-from cli_runner import run_cli
 
-import contracts
-from verify.common.status import Status
-from verify.proving import cache, replay
-from verify.proving import runner as run_module
-from verify.proving.render import documents as render
-from verify.proving.render.report import dumps
-from verify.proving.solve import smt
+from kernel_contracts import contracts
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving import cache, replay
+from kernel_contracts.verify.proving import runner as run_module
+from kernel_contracts.verify.proving.render import documents as render
+from kernel_contracts.verify.proving.render.report import dumps
+from kernel_contracts.verify.proving.solve import smt
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -283,7 +283,7 @@ def test_code_that_may_differ_from_its_files_stores_nothing(small, tmp_path, mon
     # only a `python -m verify` process writes: this one (pytest) does not
     assert cache.writer_start(time.time()) is None
     fake = type(sys)("__main__")
-    fake.__spec__ = type("Spec", (), {"name": "verify.__main__"})()
+    fake.__spec__ = type("Spec", (), {"name": "kernel_contracts.verify.__main__"})()
     monkeypatch.setitem(sys.modules, "__main__", fake)
     began = time.time()
     assert cache.writer_start(began) <= began
@@ -291,7 +291,7 @@ def test_code_that_may_differ_from_its_files_stores_nothing(small, tmp_path, mon
 
 _WRITER = """
 import json, pathlib, sys, time
-from verify.proving import cache
+from kernel_contracts.verify.proving import cache
 directory, material, stamps, tag = json.loads(sys.argv[1])
 k = cache.Key("0" * 64, material, tuple(tuple(s) for s in stamps))
 payload = {"writer": tag, "filler": [tag] * 5000}

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from verify.cli.commands import main
-from verify.proving.check.recheck import ReportUnreadable, check_data, check_report
+from kernel_contracts.verify.cli.commands import main
+from kernel_contracts.verify.proving.check.recheck import ReportUnreadable, check_data, check_report
 
 CONTRACT = """\
 contract: 1

@@ -15,12 +15,12 @@ import re
 import shutil
 
 import pytest
-from test_promotion import CONTRACT as PROMOTED
-from test_promotion import _run, _sha, _stage
 
-from contracts.canonical import from_canonical
-from verify.pipeline.promotion.record import checks, held, sha256_text
-from verify.proving.check.recheck import check_data
+from kernel_contracts.contracts.canonical import from_canonical
+from kernel_contracts.verify.pipeline.promotion.record import checks, held, sha256_text
+from kernel_contracts.verify.proving.check.recheck import check_data
+from tests.verify.test_promotion import CONTRACT as PROMOTED
+from tests.verify.test_promotion import _run, _sha, _stage
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples"
 RATE = "S_large_ratio_rate"

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from cli_runner import run_cli
 
-from verify.common import outputs as outputs_module
+from kernel_contracts.verify.common import outputs as outputs_module
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -128,7 +128,7 @@ def test_unwritable_report_path_exits_2_before_work(tmp_path):
 
 
 def test_internal_error_is_one_line(tmp_path, monkeypatch):
-    from verify.proving import runner as run
+    from kernel_contracts.verify.proving import runner as run
 
     def boom(*a, **k):
         raise RuntimeError("simulated failure")
@@ -173,7 +173,7 @@ def test_a_file_named_like_a_subcommand(tmp_path):
 
 def _fast_examples() -> list[str]:
     """The shipped examples, except those that emulate kernels (a minute of CPU each)."""
-    import contracts
+    from kernel_contracts import contracts
 
     names = []
     for path in sorted(EXAMPLES.glob("*.yaml")):

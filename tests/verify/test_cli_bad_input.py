@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from verify.cli.commands import main
+from kernel_contracts.verify.cli.commands import main
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from verify.cli.commands import main
+from kernel_contracts.verify.cli.commands import main
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "malformed"
 CASES = sorted(p.stem for p in DATA.glob("*.yaml"))

@@ -9,10 +9,10 @@ import pytest
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from verify.proving.solve.enclosures import enclose
-from verify.proving.solve.intervals import ExprError, evaluate, func_down, func_up
+from kernel_contracts.verify.proving.solve.enclosures import enclose
+from kernel_contracts.verify.proving.solve.intervals import ExprError, evaluate, func_down, func_up
+from tests.support.strategies import examples
 
 DOMAINS = {
     "exp": (F(-50), F(50)),

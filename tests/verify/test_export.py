@@ -21,13 +21,19 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 import yaml
-from cli_runner import malformed_contract, run_cli
 
-import contracts
-from verify.cli.commands import main
-from verify.pipeline.export import FRAMEWORKS, ExportError, NoCounterpart, Request, plan
-from verify.pipeline.export.render import scalar
-from verify.pipeline.export.request import DRIVING
+from kernel_contracts import contracts
+from kernel_contracts.verify.cli.commands import main
+from kernel_contracts.verify.pipeline.export import (
+    FRAMEWORKS,
+    ExportError,
+    NoCounterpart,
+    Request,
+    plan,
+)
+from kernel_contracts.verify.pipeline.export.render import scalar
+from kernel_contracts.verify.pipeline.export.request import DRIVING
+from tests.support.cli_runner import malformed_contract, run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "contracts" / "examples" / "fp8-rollout.yaml"
@@ -546,12 +552,10 @@ def _bad_input_cases(tmp_path):
 def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, monkeypatch):
     ro, cases = _bad_input_cases(tmp_path)
     if os.geteuid() == 0:  # root writes anywhere: deny the read-only directory as a user is
-        import verify.common.outputs
+        import kernel_contracts.verify.common.outputs as outputs_module
 
         real, denied = os.access, os.path.realpath(ro)
-        monkeypatch.setattr(
-            verify.common.outputs.os, "access", lambda p, m: p != denied and real(p, m)
-        )
+        monkeypatch.setattr(outputs_module.os, "access", lambda p, m: p != denied and real(p, m))
     before = EXAMPLE.read_bytes()
     for argv, message in cases:
         code, out, err = _run(*argv)

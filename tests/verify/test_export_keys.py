@@ -14,10 +14,10 @@ import pathlib
 from fractions import Fraction as F
 
 import pytest
-from cli_runner import run_cli
 
-from verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
-from verify.pipeline.export.request import DRIVING, parse_version
+from kernel_contracts.verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
+from kernel_contracts.verify.pipeline.export.request import DRIVING, parse_version
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "contracts" / "examples" / "fp8-rollout.yaml"

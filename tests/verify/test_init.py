@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from cli_runner import run_cli
+
+from tests.support.cli_runner import run_cli
 
 SETUPS = [
     ["--framework", "verl", "--vocab", "151936", "--temperature", "1.0", "--preset", "h100-fp8",

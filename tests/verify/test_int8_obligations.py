@@ -9,11 +9,11 @@ import pathlib
 
 import pytest
 
-import contracts
-from bounds import intexact
-from verify.proving.check.recheck import check_data
-from verify.proving.render.report import report_json
-from verify.proving.runner import run
+from kernel_contracts import contracts
+from kernel_contracts.bounds import intexact
+from kernel_contracts.verify.proving.check.recheck import check_data
+from kernel_contracts.verify.proving.render.report import report_json
+from kernel_contracts.verify.proving.runner import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "contracts" / "examples" / "int8-serving.yaml"
@@ -101,8 +101,8 @@ def test_refutations_are_confirmed_by_the_emulated_kernel(reports):
     """The reported witnesses, run through the int8 kernel: the accumulator wraps, and the
     accumulator value that float32 cannot hold is not converted exactly."""
     np = pytest.importorskip("numpy")
-    from contracts import preset
-    from kernels._matmul import int8_matmul
+    from kernel_contracts.contracts import preset
+    from kernel_contracts.kernels._matmul import int8_matmul
 
     for k, oid in ((133145, "inference:int32"), (1041, "inference:fp32")):
         claim = next(c for c in intexact.claims(_contract(k)) if c.id == oid)

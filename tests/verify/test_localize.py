@@ -12,15 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_runner import malformed_contract, run_cli
 
-from contracts.presets import PRESETS
-from kernels._matmul import matmul
-from kernels.flipstats import brier, fit_logistic, predict_flips, roc_auc
-from kernels.localization import kernel_logits, localize, replay
-from kernels.rescale import pow2_ceil, rescaled_matmul
-from kernels.sites import walk
-from kernels.ulp import coarser, ulp_distance, ulp_summary
+from kernel_contracts.contracts.presets import PRESETS
+from kernel_contracts.kernels._matmul import matmul
+from kernel_contracts.kernels.flipstats import brier, fit_logistic, predict_flips, roc_auc
+from kernel_contracts.kernels.localization import kernel_logits, localize, replay
+from kernel_contracts.kernels.rescale import pow2_ceil, rescaled_matmul
+from kernel_contracts.kernels.sites import walk
+from kernel_contracts.kernels.ulp import coarser, ulp_distance, ulp_summary
+from tests.support.cli_runner import malformed_contract, run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 D, VOCAB = 32, 16
@@ -198,7 +198,7 @@ def located():
 
 
 def test_a_kernel_against_itself_is_bit_identical():
-    import kernels
+    from kernel_contracts import kernels
 
     assert kernels.localize is localize and kernels.replay is replay  # the package's API
     loc = localize(_logits, _params(), TOKENS, FP32, FP32, pow2=False)

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from evidence.drift import ROW_COLUMNS
-from kernels.columns import MEASURED_COLUMNS
-from kernels.hf.checkpoint import save_decoder
-from kernels.hf.config import parse_config
-from kernels.hf.decoder import Decoder
-from verify.diagnostics.measure.render import ProgressBar
-from verify.diagnostics.measure.run import length_slices, load_model, prompt_rows
+from kernel_contracts.evidence.drift import ROW_COLUMNS
+from kernel_contracts.kernels.columns import MEASURED_COLUMNS
+from kernel_contracts.kernels.hf.checkpoint import save_decoder
+from kernel_contracts.kernels.hf.config import parse_config
+from kernel_contracts.kernels.hf.decoder import Decoder
+from kernel_contracts.verify.diagnostics.measure.render import ProgressBar
+from kernel_contracts.verify.diagnostics.measure.run import length_slices, load_model, prompt_rows
 
 CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],

@@ -13,11 +13,11 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
-import contracts
-from verify.decide import evaluate
-from verify.pipeline.monitor import sample_mask
+from kernel_contracts import contracts
+from kernel_contracts.verify.decide import evaluate
+from kernel_contracts.verify.pipeline.monitor import sample_mask
+from tests.support.cli_runner import run_cli
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"
@@ -40,7 +40,7 @@ def _window(tokens: int, rate: float = 1.0) -> str:
 
 
 def _monitor(*args, stdin_fd: int = 0):
-    from verify.pipeline.monitor import main as monitor_main
+    from kernel_contracts.verify.pipeline.monitor import main as monitor_main
 
     if not stdin_fd:
         return run_cli("monitor", *args)
@@ -297,10 +297,10 @@ def test_a_truncated_last_line_waits_for_its_newline_when_following(tmp_path):
 
 
 def test_memory_does_not_grow_with_the_stream(tmp_path, monkeypatch):
-    import verify.pipeline.monitor.stream
+    import kernel_contracts.verify.pipeline.monitor.stream as stream_module
 
     # both streams span chunks
-    monkeypatch.setattr(verify.pipeline.monitor.stream, "_CHUNK", 1 << 16)
+    monkeypatch.setattr(stream_module, "_CHUNK", 1 << 16)
     contract = _contract(tmp_path, _window(2000))
     line = LINES[0]
     _monitor(contract, "--stream", SAMPLE, "--no-follow", "--out", tmp_path / "warm.jsonl")
@@ -351,8 +351,8 @@ def test_a_file_replaced_under_its_name_is_finished_then_the_new_one_read(tmp_pa
 
 @pytest.mark.parametrize("fmt", ["verl", "trl"])
 def test_every_log_format_the_reader_knows(tmp_path, fmt):
-    from evidence.logs import record
-    from evidence.logs.writer import LoggedSequence
+    from kernel_contracts.evidence.logs import record
+    from kernel_contracts.evidence.logs.writer import LoggedSequence
 
     stream = tmp_path / f"{fmt}.jsonl"
     rows = []
@@ -422,7 +422,7 @@ def test_a_directory_resumes_after_a_finished_file_even_when_it_was_deleted(tmp_
 
 
 def test_a_position_after_a_finished_rotated_file_resumes_at_the_next_name(tmp_path):
-    from verify.pipeline.monitor.stream import Position, open_stream
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_bytes(b"".join(LINES[:3]).rstrip(b"\n"))

@@ -8,7 +8,8 @@ import os
 import pathlib
 
 import pytest
-from cli_runner import run_cli
+
+from tests.support.cli_runner import run_cli
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from cli_runner import run_cli
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -66,10 +66,10 @@ def test_a_line_of_several_megabytes_is_read_in_full_and_the_rest_of_the_file_to
 
 
 def test_a_line_over_the_limit_is_one_counted_bad_line_and_reading_goes_on(tmp_path, monkeypatch):
-    import verify.pipeline.monitor.stream
+    import kernel_contracts.verify.pipeline.monitor.stream as stream_module
 
-    monkeypatch.setattr(verify.pipeline.monitor.stream, "MAX_LINE", 1 << 20)
-    monkeypatch.setattr(verify.pipeline.monitor.stream, "_CHUNK", 1 << 16)
+    monkeypatch.setattr(stream_module, "MAX_LINE", 1 << 20)
+    monkeypatch.setattr(stream_module, "_CHUNK", 1 << 16)
     long_line = b'{"x": "' + b"a" * (3 << 20) + b'"}\n'
     stream = tmp_path / "log.jsonl"
     stream.write_bytes(_lines(10) + long_line + _lines(10, 10))
@@ -147,7 +147,7 @@ def _read_all(stream) -> list:
 
 
 def test_a_directory_follows_a_rotation_that_renames_the_active_file(tmp_path):
-    from verify.pipeline.monitor.stream import Position, open_stream
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -184,7 +184,7 @@ def test_a_restart_after_a_rotation_in_a_directory_counts_every_line_once(tmp_pa
 
 
 def test_a_directory_follows_copy_truncate_without_counting_twice(tmp_path):
-    from verify.pipeline.monitor.stream import Position, open_stream
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
 
     logs = tmp_path / "logs"
     logs.mkdir()

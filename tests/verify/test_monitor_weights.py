@@ -7,11 +7,11 @@ import pathlib
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
-import contracts
-from evidence.logs import read_log
-from evidence.weights import estimators_of, weight_diagnostics
+from kernel_contracts import contracts
+from kernel_contracts.evidence.logs import read_log
+from kernel_contracts.evidence.weights import estimators_of, weight_diagnostics
+from tests.support.cli_runner import run_cli
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples"
 SAMPLE = EXAMPLES / "rollout-sample.jsonl"  # 64 lines of 64 tokens

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-import contracts
-from verify.cli.commands import main
-from verify.common import outputs
-from verify.proving import runner as run_module
+from kernel_contracts import contracts
+from kernel_contracts.verify.cli.commands import main
+from kernel_contracts.verify.common import outputs
+from kernel_contracts.verify.proving import runner as run_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from evidence.logs import LoggedSequence, write_log
-from evidence.table import lower_bounds
-from verify.cli.commands import main
-from verify.proving.check.recheck import check_data
+from kernel_contracts.evidence.logs import LoggedSequence, write_log
+from kernel_contracts.evidence.table import lower_bounds
+from kernel_contracts.verify.cli.commands import main
+from kernel_contracts.verify.proving.check.recheck import check_data
+from tests.support.cli_runner import run_cli
+from tests.support.strategies import examples
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "contracts" / "examples"
 HEAD = """\

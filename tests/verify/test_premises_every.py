@@ -17,21 +17,21 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-import strategies
-from cli_runner import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-import bounds
-from bounds import LEMMAS, measure
-from bounds.premises import covers_every_token
-from contracts import Slice, exact, loads
-from verify.cli.commands import main
-from verify.common.status import Status
-from verify.proving.check.recheck import check_data
-from verify.proving.obligations import discharge
-from verify.proving.solve.encoding import encode
+from kernel_contracts import bounds
+from kernel_contracts.bounds import LEMMAS, measure
+from kernel_contracts.bounds.premises import covers_every_token
+from kernel_contracts.contracts import Slice, exact, loads
+from kernel_contracts.verify.cli.commands import main
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.check.recheck import check_data
+from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.solve.encoding import encode
+from tests.support import strategies
+from tests.support.cli_runner import run_cli
+from tests.support.strategies import examples
 
 _HEAD = """contract: 1
 name: every-premise
@@ -434,7 +434,7 @@ def test_extreme_parameters_give_a_verdict_under_verify_and_synth(tmp_path, guar
 
 
 def test_kl_anchor_of_a_huge_cap_is_certified():
-    from bounds.pg.closed_forms import kl_anchor
+    from kernel_contracts.bounds.pg.closed_forms import kl_anchor
 
     for cap in (Fraction(4 * 10**10), Fraction(10**300)):
         anchor = kl_anchor(cap)

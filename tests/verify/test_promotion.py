@@ -10,7 +10,8 @@ import pathlib
 import shutil
 
 import pytest
-from cli_runner import run_cli
+
+from tests.support.cli_runner import run_cli
 
 SAMPLE = (
     pathlib.Path(__file__).resolve().parents[2] / "contracts" / "examples" / "rollout-sample.jsonl"

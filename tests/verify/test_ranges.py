@@ -10,11 +10,11 @@ import mpmath
 import pytest
 import sympy
 
-import bounds
-from contracts import loads
-from verify.common.status import Status
-from verify.proving.obligations import discharge
-from verify.proving.solve import intervals, ranges
+from kernel_contracts import bounds
+from kernel_contracts.contracts import loads
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.solve import intervals, ranges
 
 _HEAD = """contract: 1
 name: ranges
@@ -123,9 +123,9 @@ def test_a_tightened_query_re_checks(tmp_path):
     # the re-checker regenerates the query text, range lemmas included, from the report alone
     import json
 
-    from verify.proving.check.recheck import check_data
-    from verify.proving.render.report import dumps
-    from verify.proving.runner import run
+    from kernel_contracts.verify.proving.check.recheck import check_data
+    from kernel_contracts.verify.proving.render.report import dumps
+    from kernel_contracts.verify.proving.runner import run
 
     text = _HEAD.format(T="1.0", L="512", delta="0.1", quantity="sequence_tv", max="0.99")
     data = json.loads(dumps(run(loads(text, str(tmp_path / "gone.yaml")), timeout_ms=10000)))

@@ -7,15 +7,19 @@ from fractions import Fraction as F
 
 import sympy
 
-import contracts
-from bounds.derivation import Derivation, Variable
-from verify.common.clauses import ClauseResult
-from verify.common.escalation import decide
-from verify.common.static_clauses import NO_EVIDENCE, skipped_measurements, static_clauses
-from verify.common.status import Status
-from verify.proving.obligations import discharge
-from verify.proving.render.documents import to_html, to_markdown
-from verify.proving.render.report import ContractInfo, Report, report_json
+from kernel_contracts import contracts
+from kernel_contracts.bounds.derivation import Derivation, Variable
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.escalation import decide
+from kernel_contracts.verify.common.static_clauses import (
+    NO_EVIDENCE,
+    skipped_measurements,
+    static_clauses,
+)
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.render.documents import to_html, to_markdown
+from kernel_contracts.verify.proving.render.report import ContractInfo, Report, report_json
 
 BASE = """\
 contract: 1

@@ -12,9 +12,13 @@ import struct
 import subprocess
 
 import pytest
-from cli_runner import run_cli
 
-from verify.proving.render.evidence import evidence_html, evidence_markdown, number_tables
+from kernel_contracts.verify.proving.render.evidence import (
+    evidence_html,
+    evidence_markdown,
+    number_tables,
+)
+from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOG = ROOT / "contracts" / "examples" / "rollout-sample.jsonl"

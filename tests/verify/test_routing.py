@@ -15,10 +15,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import contracts
-from verify.common.status import Status
-from verify.pipeline import routing
-from verify.pipeline.routing import PromotionState, RoutingError
+from kernel_contracts import contracts
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.pipeline import routing
+from kernel_contracts.verify.pipeline.routing import PromotionState, RoutingError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -269,7 +269,7 @@ def test_a_report_of_another_contract_is_refused(tmp_path, contract):
         f"report: {tmp_path / 'report.json'} is not a report of this contract ('routing-test')"
     )
     # the function (``verify.run`` is the function ``verify.proving.runner.run``)
-    from verify.proving.runner import run
+    from kernel_contracts.verify.proving.runner import run
 
     report = run(contract)
     assert routing.prepare(contract, report=report).cap == Fraction(2)
@@ -294,8 +294,8 @@ def test_weights_never_exceed_the_cap_in_their_dtype():
 
 
 def test_a_batch_of_a_whole_log_gets_the_offline_verdicts():
-    from evidence.logs import read_log
-    from verify.decide import evaluate
+    from kernel_contracts.evidence.logs import read_log
+    from kernel_contracts.verify.decide import evaluate
 
     contract = contracts.load(ROOT / "contracts/examples/rollout-log.yaml")
     offline, _ = evaluate(contract)

@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-from test_routing import GUARANTEES, HEAD, INFER, MASK, RULES, TRAIN, _load
 
-from verify.pipeline import routing
-from verify.pipeline.routing import RoutingError
+from kernel_contracts.verify.pipeline import routing
+from kernel_contracts.verify.pipeline.routing import RoutingError
+from tests.verify.test_routing import GUARANTEES, HEAD, INFER, MASK, RULES, TRAIN, _load
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

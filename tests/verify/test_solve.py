@@ -9,13 +9,13 @@ import pytest
 import sympy
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import examples
 
-from bounds.derivation import Derivation, Variable
-from verify.common.status import Status
-from verify.proving.obligations import discharge
-from verify.proving.solve.encoding import encode
-from verify.proving.solve.solver import Step, prove
+from kernel_contracts.bounds.derivation import Derivation, Variable
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.solve.encoding import encode
+from kernel_contracts.verify.proving.solve.solver import Step, prove
+from tests.support.strategies import examples
 
 delta, T = sympy.symbols("delta_N1 T", nonnegative=True)
 TOKEN_TV = sympy.tanh(2 * delta / (4 * T))

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-import contracts
-from verify.common.status import Status
-from verify.proving import synth
+from kernel_contracts import contracts
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving import synth
 
 CONTRACT = """\
 contract: 1
@@ -75,7 +75,7 @@ def test_no_value_proved_says_which_budget_or_value_to_set(contract, monkeypatch
 def test_the_solver_message_on_a_lost_core_is_plain_words(monkeypatch):
     import z3
 
-    from verify.proving.solve import smt
+    from kernel_contracts.verify.proving.solve import smt
 
     real = smt._z3_run
 
@@ -94,8 +94,8 @@ def test_the_solver_message_on_a_lost_core_is_plain_words(monkeypatch):
 
 
 def test_the_long_horizon_unknown_points_to_synth():
-    import bounds
-    from verify.proving.obligations import discharge
+    from kernel_contracts import bounds
+    from kernel_contracts.verify.proving.obligations import discharge
 
     text = CONTRACT.replace("vocab_size: 256}", "vocab_size: 151936, max_new_tokens: 4096}")
     text = text.replace("quantity: token_tv, max: 0.0100", "quantity: sequence_tv, max: 0.1")

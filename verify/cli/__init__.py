@@ -2,6 +2,6 @@
 from the first word to the room that does the work; every parser is built by
 ``verify.common.arguments``). No room imports the command line."""
 
-from verify.cli.commands import SUBCOMMANDS, main
+from kernel_contracts.verify.cli.commands import SUBCOMMANDS, main
 
 __all__ = ["SUBCOMMANDS", "main"]

@@ -35,87 +35,83 @@ import sys
 import time
 from collections.abc import Sequence
 
-from verify.common.arguments import PARSERS, Stop
-from verify.common.environment import foreign_kernels
+from kernel_contracts.verify.common.arguments import PARSERS, Stop
 
 __all__ = ["COMMANDS", "SUBCOMMANDS", "main"]
 
 
 def _check(argv, stdout, stderr, t_start: float) -> int:
     args = PARSERS["check"](stdout, stderr).parse_args(argv)
-    from verify.pipeline.promotion import check_record_main, is_record
+    from kernel_contracts.verify.pipeline.promotion import check_record_main, is_record
 
     if is_record(args.report):  # a promotion record is re-checked with its chain
         return check_record_main(args.report, stdout=stdout, stderr=stderr)
-    from verify.proving.check.recheck import check_main
+    from kernel_contracts.verify.proving.check.recheck import check_main
 
     return check_main(args.report, stdout=stdout, stderr=stderr)
 
 
 def _synth(argv, stdout, stderr, t_start: float) -> int:
     args = PARSERS["synth"](stdout, stderr).parse_args(argv)
-    from verify.proving.synth import synth_main
+    from kernel_contracts.verify.proving.synth import synth_main
 
     return synth_main(args.contract, args.timeout_ms, stdout=stdout, stderr=stderr)
 
 
 def _schema(argv, stdout, stderr, t_start: float) -> int:
     PARSERS["schema"](stdout, stderr).parse_args(argv)
-    import contracts
+    from kernel_contracts import contracts
 
     stdout.write(json.dumps(contracts.json_schema(), indent=2) + "\n")
     return 0
 
 
 def _export(argv, stdout, stderr, t_start: float) -> int:
-    from verify.pipeline.export import export_main
+    from kernel_contracts.verify.pipeline.export import export_main
 
     return export_main(argv, stdout=stdout, stderr=stderr)
 
 
 def _localize(argv, stdout, stderr, t_start: float) -> int:
-    from verify.diagnostics.localize.command import localize_main
+    from kernel_contracts.verify.diagnostics.localize.command import localize_main
 
     return localize_main(argv, stdout=stdout, stderr=stderr)
 
 
 def _measure(argv, stdout, stderr, t_start: float) -> int:
-    from verify.diagnostics.measure.command import measure_main
+    from kernel_contracts.verify.diagnostics.measure.command import measure_main
 
     return measure_main(argv, stdout=stdout, stderr=stderr)
 
 
 def _conformance(argv, stdout, stderr, t_start: float) -> int:
-    from verify.diagnostics.conformance.command import conformance_main
+    from kernel_contracts.verify.diagnostics.conformance.command import conformance_main
 
     return conformance_main(argv, stdout=stdout, stderr=stderr)
 
 
 def _init(argv, stdout, stderr, t_start: float) -> int:
-    from verify.pipeline.starter import init_main
+    from kernel_contracts.verify.pipeline.starter import init_main
 
     return init_main(argv, stdout=stdout, stderr=stderr)
 
 
 def _monitor(argv, stdout, stderr, t_start: float) -> int:
-    try:
-        from verify.pipeline import monitor
-    except ImportError:
-        stderr.write("verify: monitor is not available in this build\n")
-        return 2
+    from kernel_contracts.verify.pipeline import monitor
+
     return monitor.main(argv, stdout=stdout, stderr=stderr)
 
 
 def _verify(argv, stdout, stderr, t_start: float) -> int:
-    from verify.proving.solve import smt
+    from kernel_contracts.verify.proving.solve import smt
 
     smt.prestart()  # the solver process imports z3 while this one reads the contract
     args = PARSERS[""](stdout, stderr).parse_args(argv)
     if args.stage or args.promotion_dir is not None or args.traffic is not None:
-        from verify.pipeline.promotion import stage_main
+        from kernel_contracts.verify.pipeline.promotion import stage_main
 
         return stage_main(args, stdout, stderr, t_start)
-    from verify.proving.command import verify_main
+    from kernel_contracts.verify.proving.command import verify_main
 
     return verify_main(args, stdout, stderr, t_start)
 
@@ -151,8 +147,12 @@ def main(argv: Sequence[str] | None = None, *, stdout=None, stderr=None) -> int:
     except KeyboardInterrupt:
         stderr.write("verify: interrupted\n")
         return 2
+    except ModuleNotFoundError as err:  # a broken installation: name what is missing
+        stderr.write(
+            f"verify: the module {err.name!r} is missing from this installation: install "
+            "kernel-contracts with its dependencies (pip install kernel-contracts)\n"
+        )
+        return 2
     except Exception as err:  # the documented last resort: one line, never a traceback
         stderr.write(f"verify: internal error: {type(err).__name__}: {err}\n")
-        if (clash := foreign_kernels()) is not None:  # the likely cause, when it holds
-            stderr.write(f"verify: {clash}\n")
         return 2

@@ -6,7 +6,7 @@ reads first (``inputs``) and the all-or-nothing output plan (``outputs``).
 This room imports no other room of ``verify``.
 """
 
-from verify.common.clauses import ClauseResult
-from verify.common.status import Status, worst
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.status import Status, worst
 
 __all__ = ["ClauseResult", "Status", "worst"]

@@ -14,7 +14,7 @@ import argparse
 import math
 import sys
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = [
     "EXIT_CODES",
@@ -157,7 +157,7 @@ def trust(p: Parser) -> None:
 
 
 def main_parser(out, err) -> Parser:
-    from contracts.fields import STAGES
+    from kernel_contracts.contracts.fields import STAGES
 
     p = Parser(
         prog="python -m verify",

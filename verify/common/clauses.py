@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verify.common.status import Status
+from kernel_contracts.verify.common.status import Status
 
 __all__ = ["ClauseResult"]
 

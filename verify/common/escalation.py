@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from contracts import EscalationRule
-from verify.common.status import Status
+from kernel_contracts.contracts import EscalationRule
+from kernel_contracts.verify.common.status import Status
 
 __all__ = ["Decision", "decide", "decision_json"]
 

@@ -26,7 +26,7 @@ def evidence_problem(path: str, shown: str) -> str | None:
         return None
     if stat.S_ISREG(mode):
         return None
-    from contracts import file_kind
+    from kernel_contracts.contracts import file_kind
 
     return f"{shown}: is {file_kind(mode)}, not a log file"
 
@@ -53,7 +53,7 @@ def _declared_evidence(contract) -> tuple[str, str] | None:
 def declared_evidence_problem(contract, plan) -> str | None:
     """What is wrong with the evidence file the contract itself names (unreadable, or one of
     the outputs), as one line; ``None`` when it names none or nothing is wrong."""
-    from verify.common import outputs
+    from kernel_contracts.verify.common import outputs
 
     declared = _declared_evidence(contract)
     if not declared:
@@ -70,7 +70,7 @@ def prepare_outputs(named, inputs, stderr):
     """The output plan of a command writing the ``named`` (label, path) targets and reading the
     ``inputs`` (label, path); ``None`` (the reason written to ``stderr``) when a target is
     unusable."""
-    from verify.common import outputs
+    from kernel_contracts.verify.common import outputs
 
     try:
         return outputs.prepare(named, inputs)
@@ -86,7 +86,7 @@ def run_inputs(args) -> list[tuple[str, str]]:
 
 def load_contract(path: str, stderr):
     """The contract at ``path``, or ``None`` with every problem written to ``stderr``."""
-    import contracts
+    from kernel_contracts import contracts
 
     try:
         return contracts.load(path)

@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contracts import KernelContractsError, file_kind
+from kernel_contracts.contracts import KernelContractsError, file_kind
 
 __all__ = ["OutputError", "Plan", "Target", "prepare", "refuse_inputs"]
 

@@ -16,9 +16,9 @@ Observability clauses are checked online.
 
 from __future__ import annotations
 
-from contracts import Contract, RuntimeClause
-from verify.common.clauses import ClauseResult
-from verify.common.status import Status
+from kernel_contracts.contracts import Contract, RuntimeClause
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.status import Status
 
 __all__ = ["NO_EVIDENCE", "skipped_measurements", "static_clauses"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from verify.common.status import Status
+from kernel_contracts.verify.common.status import Status
 
 __all__ = ["Support", "premise_status", "support", "support_json"]
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import os
 import sys
 
-from evidence.sources import EvidenceError, emulate_sources, log_source
-from verify.common.clauses import ClauseResult
-from verify.decide.verdicts import numerical_result, statistical_result
+from kernel_contracts.evidence.sources import EvidenceError, emulate_sources, log_source
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.decide.verdicts import numerical_result, statistical_result
 
 __all__ = ["ASSUMPTIONS", "EvidenceError", "evaluate"]
 

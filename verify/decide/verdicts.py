@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from evidence.table import RANGE, SAMPLED_ONLY, clause_column, reading
-from verify.common.clauses import ClauseResult
-from verify.common.status import Status
+from kernel_contracts.evidence.table import RANGE, SAMPLED_ONLY, clause_column, reading
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.status import Status
 
 __all__ = [
     "BINARY",
@@ -160,7 +160,7 @@ def quantile_lower_rank(n: int, q: float, confidence: float) -> int | None:
     rank k' with P(Binom(n, q) ≤ k' − 1) ≥ that level (less a hair, so the rank below it
     qualifies strictly), and k = k' − 1. It depends on n, q and confidence only.
     """
-    from bounds.stats import quantile_ucb_rank
+    from kernel_contracts.bounds.stats import quantile_ucb_rank
 
     level = 1.0 - confidence - 2e-9
     first = quantile_ucb_rank(n, q, level) if level > 0 else 1
@@ -181,7 +181,7 @@ def quantile_lower_bound(s, q: float, confidence: float) -> float:
 
 def rate_bounds(k: int, n: int, c: float) -> tuple[float, float]:
     """The Clopper–Pearson (upper, lower) bounds of a rate after ``k`` events in ``n`` tokens."""
-    from bounds.stats import clopper_pearson_lower, clopper_pearson_upper
+    from kernel_contracts.bounds.stats import clopper_pearson_lower, clopper_pearson_upper
 
     return float(clopper_pearson_upper(k, n, c)), clopper_pearson_lower(k, n, c)
 
@@ -189,7 +189,7 @@ def rate_bounds(k: int, n: int, c: float) -> tuple[float, float]:
 def mean_bounds(n: int, mean: float, variance: float, col: str, c: float) -> tuple[float, float]:
     """The bounded-mean (upper, lower) bounds of the mean of ``col`` (range ``RANGE[col]``)
     from ``n`` values of mean ``mean`` and sample variance ``variance``."""
-    from bounds.stats import mean_ucb_moments
+    from kernel_contracts.bounds.stats import mean_ucb_moments
 
     lo, hi = RANGE[col]
     ucb = float(mean_ucb_moments(n, mean, variance, lo, hi, c))
@@ -200,7 +200,7 @@ def _statistical_bounds(clause, col, s):
     """(point estimate, upper bound, lower bound, how, basis) of the clause's statistic;
     ``basis`` holds what ``verify check`` needs beyond the count and the point estimate to
     recompute both bounds (``verify.proving.check.confidence``)."""
-    from bounds.stats import quantile_ucb_rank
+    from kernel_contracts.bounds.stats import quantile_ucb_rank
 
     c, n = clause.confidence, s.count
     if clause.statistic == "quantile":
@@ -238,7 +238,7 @@ def _statistical_bounds(clause, col, s):
 def lower_mean_bound(n: int, mean: float, variance: float, top: float, c: float) -> float:
     """The bounded-mean lower bound of E[min(x, top)] from ``n`` values of min(x, top) with mean
     ``mean`` and sample variance ``variance``: a lower bound of E[x] for x ≥ 0."""
-    from bounds.stats import mean_ucb_moments
+    from kernel_contracts.bounds.stats import mean_ucb_moments
 
     return -float(mean_ucb_moments(n, -mean, variance, -top, 0.0, c))
 

@@ -46,6 +46,9 @@ PACKAGES = ("contracts", "bounds", "verify")
 # the installed distributions an entry rests on (their .dist-info names carry the versions) and
 # the modules they install (whose files are stamped too)
 DISTRIBUTIONS = ("sympy", "mpmath", "numpy", "gmpy2", "z3_solver", "cvc5", "kernel_contracts")
+# the module names `python -m verify` runs as: the folder verify/ from the repository root, the
+# installed launcher module, and the package itself
+ENTRIES = ("verify.__main__", "verify", "kernel_contracts.verify.__main__")
 MODULES = ("sympy", "mpmath", "numpy", "gmpy2", "z3", "cvc5")
 MAX_ENTRIES = 256  # beyond this many entries a write removes the oldest
 MAX_BYTES = 64 << 20  # a larger file is no entry of ours
@@ -92,7 +95,7 @@ def locate(environ: Mapping[str, str] | None = None, *, started: float | None = 
 def _package_files(name: str) -> list[pathlib.Path]:
     from importlib.util import find_spec
 
-    spec = find_spec(name)
+    spec = find_spec(f"kernel_contracts.{name}")
     roots = list(spec.submodule_search_locations or ()) if spec else []
     if len(roots) != 1:
         raise LookupError(f"cannot locate the sources of package {name!r}")
@@ -210,7 +213,7 @@ def writer_start(main_began: float) -> float | None:
     ``main_began``, when its ``main`` began, less the margin): its code is its files' code if
     none changed since. ``None`` for any other process: it never writes."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if getattr(spec, "name", None) != "verify.__main__":
+    if getattr(spec, "name", None) not in ENTRIES:
         return None
     started = process_start()
     return main_began if started is None else min(started, main_began)

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import Protocol
 
-from verify.common.inputs import (
+from kernel_contracts.verify.common.inputs import (
     declared_evidence_problem,
     given_evidence_problem,
     load_contract,
@@ -56,7 +56,7 @@ def _support_counts(support) -> list[tuple[str, int]]:
 def summary_text(report, quiet: bool) -> str:
     """The summary a run prints: one row per obligation, clause and unsupported guarantee and
     the evidence's notes (none when ``quiet``), then the verdict line."""
-    from verify.proving.obligations import decimal
+    from kernel_contracts.verify.proving.obligations import decimal
 
     rows = []
     if not quiet:
@@ -108,9 +108,9 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
     """Verify ``contract`` and render its report: ``(report, texts)`` with the texts keyed by
     the output options (``--json``, ``--markdown``, ``--html``), or exit code 2 for unusable
     evidence (its message written)."""
-    from verify.proving import cache
-    from verify.proving import runner as run
-    from verify.proving.render.report import dumps
+    from kernel_contracts.verify.proving import cache
+    from kernel_contracts.verify.proving import runner as run
+    from kernel_contracts.verify.proving.render.report import dumps
 
     try:
         report = run.run(
@@ -126,7 +126,7 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
     t_render = time.perf_counter()
     texts = {}
     if args.markdown is not None or args.html is not None:  # rendered only when asked for
-        from verify.proving.render import documents as render
+        from kernel_contracts.verify.proving.render import documents as render
 
         if args.markdown is not None:
             texts["--markdown"] = render.to_markdown(report)
@@ -142,8 +142,8 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
 def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = None) -> int:
     """Verify the contract ``args`` name and write its reports (and ``stage``'s files);
     returns the exit code (the stage's, when one is given)."""
-    from verify.common import outputs
-    from verify.common.consent import consent_problem
+    from kernel_contracts.verify.common import outputs
+    from kernel_contracts.verify.common.consent import consent_problem
 
     problem = stage.usage() if stage is not None else None
     problem = problem or given_evidence_problem(args.evidence)

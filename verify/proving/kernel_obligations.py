@@ -29,13 +29,13 @@ from fractions import Fraction
 
 import sympy
 
-from bounds import intexact
-from bounds.apriori import matmul_error
-from contracts import Contract
-from verify.common.status import Status
-from verify.proving.obligations import Obligation, decimal, obligation_json
-from verify.proving.solve import smt
-from verify.proving.solve.solver import Counterexample, QueryRecord
+from kernel_contracts.bounds import intexact
+from kernel_contracts.bounds.apriori import matmul_error
+from kernel_contracts.contracts import Contract
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import Obligation, decimal, obligation_json
+from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 __all__ = ["check_kernel_obligation", "kernel_obligations", "kernel_outlines"]
 

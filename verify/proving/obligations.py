@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from verify.common.status import Status
-from verify.proving.solve.solver import Counterexample, QueryRecord
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 if TYPE_CHECKING:  # sympy and the bound chain load on first use: a cached run needs neither
     import sympy
 
-    from bounds.derivation import Derivation
+    from kernel_contracts.bounds.derivation import Derivation
 
 __all__ = [
     "ExprText",
@@ -185,8 +185,8 @@ def outline(d: Derivation) -> Obligation:
 
 def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obligation:
     """Decide the obligation of derivation ``d`` (see ``verify.proving.solve.solver.prove``)."""
-    from verify.proving.solve import intervals
-    from verify.proving.solve.solver import prove
+    from kernel_contracts.verify.proving.solve import intervals
+    from kernel_contracts.verify.proving.solve.solver import prove
 
     start = time.perf_counter()
     base = outline(d)

@@ -32,10 +32,16 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import NamedTuple
 
-from verify.common.status import Status
-from verify.proving.obligations import ExprText, Obligation, fraction, printed, rational
-from verify.proving.solve import smt
-from verify.proving.solve.solver import Counterexample, QueryRecord
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import (
+    ExprText,
+    Obligation,
+    fraction,
+    printed,
+    rational,
+)
+from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 __all__ = ["Versions", "entry", "replay", "versions"]
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from contracts import Contract
-from verify.common.clauses import ClauseResult
-from verify.common.escalation import decide
-from verify.common.static_clauses import skipped_measurements, static_clauses
-from verify.common.support import Support, support
-from verify.proving.obligations import Obligation
-from verify.proving.render.report import ContractInfo, Report, python_version
-from verify.proving.solve import smt
+from kernel_contracts.contracts import Contract
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.escalation import decide
+from kernel_contracts.verify.common.static_clauses import skipped_measurements, static_clauses
+from kernel_contracts.verify.common.support import Support, support
+from kernel_contracts.verify.proving.obligations import Obligation
+from kernel_contracts.verify.proving.render.report import ContractInfo, Report, python_version
+from kernel_contracts.verify.proving.solve import smt
 
 __all__ = [
     "NO_EVIDENCE_MODULE",
@@ -58,7 +58,7 @@ def _measure(contract, paths, quiet, stderr) -> tuple[tuple[ClauseResult, ...], 
     if not evidence_given(contract, paths):
         return skipped_measurements(contract), None
     try:
-        from verify import decide as evidence
+        from kernel_contracts.verify import decide as evidence
     except ImportError:
         return skipped_measurements(contract, NO_EVIDENCE_MODULE), None
     results, info = evidence.evaluate(contract, paths=tuple(paths), quiet=quiet, stderr=stderr)
@@ -92,7 +92,7 @@ def premise_support(
 
 
 def _versions():
-    from verify.proving.replay import Versions
+    from kernel_contracts.verify.proving.replay import Versions
 
     return Versions(toolkit_version(), {"z3": smt.z3_version(), "cvc5": smt.cvc5_version()})
 
@@ -100,12 +100,12 @@ def _versions():
 def _derive_and_solve(contract: Contract, derive: Callable | None, timeout_ms: int, timing):
     """The obligations of ``contract``, derived and decided in this run; ``(obligations, how
     many come from guarantees)``."""
-    from verify.proving.kernel_obligations import kernel_obligations
-    from verify.proving.obligations import discharge
+    from kernel_contracts.verify.proving.kernel_obligations import kernel_obligations
+    from kernel_contracts.verify.proving.obligations import discharge
 
     t0 = time.perf_counter()
     if derive is None:
-        import bounds
+        from kernel_contracts import bounds
 
         derive = bounds.derive
     derivations = derive(contract)
@@ -134,8 +134,8 @@ def _obligations(contract: Contract, derive, timeout_ms: int, cache):
     if cache is None or derive is not None:
         obligations, _ = _derive_and_solve(contract, derive, timeout_ms, timing)
         return obligations, _versions(), timing
-    from verify.proving import cache as caching
-    from verify.proving import replay
+    from kernel_contracts.verify.proving import cache as caching
+    from kernel_contracts.verify.proving import replay
 
     t0 = time.perf_counter()
     try:

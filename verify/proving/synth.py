@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from contracts import Contract, NumericalClause
-from verify.common.status import Status
-from verify.proving.obligations import discharge
+from kernel_contracts.contracts import Contract, NumericalClause
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.obligations import discharge
 
 __all__ = ["Synthesis", "synth_main", "synthesize"]
 
@@ -62,7 +62,7 @@ def _short(v: Fraction) -> Fraction:
 
 def synthesize(contract: Contract, *, timeout_ms: int = 5000) -> tuple[Synthesis, ...]:
     """For each guarantee and premise variable: the loosest clause max, proved."""
-    import bounds
+    from kernel_contracts import bounds
 
     out = []
     for d in bounds.derive(contract):
@@ -155,7 +155,7 @@ def render(results: tuple[Synthesis, ...]) -> str:
 
 def synth_main(path: str, timeout_ms: int, *, stdout, stderr) -> int:
     """The ``synth`` command: 0 every value proved, 3 otherwise, 2 unusable contract."""
-    from verify.common.inputs import load_contract
+    from kernel_contracts.verify.common.inputs import load_contract
 
     contract = load_contract(path, stderr)
     if contract is None:

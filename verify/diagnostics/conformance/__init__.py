@@ -1,8 +1,14 @@
 """Conformance of a kernel implementation to its spec, with fault injection as positive
 controls (``python -m verify conformance``)."""
 
-from verify.diagnostics.conformance.checks import CHECKS, Baseline, Check, Observed, Verdict
-from verify.diagnostics.conformance.suite import Model, Row, Table, run_suite
+from kernel_contracts.verify.diagnostics.conformance.checks import (
+    CHECKS,
+    Baseline,
+    Check,
+    Observed,
+    Verdict,
+)
+from kernel_contracts.verify.diagnostics.conformance.suite import Model, Row, Table, run_suite
 
 __all__ = [
     "CHECKS",

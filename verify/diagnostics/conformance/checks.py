@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kernels.ulp import identical, ulp_distance
+from kernel_contracts.kernels.ulp import identical, ulp_distance
 
 __all__ = [
     "ALONE",

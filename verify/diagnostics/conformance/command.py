@@ -24,10 +24,14 @@ __all__ = ["conformance_main"]
 
 def conformance_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``conformance`` command on ``argv`` (the words after ``conformance``)."""
-    from verify.common import outputs
-    from verify.common.arguments import conformance_parser
-    from verify.common.inputs import load_contract, prepare_outputs
-    from verify.diagnostics.localize.model import ModelError, choose_model, token_rows
+    from kernel_contracts.verify.common import outputs
+    from kernel_contracts.verify.common.arguments import conformance_parser
+    from kernel_contracts.verify.common.inputs import load_contract, prepare_outputs
+    from kernel_contracts.verify.diagnostics.localize.model import (
+        ModelError,
+        choose_model,
+        token_rows,
+    )
 
     args = conformance_parser(stdout, stderr).parse_args(argv)
     if args.sequences and args.length < 1:
@@ -51,13 +55,13 @@ def conformance_main(argv: list[str], *, stdout, stderr) -> int:
                 return 2
             import numpy as np
 
-            from verify.diagnostics.conformance.suite import Model
+            from kernel_contracts.verify.diagnostics.conformance.suite import Model
 
             rng = np.random.default_rng(args.seed)
             tokens = token_rows(chosen, args.sequences, args.length, rng)
             model = Model(chosen.fn, chosen.params, tokens)
-        from verify.diagnostics.conformance.render import to_json, to_text
-        from verify.diagnostics.conformance.suite import run_suite
+        from kernel_contracts.verify.diagnostics.conformance.render import to_json, to_text
+        from kernel_contracts.verify.diagnostics.conformance.suite import run_suite
 
         kernel = getattr(contract.kernels, args.kernel)
         try:

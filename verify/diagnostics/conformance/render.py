@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from verify.diagnostics.conformance.suite import Table
+from kernel_contracts.verify.diagnostics.conformance.suite import Table
 
 __all__ = ["to_json", "to_text"]
 

@@ -27,18 +27,37 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from bounds.apriori import matmul_error
-from bounds.intexact import INT32_MAX, QMAX, largest_k
-from contracts import KernelSpec, MatmulSpec
-from kernels._matmul import matmul
-from kernels._matmul.int8_reference import epilogue_np
-from kernels.batching import reduction_splits
-from kernels.faults import FAULTS, Candidate, applies, designed_check, inject, reference
-from kernels.scaling import quantize_rows_int8_np
-from kernels.sites import as_batched, walk
-from kernels.ulp import identical
-from verify.diagnostics.conformance.checks import ALONE, CHECKS, Baseline, Observed, Verdict
-from verify.diagnostics.conformance.probes import COLS, ROWS, Probes, exactness_operands, probes
+from kernel_contracts.bounds.apriori import matmul_error
+from kernel_contracts.bounds.intexact import INT32_MAX, QMAX, largest_k
+from kernel_contracts.contracts import KernelSpec, MatmulSpec
+from kernel_contracts.kernels._matmul import matmul
+from kernel_contracts.kernels._matmul.int8_reference import epilogue_np
+from kernel_contracts.kernels.batching import reduction_splits
+from kernel_contracts.kernels.faults import (
+    FAULTS,
+    Candidate,
+    applies,
+    designed_check,
+    inject,
+    reference,
+)
+from kernel_contracts.kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.kernels.sites import as_batched, walk
+from kernel_contracts.kernels.ulp import identical
+from kernel_contracts.verify.diagnostics.conformance.checks import (
+    ALONE,
+    CHECKS,
+    Baseline,
+    Observed,
+    Verdict,
+)
+from kernel_contracts.verify.diagnostics.conformance.probes import (
+    COLS,
+    ROWS,
+    Probes,
+    exactness_operands,
+    probes,
+)
 
 __all__ = ["Model", "Row", "Table", "run_suite"]
 

@@ -25,11 +25,15 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``localize`` command on ``argv`` (the words after ``localize``)."""
     from dataclasses import replace
 
-    from verify.common import outputs
-    from verify.common.arguments import localize_parser
-    from verify.common.inputs import load_contract, prepare_outputs
-    from verify.diagnostics.localize.model import ModelError, choose_model, token_rows
-    from verify.diagnostics.localize.render import to_json, to_text
+    from kernel_contracts.verify.common import outputs
+    from kernel_contracts.verify.common.arguments import localize_parser
+    from kernel_contracts.verify.common.inputs import load_contract, prepare_outputs
+    from kernel_contracts.verify.diagnostics.localize.model import (
+        ModelError,
+        choose_model,
+        token_rows,
+    )
+    from kernel_contracts.verify.diagnostics.localize.render import to_json, to_text
 
     args = localize_parser(stdout, stderr).parse_args(argv)
     if args.replay == 1:
@@ -54,7 +58,7 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
             return 2
         import numpy as np
 
-        from kernels.localization import localize, replay
+        from kernel_contracts.kernels.localization import localize, replay
 
         a = replace(contract.kernels.train, batching="fixed")
         b = contract.kernels.inference

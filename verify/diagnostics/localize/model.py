@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from contracts import KernelContractsError
-from contracts.sections import HF_PREFIX
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.sections import HF_PREFIX
 
 __all__ = ["UNIFORM", "Chosen", "ModelError", "choose_model", "token_rows"]
 
@@ -62,7 +62,7 @@ def choose_model(
     ``length`` (``--length``) longer than the model's sequences is a ``ModelError``, and so is
     code the contract names without ``trust_code`` (``verify.common.consent``)."""
     if model is None:
-        from verify.common.consent import consent_problem
+        from kernel_contracts.verify.common.consent import consent_problem
 
         problem = consent_problem(contract, trust_code)
         if problem is not None:
@@ -82,8 +82,8 @@ def choose_model(
 
 
 def _choose(contract, model: str | None, params: str | None) -> Chosen:
-    from kernels.model import CHECKPOINTS
-    from kernels.user_model import UserModelError, is_entry_point, load_user_model
+    from kernel_contracts.kernels.model import CHECKPOINTS
+    from kernel_contracts.kernels.user_model import UserModelError, is_entry_point, load_user_model
 
     ev = contract.evidence.emulate
     options = {"evidence.emulate.model": "--model" if model is not None else None,
@@ -110,8 +110,8 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
             f"--model {model}: unknown model (shipped: {', '.join(sorted(CHECKPOINTS))}; or an "
             "entry point package.module:function with --params PATH)"
         )
-    from kernels.localization import shipped_model
-    from kernels.model import load_pretrained
+    from kernel_contracts.kernels.localization import shipped_model
+    from kernel_contracts.kernels.model import load_pretrained
 
     fn, state, windows = shipped_model(model)
     config = load_pretrained(model).config
@@ -120,8 +120,8 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
 
 
 def _hf(contract, model: str, option: str | None) -> Chosen:
-    from kernels.hf.checkpoint import logits_function
-    from kernels.hf.errors import CheckpointError
+    from kernel_contracts.kernels.hf.checkpoint import logits_function
+    from kernel_contracts.kernels.hf.errors import CheckpointError
 
     folder = model[len(HF_PREFIX) :]
     try:
@@ -134,8 +134,8 @@ def _hf(contract, model: str, option: str | None) -> Chosen:
     ev = contract.evidence.emulate
     if ev is None or not isinstance(ev.prompts, str):
         return Chosen(model, fn, params, None, longest, vocab)
-    from kernels.emulation import prompt_stream
-    from kernels.user_model import UserModelError
+    from kernel_contracts.kernels.emulation import prompt_stream
+    from kernel_contracts.kernels.user_model import UserModelError
 
     try:
         stream = prompt_stream(ev.prompts, folder, model, vocab)

@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from kernels.localization import Localization, Replay, SiteDivergence
+from kernel_contracts.kernels.localization import Localization, Replay, SiteDivergence
 
 __all__ = ["to_json", "to_text"]
 

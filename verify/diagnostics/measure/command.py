@@ -33,11 +33,11 @@ DEFAULT_PRESETS = ("fp32", "bf16", "h100-fp8", "h100-fp8-fast-accum", "mxfp8")
 
 def measure_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``measure`` command on ``argv`` (the words after ``measure``)."""
-    import contracts
-    from verify.common import outputs
-    from verify.common.arguments import measure_parser
-    from verify.common.inputs import prepare_outputs
-    from verify.diagnostics.measure.run import MeasureError, read_prompts
+    from kernel_contracts import contracts
+    from kernel_contracts.verify.common import outputs
+    from kernel_contracts.verify.common.arguments import measure_parser
+    from kernel_contracts.verify.common.inputs import prepare_outputs
+    from kernel_contracts.verify.diagnostics.measure.run import MeasureError, read_prompts
 
     args = measure_parser(stdout, stderr).parse_args(argv)
     presets = args.presets or list(DEFAULT_PRESETS)
@@ -69,7 +69,7 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
             except outputs.OutputError as err:
                 stderr.write(f"verify: {err}\n")
                 return 2
-    from verify.diagnostics.measure.render import to_text
+    from kernel_contracts.verify.diagnostics.measure.render import to_text
 
     stdout.write(to_text(result))
     return 0
@@ -79,9 +79,9 @@ def _run(args, presets: list[str], stderr) -> dict:
     """Every (preset, batch) setting measured: the drift table and the token rows."""
     import jax
 
-    from evidence.drift import drift_cell
-    from verify.diagnostics.measure.render import ProgressBar
-    from verify.diagnostics.measure.run import (
+    from kernel_contracts.evidence.drift import drift_cell
+    from kernel_contracts.verify.diagnostics.measure.render import ProgressBar
+    from kernel_contracts.verify.diagnostics.measure.run import (
         length_slices,
         load_model,
         measure_setting,
@@ -122,7 +122,7 @@ def _run(args, presets: list[str], stderr) -> dict:
 
 
 def _outputs(args, result) -> list[str]:
-    from verify.diagnostics.measure.render import table_csv, to_json, tokens_csv
+    from kernel_contracts.verify.diagnostics.measure.render import table_csv, to_json, tokens_csv
 
     texts = []
     if args.csv is not None:

@@ -28,7 +28,7 @@ _TEXT = (  # (column, header, format)
 
 def _rows(result) -> list[dict]:
     """The table's rows, presets in the order they were asked for."""
-    from evidence.drift import table_rows
+    from kernel_contracts.evidence.drift import table_rows
 
     order = {p: i for i, p in enumerate(result["meta"]["presets"])}
     return sorted(table_rows(result["table"]), key=lambda r: order[r["preset"]])
@@ -67,7 +67,7 @@ def _nan(value) -> bool:
 
 
 def table_csv(result) -> str:
-    from evidence.drift import ROW_COLUMNS
+    from kernel_contracts.evidence.drift import ROW_COLUMNS
 
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
@@ -78,7 +78,7 @@ def table_csv(result) -> str:
 
 
 def to_json(result) -> str:
-    from evidence.drift import ROW_COLUMNS
+    from kernel_contracts.evidence.drift import ROW_COLUMNS
 
     rows = [{k: None if _nan(v) else v for k, v in row.items()} for row in _rows(result)]
     doc = {"settings": result["meta"], "columns": list(ROW_COLUMNS), "rows": rows}
@@ -89,7 +89,7 @@ TOKEN_COLUMNS = ("preset", "batch", "position")
 
 
 def tokens_csv(result) -> str:
-    from kernels.columns import MEASURED_COLUMNS
+    from kernel_contracts.kernels.columns import MEASURED_COLUMNS
 
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")

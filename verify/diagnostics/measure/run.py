@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = [
     "PROMPT_TOKENS",
@@ -63,7 +63,12 @@ def load_model(name: str) -> Loaded:
     """The shipped model ``name`` or the checkpoint ``hf:FOLDER``; ``MeasureError`` if neither
     can be loaded (every problem of a checkpoint, at its file and key)."""
     if name.startswith(_HF):
-        from kernels.hf import CheckpointError, encode, load_decoder, read_tokenizer
+        from kernel_contracts.kernels.hf import (
+            CheckpointError,
+            encode,
+            load_decoder,
+            read_tokenizer,
+        )
 
         folder = name[len(_HF) :]
         try:
@@ -74,7 +79,7 @@ def load_model(name: str) -> Loaded:
         c = model.config
         return Loaded(name, model, c.vocab_size, c.max_position_embeddings,
                       lambda texts: encode(tokenizer, texts), None)  # fmt: skip
-    from kernels.model import CHECKPOINTS, load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model import CHECKPOINTS, load_pretrained, pretrained_extra
 
     if name not in CHECKPOINTS:
         raise MeasureError(
@@ -127,7 +132,7 @@ def prompt_rows(loaded: Loaded, path: str | None, count: int, new_tokens: int, s
     if path is None:
         if loaded.windows is None:
             raise MeasureError(f"--model {loaded.name}: a checkpoint needs --prompts FILE")
-        from kernels.emulation import prompts_from
+        from kernel_contracts.kernels.emulation import prompts_from
 
         return prompts_from(loaded.windows, count, min(width, loaded.windows.shape[1]), seed)
     texts = read_prompts(path)
@@ -174,9 +179,16 @@ def measure_setting(
     import jax
     import jax.numpy as jnp
 
-    import contracts
-    from kernels import generate, inference_ops, measure, teacher_force, train_ops, with_ops
-    from kernels.sharding import make_mesh, shard_batch, shard_model
+    from kernel_contracts import contracts
+    from kernel_contracts.kernels import (
+        generate,
+        inference_ops,
+        measure,
+        teacher_force,
+        train_ops,
+        with_ops,
+    )
+    from kernel_contracts.kernels.sharding import make_mesh, shard_batch, shard_model
 
     k_train = with_ops(loaded.model, train_ops(contracts.preset(train)))
     k_inf = with_ops(loaded.model, inference_ops(contracts.preset(preset), batch_size=batch))

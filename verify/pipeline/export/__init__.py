@@ -7,10 +7,10 @@ estimators it has no counterpart for). A setting is written only when the guaran
 from is proved.
 """
 
-from verify.pipeline.export.command import FRAMEWORKS, export_main
-from verify.pipeline.export.plan import Export, Setting, plan, prove
-from verify.pipeline.export.render import render
-from verify.pipeline.export.request import (
+from kernel_contracts.verify.pipeline.export.command import FRAMEWORKS, export_main
+from kernel_contracts.verify.pipeline.export.plan import Export, Setting, plan, prove
+from kernel_contracts.verify.pipeline.export.render import render
+from kernel_contracts.verify.pipeline.export.request import (
     ExportError,
     Framework,
     NoCounterpart,

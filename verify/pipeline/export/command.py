@@ -28,8 +28,8 @@ any setting; 3 written, but some premise of it stayed unchecked by the given evi
 
 from __future__ import annotations
 
-from verify.pipeline.export import nemo_rl, skyrl, trl, verl
-from verify.pipeline.export.request import ExportError, Framework
+from kernel_contracts.verify.pipeline.export import nemo_rl, skyrl, trl, verl
+from kernel_contracts.verify.pipeline.export.request import ExportError, Framework
 
 __all__ = ["FRAMEWORKS", "export_main"]
 
@@ -40,18 +40,18 @@ FRAMEWORKS: dict[str, Framework] = {
 
 def export_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``export`` command on ``argv`` (the words after ``export``); returns the exit code."""
-    from verify.common import outputs
-    from verify.common.arguments import export_parser
-    from verify.common.inputs import (
+    from kernel_contracts.verify.common import outputs
+    from kernel_contracts.verify.common.arguments import export_parser
+    from kernel_contracts.verify.common.inputs import (
         declared_evidence_problem,
         given_evidence_problem,
         load_contract,
         prepare_outputs,
         run_inputs,
     )
-    from verify.pipeline.export.plan import plan, premises_of, prove
-    from verify.pipeline.export.render import render
-    from verify.pipeline.export.request import check_version
+    from kernel_contracts.verify.pipeline.export.plan import plan, premises_of, prove
+    from kernel_contracts.verify.pipeline.export.render import render
+    from kernel_contracts.verify.pipeline.export.request import check_version
 
     p = export_parser(stdout, stderr, frameworks=", ".join(FRAMEWORKS))
     args = p.parse_args(argv)

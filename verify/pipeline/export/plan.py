@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from contracts import Contract
-from verify.common.status import Status
-from verify.pipeline.export.request import (
+from kernel_contracts.contracts import Contract
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.pipeline.export.request import (
     ExportError,
     Framework,
     NoCounterpart,
@@ -68,7 +68,7 @@ def _same(a: Value, b: Value) -> bool:
 
 
 def _shown(v: Value) -> str:
-    from verify.pipeline.export.render import scalar
+    from kernel_contracts.verify.pipeline.export.render import scalar
 
     return scalar(v)
 
@@ -119,8 +119,8 @@ def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ())
 def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, str]]:
     """Discharge the obligation of every guarantee ``export`` rests on: ``{id: (status,
     reason)}``. Raises ``ExportError`` (exit 1) naming each one that is not ``proved``."""
-    import bounds
-    from verify.proving.obligations import decimal, discharge
+    from kernel_contracts import bounds
+    from kernel_contracts.verify.proving.obligations import decimal, discharge
 
     contract = export.contract
     ids = {r.guarantee for r in export.requests}
@@ -157,8 +157,12 @@ def premises_of(export: Export, evidence_paths: tuple[str, ...] = ()) -> tuple[s
     (``verify.common.support``). Raises ``ExportError`` (exit 1) naming each guarantee that rests on
     a premise the evidence violates, or (exit 2) for unusable evidence; returns one line for each
     guarantee whose premises the evidence left unchecked. Without evidence: nothing to say."""
-    from evidence.sources import EvidenceError
-    from verify.proving.runner import clause_verdicts, evidence_given, premise_support
+    from kernel_contracts.evidence.sources import EvidenceError
+    from kernel_contracts.verify.proving.runner import (
+        clause_verdicts,
+        evidence_given,
+        premise_support,
+    )
 
     contract = export.contract
     if not evidence_given(contract, evidence_paths):

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
-from verify.common.status import Status
-from verify.pipeline.export.plan import Export
-from verify.pipeline.export.request import Value, number
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.pipeline.export.plan import Export
+from kernel_contracts.verify.pipeline.export.request import Value, number
 
 __all__ = ["render", "scalar"]
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from contracts import Contract, Guarantee, KernelContractsError, exact
-from contracts.fields import ESTIMATORS
+from kernel_contracts.contracts import Contract, Guarantee, KernelContractsError, exact
+from kernel_contracts.contracts.fields import ESTIMATORS
 
 __all__ = [
     "DRIVING",

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
+from kernel_contracts.verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
 
 __all__ = ["CLAMPED", "FRAMEWORK", "settings"]
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
+from kernel_contracts.verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
 
 __all__ = ["FRAMEWORK", "settings"]
 

@@ -59,7 +59,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from verify.pipeline.export.request import Framework, NoCounterpart, Request, Value, number
+from kernel_contracts.verify.pipeline.export.request import (
+    Framework,
+    NoCounterpart,
+    Request,
+    Value,
+    number,
+)
 
 __all__ = ["CLAMPED", "FRAMEWORK", "settings"]
 

@@ -5,10 +5,10 @@ log, with the escalation policy applied, exactly once across restarts.
 windows, ``checkpoint`` keeps where a restart resumes.
 """
 
-from verify.pipeline.monitor.checkpoint import CheckpointError
-from verify.pipeline.monitor.command import DEFAULT_WINDOW, main
-from verify.pipeline.monitor.stream import MAX_LINE, Line, Position, StreamError
-from verify.pipeline.monitor.window import MAX_PENDING, MonitorError, sample_mask
+from kernel_contracts.verify.pipeline.monitor.checkpoint import CheckpointError
+from kernel_contracts.verify.pipeline.monitor.command import DEFAULT_WINDOW, main
+from kernel_contracts.verify.pipeline.monitor.stream import MAX_LINE, Line, Position, StreamError
+from kernel_contracts.verify.pipeline.monitor.window import MAX_PENDING, MonitorError, sample_mask
 
 __all__ = [
     "DEFAULT_WINDOW",

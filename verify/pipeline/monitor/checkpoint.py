@@ -26,10 +26,10 @@ import glob
 import json
 import os
 
-from contracts import KernelContractsError
-from evidence.logs.reader import parse_line
-from verify.common.status import Status
-from verify.pipeline.monitor.stream import FileEntry, Position
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.evidence.logs.reader import parse_line
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.pipeline.monitor.stream import FileEntry, Position
 
 __all__ = ["FORMAT", "CheckpointError", "Lock", "load", "lock", "save"]
 

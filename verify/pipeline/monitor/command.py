@@ -33,11 +33,16 @@ import os
 import time
 from dataclasses import dataclass
 
-from contracts import KernelContractsError
-from verify.common.status import Status
-from verify.pipeline.monitor.checkpoint import CheckpointError
-from verify.pipeline.monitor.stream import Position, StreamError
-from verify.pipeline.monitor.window import MonitorError, Reader, Window, decide_window
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.pipeline.monitor.checkpoint import CheckpointError
+from kernel_contracts.verify.pipeline.monitor.stream import Position, StreamError
+from kernel_contracts.verify.pipeline.monitor.window import (
+    MonitorError,
+    Reader,
+    Window,
+    decide_window,
+)
 
 __all__ = ["DEFAULT_WINDOW", "main", "monitor"]
 
@@ -51,7 +56,7 @@ class _Closed(KernelContractsError):
 
 def _failed(path: str, err: OSError) -> Exception:
     """The exception for an ``OSError`` writing ``path``: quiet for a broken pipe."""
-    from verify.common.outputs import OutputError
+    from kernel_contracts.verify.common.outputs import OutputError
 
     if isinstance(err, BrokenPipeError) or err.errno == errno.EPIPE:
         return _Closed()
@@ -207,7 +212,7 @@ class _Run:
             self.save(end)
 
     def save(self, end: Position) -> None:
-        from verify.pipeline.monitor.checkpoint import save
+        from kernel_contracts.verify.pipeline.monitor.checkpoint import save
 
         state = {
             "binding": self.binding,
@@ -278,7 +283,7 @@ def monitor(run: _Run, *, follow: bool, idle_timeout: float | None, poll: float,
 def _outputs(args, stream_kind: str):
     """The checked ``--out`` target (``None``: stdout); refuses outputs that are inputs or
     that lie inside a monitored directory."""
-    from verify.common import outputs
+    from kernel_contracts.verify.common import outputs
 
     named = [("--out", args.out), ("--checkpoint", args.checkpoint)]
     inputs = [("the contract", args.contract)]
@@ -306,14 +311,14 @@ def _outputs(args, stream_kind: str):
 
 def main(argv, *, stdout, stderr, stdin_fd: int = 0) -> int:
     """Run ``monitor`` with ``argv`` (after the word ``monitor``); returns the exit code."""
-    from verify.common.arguments import monitor_parser
+    from kernel_contracts.verify.common.arguments import monitor_parser
 
     args = monitor_parser(stdout, stderr).parse_args(argv)
-    from evidence.logs import file_format_of
-    from verify.common import outputs
-    from verify.common.inputs import load_contract
-    from verify.pipeline.monitor import checkpoint as ck
-    from verify.pipeline.monitor.stream import open_stream, stream_kind
+    from kernel_contracts.evidence.logs import file_format_of
+    from kernel_contracts.verify.common import outputs
+    from kernel_contracts.verify.common.inputs import load_contract
+    from kernel_contracts.verify.pipeline.monitor import checkpoint as ck
+    from kernel_contracts.verify.pipeline.monitor.stream import open_stream, stream_kind
 
     contract = load_contract(args.contract, stderr)
     if contract is None:

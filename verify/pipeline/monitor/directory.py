@@ -32,7 +32,7 @@ import hashlib
 import os
 import stat
 
-from verify.pipeline.monitor.stream import (
+from kernel_contracts.verify.pipeline.monitor.stream import (
     HEAD,
     FileEntry,
     Line,

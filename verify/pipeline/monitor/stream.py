@@ -32,7 +32,7 @@ import select
 import stat
 from dataclasses import dataclass, field
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = [
     "HEAD",
@@ -458,7 +458,7 @@ def stream_kind(path: str) -> str:
         return "file"
     if stat.S_ISDIR(mode):
         return "directory"
-    from contracts import file_kind
+    from kernel_contracts.contracts import file_kind
 
     raise StreamError(
         f"{path}: is {file_kind(mode)}, not a log file or a directory of log files "
@@ -473,6 +473,6 @@ def open_stream(path: str, position: Position, *, stdin_fd: int = 0, poll: float
         return StdinStream(stdin_fd, position, poll)
     if kind == "file":
         return FileStream(path, position)
-    from verify.pipeline.monitor.directory import DirectoryStream
+    from kernel_contracts.verify.pipeline.monitor.directory import DirectoryStream
 
     return DirectoryStream(path, position)

@@ -27,8 +27,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from contracts import KernelContractsError
-from evidence.logs.reader import (
+from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.evidence.logs.reader import (
     MAX_LISTED,
     BadRecord,
     LogTable,
@@ -40,9 +40,9 @@ from evidence.logs.reader import (
     prompt_key,
     unknown_fields,
 )
-from evidence.logs.schema import FORMATS, detect_format
-from verify.common.escalation import decide
-from verify.common.status import Status, worst
+from kernel_contracts.evidence.logs.schema import FORMATS, detect_format
+from kernel_contracts.verify.common.escalation import decide
+from kernel_contracts.verify.common.status import Status, worst
 
 __all__ = ["MAX_PENDING", "MonitorError", "Reader", "Window", "sample_mask"]
 
@@ -323,8 +323,8 @@ def _first_fired(rules, clause_id: str, status: Status):
 def decide_window(contract, reader: Reader, window: Window, end: dict, closed: str):
     """The JSON lines of a closed window (its summary line, then one line per clause and
     slice, in contract order) and the worst verdict among them."""
-    from evidence.sources import tables_source
-    from verify.decide.verdicts import numerical_result, statistical_result
+    from kernel_contracts.evidence.sources import tables_source
+    from kernel_contracts.verify.decide.verdicts import numerical_result, statistical_result
 
     table = reader.table(window)
     source = tables_source(contract, [table])

@@ -22,9 +22,9 @@ import hashlib
 import json
 import os
 
-from contracts import ContractError, read_regular
-from contracts.canonical import from_canonical
-from verify.pipeline.promotion.record import (
+from kernel_contracts.contracts import ContractError, read_regular
+from kernel_contracts.contracts.canonical import from_canonical
+from kernel_contracts.verify.pipeline.promotion.record import (
     FORMAT,
     RECORD_KEYS,
     PromotionError,
@@ -43,7 +43,7 @@ _LIMIT = 64 * 1024 * 1024
 
 def _read(path: str, what: str) -> tuple[dict, str]:
     """The JSON object at ``path`` and its sha256; ``PromotionError`` naming the file."""
-    from verify.proving.check.recheck import strict_json
+    from kernel_contracts.verify.proving.check.recheck import strict_json
 
     try:
         raw = read_regular(path, _LIMIT)
@@ -194,7 +194,7 @@ def record_differences(record: dict, directory: str, *, depth: int = 0) -> list[
     _compare(record, "checks", found_checks, diff)
     _compare(record, "held", kept, diff)
     _compare(record, "passed", all(c["met"] for c in found_checks), diff)
-    from verify.proving.check.recheck import check_data
+    from kernel_contracts.verify.proving.check.recheck import check_data
 
     result = check_data(report, report_dir=directory)
     out.extend(f"report {path}: {d}" for d in result.differences)

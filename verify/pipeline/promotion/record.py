@@ -39,7 +39,7 @@ import hashlib
 import json
 import os
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = [
     "FORMAT",

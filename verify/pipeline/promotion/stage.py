@@ -28,9 +28,14 @@ import json
 import os
 from datetime import UTC, datetime
 
-from verify.common.arguments import traffic_share
-from verify.pipeline.promotion.chain import is_record, link, read_record, record_differences
-from verify.pipeline.promotion.record import (
+from kernel_contracts.verify.common.arguments import traffic_share
+from kernel_contracts.verify.pipeline.promotion.chain import (
+    is_record,
+    link,
+    read_record,
+    record_differences,
+)
+from kernel_contracts.verify.pipeline.promotion.record import (
     PromotionError,
     build_record,
     dumps_record,
@@ -110,7 +115,7 @@ class _Stage:
         return f"verify: --stage {self.args.stage}: {problem}" if problem else None
 
     def texts(self, contract, report_text: str) -> dict[str, str]:
-        from verify.proving import runner as run
+        from kernel_contracts.verify.proving import runner as run
 
         self.record = build_record(
             contract,
@@ -133,7 +138,7 @@ class _Stage:
 
 def stage_main(args, stdout, stderr, t_start: float) -> int:
     """Run one promotion stage (see the module docstring); returns the exit code."""
-    from verify.proving.command import verify_main
+    from kernel_contracts.verify.proving.command import verify_main
 
     return verify_main(args, stdout, stderr, t_start, stage=_Stage(args))
 

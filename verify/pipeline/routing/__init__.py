@@ -10,7 +10,7 @@ sequences to re-score, a halted ``PromotionState``). The array functions (``log_
 Importing this package does not import JAX.
 """
 
-from verify.pipeline.routing.arrays import (
+from kernel_contracts.verify.pipeline.routing.arrays import (
     Batch,
     RoutingError,
     cap_below,
@@ -20,8 +20,14 @@ from verify.pipeline.routing.arrays import (
     log_ratio,
     rows_with,
 )
-from verify.pipeline.routing.prepare import Router, prepare, tis_guarantees
-from verify.pipeline.routing.route import PromotionState, RoutingDecision, halt, route, routing_json
+from kernel_contracts.verify.pipeline.routing.prepare import Router, prepare, tis_guarantees
+from kernel_contracts.verify.pipeline.routing.route import (
+    PromotionState,
+    RoutingDecision,
+    halt,
+    route,
+    routing_json,
+)
 
 __all__ = [
     "Batch",

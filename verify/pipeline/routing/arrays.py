@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 if TYPE_CHECKING:
     from jaxtyping import Array

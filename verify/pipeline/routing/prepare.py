@@ -17,11 +17,11 @@ import os
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from contracts import Contract, Guarantee, exact
-from verify.common.clauses import ClauseResult
-from verify.common.static_clauses import static_clauses
-from verify.common.status import Status
-from verify.pipeline.routing.arrays import RoutingError
+from kernel_contracts.contracts import Contract, Guarantee, exact
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.static_clauses import static_clauses
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.pipeline.routing.arrays import RoutingError
 
 __all__ = ["Router", "prepare", "tis_guarantees"]
 
@@ -52,9 +52,9 @@ def tis_guarantees(contract: Contract) -> tuple[Guarantee, ...]:
 
 
 def _derived(contract: Contract, ids: set[str], timeout_ms: int) -> dict[str, tuple]:
-    import bounds
-    from verify.proving.obligations import discharge
-    from verify.proving.solve import smt
+    from kernel_contracts import bounds
+    from kernel_contracts.verify.proving.obligations import discharge
+    from kernel_contracts.verify.proving.solve import smt
 
     out = {}
     if ids:
@@ -79,7 +79,11 @@ def _from_report_object(contract: Contract, report) -> dict[str, tuple]:
 
 
 def _from_report_file(contract: Contract, path: str, timeout_ms: int) -> dict[str, tuple]:
-    from verify.proving.check.recheck import ReportUnreadable, check_data, load_report
+    from kernel_contracts.verify.proving.check.recheck import (
+        ReportUnreadable,
+        check_data,
+        load_report,
+    )
 
     try:
         data = load_report(path)
@@ -138,7 +142,7 @@ def prepare(
     in contract order. Raises ``RoutingError`` when Π can fire ``tis_correct`` (or a guarantee
     is named) and no proved cap exists, or when the report is unusable.
     """
-    from verify.proving.render.report import Report
+    from kernel_contracts.verify.proving.render.report import Report
 
     if not isinstance(contract, Contract):
         raise RoutingError([f"contract: expected a loaded Contract, got {type(contract).__name__}"])

@@ -35,10 +35,10 @@ from types import MappingProxyType
 
 import numpy as np
 
-from verify.common.clauses import ClauseResult
-from verify.common.escalation import Decision, decide, decision_json
-from verify.common.status import Status, worst
-from verify.pipeline.routing.arrays import (
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.escalation import Decision, decide, decision_json
+from kernel_contracts.verify.common.status import Status, worst
+from kernel_contracts.verify.pipeline.routing.arrays import (
     Batch,
     RoutingError,
     capped_weights,
@@ -47,8 +47,8 @@ from verify.pipeline.routing.arrays import (
     log_ratio,
     rows_with,
 )
-from verify.pipeline.routing.prepare import Router
-from verify.proving.render.report import clause_json
+from kernel_contracts.verify.pipeline.routing.prepare import Router
+from kernel_contracts.verify.proving.render.report import clause_json
 
 __all__ = ["PromotionState", "RoutingDecision", "halt", "route", "routing_json"]
 
@@ -116,7 +116,7 @@ class RoutingDecision:
 
 def _columns(batch: Batch, log_w: np.ndarray) -> dict[str, np.ndarray]:
     """The grid columns the slices and clauses read, flattened (padding included)."""
-    from evidence.table import from_logprobs
+    from kernel_contracts.evidence.table import from_logprobs
 
     b, t = batch.shape
     prompt = np.repeat(np.arange(b, dtype=np.int32), t)
@@ -128,7 +128,7 @@ def _names(batch: Batch) -> tuple[str, ...]:
 
 
 def _table(batch: Batch, columns: dict[str, np.ndarray]):
-    from evidence.logs import LogTable
+    from kernel_contracts.evidence.logs import LogTable
 
     keep = batch.mask.ravel()
     b, t = batch.shape
@@ -168,8 +168,8 @@ def _table(batch: Batch, columns: dict[str, np.ndarray]):
 
 def _flagged(router, rule, source, batch, columns, clauses) -> np.ndarray:
     """The response tokens rule ``rule``'s clause flags on this batch (see the module doc)."""
-    from evidence.summary import select
-    from evidence.table import clause_column, reading
+    from kernel_contracts.evidence.summary import select
+    from kernel_contracts.evidence.table import clause_column, reading
 
     contract, mask = router.contract, batch.mask
     fired_on = {c.slice for c in clauses if c.id == rule.clause and c.status.label in rule.status}
@@ -220,8 +220,8 @@ def route(
     response tokens. ``positions``, ``prompts``: see ``check_batch``. ``promotion``: the state
     to carry on (default a fresh one). Raises ``RoutingError`` naming every bad argument.
     """
-    from evidence.sources import tables_source
-    from verify.decide.verdicts import numerical_result, statistical_result
+    from kernel_contracts.evidence.sources import tables_source
+    from kernel_contracts.verify.decide.verdicts import numerical_result, statistical_result
 
     if not isinstance(router, Router):
         raise RoutingError([f"router: expected verify.pipeline.routing.prepare(contract), got "
@@ -297,7 +297,7 @@ def _list(x):
 
 def routing_json(d: RoutingDecision) -> dict:
     """The decision as JSON-ready data (arrays as nested lists, the cap as ``p/q``)."""
-    from verify.proving.obligations import rational
+    from kernel_contracts.verify.proving.obligations import rational
 
     return {
         "status": d.status.label,

@@ -7,7 +7,12 @@ make that premise true; ``init_main`` is the command. Both load the bound calcul
 called.
 """
 
-from verify.pipeline.starter.command import init_main
-from verify.pipeline.starter.contract import DEFAULT_PARAMS, LOG_FORMATS, Setup, starter_text
+from kernel_contracts.verify.pipeline.starter.command import init_main
+from kernel_contracts.verify.pipeline.starter.contract import (
+    DEFAULT_PARAMS,
+    LOG_FORMATS,
+    Setup,
+    starter_text,
+)
 
 __all__ = ["DEFAULT_PARAMS", "LOG_FORMATS", "Setup", "init_main", "starter_text"]

@@ -20,8 +20,8 @@ __all__ = ["init_main"]
 
 def _params(args, estimator: str) -> tuple[dict, str | None]:
     """The estimator parameters given on the command line, or why one does not apply."""
-    from contracts.checks import param_range, valid_band
-    from contracts.fields import ESTIMATOR_PARAMS
+    from kernel_contracts.contracts.checks import param_range, valid_band
+    from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS
 
     given = {
         "cap": args.cap,
@@ -56,7 +56,7 @@ def _no_export(setup) -> str:
     """Why ``export`` writes no setting of the setup's framework for its estimator, or ``""``."""
     from fractions import Fraction
 
-    from verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
+    from kernel_contracts.verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
 
     if setup.estimator == "plain":
         return "plain is no correction, so there is nothing to set"
@@ -105,11 +105,11 @@ def _umask() -> int:
 
 def init_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``init`` command on ``argv`` (the words after ``init``); returns the exit code."""
-    import contracts
-    from contracts.fields import ESTIMATORS
-    from verify.common.arguments import init_parser
-    from verify.pipeline.export import FRAMEWORKS
-    from verify.pipeline.starter.contract import Setup, starter_text
+    from kernel_contracts import contracts
+    from kernel_contracts.contracts.fields import ESTIMATORS
+    from kernel_contracts.verify.common.arguments import init_parser
+    from kernel_contracts.verify.pipeline.export import FRAMEWORKS
+    from kernel_contracts.verify.pipeline.starter.contract import Setup, starter_text
 
     p = init_parser(stdout, stderr, frameworks=list(FRAMEWORKS), presets=list(contracts.PRESETS),
                     estimators=list(ESTIMATORS))  # fmt: skip

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 
-from contracts.fields import ESTIMATOR_PARAMS
+from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS
 
 __all__ = ["DEFAULT_PARAMS", "LOG_FORMATS", "Setup", "starter_text"]
 
@@ -129,8 +129,7 @@ def _body(setup: Setup, delta: Fraction, maxes: dict[str, Fraction], notes: dict
 
 
 def _derive(text: str):
-    import bounds
-    import contracts
+    from kernel_contracts import bounds, contracts
 
     return {d.guarantee: d for d in bounds.derive(contracts.loads(text))}
 
@@ -141,7 +140,7 @@ def starter_text(
     """The starter contract of ``setup``, to be saved as ``name``; ``command`` is the command
     line that wrote it; ``no_export``, when given, is why the framework has no setting for the
     estimator (said instead of the export command)."""
-    import bounds
+    from kernel_contracts import bounds
 
     targets = {
         "G_token_tv": Fraction(str(setup.token_tv)),

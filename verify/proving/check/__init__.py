@@ -6,7 +6,7 @@ obligations; ``query`` re-runs one obligation's queries; ``recompute`` is an ind
 to a report's numbers through mpmath's interval type.
 """
 
-from verify.proving.check.recheck import (
+from kernel_contracts.verify.proving.check.recheck import (
     CheckResult,
     ReportUnreadable,
     check_data,

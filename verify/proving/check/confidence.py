@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 
-from evidence.table import RANGE
-from verify.decide.verdicts import (
+from kernel_contracts.evidence.table import RANGE
+from kernel_contracts.verify.decide.verdicts import (
     BINARY,
     lower_mean_bound,
     lower_top,
@@ -57,7 +57,7 @@ def _float(value) -> bool:
 
 def _quantile(c: dict, clause, n: int, where: str, diff) -> tuple[float, float] | None:
     """Order statistics: the ranks are recomputed, the values are raw but must be ordered."""
-    from bounds.stats import quantile_ucb_rank
+    from kernel_contracts.bounds.stats import quantile_ucb_rank
 
     q, conf = float(clause.q), float(clause.confidence)
     ranks = {

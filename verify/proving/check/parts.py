@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from evidence.table import (
+from kernel_contracts.evidence.table import (
     SAMPLED_ONLY,
     clause_column,
     reading,
@@ -16,12 +16,16 @@ from evidence.table import (
     slice_needs,
     unmeasurable,
 )
-from verify.common.escalation import decide, decision_json
-from verify.common.static_clauses import NO_EVIDENCE, skipped_measurements, static_clauses
-from verify.common.status import Status
-from verify.decide.verdicts import numerical_verdict, statistical_verdict
-from verify.proving.check.confidence import recompute, recompute_lower
-from verify.proving.render.report import clause_json
+from kernel_contracts.verify.common.escalation import decide, decision_json
+from kernel_contracts.verify.common.static_clauses import (
+    NO_EVIDENCE,
+    skipped_measurements,
+    static_clauses,
+)
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.decide.verdicts import numerical_verdict, statistical_verdict
+from kernel_contracts.verify.proving.check.confidence import recompute, recompute_lower
+from kernel_contracts.verify.proving.render.report import clause_json
 
 __all__ = [
     "CLAUSE_KEYS",

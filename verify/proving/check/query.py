@@ -9,12 +9,17 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from contracts import exact
-from verify.common.status import Status
-from verify.proving.check.recompute import SreprError, evaluate_iv, parse_srepr, to_sympy
-from verify.proving.obligations import decimal, float_or_none
-from verify.proving.solve import smt
-from verify.proving.solve.encoding import EncodeError, encode
+from kernel_contracts.contracts import exact
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.check.recompute import (
+    SreprError,
+    evaluate_iv,
+    parse_srepr,
+    to_sympy,
+)
+from kernel_contracts.verify.proving.obligations import decimal, float_or_none
+from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.encoding import EncodeError, encode
 
 __all__ = ["CVC5_TIMEOUT_MS", "check_obligation"]
 

@@ -91,19 +91,22 @@ import math
 import os
 from dataclasses import dataclass
 
-from contracts import ContractError, KernelContractsError, load, read_regular
-from contracts.canonical import from_canonical
-from verify.common.status import Status, worst
-from verify.proving.check.parts import (
+from kernel_contracts.contracts import ContractError, KernelContractsError, load, read_regular
+from kernel_contracts.contracts.canonical import from_canonical
+from kernel_contracts.verify.common.status import Status, worst
+from kernel_contracts.verify.proving.check.parts import (
     OBLIGATION_KEYS,
     check_clauses,
     check_escalation,
     check_keys,
     check_outline,
 )
-from verify.proving.check.query import check_obligation
-from verify.proving.kernel_obligations import check_kernel_obligation, kernel_outlines
-from verify.proving.solve import smt
+from kernel_contracts.verify.proving.check.query import check_obligation
+from kernel_contracts.verify.proving.kernel_obligations import (
+    check_kernel_obligation,
+    kernel_outlines,
+)
+from kernel_contracts.verify.proving.solve import smt
 
 __all__ = [
     "CheckResult",
@@ -272,8 +275,8 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     contract = _contract(data, report_dir, diff, notes)
     if contract is None:
         return done()  # nothing can be re-derived
-    import bounds
-    from verify.proving.obligations import obligation_json, outline
+    from kernel_contracts import bounds
+    from kernel_contracts.verify.proving.obligations import obligation_json, outline
 
     derivations = {d.guarantee: d for d in bounds.derive(contract)}
     obligations = data.get("obligations")
@@ -347,7 +350,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
 def _check_support(recorded, contract, evidence, clause_statuses, diff) -> list[Status]:
     """Recompute the premise support (``verify.common.support``) from the report's clause verdicts;
     it is listed exactly when evidence was given. Returns its statuses."""
-    from verify.common.support import support, support_json
+    from kernel_contracts.verify.common.support import support, support_json
 
     given = evidence is not None or bool(contract.evidence.emulate or contract.evidence.logprobs)
     want = []

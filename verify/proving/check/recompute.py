@@ -17,7 +17,7 @@ from fractions import Fraction
 import mpmath
 from mpmath import iv
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = ["Node", "SreprError", "evaluate_iv", "parse_srepr", "to_sympy"]
 

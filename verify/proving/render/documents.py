@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import html
 
-from verify.proving.obligations import Obligation, decimal, expr_mathml, expr_text, rational
-from verify.proving.render.evidence import evidence_html, evidence_markdown
-from verify.proving.render.report import Report
+from kernel_contracts.verify.proving.obligations import (
+    Obligation,
+    decimal,
+    expr_mathml,
+    expr_text,
+    rational,
+)
+from kernel_contracts.verify.proving.render.evidence import evidence_html, evidence_markdown
+from kernel_contracts.verify.proving.render.report import Report
 
 __all__ = ["to_html", "to_markdown"]
 

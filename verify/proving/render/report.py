@@ -13,11 +13,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from verify.common.clauses import ClauseResult
-from verify.common.escalation import Decision, decision_json
-from verify.common.status import Status, worst
-from verify.common.support import Support, support_json
-from verify.proving.obligations import Obligation, obligation_json
+from kernel_contracts.verify.common.clauses import ClauseResult
+from kernel_contracts.verify.common.escalation import Decision, decision_json
+from kernel_contracts.verify.common.status import Status, worst
+from kernel_contracts.verify.common.support import Support, support_json
+from kernel_contracts.verify.proving.obligations import Obligation, obligation_json
 
 __all__ = [
     "FORMAT",

@@ -10,7 +10,7 @@ sub-expression over a box (``ranges``). ``smt`` runs the text in a solver proces
 Only the solver's records are imported here; the sympy-based modules load on first use.
 """
 
-from verify.proving.solve.solver import (
+from kernel_contracts.verify.proving.solve.solver import (
     DEFAULT_STEPS,
     Counterexample,
     Outcome,

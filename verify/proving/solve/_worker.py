@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from multiprocessing.connection import Connection
 
-from verify.proving.solve.smt import serve
+from kernel_contracts.verify.proving.solve.smt import serve
 
 
 def main(argv: list[str]) -> int:

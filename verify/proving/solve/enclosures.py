@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from verify.proving.solve.intervals import func_down, func_up
+from kernel_contracts.verify.proving.solve.intervals import func_down, func_up
 
 __all__ = [
     "Enclosure",

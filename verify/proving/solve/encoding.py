@@ -24,9 +24,9 @@ from fractions import Fraction
 
 import sympy
 
-from verify.proving.solve import intervals, ranges
-from verify.proving.solve.enclosures import DEFAULT_BITS, ExpEnclosure, enclose
-from verify.proving.solve.intervals import ExprError, Interval
+from kernel_contracts.verify.proving.solve import intervals, ranges
+from kernel_contracts.verify.proving.solve.enclosures import DEFAULT_BITS, ExpEnclosure, enclose
+from kernel_contracts.verify.proving.solve.intervals import ExprError, Interval
 
 __all__ = ["Box", "EncodeError", "Query", "encode", "smt_number"]
 

@@ -22,7 +22,7 @@ from fractions import Fraction
 import mpmath
 import sympy
 
-from contracts import KernelContractsError
+from kernel_contracts.contracts import KernelContractsError
 
 __all__ = [
     "BITS",

@@ -28,8 +28,8 @@ from fractions import Fraction
 
 import sympy
 
-from verify.proving.solve import intervals
-from verify.proving.solve.intervals import ExprError, Interval
+from kernel_contracts.verify.proving.solve import intervals
+from kernel_contracts.verify.proving.solve.intervals import ExprError, Interval
 
 __all__ = ["free_variable", "loose", "tighten"]
 

@@ -304,26 +304,24 @@ class _Worker:
 
 
 def _start_interpreter():
-    """``python -m verify.proving.solve._worker`` with a pipe each way; (Popen, inbox, outbox)."""
+    """``python -m kernel_contracts.verify.proving.solve._worker`` with a pipe each way;
+    (Popen, inbox, outbox)."""
     import os
     import subprocess
     from multiprocessing.connection import Connection
 
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     argv = [
         sys.executable,
         "-m",
-        "verify.proving.solve._worker",
+        "kernel_contracts.verify.proving.solve._worker",
         str(to_child_r),
         str(from_child_w),
     ]
     try:
         popen = subprocess.Popen(
-            argv, pass_fds=(to_child_r, from_child_w), env=env,
+            argv, pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
     finally:

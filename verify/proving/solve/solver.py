@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from verify.common.status import Status
-from verify.proving.solve import smt
+from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.solve import smt
 
 if TYPE_CHECKING:  # the records load without sympy (a cached run builds them); prove needs it
     import sympy
 
-    from verify.proving.solve import intervals
-    from verify.proving.solve.encoding import Box
+    from kernel_contracts.verify.proving.solve import intervals
+    from kernel_contracts.verify.proving.solve.encoding import Box
 
 __all__ = ["DEFAULT_STEPS", "Counterexample", "Outcome", "QueryRecord", "Step", "prove"]
 
@@ -100,7 +100,7 @@ def _split(box: Box, full: Box) -> tuple[Box, Box] | None:
 
 
 def _confirm(expr, constants, threshold, point: Mapping[str, Fraction]):
-    from verify.proving.solve import intervals
+    from kernel_contracts.verify.proving.solve import intervals
 
     env = {k: (Fraction(v), Fraction(v)) for k, v in constants.items()}
     env.update({k: (v, v) for k, v in point.items()})
@@ -127,7 +127,7 @@ def prove(
     title: str = "",
 ) -> Outcome:
     """Decide "``expr ≤ threshold`` on all of ``box``" (see the module docstring)."""
-    from verify.proving.solve.encoding import EncodeError, encode
+    from kernel_contracts.verify.proving.solve.encoding import EncodeError, encode
 
     start = time.perf_counter()
     deadline = start + timeout_ms / 1000

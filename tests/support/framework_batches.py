@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-DATA = pathlib.Path(__file__).resolve().parent / "data" / "frameworks"
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "frameworks"
 
 
 class Tensor:

@@ -4,7 +4,7 @@ drift premise N1 (its max is δ), an optional TV premise N2, a log-ratio premise
 
 from __future__ import annotations
 
-import contracts
+from kernel_contracts import contracts
 
 PG = "quantity: pg_bias, score_norm: 5, advantage: 1"
 

@@ -6,9 +6,9 @@ import io
 import os
 import pathlib
 
-from verify.cli.commands import main
+from kernel_contracts.verify.cli.commands import main
 
-MALFORMED = pathlib.Path(__file__).resolve().parent / "data" / "malformed"
+MALFORMED = pathlib.Path(__file__).resolve().parents[1] / "data" / "malformed"
 
 
 def run_cli(*argv, cwd=None) -> tuple[int, str, str]:
