@@ -1,6 +1,6 @@
 """Emulated inference of the shipped model against the same model on plain float32 ops.
 
-Decodes ``--new-tokens`` tokens after each of ``--batch`` prompts with ``kernels.decode.generate``
+Decodes ``--new-tokens`` tokens after each of ``--batch`` prompts with ``kernels.model.decode.generate``
 (one ``lax.scan`` in one ``nnx.jit``: prompt and generated tokens one position at a time, the
 KV cache in the kernel's format), once on ``kernels.ops.plain_ops()`` (float32 ``jnp`` matmuls
 and attention) and once per preset on ``kernels.ops.inference_ops`` (every matmul under the
@@ -29,8 +29,8 @@ import numpy as np
 from timing import median_ready
 
 from kernel_contracts.contracts import preset
-from kernel_contracts.kernels.decode import generate
-from kernel_contracts.kernels.model import load_pretrained
+from kernel_contracts.kernels.model.decode import generate
+from kernel_contracts.kernels.model.tinylm import load_pretrained
 from kernel_contracts.kernels.ops import inference_ops, plain_ops
 
 PRESETS = ("h100-fp8", "bf16")

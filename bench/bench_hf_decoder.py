@@ -1,6 +1,6 @@
 """K_train and K_inf tokens per second on a 0.5B-parameter decoder, against plain inference.
 
-The model is ``kernels.hf``'s decoder with Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14
+The model is ``kernels.model.hf``'s decoder with Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14
 query heads, 2 key/value heads of 64, intermediate 4864, vocabulary 151936, tied embeddings,
 q/k/v biases), random weights. Four workloads run in one process, on the default JAX device:
 
@@ -9,7 +9,7 @@ q/k/v biases), random weights. Four workloads run in one process, on the default
   inference kernel there);
 - K_train: the same pass on the contract's training kernel (``--train``, default fp32:
   emulated float32 matmuls, reference attention);
-- plain decode: ``kernels.decode.generate`` of ``--new-tokens`` tokens after each prompt on plain
+- plain decode: ``kernels.model.decode.generate`` of ``--new-tokens`` tokens after each prompt on plain
   ops (contiguous float32 KV cache);
 - K_inf: the same decode on the inference kernel (``--preset``, default h100-fp8: emulated
   matmuls with batch-dependent reduction splits, paged low-precision KV cache).
@@ -42,10 +42,10 @@ from flax import nnx
 from timing import median_ready
 
 from kernel_contracts.contracts import preset
-from kernel_contracts.kernels.decode import generate, teacher_force
-from kernel_contracts.kernels.hf.config import parse_config
-from kernel_contracts.kernels.hf.decoder import Decoder
-from kernel_contracts.kernels.model import with_ops
+from kernel_contracts.kernels.model.decode import generate, teacher_force
+from kernel_contracts.kernels.model.hf.config import parse_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
+from kernel_contracts.kernels.model.tinylm import with_ops
 from kernel_contracts.kernels.ops import (
     ContiguousCache,
     Ops,

@@ -23,7 +23,7 @@ from timing import interleaved
 from kernel_contracts.bounds import matmul_error
 from kernel_contracts.contracts import preset
 from kernel_contracts.kernels._matmul import int8_matmul, matmul
-from kernel_contracts.kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_int8_np
 
 
 def main(argv=None, *, stdout=sys.stdout) -> int:

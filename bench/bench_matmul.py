@@ -2,7 +2,7 @@
 
 All ratios come from one run on one machine: the best of ``--repeats`` calls of every function,
 interleaved (so load from other processes hits all alike), wall and CPU seconds. Besides the
-emulation the run times its quantization alone (``kernels.scaling``, part of every call) and a
+emulation the run times its quantization alone (``kernels.numerics.scaling``, part of every call) and a
 binary64 ``jnp.dot`` (what exact binary64 multiply-adds cost here). Each preset is also checked
 bit for bit against the NumPy reference on a ``--check-shape`` slice of the same operands.
 
@@ -39,7 +39,7 @@ from timing import interleaved, median_ready
 
 from kernel_contracts.contracts import preset
 from kernel_contracts.kernels._matmul import make_plan, matmul
-from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows
+from kernel_contracts.kernels.numerics.scaling import quantize_cols, quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 # the targets, wall-clock ratios to float32 jnp.dot at (1024, 4096, 4096)

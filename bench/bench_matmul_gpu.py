@@ -33,8 +33,8 @@ from timing import median_ready
 from kernel_contracts.contracts import preset
 from kernel_contracts.kernels._matmul import make_plan, matmul
 from kernel_contracts.kernels._matmul.pallas_gpu import choose_variant, reduce_quantized_pallas_gpu
-from kernel_contracts.kernels.formats import cast_output
-from kernel_contracts.kernels.scaling import quantize_rows
+from kernel_contracts.kernels.numerics.formats import cast_output
+from kernel_contracts.kernels.numerics.scaling import quantize_rows
 
 PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 CHECK_SHAPES = ((256, 1024, 256), (200, 300, 130))  # aligned; ragged in every dimension

@@ -5,8 +5,8 @@
     python bench/bench_measure.py table [--prompts 64] [--new-tokens 64]
 
 ``throughput`` times ``kernels.measure`` on random logits (z' = z + drift·N(0, 1)) on both of
-its paths, ``impl="cpu"`` (the host's compiled pass, ``kernels.measure_cpu``: the default on a
-one-CPU-device machine) and ``impl="jax"`` (the XLA program of ``kernels.measure_fused``),
+its paths, ``impl="cpu"`` (the host's compiled pass, ``kernels.measurement.measure_cpu``: the default on a
+one-CPU-device machine) and ``impl="jax"`` (the XLA program of ``kernels.measurement.measure_fused``),
 against, in the same run and interleaved (so load from other processes hits all alike; best of
 ``--repeat``):
 
@@ -16,7 +16,7 @@ against, in the same run and interleaved (so load from other processes hits all 
   the memory delivers; a slower one measures its own overhead;
 - a floor loop: two exponentials per pair of logits, each summed (the transcendentals of the
   measurement's general path, e^{z/T} and e^u per pair; a block whose |u| are all below 1/2
-  needs e^{z/T} alone, see ``kernels.measure_fused``), whose rate of vector operations the
+  needs e^{z/T} alone, see ``kernels.measurement.measure_fused``), whose rate of vector operations the
   floor argument uses;
 - the straightforward numpy implementation (``measure_numpy`` in float32, over blocks of rows so
   its temporaries fit in memory), once.
@@ -215,7 +215,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int, drift: flo
         )
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
     print(f"  impl=cpu / impl=jax: {t_jax / t_cpu:.2f} x faster; divergences agree to {agree:.1e}")
-    from kernel_contracts.kernels._measure import _compiled
+    from kernel_contracts.kernels.measurement._measure import _compiled
 
     block = 8  # measure()'s default
     hlo = _compiled(tuple(jax.local_devices()), block).lower(zj, zpj, yj, jnp.float32(1.0))

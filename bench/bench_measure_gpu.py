@@ -8,7 +8,7 @@ default shape), in one run and interleaved, best of ``--repeat``:
 
 - the read bandwidth: the faster of two jitted passes that read the same two arrays once and do
   the least arithmetic per byte (a row maximum of each, a row sum of each);
-- ``kernels.measure_pallas.measure_rows``: the kernel and its per-row epilogue, with the
+- ``kernels.measurement.measure_pallas.measure_rows``: the kernel and its per-row epilogue, with the
   options of ``GPU_OPTIONS``, or with ``--sweep`` each of a few settings of persistent programs,
   rows per block, chunk, warps and pipeline stages (the best is reported);
 - with ``--jax``, the XLA program (``kernels.measure(impl="jax")``), once.
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from kernel_contracts.kernels import measure
-    from kernel_contracts.kernels.measure_pallas import GPU_OPTIONS, measure_rows
+    from kernel_contracts.kernels.measurement.measure_pallas import GPU_OPTIONS, measure_rows
 
     if jax.default_backend() != "gpu":
         print(f"no GPU here (JAX backend: {jax.default_backend()}): nothing measured")

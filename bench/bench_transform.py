@@ -37,7 +37,7 @@ def main() -> None:
 
     from kernel_contracts.contracts import PRESETS
     from kernel_contracts.kernels import on_kernel
-    from kernel_contracts.kernels.model import load_pretrained, with_ops
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, with_ops
     from kernel_contracts.kernels.ops import PlainAttention, inference_ops
 
     spec = PRESETS[args.preset]

@@ -138,7 +138,7 @@ def check_matmul(gpu, rng, row) -> int:
 
 
 def check_forward(gpu, row) -> int:
-    from kernel_contracts.kernels.model import load_pretrained
+    from kernel_contracts.kernels.model.tinylm import load_pretrained
     from kernel_contracts.kernels.ops import inference_ops
 
     failures = 0

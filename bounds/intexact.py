@@ -40,7 +40,7 @@ __all__ = [
 
 INT32_MAX = 2**31 - 1
 FP32_EXACT = 2**24  # every integer of magnitude ≤ 2^24 is a float32
-QMAX = 127  # symmetric int8 (kernels.formats)
+QMAX = 127  # symmetric int8 (kernels.numerics.formats)
 
 Quantity = Literal["int32_range", "fp32_exact"]
 _LIMITS: dict[str, int] = {"int32_range": INT32_MAX, "fp32_exact": FP32_EXACT}

@@ -7,7 +7,7 @@ float8_e4m3fn (which keeps only the all-ones pattern of its top binade for NaN, 
 exponent range reaches one binade further and it has no infinity). The smallest positive normal
 value is ``2**emin``.
 
-``kernels.formats`` adds the array side (the ml_dtypes dtype of each format, casts) and a
+``kernels.numerics.formats`` adds the array side (the ml_dtypes dtype of each format, casts) and a
 test checks this table against ml_dtypes; ``bounds`` reads the unit roundoffs from it.
 Importing this module imports nothing outside the standard library.
 

@@ -3,7 +3,7 @@
 A package whose submodules are heavy (JAX, sympy, z3) keeps its import light by naming, in one
 table, the submodule that defines each public name::
 
-    _EXPORTS = {"measure": "kernel_contracts.kernels._measure", ...}
+    _EXPORTS = {"measure": "kernel_contracts.kernels.measurement._measure", ...}
     __all__ = sorted(_EXPORTS)
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

@@ -326,9 +326,9 @@ def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] |
     return tuple(stages) if _ok(ck, mark) else None
 
 
-# a Hugging Face checkpoint folder as a model: hf:PATH (kernels.hf reads it; it runs no code)
+# a Hugging Face checkpoint folder as a model: hf:PATH (kernels.model.hf reads it; it runs no code)
 HF_PREFIX = "hf:"
-# a user model's entry point: package.module:function (kernels.user_model defines the call)
+# a user model's entry point: package.module:function (kernels.model.user_model defines the call)
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 

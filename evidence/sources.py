@@ -345,7 +345,7 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
 def _checkpoint_sha256(model: str) -> str | None:
     """sha256 of the shipped checkpoint file of ``model``; ``None`` when there is none."""
     try:
-        from kernel_contracts.kernels.model import (
+        from kernel_contracts.kernels.model.tinylm import (
             CHECKPOINTS,  # loaded on first use: logs need no JAX
         )
 
@@ -366,7 +366,7 @@ def _hf_sha256(model: str) -> str | None:
 
     if not model.startswith(HF_PREFIX):
         return None
-    from kernel_contracts.kernels.hf.checkpoint import (
+    from kernel_contracts.kernels.model.hf.checkpoint import (
         folder_sha256,  # loaded on first use: logs need no JAX
     )
 

@@ -20,13 +20,13 @@ Sampling applies the policy's top-k / top-p; the metrics are always those of the
 distributions softmax(z/T) (``logprobs: full_vocab`` semantics).
 
 A user model (``model: "package.module:function"`` with ``params: PATH``, see
-:mod:`kernels.user_model`) runs the same loop: both kernels are the user's function through
-:func:`kernels.transform.on_kernel` (K_inf at the serving batch, K_train with fixed batching;
+:mod:`kernels.model.user_model`) runs the same loop: both kernels are the user's function through
+:func:`kernels.diagnose.transform.on_kernel` (K_inf at the serving batch, K_train with fixed batching;
 recognised attention in float32 in both), K_inf generates by rerunning the function on the
 whole sequence buffer (no KV cache), and prompts come from the params file's ``extra/prompts``
 windows or, without them, uniformly from the vocabulary. Its vocabulary is what it returns.
 
-A Hugging Face checkpoint (``model: "hf:FOLDER"``, see :mod:`kernels.hf`) runs as the shipped
+A Hugging Face checkpoint (``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`) runs as the shipped
 policy does: the decoder on K_inf's ``Ops`` decodes through the paged KV cache, the decoder on
 K_train's teacher-forces. ``prompts`` is a count of prompts drawn uniformly from its vocabulary,
 or a text file of prompts (one a line, blank lines skipped) encoded by the folder's
@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kernel_contracts.contracts.model import Contract, EmulateEvidence
-from kernel_contracts.kernels.columns import TABLE_COLUMNS
+from kernel_contracts.kernels.measurement.columns import TABLE_COLUMNS
 
 __all__ = [
     "MAX_BATCH",
@@ -94,7 +94,7 @@ class _Pair(NamedTuple):
 
 
 def _user(model: str) -> bool:
-    from kernel_contracts.kernels.user_model import is_entry_point
+    from kernel_contracts.kernels.model.user_model import is_entry_point
 
     return is_entry_point(model)
 
@@ -110,7 +110,7 @@ _PROMPTS_KEY = "evidence.emulate.prompts"
 
 
 def _prompt_texts(path: str) -> list[str]:
-    from kernel_contracts.kernels.user_model import UserModelError
+    from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -133,9 +133,9 @@ def prompt_count(ev: EmulateEvidence) -> int:
 def _encoded(path: str, folder: str, model: str, vocab: int, texts: list[str]) -> list[list[int]]:
     """``texts`` (read from the prompt file ``path``) encoded by the checkpoint's tokenizer,
     every id checked against the model's vocabulary."""
-    from kernel_contracts.kernels.hf.errors import CheckpointError
-    from kernel_contracts.kernels.hf.tokenizer import encode, read_tokenizer
-    from kernel_contracts.kernels.user_model import MODEL_KEY, UserModelError
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.hf.tokenizer import encode, read_tokenizer
+    from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
 
     try:
         ids = encode(read_tokenizer(folder), texts)
@@ -155,7 +155,7 @@ def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
     """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
     if not isinstance(ev.prompts, str):
         return None
-    from kernel_contracts.kernels.user_model import UserModelError
+    from kernel_contracts.kernels.model.user_model import UserModelError
 
     ids = _encoded(ev.prompts, folder, ev.model, vocab, _prompt_texts(ev.prompts))
     width = min(len(row) for row in ids)
@@ -175,9 +175,9 @@ def prompt_stream(path: str, folder: str, model: str, vocab: int) -> np.ndarray:
 
 
 def _hf_config(ev: EmulateEvidence, folder: str):
-    from kernel_contracts.kernels.hf.config import read_config
-    from kernel_contracts.kernels.hf.errors import CheckpointError
-    from kernel_contracts.kernels.user_model import MODEL_KEY, UserModelError
+    from kernel_contracts.kernels.model.hf.config import read_config
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
 
     try:
         return read_config(folder)
@@ -204,7 +204,7 @@ def length_range(contract: Contract) -> tuple[int, int]:
         context = config.max_position_embeddings
         return ev.max_new_tokens + 1, min(context, ev.max_new_tokens + width)
     if _user(ev.model):
-        from kernel_contracts.kernels.user_model import (
+        from kernel_contracts.kernels.model.user_model import (
             MODEL_KEY,
             PROMPT_TOKENS,
             UserModelError,
@@ -216,7 +216,7 @@ def length_range(contract: Contract) -> tuple[int, int]:
         windows = load_params(ev.params)[1]
         width = PROMPT_TOKENS if windows is None else windows.shape[1]
         return ev.max_new_tokens + 1, ev.max_new_tokens + width
-    from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
 
     context = load_pretrained(ev.model).config.context
     width = pretrained_extra(ev.model)["heldout_windows"].shape[1]
@@ -227,8 +227,8 @@ def _decoder_run(contract: Contract, ev: EmulateEvidence, batch: int, model, con
     """The ``run`` of a :class:`_Pair` for a model with the :class:`~kernels.ops.Ops` injection
     points (TinyLM, a Hugging Face decoder): sample on K_inf through the paged cache, then
     teacher-force the samples on K_train."""
-    from kernel_contracts.kernels.decode import generate, teacher_force
-    from kernel_contracts.kernels.model import with_ops
+    from kernel_contracts.kernels.model.decode import generate, teacher_force
+    from kernel_contracts.kernels.model.tinylm import with_ops
     from kernel_contracts.kernels.ops import inference_ops, train_ops
 
     if not 1 <= ev.max_new_tokens < context:
@@ -251,7 +251,7 @@ def _decoder_run(contract: Contract, ev: EmulateEvidence, batch: int, model, con
 
 
 def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
 
     model = load_pretrained(ev.model)
     context = model.config.context
@@ -263,9 +263,9 @@ def _shipped_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
 
 
 def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernel_contracts.kernels.hf.checkpoint import load_decoder
-    from kernel_contracts.kernels.hf.errors import CheckpointError
-    from kernel_contracts.kernels.user_model import MODEL_KEY, UserModelError
+    from kernel_contracts.kernels.model.hf.checkpoint import load_decoder
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
 
     folder = _hf(ev.model)
     try:
@@ -283,8 +283,8 @@ def _hf_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
 
 
 def _user_pair(contract: Contract, ev: EmulateEvidence, batch: int) -> _Pair:
-    from kernel_contracts.kernels.transform import on_kernel
-    from kernel_contracts.kernels.user_model import (
+    from kernel_contracts.kernels.diagnose.transform import on_kernel
+    from kernel_contracts.kernels.model.user_model import (
         MODEL_KEY,
         PROMPT_TOKENS,
         UserModelError,
@@ -345,7 +345,7 @@ def emulate(
     import jax  # here, not at the top: importing this module must not import JAX
     import jax.numpy as jnp
 
-    from kernel_contracts.kernels._measure import measure
+    from kernel_contracts.kernels.measurement._measure import measure
 
     ev = contract.evidence.emulate or EmulateEvidence()
     policy = contract.policy

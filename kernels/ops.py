@@ -19,8 +19,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from kernel_contracts.contracts.model import AttentionSpec, KernelSpec, MatmulSpec
-from kernel_contracts.kernels import portable
 from kernel_contracts.kernels._matmul.api import QuantizedWeight, matmul, quantize_weight
+from kernel_contracts.kernels.attention import (
+    PagedKVCache,
+    decode_attention,
+    masked_attention,
+    reference_attention,
+    widen_heads,
+)
+from kernel_contracts.kernels.batching import reduction_splits
+from kernel_contracts.kernels.numerics import portable
 
 __all__ = [
     "AttentionFn",
@@ -38,7 +46,6 @@ __all__ = [
     "plain_ops",
     "prepared",
     "train_ops",
-    "widen_heads",
 ]
 
 
@@ -102,16 +109,6 @@ class CacheOps(Protocol):
         ...
 
 
-def widen_heads(kv: Float[ArrayLike, "*lead kv_heads dim"], heads: int) -> Array:
-    """Each of ``kv``'s heads repeated for the query heads it serves (``heads`` a whole
-    multiple of ``kv``'s); ``kv`` itself when the counts are equal."""
-    kv = jnp.asarray(kv)
-    groups, rest = divmod(heads, kv.shape[-2])
-    if rest or groups < 1:
-        raise ValueError(f"{heads} query heads cannot share {kv.shape[-2]} cached heads")
-    return kv if groups == 1 else jnp.repeat(kv, groups, axis=-2)
-
-
 # --------------------------------------------------------------------------- matmul
 
 
@@ -143,7 +140,6 @@ class EmulatedMatmul:
     def __call__(
         self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"] | QuantizedWeight
     ) -> Float[Array, "... n"]:
-        from kernel_contracts.kernels.batching import reduction_splits
 
         k = int(x.shape[-1])
         splits = reduction_splits(self.batch_size, k, self.batching)
@@ -183,7 +179,6 @@ class ReferenceAttention:
     """The emulation package's float32 reference attention, per sequence (the K_train one)."""
 
     def __call__(self, q, k, v):
-        from kernel_contracts.kernels.attention import reference_attention
 
         def one(qs, ks, vs):  # [seq, heads, dim] -> [heads, seq, dim] and back
             out = reference_attention(
@@ -201,7 +196,7 @@ class ReferenceAttention:
 class ContiguousCache:
     """A float32 cache held as dense ``[seqs, max_len, heads, dim]`` arrays.
 
-    ``portable``: attend with :mod:`kernels.portable` arithmetic (the same bits on every
+    ``portable``: attend with :mod:`kernels.numerics.portable` arithmetic (the same bits on every
     backend, not differentiable; K_train's cache), else with plain ``jnp`` (plain ops)."""
 
     portable: bool = False
@@ -222,7 +217,6 @@ class ContiguousCache:
         keys, values = (widen_heads(cache[n], q.shape[-2]) for n in ("k", "v"))
         valid = jnp.arange(keys.shape[1]) < cache["length"]
         if self.portable:
-            from kernel_contracts.kernels.attention import masked_attention
 
             def one(qs, ks, vs):  # q [heads, dim], cached [max_len, heads, dim]
                 heads_first = (a.transpose(1, 0, 2) for a in (ks, vs))
@@ -249,7 +243,6 @@ class PagedAttention:
     batching: str = "fixed"
 
     def create(self, num_seqs, max_len, heads, dim):
-        from kernel_contracts.kernels.attention import PagedKVCache
 
         return PagedKVCache.create(num_seqs, max_len, heads, dim, self.spec)
 
@@ -257,7 +250,6 @@ class PagedAttention:
         return cache.append(k, v)
 
     def attend(self, q, cache):
-        from kernel_contracts.kernels.attention import decode_attention
 
         return decode_attention(
             q, cache, self.spec, batch_size=self.batch_size, batching=self.batching
@@ -274,7 +266,7 @@ class Layers:
 
     ``portable=False``: plain ``jnp`` (differentiable; each backend's own ``rsqrt``, ``tanh``,
     ``cos``, ``sin`` and summation order, and a GPU fuses ``x·cos + y·sin`` into one
-    multiply-add). ``portable=True``: :mod:`kernels.portable`, the same bits on every backend
+    multiply-add). ``portable=True``: :mod:`kernels.numerics.portable`, the same bits on every backend
     (not differentiable), as the emulated kernels need."""
 
     portable: bool = False
@@ -302,7 +294,7 @@ class Layers:
         self, angles: Float[ArrayLike, "*shape"]
     ) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
         """``(cos, sin)`` of float32 ``angles`` (portable: for ``|angle| <= 2**24``, NaN
-        beyond; :func:`kernels.portable.cos_sin`)."""
+        beyond; :func:`kernels.numerics.portable.cos_sin`)."""
         if self.portable:
             return portable.cos_sin(angles)
         return jnp.cos(angles), jnp.sin(angles)
@@ -316,7 +308,7 @@ class Layers:
     ) -> Float[Array, "*shape"]:
         """``x·cos + turned·sin`` elementwise (broadcast, equal ranks), a rotary embedding's
         rotation of ``x`` given its partner ``turned``. Portable: both products exact in
-        binary64 and added there (:func:`kernels.portable.sum_products`), the sum rounded to
+        binary64 and added there (:func:`kernels.numerics.portable.sum_products`), the sum rounded to
         float32 by integer operations: no product is left for a compiler to fuse."""
         if not self.portable:
             return x * cos + turned * sin

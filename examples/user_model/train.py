@@ -20,7 +20,7 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tiny_linen_lm import CONTEXT, LM
 
-from kernel_contracts.kernels.train import load_corpus
+from kernel_contracts.kernels.model.train import load_corpus
 
 STEPS, BATCH, LR, SEED = 1000, 32, 3e-3, 0
 HERE = os.path.dirname(os.path.abspath(__file__))

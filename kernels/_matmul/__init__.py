@@ -10,10 +10,10 @@ The arithmetic
 --------------
 Let ``x`` be M×K and ``w`` K×N (leading axes of ``x`` are flattened into M).
 
-1. **Quantize** (``kernels.scaling``): ``x`` row-wise and ``w`` column-wise, to ``spec.inputs``
+1. **Quantize** (``kernels.numerics.scaling``): ``x`` row-wise and ``w`` column-wise, to ``spec.inputs``
    with saturating casts, giving values ``x̂, ŵ`` and float32 scales ``sx`` (per row of ``x``,
    per scale run along K) and ``sw`` (per column of ``w``, per run). Binary32 subnormals are
-   flushed to +0 everywhere (``kernels.formats``).
+   flushed to +0 everywhere (``kernels.numerics.formats``).
 2. **Parts** (split-K). Let the *unit* be ``C`` when chunks are bounded (below) and ``group``
    otherwise. K is cut into ``ceil(K / unit)`` units; consecutive units are dealt to parts of
    ``ceil(units / splits)`` units each (so at most ``splits`` non-empty parts). Every part is
@@ -63,7 +63,7 @@ A spec with ``inputs: int8`` (``spec.is_int8``) has its own arithmetic, with no 
 or promotion (``kernels._matmul.int8``; NumPy reference ``kernels._matmul.int8_reference``; no
 Pallas kernel):
 
-1. **Quantize** (``kernels.scaling.quantize_rows_int8``): ``x`` per row (per token) and ``w``
+1. **Quantize** (``kernels.numerics.scaling.quantize_rows_int8``): ``x`` per row (per token) and ``w``
    per column (per output channel), or each per tensor, to symmetric int8 values ``q`` in
    [-127, 127] with stored scales ``ŝ`` in ``epilogue.scales`` (float32, bfloat16 or float16).
 2. **Accumulate**: ``S = Σ_k q_x[k]·q_w[k]``, the exact integer sum. K must not exceed
@@ -100,7 +100,8 @@ from kernel_contracts.kernels._matmul.api import (
     matmul,
     quantize_weight,
 )
-from kernel_contracts.kernels._matmul.int8 import Int8Product, int8_matmul
+from kernel_contracts.kernels._matmul.int8 import int8_matmul
+from kernel_contracts.kernels._matmul.int8_reference import Int8Product, epilogue_np
 from kernel_contracts.kernels._matmul.plan import Plan, make_plan
 from kernel_contracts.kernels._matmul.reference import matmul_reference
 from kernel_contracts.kernels._matmul.rounding import round_accumulator, round_accumulator_np
@@ -110,6 +111,7 @@ __all__ = [
     "Plan",
     "QuantizedWeight",
     "emulated_dot_general",
+    "epilogue_np",
     "int8_matmul",
     "make_plan",
     "matmul",

@@ -15,8 +15,8 @@ from kernel_contracts.kernels._matmul.fast import reduce_quantized
 from kernel_contracts.kernels._matmul.int8 import check_int8_spec, int8_matmul, may_overflow
 from kernel_contracts.kernels._matmul.plan import make_plan
 from kernel_contracts.kernels._matmul.reference import matmul_reference
-from kernel_contracts.kernels.formats import cast_output
-from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows
+from kernel_contracts.kernels.numerics.formats import cast_output
+from kernel_contracts.kernels.numerics.scaling import quantize_cols, quantize_rows
 
 __all__ = ["QuantizedWeight", "emulated_dot_general", "matmul", "quantize_weight"]
 

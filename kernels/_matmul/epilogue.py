@@ -24,7 +24,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from kernel_contracts.contracts import EpilogueSpec
-from kernel_contracts.kernels.formats import TINY, format_info, min_normal_exponent
+from kernel_contracts.kernels.numerics.formats import TINY, format_info, min_normal_exponent
 
 __all__ = [
     "EpilogueCode",

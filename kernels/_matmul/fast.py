@@ -8,7 +8,7 @@ and every product, group sum and rounding happens in registers. The loops end wh
 and chunks end, so no iteration tests for a boundary.
 
 Operands stay in their quantized layouts, ``x`` as (M, K) and ``w`` as (K, N) (quantized
-without a transposed copy, ``kernels.scaling.quantize_cols``) or, from other callers, as
+without a transposed copy, ``kernels.numerics.scaling.quantize_cols``) or, from other callers, as
 (N, K); each iteration slices, converts and, where its layout needs it, transposes the next
 iteration's block and carries it, so the fused loop reads contiguous rows (XLA transposes whole
 arrays slowly, and a slice inside the fused loop costs index arithmetic per element). One
@@ -22,7 +22,7 @@ The arithmetic is the definition's, in the cheapest form that gives its bits (``
 
 * ``binary32_chain`` (float32 accumulator rounded after every product, narrow inputs): plain
   float32 ``acc + x * w``. For bfloat16 inputs this needs every product exact in float32 and no
-  partial sum subnormal; :func:`binary32_exact` checks the data and ``lax.cond`` falls back to
+  partial sum subnormal; :func:`shared.binary32_exact` checks the data and ``lax.cond`` falls back to
   the binary64 loop otherwise (under ``vmap`` one check covers the whole batch).
 * otherwise binary64 products and sums, rounded by :func:`round_accumulator_in_range` when the
   inputs cannot leave the range (``in_range``: FP8, float16), else by the full
@@ -43,23 +43,15 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.custom_batching import custom_vmap
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from kernel_contracts.kernels._matmul.plan import Plan
 from kernel_contracts.kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
-from kernel_contracts.kernels.bitround import round_binary32
-from kernel_contracts.kernels.formats import flush, format_info
-from kernel_contracts.kernels.portlint import order_free
+from kernel_contracts.kernels._matmul.shared import binary32_exact, for_all, scaled_term
+from kernel_contracts.kernels.numerics.formats import flush
+from kernel_contracts.kernels.numerics.portlint import order_free
 
-__all__ = [
-    "binary32_exact",
-    "for_all",
-    "lay_out",
-    "reduce_quantized",
-    "scaled_term",
-    "transposed",
-]
+__all__ = ["reduce_quantized", "transposed"]
 
 # products per loop iteration: enough to amortise the loop, few enough that the out-of-order
 # window overlaps consecutive vectors of the dependent rounding chain; for the dot, one or two
@@ -69,24 +61,6 @@ _BLOCK = {"binary32": 16, "binary64": 16, "dot": 32}
 # rows × columns; at (1024, 4096, 4096) with the quantized operands given, tall tiles measured
 # 13-25 % faster than (512, 256) for the fused loops (fewer, longer iterations to share out)
 _TILE = {"binary32": (1024, 512), "binary64": (1024, 256), "dot": (1024, 512)}
-
-
-def lay_out(q_t: Float[ArrayLike, "rows k"], plan: Plan) -> Float[Array, "steps group rows"]:
-    """Quantized rows (a K-major operand) arranged in the plan's (steps, group) slots."""
-    pos = plan.positions()
-    rows = q_t.shape[0]
-    if pos.size == plan.k and np.array_equal(pos.ravel(), np.arange(plan.k)):
-        return q_t.T.reshape(plan.steps, plan.group, rows)
-    valid = jnp.asarray(pos >= 0)[..., None]
-    gathered = jnp.take(q_t, jnp.asarray(np.maximum(pos, 0)), axis=1)  # rows, steps, group
-    return jnp.where(valid, jnp.moveaxis(gathered, 0, -1), jnp.zeros((), q_t.dtype))
-
-
-def scaled_term(a, sx_col, sw_row):
-    """``flush(fl32(a * c))`` with ``c = flush(fl32(sx * sw))`` (exact binary64 products, each
-    rounded once by :func:`kernels.bitround.round_binary32`; ``c`` stays binary64)."""
-    c = round_binary32(sx_col.astype(jnp.float64) * sw_row.astype(jnp.float64))
-    return round_binary32(a.astype(jnp.float64) * c).astype(jnp.float32)  # exact conversion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,57 +320,6 @@ def _oriented(xq, sx, wq, sw, w_lead: bool, plan: Plan, arith: _Arith, tile_m, t
     if transposed(xq.shape[0], xq.shape[1], n, w_lead):
         return _reduce(wq, sw, w_lead, xq, sx, False, plan, arith, tile_m, tile_n).T
     return _reduce(xq, sx, False, wq, sw, w_lead, plan, arith, tile_m, tile_n)
-
-
-# ---------------------------------------------------------------------------------------------
-# the data check of the binary32 path
-
-
-def binary32_exact(
-    xq: Float[ArrayLike, "m k"], wq_t: Float[ArrayLike, "_n_or_k _k_or_n"], inputs: str
-) -> Bool[Array, ""]:
-    """True when every product of a quantized ``x`` value and ``w`` value is exact in binary32
-    and every sum of them is a multiple of ``2**-126`` (so never a binary32 subnormal).
-
-    A value of exponent ``e`` in a format with ``f`` fraction bits is a multiple of
-    ``2**(e - f)``; products are then multiples of ``2**(ex + ew - 2f)`` with ``ex``, ``ew`` the
-    smallest exponents present, and so is every binary32 sum and rounding of them. Products have
-    at most ``2f + 2 <= 24`` significant bits, so they are exact unless they overflow, which
-    ``hx + hw + 2 <= 128`` excludes (``2**h`` the largest powers of two present, so every
-    product is below ``2**(hx + hw + 2)``). Operands holding a NaN fail the check (the binary64
-    loop handles them).
-    """
-    frac = format_info(inputs).mantissa_bits
-
-    def exponent(v):  # of a normal binary32 number (quantized values are never subnormal)
-        return ((lax.bitcast_convert_type(v, jnp.int32) >> 23) & 0xFF) - 127
-
-    def extremes(q):
-        # plain min/max reductions, which XLA runs several times faster than masked ones:
-        # zeros count as 1 (a lower bound of the smallest non-zero magnitude either way), and
-        # a NaN makes the largest magnitude NaN
-        mag = jnp.abs(q)
-        return jnp.min(mag + (1 - jnp.sign(mag))), jnp.maximum(jnp.max(q), -jnp.min(q))
-
-    low_x, high_x = extremes(xq)
-    low_w, high_w = extremes(wq_t)
-    finite = (high_x == high_x) & (high_w == high_w)
-    exact = exponent(low_x) + exponent(low_w) - 2 * frac >= -126
-    below = exponent(high_x) + exponent(high_w) + 2 <= 128
-    return finite & exact & below
-
-
-@custom_vmap
-def for_all(flag):
-    """``flag`` itself; under ``vmap`` one flag for the whole batch (their conjunction), so the
-    ``lax.cond`` it drives stays a branch instead of becoming a select of both."""
-    return flag
-
-
-@for_all.def_vmap
-def _for_all_vmap(axis_size, in_batched, flag):
-    del axis_size, in_batched
-    return jnp.all(flag), False
 
 
 def reduce_quantized(

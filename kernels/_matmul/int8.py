@@ -15,32 +15,24 @@ mask of outputs whose accumulator wrapped, so an overflow is detected, never sil
 from __future__ import annotations
 
 from functools import partial
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import ArrayLike, Float
 
 from kernel_contracts.contracts import MatmulSpec
 from kernel_contracts.kernels._matmul.epilogue import EpilogueCode, apply_epilogue, epilogue_code
-from kernel_contracts.kernels.formats import int_format_info
-from kernel_contracts.kernels.portlint import order_free
-from kernel_contracts.kernels.scaling import quantize_rows_int8
+from kernel_contracts.kernels._matmul.int8_reference import Int8Product, int8_matmul_reference
+from kernel_contracts.kernels.numerics.formats import int_format_info
+from kernel_contracts.kernels.numerics.portlint import order_free
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_int8
 
-__all__ = ["INT32_MAX", "MAX_K", "Int8Product", "check_int8_spec", "int8_matmul"]
+__all__ = ["INT32_MAX", "MAX_K", "check_int8_spec", "int8_matmul"]
 
 INT32_MAX = 2**31 - 1
 MAX_K = 2**36  # binary64 sums of int8 products stay exact integers (2**36 · 127² < 2**53)
-
-
-class Int8Product(NamedTuple):
-    """One int8 matmul: the output and what its accumulator went through."""
-
-    y: Float[Array, "m n"]  # float32 values representable in spec.output
-    exact: Int[Array, "m n"]  # the exact integer sums Σ q_x·q_w (int64; 0 where NaN)
-    acc: Int[Array, "m n"]  # the int32 accumulator: ``exact`` wrapped to 32 bits
-    overflow: Bool[Array, "m n"]  # the accumulator wrapped (exact != acc)
 
 
 def check_int8_spec(spec: MatmulSpec, k: int) -> None:
@@ -116,8 +108,6 @@ def int8_matmul(
     (m, k), n = jnp.shape(x), jnp.shape(w)[1]
     check_int8_spec(spec, int(k))
     if impl == "numpy":
-        from kernel_contracts.kernels._matmul.int8_reference import int8_matmul_reference
-
         return int8_matmul_reference(np.asarray(x), np.asarray(w), spec)
     if m == 0 or n == 0 or k == 0:  # an empty sum is +0
         zeros = jnp.zeros((m, n), jnp.int64)

@@ -2,23 +2,34 @@
 
 Quantization by the NumPy quantizer, one run at a time; the sums in int64 integers; the
 epilogue in exact rationals (``fractions.Fraction``), each rounding found by comparing the
-exact value with powers of two. Shares nothing with the JAX path but the spec. Slow; for small
-shapes and for checking :mod:`kernels._matmul.int8`.
+exact value with powers of two. Shares nothing with the JAX path but the spec and the result
+record, ``Int8Product``, defined here and returned by both. Slow; for small shapes and for
+checking :mod:`kernels._matmul.int8`.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
+from jaxtyping import Array, Bool, Float, Int
 
 from kernel_contracts.contracts import EpilogueSpec, MatmulSpec
-from kernel_contracts.kernels._matmul.int8 import Int8Product
-from kernel_contracts.kernels.formats import format_info, min_normal_exponent
-from kernel_contracts.kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.kernels.numerics.formats import format_info, min_normal_exponent
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_int8_np
 
-__all__ = ["epilogue_np", "int8_matmul_reference", "round_fraction"]
+__all__ = ["Int8Product", "epilogue_np", "int8_matmul_reference", "round_fraction"]
+
+
+class Int8Product(NamedTuple):
+    """One int8 matmul: the output and what its accumulator went through."""
+
+    y: Float[Array, "m n"]  # float32 values representable in spec.output
+    exact: Int[Array, "m n"]  # the exact integer sums Σ q_x·q_w (int64; 0 where NaN)
+    acc: Int[Array, "m n"]  # the int32 accumulator: ``exact`` wrapped to 32 bits
+    overflow: Bool[Array, "m n"]  # the accumulator wrapped (exact != acc)
 
 
 def round_fraction(v: Fraction | float, fmt: str, toward_zero: bool) -> float:

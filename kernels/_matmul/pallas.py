@@ -19,12 +19,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, ArrayLike, Float
 
-from kernel_contracts.kernels._matmul.fast import lay_out, scaled_term
 from kernel_contracts.kernels._matmul.plan import Plan
 from kernel_contracts.kernels._matmul.rounding import round_accumulator
-from kernel_contracts.kernels.formats import flush
+from kernel_contracts.kernels._matmul.shared import lay_out, pad_to, scaled_term
+from kernel_contracts.kernels.numerics.formats import flush
 
-__all__ = ["pad_to", "reduce_quantized_pallas"]
+__all__ = ["reduce_quantized_pallas"]
 
 
 def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan):
@@ -64,16 +64,6 @@ def _kernel(x_ref, w_ref, sx_ref, sw_ref, o_ref, *, plan: Plan):
         return flush(total + part_sum)
 
     o_ref[...] = lax.fori_loop(0, plan.parts, part_body, jnp.zeros((bm, bn), jnp.float32))
-
-
-def pad_to(a, axis: int, multiple: int, value=0.0):
-    """``a`` padded with ``value`` at the end of ``axis`` to a multiple of ``multiple``."""
-    extra = -a.shape[axis] % multiple
-    if not extra:
-        return a
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (0, extra)
-    return jnp.pad(a, widths, constant_values=jnp.asarray(value, a.dtype))  # no f64 constant
 
 
 def reduce_quantized_pallas(

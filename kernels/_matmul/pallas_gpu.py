@@ -22,7 +22,7 @@ definition's bits (:mod:`kernels._matmul`), chosen by :func:`choose_variant`:
   (``a + p1 + ... + pg`` has the same value as ``a + (p1 + ... + pg)`` then).
 * ``"fma32"`` (``Plan.binary32_chain``): binary32 multiply-adds (``acc + x * w`` with the
   product exact, so fused or not it is rounded once), for bfloat16, float16 and FP8 inputs
-  rounded after every product; for bfloat16 :func:`kernels._matmul.fast.binary32_exact`
+  rounded after every product; for bfloat16 :func:`kernels._matmul.shared.binary32_exact`
   checks the data and ``lax.cond`` falls back to ``"fma64"``.
 
 Every rounding is an integer operation on the bit pattern (``round_accumulator*``,
@@ -49,12 +49,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, ArrayLike, Float
 
-from kernel_contracts.kernels._matmul.fast import binary32_exact, for_all, scaled_term
-from kernel_contracts.kernels._matmul.pallas import pad_to
 from kernel_contracts.kernels._matmul.plan import Plan
 from kernel_contracts.kernels._matmul.rounding import round_accumulator, round_accumulator_in_range
-from kernel_contracts.kernels.formats import flush
-from kernel_contracts.kernels.portlint import order_free
+from kernel_contracts.kernels._matmul.shared import binary32_exact, for_all, pad_to, scaled_term
+from kernel_contracts.kernels.numerics.formats import flush
+from kernel_contracts.kernels.numerics.portlint import order_free
 
 __all__ = [
     "Variant",

@@ -13,8 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from kernel_contracts.contracts import MatmulSpec
-from kernel_contracts.kernels.formats import format_info
-from kernel_contracts.kernels.scaling import Scaling, parse_scaling
+from kernel_contracts.kernels.numerics.formats import format_info
+from kernel_contracts.kernels.numerics.scaling import Scaling, parse_scaling
 
 __all__ = ["Plan", "make_plan"]
 

@@ -12,8 +12,8 @@ import numpy as np
 from kernel_contracts.contracts import MatmulSpec
 from kernel_contracts.kernels._matmul.plan import Plan, make_plan
 from kernel_contracts.kernels._matmul.rounding import round_accumulator_np
-from kernel_contracts.kernels.formats import cast_output_np, flush_np
-from kernel_contracts.kernels.scaling import quantize_rows_np
+from kernel_contracts.kernels.numerics.formats import cast_output_np, flush_np
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_np
 
 __all__ = ["matmul_reference", "reduce_quantized_np"]
 

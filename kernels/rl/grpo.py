@@ -32,7 +32,7 @@ import optax
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from kernel_contracts.kernels.model import TinyLM
+from kernel_contracts.kernels.model.tinylm import TinyLM
 from kernel_contracts.kernels.rl.estimators import correction_weights
 
 __all__ = [

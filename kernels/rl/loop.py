@@ -5,13 +5,13 @@ Each step of ``run_rl`` (``start_session`` then ``rl_step`` per step):
 1. draws ``groups`` fresh prompts from held-out text, each repeated ``group_size`` times;
 2. samples completions with the inference kernel K_inf of a named preset (``h100-fp8``,
    ``bf16``, ``fp32``, ...): incremental decoding on emulated matmuls and the paged
-   low-precision KV cache, batch-dependent reduction splits (``kernels.decode.generate``);
+   low-precision KV cache, batch-dependent reduction splits (``kernels.model.decode.generate``);
 3. scores the completions with the task's rule-based reward and forms group-relative
    advantages;
 4. teacher-forces the same tokens through the training kernel K_train (float32, the kernel the
    gradient flows through: ``load_pretrained``'s plain float32 ops, the same functions as
    the emulated ``fp32`` preset's K_train up to summation order) and measures both kernels'
-   logits at every sampled position over the full vocabulary (``kernels._measure``): log w of
+   logits at every sampled position over the full vocabulary (``kernels.measurement._measure``): log w of
    the sampled token, token TV, KL, logit drift;
 5. computes the named estimator's correction weights from those log-probs and takes one
    optimizer step of the corrected policy gradient (``kernels.rl.grpo``).
@@ -40,9 +40,9 @@ from jaxtyping import Array
 
 from kernel_contracts.contracts.checks import check_temperature
 from kernel_contracts.contracts.presets import PRESETS, preset
-from kernel_contracts.kernels._measure import measure
-from kernel_contracts.kernels.decode import generate, teacher_force
-from kernel_contracts.kernels.model import CHECKPOINTS, TinyLM, load_pretrained, with_ops
+from kernel_contracts.kernels.measurement._measure import measure
+from kernel_contracts.kernels.model.decode import generate, teacher_force
+from kernel_contracts.kernels.model.tinylm import CHECKPOINTS, TinyLM, load_pretrained, with_ops
 from kernel_contracts.kernels.ops import inference_ops
 from kernel_contracts.kernels.rl.estimators import check_params
 from kernel_contracts.kernels.rl.grpo import Batch, correct, group_advantages, train_step

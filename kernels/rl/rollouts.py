@@ -16,7 +16,7 @@ from jaxtyping import Int
 
 from kernel_contracts.contracts.checks import check_temperature
 from kernel_contracts.contracts.presets import preset
-from kernel_contracts.kernels.decode import PairLogits
+from kernel_contracts.kernels.model.decode import PairLogits
 
 __all__ = ["held_out_prompts", "rollout_pairs"]
 
@@ -26,7 +26,7 @@ def held_out_prompts(
 ) -> Int[np.ndarray, "prompts length"]:
     """``count`` prompts of ``length`` bytes from ``model``'s held-out windows (seeded)."""
     from kernel_contracts.kernels.emulation import prompts_from
-    from kernel_contracts.kernels.model import pretrained_extra
+    from kernel_contracts.kernels.model.tinylm import pretrained_extra
 
     windows = pretrained_extra(model)["heldout_windows"].astype(np.int32)
     if count < 1:
@@ -53,8 +53,8 @@ def rollout_pairs(
     import jax
     import jax.numpy as jnp
 
-    from kernel_contracts.kernels.decode import generate, teacher_force
-    from kernel_contracts.kernels.model import load_pretrained, with_ops
+    from kernel_contracts.kernels.model.decode import generate, teacher_force
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, with_ops
     from kernel_contracts.kernels.ops import inference_ops, train_ops
 
     prompts = np.asarray(prompts, np.int32)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kernel_contracts import contracts
-from kernel_contracts.kernels.columns import TABLE_COLUMNS as COLUMNS
+from kernel_contracts.kernels.measurement.columns import TABLE_COLUMNS as COLUMNS
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.decide import evaluate
 

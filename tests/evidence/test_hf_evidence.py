@@ -17,9 +17,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from kernel_contracts.contracts import ContractError, loads
 from kernel_contracts.contracts.canonical import canonical_json, from_canonical
-from kernel_contracts.kernels.hf.checkpoint import folder_sha256, save_decoder
-from kernel_contracts.kernels.hf.config import parse_config
-from kernel_contracts.kernels.hf.decoder import Decoder
+from kernel_contracts.kernels.model.hf.checkpoint import folder_sha256, save_decoder
+from kernel_contracts.kernels.model.hf.config import parse_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
 from tests.support.cli_runner import run_cli
 
 CONFIG = {

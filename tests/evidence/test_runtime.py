@@ -12,7 +12,7 @@ import pytest
 
 from kernel_contracts import contracts
 from kernel_contracts.evidence.envelope import observe, points, settings
-from kernel_contracts.kernels.columns import TABLE_COLUMNS
+from kernel_contracts.kernels.measurement.columns import TABLE_COLUMNS
 from kernel_contracts.verify.common.static_clauses import static_clauses
 from kernel_contracts.verify.common.status import Status
 from tests.support.cli_runner import run_cli

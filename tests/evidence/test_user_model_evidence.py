@@ -174,7 +174,7 @@ def test_prompt_windows_outside_the_vocabulary_are_refused(folder):
 def test_two_folders_with_a_module_of_the_same_name_each_get_their_own(tmp_path):
     """A model module is imported from its contract's folder even when a module of that name
     was imported before from another folder; both functions keep working afterwards."""
-    from kernel_contracts.kernels.user_model import load_entry
+    from kernel_contracts.kernels.model.user_model import load_entry
 
     funcs = []
     for value in (1, 2):

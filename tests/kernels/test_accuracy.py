@@ -20,7 +20,7 @@ import numpy as np
 
 from kernel_contracts.contracts import preset
 from kernel_contracts.kernels._matmul import matmul
-from kernel_contracts.kernels.scaling import parse_scaling, quantize_rows_np
+from kernel_contracts.kernels.numerics.scaling import parse_scaling, quantize_rows_np
 
 K = 4096
 

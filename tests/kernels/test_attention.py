@@ -16,7 +16,7 @@ from kernel_contracts.kernels.attention import (
     reference_attention,
     tile_pages,
 )
-from kernel_contracts.kernels.formats import saturating_cast_np
+from kernel_contracts.kernels.numerics.formats import saturating_cast_np
 
 
 def naive_attention(q, k, v, causal=True):

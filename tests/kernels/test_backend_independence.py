@@ -4,8 +4,8 @@ XLA computes transcendental functions with each backend's own approximations, co
 float32 division on a GPU to an instruction that is not correctly rounded, and leaves the order
 of float reductions and contractions to each backend's library: a program that uses any of
 them gives other bits on a GPU than on the CPU. Each entry point is lowered on the CPU and
-linted with :func:`kernels.portlint.backend_dependent`; the first tests show that the lint
-finds each kind, and that :func:`kernels.portlint.order_free` excuses only an order.
+linted with :func:`kernels.numerics.portlint.backend_dependent`; the first tests show that the lint
+finds each kind, and that :func:`kernels.numerics.portlint.order_free` excuses only an order.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from kernel_contracts.kernels.portlint import backend_dependent, order_free
+from kernel_contracts.kernels.numerics.portlint import backend_dependent, order_free
 from tests.support.emulation_programs import every_program
 
 

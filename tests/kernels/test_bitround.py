@@ -1,4 +1,4 @@
-"""The integer roundings of ``kernels.bitround`` against ml_dtypes, NumPy and exact fractions.
+"""The integer roundings of ``kernels.numerics.bitround`` against ml_dtypes, NumPy and exact fractions.
 
 The formats' JAX casts must give the bits of the NumPy casts (``ml_dtypes`` conversions) on
 every backend, so they are compared on every value of each format, every midpoint between
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel_contracts.kernels.bitround import encode, reciprocal, round_binary32
-from kernel_contracts.kernels.formats import (
+from kernel_contracts.kernels.numerics.bitround import encode, reciprocal, round_binary32
+from kernel_contracts.kernels.numerics.formats import (
     cast_output,
     cast_output_np,
     flush_np,

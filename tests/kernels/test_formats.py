@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel_contracts.contracts import FLOAT_FORMATS
-from kernel_contracts.kernels.formats import (
+from kernel_contracts.kernels.numerics.formats import (
     FORMATS,
     TINY,
     cast_output,
@@ -20,7 +20,12 @@ from kernel_contracts.kernels.formats import (
     saturating_cast,
     saturating_cast_np,
 )
-from kernel_contracts.kernels.scaling import Scaling, parse_scaling, quantize_rows, quantize_rows_np
+from kernel_contracts.kernels.numerics.scaling import (
+    Scaling,
+    parse_scaling,
+    quantize_rows,
+    quantize_rows_np,
+)
 from tests.support.bits import same_bits
 from tests.support.strategies import examples
 

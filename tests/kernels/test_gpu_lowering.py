@@ -27,11 +27,11 @@ from kernel_contracts.kernels._matmul.pallas_gpu import (
     allowed_variants,
     reduce_quantized_pallas_gpu,
 )
-from kernel_contracts.kernels.castlint import erasable_casts
-from kernel_contracts.kernels.formats import cast_output
-from kernel_contracts.kernels.measure_pallas import GPU_OPTIONS, measure_rows
-from kernel_contracts.kernels.portlint import backend_dependent
-from kernel_contracts.kernels.scaling import quantize_rows
+from kernel_contracts.kernels.measurement.measure_pallas import GPU_OPTIONS, measure_rows
+from kernel_contracts.kernels.numerics.castlint import erasable_casts
+from kernel_contracts.kernels.numerics.formats import cast_output
+from kernel_contracts.kernels.numerics.portlint import backend_dependent
+from kernel_contracts.kernels.numerics.scaling import quantize_rows
 from tests.kernels.test_matmul_pallas_gpu import PRESETS
 
 SHAPES = {"aligned": ((256, 1024, 256), 1), "ragged": ((200, 300, 130), 3)}

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from kernel_contracts.contracts import preset
-from kernel_contracts.kernels.decode import generate
-from kernel_contracts.kernels.hf import load_decoder
-from kernel_contracts.kernels.model import with_ops
-from kernel_contracts.kernels.ops import CacheOps, inference_ops, plain_ops, widen_heads
+from kernel_contracts.kernels.attention import widen_heads
+from kernel_contracts.kernels.model.decode import generate
+from kernel_contracts.kernels.model.hf import load_decoder
+from kernel_contracts.kernels.model.tinylm import with_ops
+from kernel_contracts.kernels.ops import CacheOps, inference_ops, plain_ops
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "data" / "hf" / "qwen3"  # 4 heads, 2 kv
 

@@ -17,11 +17,11 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from kernel_contracts.contracts.errors import KernelContractsError
-from kernel_contracts.kernels.hf.checkpoint import load_decoder, save_decoder
-from kernel_contracts.kernels.hf.config import parse_config
-from kernel_contracts.kernels.hf.decoder import Decoder
-from kernel_contracts.kernels.hf.errors import CheckpointError
-from kernel_contracts.kernels.hf.tokenizer import read_tokenizer
+from kernel_contracts.kernels.model.hf.checkpoint import load_decoder, save_decoder
+from kernel_contracts.kernels.model.hf.config import parse_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
+from kernel_contracts.kernels.model.hf.errors import CheckpointError
+from kernel_contracts.kernels.model.hf.tokenizer import read_tokenizer
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],

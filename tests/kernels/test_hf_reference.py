@@ -5,7 +5,7 @@ dependencies) wrote each family's tiny checkpoint in the hub's format (bfloat16 
 hub's tensor names and config keys; Llama in two shards with the index) and the logits
 transformers computes from it in float32, over a whole sequence and decoding token by token
 through its KV cache. Here the same folders are loaded and run on plain float32 ops, and one
-on the portable layers of K_train and K_inf (``kernels.portable``: the same bits on every backend).
+on the portable layers of K_train and K_inf (``kernels.numerics.portable``: the same bits on every backend).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import pytest
 from flax import nnx
 from safetensors import safe_open
 
-from kernel_contracts.kernels.hf.checkpoint import hf_tensors, load_decoder
-from kernel_contracts.kernels.hf.config import RopeConfig, parse_config, read_config
-from kernel_contracts.kernels.hf.decoder import Decoder
-from kernel_contracts.kernels.hf.rope import inverse_frequencies
-from kernel_contracts.kernels.model import with_ops
+from kernel_contracts.kernels.model.hf.checkpoint import hf_tensors, load_decoder
+from kernel_contracts.kernels.model.hf.config import RopeConfig, parse_config, read_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
+from kernel_contracts.kernels.model.hf.rope import inverse_frequencies
+from kernel_contracts.kernels.model.tinylm import with_ops
 from kernel_contracts.kernels.ops import Layers, plain_ops
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "hf"
@@ -75,7 +75,7 @@ def test_incremental_decoding_matches_reference_cache(loaded, ours, family):
 
 
 def test_portable_layers_match_reference(loaded, ours):
-    """With portable layers (K_train's and K_inf's: ``kernels.portable``'s RMS norms, q/k norms
+    """With portable layers (K_train's and K_inf's: ``kernels.numerics.portable``'s RMS norms, q/k norms
     too, SiLU and rotary embeddings) and plain matmuls and attention, the logits still match
     transformers' (Qwen3: every layer switch but the biases and the rope scaling)."""
     model, ref = loaded["qwen3"]

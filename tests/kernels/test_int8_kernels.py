@@ -20,7 +20,7 @@ from kernel_contracts.contracts import EpilogueSpec, preset
 from kernel_contracts.kernels._matmul import emulated_dot_general, int8_matmul, matmul
 from kernel_contracts.kernels._matmul.epilogue import round_scaled, target
 from kernel_contracts.kernels._matmul.int8_reference import round_fraction
-from kernel_contracts.kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_int8_np
 from tests.support.bits import same_bits
 from tests.support.strategies import examples
 

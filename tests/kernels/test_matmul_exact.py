@@ -16,8 +16,8 @@ import pytest
 
 from kernel_contracts.contracts import AccumulatorSpec, MatmulSpec, preset
 from kernel_contracts.kernels._matmul import make_plan, matmul
-from kernel_contracts.kernels.formats import cast_output_np, flush_np
-from kernel_contracts.kernels.scaling import quantize_rows_np
+from kernel_contracts.kernels.numerics.formats import cast_output_np, flush_np
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_np
 
 
 def round_exact(v: Fraction, m: int, toward_zero: bool) -> float:

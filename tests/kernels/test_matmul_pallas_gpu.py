@@ -14,14 +14,14 @@ import pytest
 
 from kernel_contracts.contracts import preset
 from kernel_contracts.kernels._matmul import make_plan, matmul
-from kernel_contracts.kernels._matmul.fast import binary32_exact
 from kernel_contracts.kernels._matmul.pallas_gpu import (
     choose_variant,
     fused_exact,
     reduce_quantized_pallas_gpu,
 )
-from kernel_contracts.kernels.formats import cast_output
-from kernel_contracts.kernels.scaling import quantize_rows
+from kernel_contracts.kernels._matmul.shared import binary32_exact
+from kernel_contracts.kernels.numerics.formats import cast_output
+from kernel_contracts.kernels.numerics.scaling import quantize_rows
 from tests.kernels.test_matmul import operands, spec_of
 from tests.support.bits import same_bits
 

@@ -30,8 +30,8 @@ from kernel_contracts.kernels._matmul.rounding import (
     round_accumulator_in_range,
     round_accumulator_np,
 )
-from kernel_contracts.kernels.formats import cast_output
-from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows
+from kernel_contracts.kernels.numerics.formats import cast_output
+from kernel_contracts.kernels.numerics.scaling import quantize_cols, quantize_rows
 from tests.support.bits import same_bits
 
 

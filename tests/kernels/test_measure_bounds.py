@@ -22,8 +22,8 @@ from kernel_contracts.contracts.model import (
     Policy,
     Source,
 )
-from kernel_contracts.kernels._measure import measure
 from kernel_contracts.kernels.emulation import TABLE_COLUMNS, emulate
+from kernel_contracts.kernels.measurement._measure import measure
 from tests.support.strategies import examples
 
 RTOL = 1e-5  # float32 rounding of the measured metrics; the bounds are evaluated in float64

@@ -1,4 +1,4 @@
-"""The host's compiled measurement pass (kernels.measure_cpu): its exponential, series and
+"""The host's compiled measurement pass (kernels.measurement.measure_cpu): its exponential, series and
 order keys against float64, its maxima on awkward vocabularies, the rows it hands back to the JAX
 path, and agreement with the float64 reference on every branch of the series."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel_contracts.kernels._measure import COLUMNS, measure, measure_numpy
-from kernel_contracts.kernels.measure_cpu import (
+from kernel_contracts.kernels.measurement._measure import COLUMNS, measure, measure_numpy
+from kernel_contracts.kernels.measurement.measure_cpu import (
     SHORT_BELOW,
     _exp_neg,
     _key,
@@ -25,7 +25,7 @@ from kernel_contracts.kernels.measure_cpu import (
     _unkey,
     measure_rows,
 )
-from kernel_contracts.kernels.measure_fused import SERIES_BELOW
+from kernel_contracts.kernels.measurement.measure_fused import SERIES_BELOW
 from tests.kernels.test_measure_fused import _assert_close as assert_close
 from tests.kernels.test_measure_fused import _reference as reference
 from tests.kernels.test_measure_metrics import _assert_close as assert_matches_numpy
@@ -240,7 +240,7 @@ def test_both_paths_agree_with_float64_on_any_rows(impl, case):
     """Property test: the host pass (with the rows it flags recomputed on the JAX path) and the
     JAX pass within a relative 2e-5 of the float64 reference on every column. (It found the
     entropy of peaked rows off by up to 1e-3 on both paths, from log S of a rounded S = 1 + S₋;
-    ``kernels.measure_fused.log_mass`` fixed it.)"""
+    ``kernels.measurement.measure_fused.log_mass`` fixed it.)"""
     z, zp, y, temperature = case
     got = {k: np.asarray(v) for k, v in measure(z, zp, y, temperature, impl=impl).items()}
     assert_close(got, reference(z, zp, y, temperature), temperature)

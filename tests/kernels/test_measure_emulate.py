@@ -10,7 +10,7 @@ import pytest
 
 from kernel_contracts.contracts.model import RuntimeClause
 from kernel_contracts.kernels.emulation import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
-from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
 from kernel_contracts.kernels.ops import plain_ops
 from tests.kernels.test_measure_bounds import (  # same shapes: compiled once
     TEMPERATURE,

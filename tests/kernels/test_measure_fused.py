@@ -1,5 +1,5 @@
-"""The fused measurement pass (kernels.measure_fused, and its compiled host twin
-kernels.measure_cpu) and its log-domain fallback, against a float64 reference (and 40-digit
+"""The fused measurement pass (kernels.measurement.measure_fused, and its compiled host twin
+kernels.measurement.measure_cpu) and its log-domain fallback, against a float64 reference (and 40-digit
 arithmetic where float64 itself cancels), with and without jit: ties, masked (−inf) tokens, a
 large common drift, chunked argmax, overlapping row blocks."""
 
@@ -11,16 +11,16 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels._measure import COLUMNS, measure
-from kernel_contracts.kernels.measure_cpu import measure_rows
-from kernel_contracts.kernels.measure_fused import (
+from kernel_contracts.kernels.measurement._measure import COLUMNS, measure
+from kernel_contracts.kernels.measurement.measure_cpu import measure_rows
+from kernel_contracts.kernels.measurement.measure_fused import (
     EXTREME_U,
     SERIES_BELOW,
     block_metrics,
     phi_series,
 )
-from kernel_contracts.kernels.measure_portable import EXTREME_U as PORTABLE_EXTREME_U
-from kernel_contracts.kernels.measure_portable import measure_rows as portable_rows
+from kernel_contracts.kernels.measurement.measure_portable import EXTREME_U as PORTABLE_EXTREME_U
+from kernel_contracts.kernels.measurement.measure_portable import measure_rows as portable_rows
 
 
 def _log_softmax(x):
@@ -280,7 +280,7 @@ def test_compiled_pass_exponentials_per_logit_pair(monkeypatch):
     monkeypatch.syspath_prepend(str(bench))
     from bench_measure import count_ops
 
-    from kernel_contracts.kernels._measure import _compiled
+    from kernel_contracts.kernels.measurement._measure import _compiled
 
     tokens, vocab, block = 16, 1024, 8
     z = jnp.zeros((tokens, vocab), jnp.float32)

@@ -14,7 +14,13 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels._measure import COLUMNS, TRACES, measure, measure_numpy, redo_bucket
+from kernel_contracts.kernels.measurement._measure import (
+    COLUMNS,
+    TRACES,
+    measure,
+    measure_numpy,
+    redo_bucket,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPLS = pytest.mark.parametrize("impl", ["jax", "cpu"])
@@ -64,7 +70,7 @@ def test_matches_numpy_on_real_logits(impl):
     import jax.numpy as jnp
     import ml_dtypes
 
-    from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
 
     model = load_pretrained("tiny-lm")
     windows = pretrained_extra("tiny-lm")["heldout_windows"][:8].astype(np.int32)
@@ -228,7 +234,7 @@ _SHARDED = textwrap.dedent(
     """
     import json, sys
     import jax, numpy as np
-    from kernel_contracts.kernels._measure import measure
+    from kernel_contracts.kernels.measurement._measure import measure
     rng = np.random.default_rng(0)
     z = rng.normal(size=(37, 300)).astype(np.float32) * 3   # 37: not a multiple of 4
     zp = (z + rng.normal(size=z.shape) * 0.05).astype(np.float32)

@@ -1,4 +1,4 @@
-"""The chunked Pallas measurement kernel (kernels.measure_pallas), run with interpret=True: its
+"""The chunked Pallas measurement kernel (kernels.measurement.measure_pallas), run with interpret=True: its
 columns against float64 (and 40-digit arithmetic where float64 cancels) and against the host
 pass, over several vocabulary chunks and row blocks (overlapping last ones included), on peaked,
 flat and strongly drifting rows; its flags and the JAX path's values for the rows it flags;
@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels._measure import COLUMNS, measure
-from kernel_contracts.kernels.castlint import erasable_casts
-from kernel_contracts.kernels.measure_pallas import measure_rows
+from kernel_contracts.kernels.measurement._measure import COLUMNS, measure
+from kernel_contracts.kernels.measurement.measure_pallas import measure_rows
+from kernel_contracts.kernels.numerics.castlint import erasable_casts
 from tests.kernels.test_measure_fused import _assert_close, _exact, _reference
 
 # 16 rows x 4096 logits in chunks of 1024 (four chunks), blocks of 4 rows, 3 persistent
@@ -148,7 +148,7 @@ def test_with_and_without_jit():
 
 def test_auto_takes_the_kernel_on_one_gpu(monkeypatch):
     """``impl="auto"`` with one GPU device runs the kernel (here interpreted)."""
-    import kernel_contracts.kernels.measure_pallas as kernel
+    import kernel_contracts.kernels.measurement.measure_pallas as kernel
 
     calls = []
     real = kernel.measure_rows

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels.model import (
+from kernel_contracts.kernels.model.tinylm import (
     CHECKPOINTS,
     ModelConfig,
     TinyLM,
@@ -20,7 +20,7 @@ from kernel_contracts.kernels.model import (
     pretrained_log,
     save_checkpoint,
 )
-from kernel_contracts.kernels.train import TrainConfig, evaluate, load_corpus, train
+from kernel_contracts.kernels.model.train import TrainConfig, evaluate, load_corpus, train
 
 
 @pytest.fixture(scope="module")

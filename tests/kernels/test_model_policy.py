@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from kernel_contracts.contracts import preset
-from kernel_contracts.kernels.decode import TRACES, generate, sample, teacher_force
-from kernel_contracts.kernels.model import ModelConfig, TinyLM, with_ops
+from kernel_contracts.kernels.model.decode import TRACES, generate, sample, teacher_force
+from kernel_contracts.kernels.model.tinylm import ModelConfig, TinyLM, with_ops
 from kernel_contracts.kernels.ops import (
     Ops,
     PlainAttention,

@@ -3,7 +3,7 @@
 XLA's GPU compiler collapses chains of float converts (``SimplifyFPConversions``), so a rounding
 written as ``x.astype(narrow).astype(jnp.float32)`` does nothing there. Each entry point below
 is lowered to StableHLO on the CPU (lowering, not running: small shapes, a few seconds) and
-linted with :func:`kernels.castlint.erasable_casts`. The first tests show that the lint finds
+linted with :func:`kernels.numerics.castlint.erasable_casts`. The first tests show that the lint finds
 such chains, also when a move, a call, a loop or a branch separates the two converts.
 """
 
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from kernel_contracts.kernels.castlint import erasable_casts
+from kernel_contracts.kernels.numerics.castlint import erasable_casts
 from tests.support.emulation_programs import every_program
 
 

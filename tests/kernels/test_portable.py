@@ -1,4 +1,4 @@
-"""The portable float32 functions of ``kernels.portable`` against NumPy float64, and their
+"""The portable float32 functions of ``kernels.numerics.portable`` against NumPy float64, and their
 programs against the backend lint.
 
 Accuracy: each unary function is compared on one sweep of float32 inputs (every ``2**14``-th
@@ -13,10 +13,10 @@ float64 value, so it is the correctly rounded float32 value except where the flo
 lies within ``2**-8`` ulp of a midpoint (on these sweeps, none is off). ``divide`` is compared
 bit for bit with NumPy's correctly rounded float32 division, ``ordered_sum`` and ``dot`` bit
 for bit with their trees written here in NumPy. Results below ``2**-126`` are +0, and float32
-subnormal inputs are read as +0 (``kernels.formats``), in the references too.
+subnormal inputs are read as +0 (``kernels.numerics.formats``), in the references too.
 
 Structure: every function's lowered program is free of backend-dependent operations
-(:func:`kernels.portlint.backend_dependent`: transcendentals, float32 divisions and square
+(:func:`kernels.numerics.portlint.backend_dependent`: transcendentals, float32 divisions and square
 roots, float reductions and contractions).
 """
 
@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels import portable
-from kernel_contracts.kernels.formats import flush_np
-from kernel_contracts.kernels.portlint import backend_dependent
+from kernel_contracts.kernels.numerics import portable
+from kernel_contracts.kernels.numerics.formats import flush_np
+from kernel_contracts.kernels.numerics.portlint import backend_dependent
 from tests.support.bits import same_bits
 
 TINY = 2.0**-126
@@ -447,7 +447,7 @@ def test_programs_use_no_backend_dependent_operation(name):
     assert "f64" in text  # the lint sees the real program, traced with 64-bit types
 
 
-# -- the binary64 building blocks of kernels.measure_portable --------------------------------
+# -- the binary64 building blocks of kernels.measurement.measure_portable --------------------------------
 
 _ULPS64 = {"exp64": 2, "expm1_64": 4, "phi64": 8, "log64": 4, "log1p64": 6}
 

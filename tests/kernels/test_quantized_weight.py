@@ -13,9 +13,9 @@ import pytest
 
 from kernel_contracts.contracts import PRESETS, preset
 from kernel_contracts.kernels._matmul import QuantizedWeight, matmul, quantize_weight
-from kernel_contracts.kernels.decode import generate
-from kernel_contracts.kernels.hf import load_decoder
-from kernel_contracts.kernels.model import ModelConfig, TinyLM, with_ops
+from kernel_contracts.kernels.model.decode import generate
+from kernel_contracts.kernels.model.hf import load_decoder
+from kernel_contracts.kernels.model.tinylm import ModelConfig, TinyLM, with_ops
 from kernel_contracts.kernels.ops import EmulatedMatmul, PlainMatmul, inference_ops, prepared
 from tests.support.bits import same_bits
 

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels import _measure as measure_module
-from kernel_contracts.kernels import decode
-from kernel_contracts.kernels.model import load_pretrained, pretrained_extra
+from kernel_contracts.kernels.measurement import _measure as measure_module
+from kernel_contracts.kernels.model import decode
+from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
 from kernel_contracts.kernels.rl import grpo
 from kernel_contracts.kernels.rl.curves import degraded_steps, step_ranges, trailing_mean
 from kernel_contracts.kernels.rl.grpo import Batch, group_advantages, train_step

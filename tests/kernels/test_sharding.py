@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec
 
-from kernel_contracts.kernels.model import ModelConfig, TinyLM
-from kernel_contracts.kernels.sharding import (
+from kernel_contracts.kernels.model.sharding import (
     HF_DECODER_RULES,
     TINY_LM_RULES,
     make_mesh,
     param_specs,
 )
+from kernel_contracts.kernels.model.tinylm import ModelConfig, TinyLM
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = AbstractMesh((2, 2), ("data", "model"))
@@ -30,12 +30,12 @@ import json
 import jax, jax.numpy as jnp, numpy as np
 from flax import nnx
 from kernel_contracts.contracts import preset
-from kernel_contracts.kernels.decode import generate, teacher_force
-from kernel_contracts.kernels._measure import measure
-from kernel_contracts.kernels.hf import load_decoder
-from kernel_contracts.kernels.model import ModelConfig, TinyLM, with_ops
+from kernel_contracts.kernels.model.decode import generate, teacher_force
+from kernel_contracts.kernels.measurement._measure import measure
+from kernel_contracts.kernels.model.hf import load_decoder
+from kernel_contracts.kernels.model.tinylm import ModelConfig, TinyLM, with_ops
 from kernel_contracts.kernels.ops import inference_ops, train_ops
-from kernel_contracts.kernels.sharding import make_mesh, shard_batch, shard_model
+from kernel_contracts.kernels.model.sharding import make_mesh, shard_batch, shard_model
 
 models = {
     "tiny": TinyLM(ModelConfig(vocab=64, d_model=32, layers=2, heads=4, d_ff=64, context=16),

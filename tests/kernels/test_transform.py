@@ -25,7 +25,7 @@ from jax import lax
 from kernel_contracts.contracts import PRESETS
 from kernel_contracts.kernels import on_kernel
 from kernel_contracts.kernels._matmul import emulated_dot_general
-from kernel_contracts.kernels.model import load_pretrained, with_ops
+from kernel_contracts.kernels.model.tinylm import load_pretrained, with_ops
 from kernel_contracts.kernels.ops import PlainAttention, inference_ops
 
 FP8 = PRESETS["h100-fp8"]

@@ -42,12 +42,12 @@ SOLE_IMPORTER = {
 }
 # third-party module -> the only module of that package allowed to import it
 SOLE_MODULE = {
-    "numba": "kernels/measure_cpu.py",
-    "llvmlite": "kernels/measure_cpu.py",
+    "numba": "kernels/measurement/measure_cpu.py",
+    "llvmlite": "kernels/measurement/measure_cpu.py",
     "pyarrow": "evidence/logs/arrow.py",
     "transformers": "evidence/hooks/trl.py",
-    "safetensors": "kernels/hf/checkpoint.py",
-    "tokenizers": "kernels/hf/tokenizer.py",
+    "safetensors": "kernels/model/hf/checkpoint.py",
+    "tokenizers": "kernels/model/hf/tokenizer.py",
 }
 
 
@@ -208,7 +208,8 @@ def test_the_distribution_maps_every_folder_into_the_namespace():
         for package in PACKAGES
         for init in (ROOT / package).rglob("__init__.py")
     )
-    assert sorted(config["packages"]) == sorted([NAMESPACE, *folders])
+    data = [f"{NAMESPACE}.contracts.examples", f"{NAMESPACE}.kernels.checkpoints"]
+    assert sorted(config["packages"]) == sorted([NAMESPACE, *folders, *data])
     assert config["package-dir"] == {
         "": "launch",
         NAMESPACE: NAMESPACE,
@@ -314,6 +315,119 @@ def test_the_main_command_has_one_body():
         or "def run_and_render" in p.read_text(encoding="utf-8")
     }
     assert renders == {"verify/proving/command.py"}
+
+
+# the rooms of kernels -> the rooms each may import (kernels/__init__.py); a room imports only
+# rooms listed before it
+KERNEL_ROOMS = {
+    "numerics": set(),
+    "_matmul": {"numerics"},
+    "batching": set(),
+    "attention": {"numerics", "batching"},
+    "ops": {"numerics", "_matmul", "batching", "attention"},
+    "model": {"numerics", "_matmul", "batching", "attention", "ops"},
+    "measurement": {"numerics"},
+    "diagnose": {"numerics", "_matmul", "batching", "attention", "ops", "model", "measurement"},
+    "emulation": {"numerics", "ops", "model", "measurement", "diagnose"},
+    "rl": {"numerics", "_matmul", "ops", "model", "measurement", "emulation"},
+}
+
+
+def _kernel_room(name: str) -> str | None:
+    """The room of kernels a dotted module name falls in (``kernels.model.hf.decoder`` is in
+    ``model``, ``kernels.ops`` is the room ``ops``), or ``None`` outside kernels' rooms."""
+    parts = name.split(".")
+    return (
+        parts[1] if parts[0] == "kernels" and len(parts) > 1 and parts[1] in KERNEL_ROOMS else None
+    )
+
+
+def _kernel_room_violations(path: pathlib.Path) -> list[str]:
+    here = _kernel_room(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    bad = []
+    for name, line in _imports(path):
+        there = _kernel_room(name)
+        if here and there and there != here and there not in KERNEL_ROOMS[here]:
+            bad.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    return bad
+
+
+def test_kernels_is_built_of_rooms():
+    """At most twelve entries at kernels' top: the rooms, the package face and the shipped
+    checkpoints; every module lives in a room."""
+    top = {p.name for p in (ROOT / "kernels").iterdir() if p.name != "__pycache__"}
+    rooms = {f"{r}.py" if (ROOT / "kernels" / f"{r}.py").is_file() else r for r in KERNEL_ROOMS}
+    assert top == rooms | {"__init__.py", "checkpoints"} and len(top) <= 12
+
+
+@pytest.mark.parametrize("room", list(KERNEL_ROOMS))
+def test_kernel_rooms_import_only_the_rooms_before_them(room):
+    order = list(KERNEL_ROOMS)
+    assert KERNEL_ROOMS[room] <= set(order[: order.index(room)])  # no circle between rooms
+    where = ROOT / "kernels" / room
+    paths = sorted(where.rglob("*.py")) if where.is_dir() else [where.with_suffix(".py")]
+    assert [v for p in paths for v in _kernel_room_violations(p)] == []
+
+
+def test_kernel_room_checker_sees_violations(tmp_path):
+    (tmp_path / "kernels" / "measurement").mkdir(parents=True)
+    bad = tmp_path / "kernels" / "measurement" / "m.py"
+    bad.write_text(
+        "from kernel_contracts.kernels.numerics.formats import flush\n"
+        "from kernel_contracts.kernels.model.tinylm import TinyLM\n"
+        "from kernel_contracts.kernels import ops\n"
+        "from kernel_contracts.contracts import Contract\n",
+        encoding="utf-8",
+    )
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        found = _kernel_room_violations(bad)
+    finally:
+        ROOT = saved
+    assert found == [
+        "kernels/measurement/m.py:2: imports kernels.model.tinylm",
+        "kernels/measurement/m.py:2: imports kernels.model.tinylm.TinyLM",
+        "kernels/measurement/m.py:3: imports kernels.ops",
+    ]
+
+
+def _statement_imports(path: pathlib.Path) -> set[str]:
+    """The modules of ours an import statement of ``path`` names (at the top or inside a
+    function; a ``-m`` in a command line starts another process and is no import)."""
+    found = set()
+    for node in ast.walk(_parse(path)):
+        if isinstance(node, ast.Import):
+            found |= {_ours(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {_ours(node.module)} | {_ours(f"{node.module}.{a.name}") for a in node.names}
+    return found
+
+
+def _two_file_circles() -> list[str]:
+    """Pairs of our modules that import each other (at the top or inside a function)."""
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for package in PACKAGES
+        for p in _modules(package)
+    }
+    graph = {m: (_statement_imports(p) & modules.keys()) - {m} for m, p in modules.items()}
+    return sorted(
+        f"{a} <-> {b}"
+        for a in graph
+        for b in graph[a]
+        if a < b and a in graph[b] and not (b.startswith(a + ".") or a.startswith(b + "."))
+    )
+
+
+# the circles that stay, each with the reason (repeated at the import inside a function)
+CIRCLES_THAT_STAY: dict[str, str] = {}
+
+
+def test_no_two_modules_import_each_other():
+    """An import inside a function hides a circle; none is left but those named above with
+    their reasons (a package and its own modules aside: the package face re-exports them)."""
+    assert _two_file_circles() == sorted(CIRCLES_THAT_STAY)
 
 
 def test_room_checker_sees_violations(tmp_path):
@@ -460,16 +574,17 @@ def _private_imports(package: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("package", ["contracts", "kernels", "bounds", "evidence"])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_private_name_is_imported_from_another_module(package):
-    """Outside ``verify``, no module imports another module's private ``_name``, nor another
-    package's private module: what modules share is public."""
+    """No module imports another module's private ``_name``, nor another package's private
+    module (``verify`` reaches the emulated matmul as ``kernels.matmul``, never through
+    ``kernels._matmul``): what modules share is public."""
     assert _private_imports(package) == []
 
 
 def test_every_lazy_package_loads_through_the_one_helper():
     """No package ``__init__`` writes its own module ``__getattr__``: the lazy ones (``kernels``,
-    ``kernels.hf``, ``kernels.rl``, ``verify``) take theirs from ``contracts.lazy.lazy_exports``."""
+    ``kernels.model.hf``, ``kernels.rl``, ``verify``) take theirs from ``contracts.lazy.lazy_exports``."""
     own, shared = [], []
     for package in PACKAGES:
         for path in (ROOT / package).rglob("__init__.py"):
@@ -482,7 +597,7 @@ def test_every_lazy_package_loads_through_the_one_helper():
     assert own == []
     assert sorted(shared) == [
         "kernels/__init__.py",
-        "kernels/hf/__init__.py",
+        "kernels/model/hf/__init__.py",
         "kernels/rl/__init__.py",
         "verify/__init__.py",
     ]
@@ -499,7 +614,7 @@ def test_every_public_name_resolves(package):
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_public_name_is_shadowed_by_a_module(package):
     """A public name that is also a submodule's name would turn into the module once anything
-    imports that submodule: such modules are private (``kernels._measure``)."""
+    imports that submodule: such modules are private (``kernels.measurement._measure``)."""
     module = importlib.import_module(f"{NAMESPACE}.{package}")
     clashes = [
         name

@@ -17,16 +17,20 @@ from kernel_contracts.contracts import AttentionSpec, Scaling, preset
 from kernel_contracts.contracts.presets import PRESETS
 from kernel_contracts.kernels._matmul import emulated_dot_general, int8_matmul, matmul
 from kernel_contracts.kernels.attention import PagedKVCache, decode_attention
-from kernel_contracts.kernels.decode import sample
-from kernel_contracts.kernels.formats import cast_output, saturating_cast
-from kernel_contracts.kernels.hf.config import parse_config
-from kernel_contracts.kernels.hf.decoder import Decoder
-from kernel_contracts.kernels.measure_portable import _columns as _portable_block
-from kernel_contracts.kernels.model import ModelConfig, TinyLM
+from kernel_contracts.kernels.diagnose.rescale import TRANSFORMS, rescaled_matmul
+from kernel_contracts.kernels.diagnose.transform import on_kernel
+from kernel_contracts.kernels.measurement.measure_portable import _columns as _portable_block
+from kernel_contracts.kernels.model.decode import sample
+from kernel_contracts.kernels.model.hf.config import parse_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
+from kernel_contracts.kernels.model.tinylm import ModelConfig, TinyLM
+from kernel_contracts.kernels.numerics.formats import cast_output, saturating_cast
+from kernel_contracts.kernels.numerics.scaling import (
+    quantize_cols,
+    quantize_rows,
+    quantize_rows_int8,
+)
 from kernel_contracts.kernels.ops import inference_ops, train_ops
-from kernel_contracts.kernels.rescale import TRANSFORMS, rescaled_matmul
-from kernel_contracts.kernels.scaling import quantize_cols, quantize_rows, quantize_rows_int8
-from kernel_contracts.kernels.transform import on_kernel
 
 X = jnp.zeros((4, 200), jnp.float32)  # K = 200: ragged for every block, group and chunk
 W = jnp.zeros((200, 8), jnp.float32)

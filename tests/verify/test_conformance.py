@@ -14,8 +14,8 @@ import pytest
 
 from kernel_contracts.contracts.presets import PRESETS
 from kernel_contracts.kernels._matmul import matmul
-from kernel_contracts.kernels.faults import FAULTS, applies, designed_check, inject
-from kernel_contracts.kernels.ulp import identical
+from kernel_contracts.kernels.diagnose.faults import FAULTS, applies, designed_check, inject
+from kernel_contracts.kernels.numerics.ulp import identical
 from kernel_contracts.verify.diagnostics.conformance import CHECKS, Model, Observed, run_suite
 from kernel_contracts.verify.diagnostics.conformance.checks import Baseline, sign_test
 from kernel_contracts.verify.diagnostics.conformance.probes import boundary_position, probes
@@ -157,8 +157,8 @@ def test_fault_applicability_and_refusal():
 
 
 def test_output_faults_on_hand_values():
-    from kernel_contracts.kernels.faults import _round_bits, _truncate
-    from kernel_contracts.kernels.formats import cast_output_np
+    from kernel_contracts.kernels.diagnose.faults import _round_bits, _truncate
+    from kernel_contracts.kernels.numerics.formats import cast_output_np
 
     y = np.float32([1.0 + 3 * 2**-8, -(1.0 + 3 * 2**-8), 65519.0])
     assert _truncate(y, "bfloat16").tolist() == [1.0 + 2**-7, -(1.0 + 2**-7), 65280.0]

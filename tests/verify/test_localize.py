@@ -15,11 +15,16 @@ import pytest
 
 from kernel_contracts.contracts.presets import PRESETS
 from kernel_contracts.kernels._matmul import matmul
-from kernel_contracts.kernels.flipstats import brier, fit_logistic, predict_flips, roc_auc
-from kernel_contracts.kernels.localization import kernel_logits, localize, replay
-from kernel_contracts.kernels.rescale import pow2_ceil, rescaled_matmul
-from kernel_contracts.kernels.sites import walk
-from kernel_contracts.kernels.ulp import coarser, ulp_distance, ulp_summary
+from kernel_contracts.kernels.diagnose.localization import kernel_logits, localize, replay
+from kernel_contracts.kernels.diagnose.rescale import pow2_ceil, rescaled_matmul
+from kernel_contracts.kernels.diagnose.sites import walk
+from kernel_contracts.kernels.measurement.flipstats import (
+    brier,
+    fit_logistic,
+    predict_flips,
+    roc_auc,
+)
+from kernel_contracts.kernels.numerics.ulp import coarser, ulp_distance, ulp_summary
 from tests.support.cli_runner import malformed_contract, run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -12,10 +12,10 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from kernel_contracts.evidence.drift import ROW_COLUMNS
-from kernel_contracts.kernels.columns import MEASURED_COLUMNS
-from kernel_contracts.kernels.hf.checkpoint import save_decoder
-from kernel_contracts.kernels.hf.config import parse_config
-from kernel_contracts.kernels.hf.decoder import Decoder
+from kernel_contracts.kernels.measurement.columns import MEASURED_COLUMNS
+from kernel_contracts.kernels.model.hf.checkpoint import save_decoder
+from kernel_contracts.kernels.model.hf.config import parse_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
 from kernel_contracts.verify.diagnostics.measure.render import ProgressBar
 from kernel_contracts.verify.diagnostics.measure.run import length_slices, load_model, prompt_rows
 

@@ -30,7 +30,7 @@ def named_code(contract) -> str | None:
     ev = contract.evidence.emulate if contract.evidence is not None else None
     if ev is None:  # a proofs-only run loads no kernels
         return None
-    from kernel_contracts.kernels.user_model import is_entry_point
+    from kernel_contracts.kernels.model.user_model import is_entry_point
 
     if not is_entry_point(ev.model):
         return None

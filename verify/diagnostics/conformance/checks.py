@@ -10,7 +10,7 @@ accumulator, no model) is not applicable (``fired is None``).
 ``bit_identity``            random and extreme probes: every output has the reference's bits
                             (the NumPy reference of ``kernels._matmul``, the written definition)
 ``max_ulp``                 random and extreme probes: at most ``MAX_ULP`` ulp of the output
-                            format from the reference (``kernels.ulp``, at the reference)
+                            format from the reference (``kernels.numerics.ulp``, at the reference)
 ``rounding_boundaries``     boundary and ties probes (``probes``: operands on rounding
                             boundaries of the output, and weights on ties of the input cast):
                             every output has the reference's bits
@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kernel_contracts.kernels.ulp import identical, ulp_distance
+from kernel_contracts.kernels.numerics.ulp import identical, ulp_distance
 
 __all__ = [
     "ALONE",

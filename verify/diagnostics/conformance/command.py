@@ -2,7 +2,7 @@
 
 Runs ``verify.diagnostics.conformance.run_suite`` on one kernel of the contract (``--kernel
 inference``, the default, or ``train``): the kernel's JAX implementation with every fault of
-``kernels.faults`` injected in turn, every check run on each, the top-1 check on
+``kernels.diagnose.faults`` injected in turn, every check run on each, the top-1 check on
 ``--sequences`` held-out sequences of ``--length`` tokens of the model (``--model`` /
 ``--params`` or the contract's; ``--sequences 0`` leaves it out). Prints the table of which
 check detects which fault and the flags (false alarms, faults their designed check missed,

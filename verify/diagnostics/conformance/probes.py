@@ -45,8 +45,8 @@ from typing import NamedTuple
 import numpy as np
 
 from kernel_contracts.contracts import MatmulSpec
-from kernel_contracts.kernels.formats import format_info, min_normal_exponent
-from kernel_contracts.kernels.scaling import quantize_rows_int8_np
+from kernel_contracts.kernels.numerics.formats import format_info, min_normal_exponent
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_int8_np
 
 __all__ = [
     "BOUNDARY_K",
@@ -123,7 +123,7 @@ def _int8_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
 
 
 def _float_targets(x: np.ndarray, w: np.ndarray, spec: MatmulSpec) -> np.ndarray:
-    from kernel_contracts.kernels._matmul import matmul
+    from kernel_contracts.kernels import matmul
 
     search = spec if spec.scaling.kind != "per_tensor" else replace(spec, scaling="per_row")
     return np.asarray(matmul(x, w, replace(search, output="float32")), np.float64)

@@ -3,19 +3,19 @@
 ``run_suite(kernel)`` builds the probes of the kernel's matmul spec (``probes``), the
 reference's outputs on them (``Baseline``: the NumPy reference of ``kernels._matmul`` for the
 outputs, the JAX implementation for batch invariance and the model's logits), then, for every
-fault of ``kernels.faults`` that applies to the spec, injects it into the JAX implementation,
+fault of ``kernels.diagnose.faults`` that applies to the spec, injects it into the JAX implementation,
 runs the implementation on the same probes (``Observed``) and every check on the pair. The
 result is a :class:`Table` of verdicts computed from those runs, nothing written by hand:
 
 * the **null** fault (the unmodified implementation) must be detected by no check: a check
   that fires on it is a false alarm (or the implementation does not conform);
 * every other fault must be detected by the check designed for it
-  (``kernels.faults.designed_check``);
+  (``kernels.diagnose.faults.designed_check``);
 * a check that fires on no fault is flagged (it adds no detection power against this fault
   set), and so is a fault that no check detects.
 
 ``model`` (optional) adds the model-level check: teacher-forced logits of ``fn(params,
-tokens)`` with every matmul on the implementation (``kernels.sites.walk``), against the
+tokens)`` with every matmul on the implementation (``kernels.diagnose.sites.walk``), against the
 reference implementation's.
 """
 
@@ -30,10 +30,9 @@ import numpy as np
 from kernel_contracts.bounds.apriori import matmul_error
 from kernel_contracts.bounds.intexact import INT32_MAX, QMAX, largest_k
 from kernel_contracts.contracts import KernelSpec, MatmulSpec
-from kernel_contracts.kernels._matmul import matmul
-from kernel_contracts.kernels._matmul.int8_reference import epilogue_np
+from kernel_contracts.kernels import epilogue_np, matmul
 from kernel_contracts.kernels.batching import reduction_splits
-from kernel_contracts.kernels.faults import (
+from kernel_contracts.kernels.diagnose.faults import (
     FAULTS,
     Candidate,
     applies,
@@ -41,9 +40,9 @@ from kernel_contracts.kernels.faults import (
     inject,
     reference,
 )
-from kernel_contracts.kernels.scaling import quantize_rows_int8_np
-from kernel_contracts.kernels.sites import as_batched, walk
-from kernel_contracts.kernels.ulp import identical
+from kernel_contracts.kernels.diagnose.sites import as_batched, walk
+from kernel_contracts.kernels.numerics.scaling import quantize_rows_int8_np
+from kernel_contracts.kernels.numerics.ulp import identical
 from kernel_contracts.verify.diagnostics.conformance.checks import (
     ALONE,
     CHECKS,
@@ -331,7 +330,7 @@ def _baseline(spec: MatmulSpec, batching: str, pr: Probes, model: Model | None) 
 
 
 def run_suite(kernel: KernelSpec, *, seed: int = 0, model: Model | None = None) -> Table:
-    """Every applicable fault of ``kernels.faults`` injected into ``kernel``'s matmul, every
+    """Every applicable fault of ``kernels.diagnose.faults`` injected into ``kernel``'s matmul, every
     check run on it (module docstring)."""
     spec, batching = kernel.matmul, kernel.batching
     pr = probes(spec, seed)

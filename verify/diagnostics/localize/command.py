@@ -1,7 +1,7 @@
 """``python -m verify localize CONTRACT.yaml``: where the contract's two kernels diverge.
 
 Kernel A is the contract's training kernel (fixed batching, as K_train always runs), kernel B
-its inference kernel at a serving batch of ``--sequences`` (``kernels.localization``). The
+its inference kernel at a serving batch of ``--sequences`` (``kernels.diagnose.localization``). The
 model is ``--model``/``--params`` or the contract's own
 (``verify.diagnostics.localize.model``). Two runs:
 
@@ -58,7 +58,7 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
             return 2
         import numpy as np
 
-        from kernel_contracts.kernels.localization import localize, replay
+        from kernel_contracts.kernels.diagnose.localization import localize, replay
 
         a = replace(contract.kernels.train, batching="fixed")
         b = contract.kernels.inference

@@ -1,8 +1,8 @@
 """The model a diagnostic command runs: ``--model``/``--params``, else the contract's own.
 
 A shipped checkpoint name (``tiny-lm``), an entry point ``package.module:function`` with a
-params file (``kernels.user_model``) or a Hugging Face checkpoint folder ``hf:PATH``
-(``kernels.hf``; a ``--model`` path is relative to the working directory, a contract's to the
+params file (``kernels.model.user_model``) or a Hugging Face checkpoint folder ``hf:PATH``
+(``kernels.model.hf``; a ``--model`` path is relative to the working directory, a contract's to the
 contract). Without ``--model`` the contract's ``evidence.emulate`` model and params are used,
 and ``tiny-lm`` when it has none. Token windows come from the checkpoint's held-out text, the
 params file's ``extra/prompts`` or, for an ``hf:`` folder, the contract's prompt file
@@ -82,8 +82,12 @@ def choose_model(
 
 
 def _choose(contract, model: str | None, params: str | None) -> Chosen:
-    from kernel_contracts.kernels.model import CHECKPOINTS
-    from kernel_contracts.kernels.user_model import UserModelError, is_entry_point, load_user_model
+    from kernel_contracts.kernels.model.tinylm import CHECKPOINTS
+    from kernel_contracts.kernels.model.user_model import (
+        UserModelError,
+        is_entry_point,
+        load_user_model,
+    )
 
     ev = contract.evidence.emulate
     options = {"evidence.emulate.model": "--model" if model is not None else None,
@@ -110,8 +114,8 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
             f"--model {model}: unknown model (shipped: {', '.join(sorted(CHECKPOINTS))}; or an "
             "entry point package.module:function with --params PATH)"
         )
-    from kernel_contracts.kernels.localization import shipped_model
-    from kernel_contracts.kernels.model import load_pretrained
+    from kernel_contracts.kernels.diagnose.localization import shipped_model
+    from kernel_contracts.kernels.model.tinylm import load_pretrained
 
     fn, state, windows = shipped_model(model)
     config = load_pretrained(model).config
@@ -120,8 +124,8 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
 
 
 def _hf(contract, model: str, option: str | None) -> Chosen:
-    from kernel_contracts.kernels.hf.checkpoint import logits_function
-    from kernel_contracts.kernels.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.hf.checkpoint import logits_function
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
 
     folder = model[len(HF_PREFIX) :]
     try:
@@ -135,7 +139,7 @@ def _hf(contract, model: str, option: str | None) -> Chosen:
     if ev is None or not isinstance(ev.prompts, str):
         return Chosen(model, fn, params, None, longest, vocab)
     from kernel_contracts.kernels.emulation import prompt_stream
-    from kernel_contracts.kernels.user_model import UserModelError
+    from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:
         stream = prompt_stream(ev.prompts, folder, model, vocab)

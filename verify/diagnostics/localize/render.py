@@ -1,4 +1,4 @@
-"""Text and JSON renderings of a localization (``kernels.localization``)."""
+"""Text and JSON renderings of a localization (``kernels.diagnose.localization``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from kernel_contracts.kernels.localization import Localization, Replay, SiteDivergence
+from kernel_contracts.kernels.diagnose.localization import Localization, Replay, SiteDivergence
 
 __all__ = ["to_json", "to_text"]
 

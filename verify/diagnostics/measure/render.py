@@ -89,7 +89,7 @@ TOKEN_COLUMNS = ("preset", "batch", "position")
 
 
 def tokens_csv(result) -> str:
-    from kernel_contracts.kernels.columns import MEASURED_COLUMNS
+    from kernel_contracts.kernels.measurement.columns import MEASURED_COLUMNS
 
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")

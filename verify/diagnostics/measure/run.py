@@ -1,7 +1,7 @@
 """The drift table's measurement: a model, its prompts, and each preset at each serving batch.
 
 ``load_model`` reads the shipped checkpoint by name or a Hugging Face checkpoint folder
-(``hf:FOLDER``, ``kernels.hf``); ``prompt_rows`` turns a prompt file (UTF-8, one prompt per
+(``hf:FOLDER``, ``kernels.model.hf``); ``prompt_rows`` turns a prompt file (UTF-8, one prompt per
 non-blank line) into token rows: UTF-8 bytes for the byte-level shipped model, the folder's
 ``tokenizer.json`` for a checkpoint; every prompt is cut to the shortest one's length (at most
 ``PROMPT_TOKENS``), so that a batch holds sequences of one length. Without a prompt file the
@@ -13,7 +13,7 @@ a serving batch, dynamic reduction splits and paged low-precision KV cache) gene
 measures every generated token over the full vocabulary. Every row is computed in a batch of
 exactly the serving size (a short last batch is filled with repeated prompts whose rows are
 dropped). With several local devices the model and the batch are placed on a
-``kernels.sharding`` mesh; the results are the same bits as on one device.
+``kernels.model.sharding`` mesh; the results are the same bits as on one device.
 
 ``length_slices`` cuts the tokens into slices by the sequence length at which each was
 generated (its position + 1): (0, 16], (16, 32], (32, 64], ... (powers of two).
@@ -63,7 +63,7 @@ def load_model(name: str) -> Loaded:
     """The shipped model ``name`` or the checkpoint ``hf:FOLDER``; ``MeasureError`` if neither
     can be loaded (every problem of a checkpoint, at its file and key)."""
     if name.startswith(_HF):
-        from kernel_contracts.kernels.hf import (
+        from kernel_contracts.kernels.model.hf import (
             CheckpointError,
             encode,
             load_decoder,
@@ -79,7 +79,7 @@ def load_model(name: str) -> Loaded:
         c = model.config
         return Loaded(name, model, c.vocab_size, c.max_position_embeddings,
                       lambda texts: encode(tokenizer, texts), None)  # fmt: skip
-    from kernel_contracts.kernels.model import CHECKPOINTS, load_pretrained, pretrained_extra
+    from kernel_contracts.kernels.model.tinylm import CHECKPOINTS, load_pretrained, pretrained_extra
 
     if name not in CHECKPOINTS:
         raise MeasureError(
@@ -188,7 +188,7 @@ def measure_setting(
         train_ops,
         with_ops,
     )
-    from kernel_contracts.kernels.sharding import make_mesh, shard_batch, shard_model
+    from kernel_contracts.kernels.model.sharding import make_mesh, shard_batch, shard_model
 
     k_train = with_ops(loaded.model, train_ops(contracts.preset(train)))
     k_inf = with_ops(loaded.model, inference_ops(contracts.preset(preset), batch_size=batch))

@@ -1,0 +1,119 @@
+"""The two kernels run on one policy: sample with K_inf, teacher-force the same tokens with K_train.
+
+K_inf decodes incrementally: every prompt token and every generated token goes through
+``TinyLM.step`` on the inference ``Ops`` (emulated low-precision matmuls with batch-dependent
+reduction splits, attention through the paged low-precision KV cache), and new tokens are
+sampled from its logits at the contract's temperature (with its top-k / top-p, if any).
+K_train then runs the finished sequences once, teacher-forced, in float32 with reference
+attention. Both give logits for the same positions of the same token sequences.
+
+``model`` is any decoder with ``init_cache``, ``step`` and a teacher-forced call on ``ops``: the
+shipped TinyLM or a Hugging Face decoder (:class:`kernels.model.hf.decoder.Decoder`).
+
+The generation loop is one ``lax.scan`` inside one ``nnx.jit``: a kernel pair compiles once per
+shape, never per step.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from kernel_contracts.kernels.numerics import portable
+
+__all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force"]
+
+# how many times each jitted function has been traced (a retrace detector)
+TRACES: dict[str, int] = {"generate": 0, "teacher_force": 0}
+
+
+class PairLogits(NamedTuple):
+    """Logits of both kernels at the generated positions of the same sequences."""
+
+    tokens: Int[Array, "seqs length"]  # prompt + generated tokens
+    z_train: Float[Array, "seqs new vocab"]  # K_train logits predicting tokens[:, prompt:]
+    z_inf: Float[Array, "seqs new vocab"]  # K_inf logits predicting tokens[:, prompt:]
+
+
+def sample(
+    key: Array,
+    logits: Float[ArrayLike, "seqs vocab"],
+    temperature: Float[ArrayLike, ""] | float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Int[Array, " seqs"]:
+    """Sample one token per row from softmax(logits / T), truncated by top-k and top-p.
+
+    The Gumbel-max draw argmax(x + g), g = −log(−log u), with the arithmetic of
+    :mod:`kernels.numerics.portable` (the division by T, the logarithms, the top-p softmax) and a
+    fixed-order prefix sum, so a key draws the same token on every backend."""
+    x = portable.divide(logits, jnp.asarray(temperature, jnp.float32))
+    if top_k > 0:
+        kth = jax.lax.top_k(x, top_k)[0][..., -1:]
+        x = jnp.where(x < kth, -jnp.inf, x)
+    if top_p < 1.0:
+        ordered = -jnp.sort(-x, axis=-1)
+        probs = portable.softmax(ordered, axis=-1)
+        prefix = jax.lax.associative_scan(jnp.add, probs, axis=-1)  # one fixed tree of adds
+        before = prefix - probs  # mass strictly above each entry
+        keep = before < top_p  # the smallest prefix whose mass reaches top_p
+        cutoff = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1, keepdims=True)
+        x = jnp.where(x < cutoff, -jnp.inf, x)
+    return jnp.argmax(x + _gumbel(key, x.shape), axis=-1)
+
+
+def _gumbel(key: Array, shape: tuple[int, ...]) -> Float[Array, "*shape"]:
+    """Standard Gumbel noise −log(−log u), u uniform in (0, 1) built from 23 random bits
+    (``u = (b + ½)·2**-23``: exact, never 0 or 1)."""
+    bits = jax.random.bits(key, shape, jnp.uint32) >> 9
+    u = (bits.astype(jnp.float32) + 0.5) * jnp.float32(2.0**-23)
+    return -portable.log(-portable.log(u))
+
+
+@nnx.jit(static_argnames=("new_tokens", "top_k", "top_p"))
+def generate(
+    model: nnx.Module,
+    prompts: Int[ArrayLike, "seqs prompt"],
+    key: Array,
+    temperature: Float[ArrayLike, ""],
+    *,
+    new_tokens: int,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> tuple[Int[Array, "seqs length"], Float[Array, "seqs new vocab"]]:
+    """Decode ``new_tokens`` tokens after each prompt, one position at a time, on
+    ``model.ops``; returns the full sequences and the logits that predicted the new tokens."""
+    TRACES["generate"] += 1
+    seqs, prompt_len = prompts.shape
+    length = prompt_len + new_tokens
+    graphdef, state = nnx.split(model)
+    tokens = jnp.concatenate([prompts, jnp.zeros((seqs, new_tokens), prompts.dtype)], axis=1)
+    caches = model.init_cache(seqs, length)
+
+    def body(carry, t):
+        tokens, caches, key = carry
+        m = nnx.merge(graphdef, state)
+        logits, caches = m.step(tokens[:, t], t, caches)
+        key, sub = jax.random.split(key)
+        drawn = sample(sub, logits, temperature, top_k, top_p).astype(tokens.dtype)
+        nxt = jnp.where(t + 1 < prompt_len, tokens[:, t + 1], drawn)
+        tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], t + 1, axis=1)
+        return (tokens, caches, key), logits
+
+    steps = jnp.arange(length - 1)
+    (tokens, _, _), logits = jax.lax.scan(body, (tokens, caches, key), steps)
+    z_inf = jnp.swapaxes(logits[prompt_len - 1 :], 0, 1)
+    return tokens, z_inf
+
+
+@nnx.jit(static_argnames=("prompt_len",))
+def teacher_force(
+    model: nnx.Module, tokens: Int[ArrayLike, "seqs length"], *, prompt_len: int
+) -> Float[Array, "seqs new vocab"]:
+    """Whole-sequence logits of ``model.ops`` that predict ``tokens[:, prompt_len:]``."""
+    TRACES["teacher_force"] += 1
+    return model(tokens[:, :-1])[:, prompt_len - 1 :]
