@@ -292,7 +292,7 @@ def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
     script.write_text(
         "import jax  # noqa: F401\n"
         "print('main ran', flush=True)\n"
-        "from verify.proving.solve import smt\n"
+        "from kernel_contracts.verify.proving.solve import smt\n"
         "a = smt.z3_check('(declare-const x Real)(assert (> x 1.0))(check-sat)', timeout_ms=100)\n"
         "print(a.answer, smt._worker.popen is not None, flush=True)\n"
     )

@@ -397,8 +397,9 @@ def test_padding_may_hold_anything(router):
 
 def test_routing_numpy_batches_never_imports_jax():
     code = (
-        "import sys, numpy as np, contracts\n"
-        "from verify.pipeline import routing\n"
+        "import sys, numpy as np\n"
+        "from kernel_contracts import contracts\n"
+        "from kernel_contracts.verify.pipeline import routing\n"
         "c = contracts.load('contracts/examples/rollout-log.yaml')\n"
         "d = routing.route(routing.prepare(c), np.full((2, 3), -1.0), np.full((2, 3), -1.1),"
         " np.ones((2, 3), bool))\n"

@@ -96,8 +96,8 @@ def test_a_loop_that_imported_jax_first_still_gets_its_proved_cap(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(
         "import jax.numpy as jnp\n"
-        "import contracts\n"
-        "from verify.pipeline import routing\n"
+        "from kernel_contracts import contracts\n"
+        "from kernel_contracts.verify.pipeline import routing\n"
         "if __name__ == '__main__':\n"
         f"    c = contracts.load({str(ROOT / 'examples' / 'routing_loop.yaml')!r})\n"
         "    r = routing.prepare(c, timeout_ms=2000)\n"
