@@ -1,12 +1,13 @@
 """Emulated inference of the shipped model against the same model on plain float32 ops.
 
-Decodes ``--new-tokens`` tokens after each of ``--batch`` prompts with ``kernels.model.decode.generate``
-(one ``lax.scan`` in one ``nnx.jit``: prompt and generated tokens one position at a time, the
-KV cache in the kernel's format), once on ``kernels.ops.plain_ops()`` (float32 ``jnp`` matmuls
-and attention) and once per preset on ``kernels.ops.inference_ops`` (every matmul under the
-preset's emulated arithmetic with batch-dependent reduction splits, attention through the paged
-low-precision KV cache), on the default JAX device. Prints generated tokens per second and the
-emulated/plain ratio, measured in the same run (median of ``--repeats`` compiled calls).
+Decodes ``--new-tokens`` tokens after each of ``--batch`` prompts with
+``kernels.model.decode.generate`` (one ``lax.scan`` in one ``nnx.jit``: prompt and generated tokens
+one position at a time, the KV cache in the kernel's format), once on ``kernels.ops.plain_ops()``
+(float32 ``jnp`` matmuls and attention) and once per preset on ``kernels.ops.inference_ops`` (every
+matmul under the preset's emulated arithmetic with batch-dependent reduction splits, attention
+through the paged low-precision KV cache), on the default JAX device. Prints generated tokens per
+second and the emulated/plain ratio, measured in the same run (median of ``--repeats`` compiled
+calls).
 
 ``--write-reference PATH`` stores the emulated logits' bits (a sha256 per preset) and
 ``--reference PATH`` compares against such a file: run it on the CPU, then on an accelerator,

@@ -9,8 +9,8 @@ q/k/v biases), random weights. Four workloads run in one process, on the default
   inference kernel there);
 - K_train: the same pass on the contract's training kernel (``--train``, default fp32:
   emulated float32 matmuls, reference attention);
-- plain decode: ``kernels.model.decode.generate`` of ``--new-tokens`` tokens after each prompt on plain
-  ops (contiguous float32 KV cache);
+- plain decode: ``kernels.model.decode.generate`` of ``--new-tokens`` tokens after each prompt on
+  plain ops (contiguous float32 KV cache);
 - K_inf: the same decode on the inference kernel (``--preset``, default h100-fp8: emulated
   matmuls with batch-dependent reduction splits, paged low-precision KV cache).
 

@@ -2,9 +2,9 @@
 
 All ratios come from one run on one machine: the best of ``--repeats`` calls of every function,
 interleaved (so load from other processes hits all alike), wall and CPU seconds. Besides the
-emulation the run times its quantization alone (``kernels.numerics.scaling``, part of every call) and a
-binary64 ``jnp.dot`` (what exact binary64 multiply-adds cost here). Each preset is also checked
-bit for bit against the NumPy reference on a ``--check-shape`` slice of the same operands.
+emulation the run times its quantization alone (``kernels.numerics.scaling``, part of every call)
+and a binary64 ``jnp.dot`` (what exact binary64 multiply-adds cost here). Each preset is also
+checked bit for bit against the NumPy reference on a ``--check-shape`` slice of the same operands.
 
 The floor table counts the vector operations per multiply-add that the definition leaves:
 ``K / group`` roundings per output form one dependent chain (no GEMM can batch them), each

@@ -1,9 +1,8 @@
-"""The canonical JSON text of a validated contract: what a report hashes and shows.
+"""The canonical JSON text of a validated contract: written, and read back.
 
-Keys are sorted, separators carry no whitespace, numbers are written as the shortest decimal
-that reads back to the same double (for a number the user wrote, the text they wrote up to
-trailing zeros and exponent style), and every default and preset field is spelled out, so two
-files that mean the same contract have the same canonical text.
+``canonical_json`` writes it (``contracts.canonical_text``, which the validator uses too): keys
+sorted, no whitespace, the shortest decimal of every number, every default and preset field
+spelled out, so two files that mean the same contract have the same canonical text.
 
 ``from_canonical`` reads such a text back: it turns it into the DSL's own shape, validates it
 like a contract file (every range and finiteness check applies), and requires that the result's
@@ -16,37 +15,15 @@ import dataclasses
 import json
 import math
 
+from kernel_contracts.contracts.canonical_text import canonical_json, to_plain
+from kernel_contracts.contracts.document import Document
 from kernel_contracts.contracts.errors import ContractError, Problem
 from kernel_contracts.contracts.model import Contract
+from kernel_contracts.contracts.validate import validate
 
 __all__ = ["canonical_json", "from_canonical", "to_plain"]
 
-_RENAMES = {"from_": "from"}
 _GUARANTEE_DEFAULTS = (("estimator", "plain"), ("assume", []))
-
-
-def to_plain(value: object) -> object:
-    """Records as dicts (DSL key names), tuples as lists, scalars unchanged."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            _RENAMES.get(f.name, f.name): to_plain(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if f.name != "source"
-            # a field added to DSL v1 later is left out while unset, so the canonical form (and
-            # hash) of every contract that does not use it stays what it was
-            and not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)
-        }
-    if isinstance(value, tuple | list):
-        return [to_plain(v) for v in value]
-    return value
-
-
-def canonical_json(contract: Contract) -> str:
-    """The canonical JSON text of ``contract`` (its ``source`` left out)."""
-    return json.dumps(
-        to_plain(contract), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-        allow_nan=False,
-    )  # fmt: skip
 
 
 def _strict_object(pairs: list) -> dict:
@@ -131,8 +108,6 @@ def from_canonical(text: str, *, path: str = "<canonical>", sha256: str = "") ->
     included), not a valid contract, or not exactly the canonical text of the contract it
     describes; problems are named by ``path``.
     """
-    from kernel_contracts.contracts.document import Document  # validate imports this module
-    from kernel_contracts.contracts.validate import validate
 
     def fail(message: str) -> ContractError:
         return ContractError([Problem(path, None, None, "", message)])

@@ -384,10 +384,10 @@ class PromotionStage:
 @dataclass(frozen=True)
 class EmulateEvidence:
     """The model to emulate: a shipped checkpoint name, an entry point
-    ``package.module:function`` with its ``params`` file (``kernels.model.user_model`` defines both),
-    or ``hf:FOLDER``, a Hugging Face checkpoint folder (``kernels.model.hf``). ``prompts`` is a count,
-    or, for an ``hf:`` model, a text file of prompts, one a line. Paths are resolved against the
-    contract's directory."""
+    ``package.module:function`` with its ``params`` file (``kernels.model.user_model`` defines
+    both), or ``hf:FOLDER``, a Hugging Face checkpoint folder (``kernels.model.hf``). ``prompts`` is
+    a count, or, for an ``hf:`` model, a text file of prompts, one a line. Paths are resolved
+    against the contract's directory."""
 
     model: str = "tiny-lm"
     prompts: int | str = 64

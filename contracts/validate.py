@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-from kernel_contracts.contracts.canonical import canonical_json
+from kernel_contracts.contracts.canonical_text import canonical_json
 from kernel_contracts.contracts.checks import Checker, describe, show, sub
 from kernel_contracts.contracts.document import INVALID, Document
 from kernel_contracts.contracts.errors import ContractError

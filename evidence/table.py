@@ -2,9 +2,9 @@
 
 A source of evidence is turned into one table per shard, one row per generated token:
 
-- from full-vocabulary logits (``kernels.emulate``): every column of ``kernels.measurement.columns``, plus
-  ``abs_log_ratio`` = |log w| and ``kl`` = max(KL(π‖π'), KL(π'‖π)), so that a verdict on ``kl``
-  holds for either direction;
+- from full-vocabulary logits (``kernels.emulate``): every column of
+  ``kernels.measurement.columns``, plus ``abs_log_ratio`` = |log w| and ``kl`` = max(KL(π‖π'),
+  KL(π'‖π)), so that a verdict on ``kl`` holds for either direction;
 - from sampled-token log-probs (a rollout log, a routed batch): ``log_ratio`` = ℓ − ℓ',
   ``abs_log_ratio``, ``token_prob`` = π(y) = e^ℓ, and the ``position`` and ``prompt`` that
   slices select on. The full-vocabulary metrics (``FULL_VOCAB``) cannot be formed there, but

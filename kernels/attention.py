@@ -4,8 +4,9 @@
   whole sequence in float32 (one max-subtracted softmax).
 * :class:`PagedKVCache` stores keys and values in pages of ``page_size`` positions, in the
   ``kv_cache`` format of an ``AttentionSpec`` (a real low-precision dtype; values are rounded
-  with the saturating cast of :mod:`kernels.numerics.formats` and unit scale, the serving default, and
-  stored by their bit patterns, :func:`kernels.numerics.bitround.encode`, never by a float conversion).
+  with the saturating cast of :mod:`kernels.numerics.formats` and unit scale, the serving default,
+  and stored by their bit patterns, :func:`kernels.numerics.bitround.encode`, never by a float
+  conversion).
 * :func:`decode_attention` is the inference kernel: one query per sequence attends to the cached
   positions with an online softmax over tiles of whole pages. The tile size is ``spec.tiles``:
   ``"full"`` (one tile), an integer number of positions (rounded up to whole pages), or
@@ -18,8 +19,8 @@ Online softmax, per tile ``t`` with scores ``s``: ``m_t = max s``, ``l_t = Σ ex
 ``a_t = Σ exp(s - m_t) v``; a split folds its tiles in order
 (``m' = max(m, m_t)``, ``l' = l e^{m-m'} + l_t e^{m_t-m'}``, same for ``a``), and the splits are
 merged in order the same way; the output is ``a / l``. All in float32, with the arithmetic of
-:mod:`kernels.numerics.portable`, so every backend computes the same bits: scores and weighted sums of
-values are exact products summed in binary64 by a fixed pairwise tree and rounded once (the
+:mod:`kernels.numerics.portable`, so every backend computes the same bits: scores and weighted sums
+of values are exact products summed in binary64 by a fixed pairwise tree and rounded once (the
 score scale applied before that rounding); ``exp``, the softmax and the division are portable;
 a tile's ``l_t`` and ``a_t`` are pairwise trees over its pages of pairwise trees over each
 page's positions (``l_t`` rounded to float32 at every level, ``a_t``'s exact products summed
@@ -94,8 +95,8 @@ def masked_attention(
     mask: Bool[ArrayLike, "q k"],
 ) -> Float[Array, "heads q dim"]:
     """Softmax attention of each query over the keys ``mask`` allows, with the arithmetic of
-    :mod:`kernels.numerics.portable` (module docstring): the scaled scores and the weighted values are
-    exact products summed by the binary64 tree and rounded once."""
+    :mod:`kernels.numerics.portable` (module docstring): the scaled scores and the weighted values
+    are exact products summed by the binary64 tree and rounded once."""
     q, k, v = (jnp.asarray(a, jnp.float32) for a in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1])
     s = portable.sum_products(q[:, :, None, :], k[:, None, :, :], scale)  # heads, q, k

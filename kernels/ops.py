@@ -266,8 +266,8 @@ class Layers:
 
     ``portable=False``: plain ``jnp`` (differentiable; each backend's own ``rsqrt``, ``tanh``,
     ``cos``, ``sin`` and summation order, and a GPU fuses ``x·cos + y·sin`` into one
-    multiply-add). ``portable=True``: :mod:`kernels.numerics.portable`, the same bits on every backend
-    (not differentiable), as the emulated kernels need."""
+    multiply-add). ``portable=True``: :mod:`kernels.numerics.portable`, the same bits on every
+    backend (not differentiable), as the emulated kernels need."""
 
     portable: bool = False
 
@@ -308,8 +308,8 @@ class Layers:
     ) -> Float[Array, "*shape"]:
         """``x·cos + turned·sin`` elementwise (broadcast, equal ranks), a rotary embedding's
         rotation of ``x`` given its partner ``turned``. Portable: both products exact in
-        binary64 and added there (:func:`kernels.numerics.portable.sum_products`), the sum rounded to
-        float32 by integer operations: no product is left for a compiler to fuse."""
+        binary64 and added there (:func:`kernels.numerics.portable.sum_products`), the sum rounded
+        to float32 by integer operations: no product is left for a compiler to fuse."""
         if not self.portable:
             return x * cos + turned * sin
         values = jnp.stack(jnp.broadcast_arrays(x, turned), axis=-1)

@@ -6,12 +6,12 @@ from kernel_contracts.evidence.logs.metrics import (
     framework_metrics,
     token_metrics,
 )
+from kernel_contracts.evidence.logs.read import read_log
 from kernel_contracts.evidence.logs.reader import (
     LOGPROB_TOLERANCE,
     LogError,
     LogTable,
     Problem,
-    read_log,
 )
 from kernel_contracts.evidence.logs.schema import (
     FILE_FORMATS,

@@ -23,13 +23,7 @@ from types import MappingProxyType
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
-from kernel_contracts.evidence.logs.schema import (
-    FILE_FORMATS,
-    FORMATS,
-    LogFormat,
-    detect_format,
-    file_format_of,
-)
+from kernel_contracts.evidence.logs.schema import FORMATS, LogFormat, detect_format
 
 # the record-level pieces are public for readers of growing logs (``verify.monitor``)
 __all__ = [
@@ -47,7 +41,7 @@ __all__ = [
     "open_log",
     "parse_line",
     "prompt_key",
-    "read_log",
+    "read_jsonl_log",
     "unknown_fields",
 ]
 
@@ -588,35 +582,20 @@ class Reading:
         )
 
 
-def read_log(
+def read_jsonl_log(
     path: str | os.PathLike,
     format: str | None = "generic",
     *,
     vocab_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-    file_format: str | None = None,
 ) -> LogTable:
-    """Read the log at ``path`` in ``format`` (``None``: detect from the first record).
+    """Read the JSONL log at ``path`` in ``format`` (``None``: detect from the first record).
 
     A token id must be below ``vocab_size`` (the contract's ``policy.vocab_size``), when given.
-    ``progress(done, total)`` is called now and then while reading. ``file_format`` is one of
-    ``FILE_FORMATS`` (``None``: chosen by the file name's ending); Parquet and Arrow logs are
-    read by ``evidence.logs.arrow``. Raises ``LogError`` when the file holds no usable record.
+    ``progress(done, total)`` is called now and then while reading. Raises ``LogError`` when the
+    file holds no usable record. ``evidence.logs.read_log`` reads a log stored in any format.
     """
     path = os.fspath(path)
-    stored = file_format_of(path) if file_format is None else file_format
-    if stored not in FILE_FORMATS:
-        raise LogError(
-            f"{path}: unknown file format {stored!r} (expected one of: {', '.join(FILE_FORMATS)})"
-        )
-    if stored != "jsonl":
-        from kernel_contracts.evidence.logs.arrow import (
-            read_columnar_log,  # pyarrow loads for columnar logs only
-        )
-
-        return read_columnar_log(
-            path, format, file_format=stored, vocab_size=vocab_size, progress=progress
-        )
     reading = Reading(path, format, vocab_size)
     handle, total = open_log(path)
     digest = hashlib.sha256()

@@ -10,10 +10,10 @@ The arithmetic
 --------------
 Let ``x`` be M×K and ``w`` K×N (leading axes of ``x`` are flattened into M).
 
-1. **Quantize** (``kernels.numerics.scaling``): ``x`` row-wise and ``w`` column-wise, to ``spec.inputs``
-   with saturating casts, giving values ``x̂, ŵ`` and float32 scales ``sx`` (per row of ``x``,
-   per scale run along K) and ``sw`` (per column of ``w``, per run). Binary32 subnormals are
-   flushed to +0 everywhere (``kernels.numerics.formats``).
+1. **Quantize** (``kernels.numerics.scaling``): ``x`` row-wise and ``w`` column-wise, to
+   ``spec.inputs`` with saturating casts, giving values ``x̂, ŵ`` and float32 scales ``sx`` (per row
+   of ``x``, per scale run along K) and ``sw`` (per column of ``w``, per run). Binary32 subnormals
+   are flushed to +0 everywhere (``kernels.numerics.formats``).
 2. **Parts** (split-K). Let the *unit* be ``C`` when chunks are bounded (below) and ``group``
    otherwise. K is cut into ``ceil(K / unit)`` units; consecutive units are dealt to parts of
    ``ceil(units / splits)`` units each (so at most ``splits`` non-empty parts). Every part is
@@ -63,8 +63,8 @@ A spec with ``inputs: int8`` (``spec.is_int8``) has its own arithmetic, with no 
 or promotion (``kernels._matmul.int8``; NumPy reference ``kernels._matmul.int8_reference``; no
 Pallas kernel):
 
-1. **Quantize** (``kernels.numerics.scaling.quantize_rows_int8``): ``x`` per row (per token) and ``w``
-   per column (per output channel), or each per tensor, to symmetric int8 values ``q`` in
+1. **Quantize** (``kernels.numerics.scaling.quantize_rows_int8``): ``x`` per row (per token) and
+   ``w`` per column (per output channel), or each per tensor, to symmetric int8 values ``q`` in
    [-127, 127] with stored scales ``ŝ`` in ``epilogue.scales`` (float32, bfloat16 or float16).
 2. **Accumulate**: ``S = Σ_k q_x[k]·q_w[k]``, the exact integer sum. K must not exceed
    ``spec.k_max``.

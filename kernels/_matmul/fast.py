@@ -22,8 +22,8 @@ The arithmetic is the definition's, in the cheapest form that gives its bits (``
 
 * ``binary32_chain`` (float32 accumulator rounded after every product, narrow inputs): plain
   float32 ``acc + x * w``. For bfloat16 inputs this needs every product exact in float32 and no
-  partial sum subnormal; :func:`shared.binary32_exact` checks the data and ``lax.cond`` falls back to
-  the binary64 loop otherwise (under ``vmap`` one check covers the whole batch).
+  partial sum subnormal; :func:`shared.binary32_exact` checks the data and ``lax.cond`` falls back
+  to the binary64 loop otherwise (under ``vmap`` one check covers the whole batch).
 * otherwise binary64 products and sums, rounded by :func:`round_accumulator_in_range` when the
   inputs cannot leave the range (``in_range``: FP8, float16), else by the full
   :func:`round_accumulator`. A group is summed in the definition's order (LLVM contracts

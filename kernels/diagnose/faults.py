@@ -10,7 +10,8 @@ in, and must be detected by no check. Each fault names the check designed to det
 ========================  ===================================================================
 ``null``                  no change
 ``scale_bf16``            the scales kept in bfloat16: int8, the epilogue's ``scales`` dtype;
-                          FP8, every block/row/tensor scale rounded to bf16 (``kernels.diagnose.rescale``)
+                          FP8, every block/row/tensor scale rounded to bf16
+                          (``kernels.diagnose.rescale``)
 ``double_rounding``       the output rounded twice, first to 3 more fraction bits than the
                           output format keeps (TF32 for bfloat16), then to the output
 ``order_swapped``         int8, separate epilogue: the two scale multiplications in the other

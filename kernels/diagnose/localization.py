@@ -12,8 +12,8 @@ attention="float32")`` does) and is not a site; norms, activations and residual 
 kernel A's float32 ones.
 
 Per site: the share of outputs that are bit-identical; the distance in ulps of the coarser
-of the two output formats (``kernels.numerics.ulp``: measured at kernel A's output), as max, median and
-99th percentile; the largest absolute difference; and the same share and ulps with both
+of the two output formats (``kernels.numerics.ulp``: measured at kernel A's output), as max, median
+and 99th percentile; the largest absolute difference; and the same share and ulps with both
 kernels' scales rounded up to powers of two (``kernels.diagnose.rescale``, on the same shared
 operands): if the divergence vanishes there, it came from the scale arithmetic (epilogue order,
 fused or not, scale products), otherwise from what power-of-two scales leave in place (input
@@ -26,8 +26,8 @@ of sequences by default), as in ``kernels.ops``.
 ``replay(fn, params, tokens, spec_a, spec_b)`` is the end-to-end view: teacher-forced logits of
 the whole sequences through each kernel (``kernel_logits``: every matmul on that kernel, as
 ``on_kernel`` computes them, errors compounding), kernel A's margin
-at each position as the predictor of a top-1 flip (``kernels.measurement.flipstats``), the logistic map
-fitted on the even-numbered sequences and scored on the odd ones.
+at each position as the predictor of a top-1 flip (``kernels.measurement.flipstats``), the logistic
+map fitted on the even-numbered sequences and scored on the odd ones.
 """
 
 from __future__ import annotations

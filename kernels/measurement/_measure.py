@@ -22,9 +22,9 @@ probability vectors, so they keep their relative accuracy when the drift is tiny
 ``Σ|π − π'|`` is all rounding noise once ‖Δ‖∞ < 1e-6). With c = E_π[d] and u = d − c:
 KL(π‖π') = log E_π[e^u] = log1p(E_π[φ(u)]) with φ(u) = e^u − 1 − u (a series near 0);
 r = log π'/π = u − KL(π‖π'); TV = Σ π·(−expm1(r))₊; KL(π'‖π) = E_π[(e^u − 1)·u]·e^{−KL(π‖π')}
-− KL(π‖π'). ``kernels.measurement.measure_fused`` computes them in one fused pass over a block of rows, one
-exponential per pair of logits where every |u| of the block is below ½, two otherwise. Rows
-whose u exceeds 30 (where e^u or an underflowing π would lose mass) take a log-domain path, as
+− KL(π‖π'). ``kernels.measurement.measure_fused`` computes them in one fused pass over a block of
+rows, one exponential per pair of logits where every |u| of the block is below ½, two otherwise.
+Rows whose u exceeds 30 (where e^u or an underflowing π would lose mass) take a log-domain path, as
 do rows where one kernel alone gives a token −inf.
 
 Logits may be −inf (a masked token): a token masked by both kernels drops out of every column
@@ -36,9 +36,10 @@ distribution: its divergences are NaN.
 Two paths compute the same formulas. The XLA program (``impl="jax"``) processes rows in blocks
 (a loop over row blocks, each block's vocabulary in cache); it runs inside a caller's ``jax.jit``
 and, with several devices, shards the token axis across them (``jax.shard_map``). On a machine
-whose one device is a CPU, arrays take the host pass (``impl="cpu"``, ``kernels.measurement.measure_cpu``):
-one loop nest per row compiled for the cores, which reads each row from memory once where XLA's
-CPU code runs every reduction as its own loop (2.4-3 times faster at 4096 x 32768).
+whose one device is a CPU, arrays take the host pass (``impl="cpu"``,
+``kernels.measurement.measure_cpu``): one loop nest per row compiled for the cores, which reads each
+row from memory once where XLA's CPU code runs every reduction as its own loop (2.4-3 times faster
+at 4096 x 32768).
 
 A row's columns do not depend on the rows measured with it or on how many there are: the XLA
 program always computes whole blocks (fewer rows than a block are padded with zero rows), and
@@ -241,19 +242,19 @@ def measure(
 ) -> dict[str, Float[Array, " tokens"]]:
     """Per-token metrics (``COLUMNS``) of two kernels' logits for the same positions.
 
-    ``impl``: ``"jax"`` runs the fused pass of ``kernels.measurement.measure_fused`` as one XLA program
-    (jit-compatible; shards the token axis over ``devices``, default all local devices);
-    ``"cpu"`` runs the same pass compiled for the host's cores (``kernels.measurement.measure_cpu``; arrays
-    only, no tracers), recomputing on the JAX path the rows that it flags (log-domain rows, NaN,
-    no finite maximum); ``"pallas"`` runs the chunked kernel of ``kernels.measurement.measure_pallas`` on
-    the default device (compiled on a GPU, interpreted elsewhere; jit-compatible), its flagged
-    rows recomputed on the JAX path likewise; ``"portable"`` computes every column in
-    binary64 from ``kernels.numerics.portable``'s parts (``kernels.measurement.measure_portable``; arrays only),
-    the same bits on every backend and machine, several times slower; ``"auto"`` (default)
-    takes ``"cpu"`` for arrays when the one device is a CPU, ``"pallas"`` when it is a GPU,
-    ``"jax"`` for traced values on a CPU and for several devices (sharded). Shapes and
-    ``block`` select the compiled JAX program; the temperature is a traced argument, so new
-    temperatures do not recompile.
+    ``impl``: ``"jax"`` runs the fused pass of ``kernels.measurement.measure_fused`` as one XLA
+    program (jit-compatible; shards the token axis over ``devices``, default all local devices);
+    ``"cpu"`` runs the same pass compiled for the host's cores (``kernels.measurement.measure_cpu``;
+    arrays only, no tracers), recomputing on the JAX path the rows that it flags (log-domain rows,
+    NaN, no finite maximum); ``"pallas"`` runs the chunked kernel of
+    ``kernels.measurement.measure_pallas`` on the default device (compiled on a GPU, interpreted
+    elsewhere; jit-compatible), its flagged rows recomputed on the JAX path likewise; ``"portable"``
+    computes every column in binary64 from ``kernels.numerics.portable``'s parts
+    (``kernels.measurement.measure_portable``; arrays only), the same bits on every backend and
+    machine, several times slower; ``"auto"`` (default) takes ``"cpu"`` for arrays when the one
+    device is a CPU, ``"pallas"`` when it is a GPU, ``"jax"`` for traced values on a CPU and for
+    several devices (sharded). Shapes and ``block`` select the compiled JAX program; the temperature
+    is a traced argument, so new temperatures do not recompile.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -310,9 +311,9 @@ def _again(z_train, z_inf, tokens, rows: np.ndarray, temperature, devices, block
 
 
 def _measure_pallas(z_train, z_inf, tokens, temperature, devices, block, traced: bool):
-    """``kernels.measurement.measure_pallas``'s columns, its flagged rows taken from the JAX path: only those
-    rows for arrays; for traced values (no row count to branch on) the JAX path's values of every
-    row, computed only when some row is flagged."""
+    """``kernels.measurement.measure_pallas``'s columns, its flagged rows taken from the JAX path:
+    only those rows for arrays; for traced values (no row count to branch on) the JAX path's values
+    of every row, computed only when some row is flagged."""
     from kernel_contracts.kernels.measurement.measure_pallas import measure_rows as pallas_rows
 
     z_train, z_inf, tokens = _inputs(z_train, z_inf, tokens, temperature)

@@ -1,7 +1,8 @@
 """The columns of a token table: what is measured per token, and what locates the token.
 
-Kept apart from ``kernels.measurement._measure`` (which imports JAX) so that readers of token tables, such as
-the evidence evaluation of a proofs-and-logs run, can name the columns without importing JAX.
+Kept apart from ``kernels.measurement._measure`` (which imports JAX) so that readers of token
+tables, such as the evidence evaluation of a proofs-and-logs run, can name the columns without
+importing JAX.
 """
 
 from __future__ import annotations

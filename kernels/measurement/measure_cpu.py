@@ -1,5 +1,5 @@
-"""Full-vocabulary measurement on the CPU: the fused pass of ``kernels.measurement.measure_fused`` as one
-loop nest per row compiled by Numba, the row kept in the core's cache between its sweeps.
+"""Full-vocabulary measurement on the CPU: the fused pass of ``kernels.measurement.measure_fused``
+as one loop nest per row compiled by Numba, the row kept in the core's cache between its sweeps.
 
 XLA's CPU code runs every reduction of the fused pass as its own loop over an array written for
 it (eight such arrays per row block), which holds the JAX pass to about a seventh of the memory's
@@ -19,9 +19,9 @@ in the core's L2 cache:
 4. with KL(π‖π') = log1p(Σ e·φ/S): Σ (−(eψ·e^{−KL} + e·expm1(−KL)))₊ (TV) and Σ eψ·u (Jeffreys),
    ψ = φ + u.
 
-The formulas are those of the JAX pass (see ``kernels.measurement.measure_fused``); rows it would send to the
-log domain (u above ``EXTREME_U``, −inf on one side only), rows with a NaN and rows with no finite
-maximum are flagged for the caller to recompute on the JAX path.
+The formulas are those of the JAX pass (see ``kernels.measurement.measure_fused``); rows it would
+send to the log domain (u above ``EXTREME_U``, −inf on one side only), rows with a NaN and rows with
+no finite maximum are flagged for the caller to recompute on the JAX path.
 
 Rows run in parallel over Numba's threads. Float sums may be reassociated, so that they
 vectorise; no other fast-math assumption is made (−inf and NaN keep their meaning). Float maxima
@@ -397,8 +397,9 @@ def measure_rows(
     tokens: Int[np.ndarray, " rows"],
     inv_t: float | np.floating,
 ) -> tuple[Float[np.ndarray, "rows 10"], Bool[np.ndarray, " rows"]]:
-    """The columns of ``kernels.measurement._measure.COLUMNS`` for every row (temperature 1/``inv_t``), as
-    a float32 table, and the mask of rows the caller must recompute on the JAX path."""
+    """The columns of ``kernels.measurement._measure.COLUMNS`` for every row (temperature
+    1/``inv_t``), as a float32 table, and the mask of rows the caller must recompute on the JAX
+    path."""
     z = np.ascontiguousarray(z_train, np.float32)
     zp = np.ascontiguousarray(z_inf, np.float32)
     y = np.ascontiguousarray(tokens, np.int64)

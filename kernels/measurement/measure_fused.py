@@ -134,9 +134,9 @@ def block_metrics(
     inv_t,
     maxima=None,
 ) -> dict[str, Float[Array, " rows"]]:
-    """Every column of ``kernels.measurement._measure.COLUMNS`` for a block of rows, and ``extreme``: the
-    rows whose divergence columns must be recomputed in the log domain. ``maxima``: the block's
-    rows of ``row_maxima`` (computed here when not given)."""
+    """Every column of ``kernels.measurement._measure.COLUMNS`` for a block of rows, and
+    ``extreme``: the rows whose divergence columns must be recomputed in the log domain. ``maxima``:
+    the block's rows of ``row_maxima`` (computed here when not given)."""
     rows = jnp.arange(z.shape[0])
     i1, zmax, runner_up, j1 = row_maxima(z, zp) if maxima is None else maxima
     w, pivot = centred_drift(z, zp, i1)  # w = d − d(i₁)

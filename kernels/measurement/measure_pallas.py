@@ -32,11 +32,12 @@ row, the kernel is bound by its arithmetic rather than by memory, and fewer prog
 the cache) ran slower than one per row block, the default, under which the second sweep mostly
 reads memory again: the logits are read twice from memory, not once.
 
-Rows that the fast formulas do not cover are flagged ``extreme``, as ``kernels.measurement.measure_cpu``
-flags them, and the caller recomputes them on the JAX path: a NaN, no finite maximum, u above
-``EXTREME_U``, −inf on one side only, or a summary that overflowed. The per-token columns of the
-observed token (log ratio, probability) come from a gather after the kernel (``columns``).
-Tested against ``kernels.measurement._measure.measure_numpy``, a float64 reference and the host pass.
+Rows that the fast formulas do not cover are flagged ``extreme``, as
+``kernels.measurement.measure_cpu`` flags them, and the caller recomputes them on the JAX path: a
+NaN, no finite maximum, u above ``EXTREME_U``, −inf on one side only, or a summary that overflowed.
+The per-token columns of the observed token (log ratio, probability) come from a gather after the
+kernel (``columns``). Tested against ``kernels.measurement._measure.measure_numpy``, a float64
+reference and the host pass.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Full-vocabulary measurement that gives the same bits on every backend (``impl="portable"``).
 
-The fast paths of ``kernels.measurement._measure`` (XLA's ``exp`` and ``log``, float reductions in the
-backend's order, the host pass's reassociated sums) agree with each other to a documented
+The fast paths of ``kernels.measurement._measure`` (XLA's ``exp`` and ``log``, float reductions in
+the backend's order, the host pass's reassociated sums) agree with each other to a documented
 tolerance, not bit for bit, and not between machines. Evidence that a contract's verdict
 rests on must not change with the machine, so ``evidence: emulate`` measures here: the same
-formulas (see ``kernels.measurement.measure_fused``), every value kept in binary64 and built from the
-parts of :mod:`kernels.numerics.portable`:
+formulas (see ``kernels.measurement.measure_fused``), every value kept in binary64 and built from
+the parts of :mod:`kernels.numerics.portable`:
 
 * the logits widened by their bits; d = z' − z and z − max z as correctly rounded binary64
   differences (exact unless the two values lie 2**29 apart), so no two-sum is needed;
@@ -17,8 +17,8 @@ parts of :mod:`kernels.numerics.portable`:
 * each column rounded once to float32 by integer operations (results below ``2**-126``: +0).
 
 The binary64 formulas hold for every u up to ``EXTREME_U`` (where e·e^u still fits binary64
-with room to spare); rows beyond it take the log-domain formulas of ``kernels.measurement._measure`` (a
-log-mean-exp shifted by its largest term), and rows where one kernel alone masks a token
+with room to spare); rows beyond it take the log-domain formulas of ``kernels.measurement._measure``
+(a log-mean-exp shifted by its largest term), and rows where one kernel alone masks a token
 (−inf) are summed directly from the two log-softmaxes, also in binary64. Both branches are
 chosen per block by ``lax.cond``, which every backend evaluates alike. Logits below
 ``2**-126`` in magnitude count as 0, as everywhere in ``kernels``; a row with a NaN logit has

@@ -5,7 +5,8 @@ The mesh has two axes: ``"data"`` splits the batch (each device serves some sequ
 are placed by rules that map a parameter's path in an NNX model's state (``blocks/0/wqkv``) to a
 ``PartitionSpec``; the first rule whose regular expression matches the path wins, and a
 parameter no rule names is replicated. The computation itself is left to JAX's partitioner:
-the jitted functions of ``kernels.model.decode`` run unchanged on a sharded model and a sharded batch.
+the jitted functions of ``kernels.model.decode`` run unchanged on a sharded model and a sharded
+batch.
 
 Bit identity with the one-device run. The emulated matmuls round with integer bit operations
 and reduce every output element in a fixed order of parts, chunks and groups

@@ -15,8 +15,8 @@ The entry point
 It must be causal (the logits at position ``t`` depend on ``tokens[:, : t + 1]`` only), be
 traceable by JAX (no Python branching on token values) and accept any ``batch`` and every
 ``seq`` the contract's sequences need. Its matmuls need not know this package: both kernels
-run it through :func:`kernels.diagnose.transform.on_kernel` (K_train with the training spec and fixed
-batching; K_inf with the inference spec at the serving batch, attention recognised and kept in
+run it through :func:`kernels.diagnose.transform.on_kernel` (K_train with the training spec and
+fixed batching; K_inf with the inference spec at the serving batch, attention recognised and kept in
 float32 as in the shipped path). The module is imported with the contract file's directory
 first on ``sys.path``, so a model can live next to its contract.
 

@@ -4,8 +4,8 @@ XLA's GPU compiler collapses every chain of two or more floating-point converts 
 convert (its ``SimplifyFPConversions`` pass, on by default). A rounding written as
 ``x.astype(narrow).astype(jnp.float32)`` therefore does nothing on a GPU, and
 ``x64.astype(f32).astype(bf16)`` rounds once instead of twice. The emulation rounds with
-integer bit operations instead (:mod:`kernels.numerics.bitround`); :func:`erasable_casts` checks that
-no such chain is left.
+integer bit operations instead (:mod:`kernels.numerics.bitround`); :func:`erasable_casts` checks
+that no such chain is left.
 
 A *chain* is a float convert whose operand is the result of a float convert that loses
 information (to a format with fewer exponent or fraction bits), where the second convert

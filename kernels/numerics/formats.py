@@ -22,8 +22,8 @@ Behaviour at the edges (the same in the NumPy and the JAX versions; tests compar
 * NaN payloads and NaN signs are unspecified.
 
 The JAX versions round with integer operations on the float32 bit pattern
-(:mod:`kernels.numerics.bitround`), so the rounding survives every compiler: XLA's GPU compiler erases
-a pair of float conversions such as ``x.astype(narrow).astype(float32)``. The NumPy versions
+(:mod:`kernels.numerics.bitround`), so the rounding survives every compiler: XLA's GPU compiler
+erases a pair of float conversions such as ``x.astype(narrow).astype(float32)``. The NumPy versions
 use ``ml_dtypes`` conversions; tests compare the two on every value of each format, the
 midpoints between them and random float32 patterns.
 
@@ -162,8 +162,9 @@ def _round(x, fmt: str, saturate: bool):
 def saturating_cast(x: Float[ArrayLike, "*shape"], fmt: str) -> Float[Array, "*shape"]:
     """Round float32 ``x`` into ``fmt`` with saturation; returns float32 values.
 
-    The rounding is integer arithmetic on the bit pattern (:func:`kernels.numerics.bitround.round_float32`),
-    never a pair of float conversions, which a compiler may erase."""
+    The rounding is integer arithmetic on the bit pattern
+    (:func:`kernels.numerics.bitround.round_float32`), never a pair of float conversions, which a
+    compiler may erase."""
     return _round(x, fmt, True)
 
 

@@ -20,8 +20,8 @@ The functions here are built only from operations that every backend computes id
   cleared by an integer AND, which no compiler can fuse through or remove; it costs at most
   one float64 ulp);
 * the integer roundings of :mod:`kernels.numerics.bitround`: every result is
-  :func:`~kernels.numerics.bitround.round_binary32` of a float64 value (to nearest even, results below
-  ``2**-126`` flushed to +0), so no float64-to-float32 conversion of an inexact value is left
+  :func:`~kernels.numerics.bitround.round_binary32` of a float64 value (to nearest even, results
+  below ``2**-126`` flushed to +0), so no float64-to-float32 conversion of an inexact value is left
   to a backend;
 * sums by a fixed pairwise tree of elementwise adds (:func:`ordered_sum`), never a float
   reduction, and ``jnp.max`` (whose value does not depend on the order).
@@ -61,13 +61,13 @@ to float32; the sweeps of ``tests/kernels/test_portable.py`` measure the rest):
   and rounds once.
 
 Float32 inputs are read with their subnormals flushed (a binary32 subnormal counts as +0, and
-so does −0), as everywhere in ``kernels`` (:mod:`kernels.numerics.formats`); results below ``2**-126``
-are +0. The functions take float32 (anything else is converted to float32 first) and return
-float32; they enable 64-bit types themselves (callers need not), inside ``jax.jit`` too.
+so does −0), as everywhere in ``kernels`` (:mod:`kernels.numerics.formats`); results below
+``2**-126`` are +0. The functions take float32 (anything else is converted to float32 first) and
+return float32; they enable 64-bit types themselves (callers need not), inside ``jax.jit`` too.
 
 A computation that keeps its intermediate values in binary64 (the portable measurement of
-:mod:`kernels.measurement.measure_portable`) builds on the same parts, exposed for float64 arrays traced
-with 64-bit types enabled: :func:`widen` (float32 to float64 by bits), :func:`seal`,
+:mod:`kernels.measurement.measure_portable`) builds on the same parts, exposed for float64 arrays
+traced with 64-bit types enabled: :func:`widen` (float32 to float64 by bits), :func:`seal`,
 :func:`sum64` (the pairwise tree, unrounded), :func:`exp64`, :func:`expm1_64`, :func:`phi64`,
 :func:`log64` and :func:`log1p64` (each within a few float64 ulps), and :func:`to_float32`.
 """

@@ -11,8 +11,8 @@ Each step of ``run_rl`` (``start_session`` then ``rl_step`` per step):
 4. teacher-forces the same tokens through the training kernel K_train (float32, the kernel the
    gradient flows through: ``load_pretrained``'s plain float32 ops, the same functions as
    the emulated ``fp32`` preset's K_train up to summation order) and measures both kernels'
-   logits at every sampled position over the full vocabulary (``kernels.measurement._measure``): log w of
-   the sampled token, token TV, KL, logit drift;
+   logits at every sampled position over the full vocabulary (``kernels.measurement._measure``):
+   log w of the sampled token, token TV, KL, logit drift;
 5. computes the named estimator's correction weights from those log-probs and takes one
    optimizer step of the corrected policy gradient (``kernels.rl.grpo``).
 

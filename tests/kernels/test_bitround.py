@@ -1,4 +1,5 @@
-"""The integer roundings of ``kernels.numerics.bitround`` against ml_dtypes, NumPy and exact fractions.
+"""The integer roundings of ``kernels.numerics.bitround`` against ml_dtypes, NumPy and exact
+fractions.
 
 The formats' JAX casts must give the bits of the NumPy casts (``ml_dtypes`` conversions) on
 every backend, so they are compared on every value of each format, every midpoint between

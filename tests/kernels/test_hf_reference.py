@@ -5,7 +5,8 @@ dependencies) wrote each family's tiny checkpoint in the hub's format (bfloat16 
 hub's tensor names and config keys; Llama in two shards with the index) and the logits
 transformers computes from it in float32, over a whole sequence and decoding token by token
 through its KV cache. Here the same folders are loaded and run on plain float32 ops, and one
-on the portable layers of K_train and K_inf (``kernels.numerics.portable``: the same bits on every backend).
+on the portable layers of K_train and K_inf (``kernels.numerics.portable``: the same bits on every
+backend).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def test_incremental_decoding_matches_reference_cache(loaded, ours, family):
 
 
 def test_portable_layers_match_reference(loaded, ours):
-    """With portable layers (K_train's and K_inf's: ``kernels.numerics.portable``'s RMS norms, q/k norms
-    too, SiLU and rotary embeddings) and plain matmuls and attention, the logits still match
+    """With portable layers (K_train's and K_inf's: ``kernels.numerics.portable``'s RMS norms, q/k
+    norms too, SiLU and rotary embeddings) and plain matmuls and attention, the logits still match
     transformers' (Qwen3: every layer switch but the biases and the rope scaling)."""
     model, ref = loaded["qwen3"]
     ops = dataclasses.replace(plain_ops(), name="portable-layers", layers=Layers(portable=True))

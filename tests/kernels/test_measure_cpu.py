@@ -1,6 +1,6 @@
-"""The host's compiled measurement pass (kernels.measurement.measure_cpu): its exponential, series and
-order keys against float64, its maxima on awkward vocabularies, the rows it hands back to the JAX
-path, and agreement with the float64 reference on every branch of the series."""
+"""The host's compiled measurement pass (kernels.measurement.measure_cpu): its exponential, series
+and order keys against float64, its maxima on awkward vocabularies, the rows it hands back to the
+JAX path, and agreement with the float64 reference on every branch of the series."""
 
 from __future__ import annotations
 

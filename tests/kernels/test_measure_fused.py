@@ -1,7 +1,7 @@
 """The fused measurement pass (kernels.measurement.measure_fused, and its compiled host twin
-kernels.measurement.measure_cpu) and its log-domain fallback, against a float64 reference (and 40-digit
-arithmetic where float64 itself cancels), with and without jit: ties, masked (−inf) tokens, a
-large common drift, chunked argmax, overlapping row blocks."""
+kernels.measurement.measure_cpu) and its log-domain fallback, against a float64 reference (and
+40-digit arithmetic where float64 itself cancels), with and without jit: ties, masked (−inf) tokens,
+a large common drift, chunked argmax, overlapping row blocks."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The chunked Pallas measurement kernel (kernels.measurement.measure_pallas), run with interpret=True: its
-columns against float64 (and 40-digit arithmetic where float64 cancels) and against the host
-pass, over several vocabulary chunks and row blocks (overlapping last ones included), on peaked,
-flat and strongly drifting rows; its flags and the JAX path's values for the rows it flags;
-with and without jit; and ``kernels.measure``'s routing to it."""
+"""The chunked Pallas measurement kernel (kernels.measurement.measure_pallas), run with
+interpret=True: its columns against float64 (and 40-digit arithmetic where float64 cancels) and
+against the host pass, over several vocabulary chunks and row blocks (overlapping last ones
+included), on peaked, flat and strongly drifting rows; its flags and the JAX path's values for the
+rows it flags; with and without jit; and ``kernels.measure``'s routing to it."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 XLA's GPU compiler collapses chains of float converts (``SimplifyFPConversions``), so a rounding
 written as ``x.astype(narrow).astype(jnp.float32)`` does nothing there. Each entry point below
 is lowered to StableHLO on the CPU (lowering, not running: small shapes, a few seconds) and
-linted with :func:`kernels.numerics.castlint.erasable_casts`. The first tests show that the lint finds
-such chains, also when a move, a call, a loop or a branch separates the two converts.
+linted with :func:`kernels.numerics.castlint.erasable_casts`. The first tests show that the lint
+finds such chains, also when a move, a call, a loop or a branch separates the two converts.
 """
 
 from __future__ import annotations

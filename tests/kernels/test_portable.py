@@ -447,7 +447,7 @@ def test_programs_use_no_backend_dependent_operation(name):
     assert "f64" in text  # the lint sees the real program, traced with 64-bit types
 
 
-# -- the binary64 building blocks of kernels.measurement.measure_portable --------------------------------
+# -- the binary64 building blocks of kernels.measurement.measure_portable --------------------------
 
 _ULPS64 = {"exp64": 2, "expm1_64": 4, "phi64": 8, "log64": 4, "log1p64": 6}
 

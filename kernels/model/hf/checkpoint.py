@@ -287,8 +287,8 @@ def load_decoder(folder: str, ops: Ops | None = None):
 
 def logits_function(folder: str):
     """``(fn, params, config)`` of the checkpoint in ``folder``: ``fn(params, tokens)`` its
-    teacher-forced logits on plain float32 ops (the form ``kernels.diagnose.transform.on_kernel`` and
-    ``kernels.localize`` take). Raises ``CheckpointError``."""
+    teacher-forced logits on plain float32 ops (the form ``kernels.diagnose.transform.on_kernel``
+    and ``kernels.localize`` take). Raises ``CheckpointError``."""
     from flax import nnx
 
     graphdef, params = nnx.split(load_decoder(folder))

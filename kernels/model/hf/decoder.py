@@ -16,8 +16,8 @@ whole-sequence attention is ``self.ops.attention`` and incremental decoding read
 ``self.ops.cache``; RMSNorm, rotary embeddings, SiLU, biases, residual adds and the embedding
 lookup are float32 in both kernels, RMSNorm, SiLU and the rotary embeddings computed by
 ``self.ops.layers``: plain ``jnp`` under ``plain_ops`` (differentiable), the same bits on every
-backend under ``train_ops`` and ``inference_ops`` (:mod:`kernels.numerics.portable`: the RMS norm's mean
-square summed exactly in binary64, the rotary products exact in binary64 and rounded once after
+backend under ``train_ops`` and ``inference_ops`` (:mod:`kernels.numerics.portable`: the RMS norm's
+mean square summed exactly in binary64, the rotary products exact in binary64 and rounded once after
 their add). ``kernels.model.tinylm.with_ops`` switches the kernels, and
 ``kernels.model.decode.generate`` / ``teacher_force`` run this model as they run TinyLM.
 

@@ -3,9 +3,9 @@
 ``run_suite(kernel)`` builds the probes of the kernel's matmul spec (``probes``), the
 reference's outputs on them (``Baseline``: the NumPy reference of ``kernels._matmul`` for the
 outputs, the JAX implementation for batch invariance and the model's logits), then, for every
-fault of ``kernels.diagnose.faults`` that applies to the spec, injects it into the JAX implementation,
-runs the implementation on the same probes (``Observed``) and every check on the pair. The
-result is a :class:`Table` of verdicts computed from those runs, nothing written by hand:
+fault of ``kernels.diagnose.faults`` that applies to the spec, injects it into the JAX
+implementation, runs the implementation on the same probes (``Observed``) and every check on the
+pair. The result is a :class:`Table` of verdicts computed from those runs, nothing written by hand:
 
 * the **null** fault (the unmodified implementation) must be detected by no check: a check
   that fires on it is a false alarm (or the implementation does not conform);
@@ -330,8 +330,8 @@ def _baseline(spec: MatmulSpec, batching: str, pr: Probes, model: Model | None) 
 
 
 def run_suite(kernel: KernelSpec, *, seed: int = 0, model: Model | None = None) -> Table:
-    """Every applicable fault of ``kernels.diagnose.faults`` injected into ``kernel``'s matmul, every
-    check run on it (module docstring)."""
+    """Every applicable fault of ``kernels.diagnose.faults`` injected into ``kernel``'s matmul,
+    every check run on it (module docstring)."""
     spec, batching = kernel.matmul, kernel.batching
     pr = probes(spec, seed)
     base = _baseline(spec, batching, pr, model)

@@ -25,6 +25,7 @@ from kernel_contracts.verify.pipeline.export.request import (
     Value,
     requests_of,
 )
+from kernel_contracts.verify.pipeline.export.scalars import scalar
 
 __all__ = ["Export", "Setting", "plan", "premises_of", "prove"]
 
@@ -67,12 +68,6 @@ def _same(a: Value, b: Value) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _shown(v: Value) -> str:
-    from kernel_contracts.verify.pipeline.export.render import scalar
-
-    return scalar(v)
-
-
 def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ()) -> Export:
     """The settings ``framework`` needs for ``contract``'s driving guarantees (those named in
     ``wanted``, or all). Raises ``ExportError`` (exit 2) naming every problem."""
@@ -106,8 +101,8 @@ def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ())
             else:
                 before = merged[key][1][0]
                 problems.append(
-                    f"{_key(contract, r, 'id')}: {r.guarantee} sets {key} to {_shown(value)} "
-                    f"but {before} sets it to {_shown(merged[key][0])}; a run uses one "
+                    f"{_key(contract, r, 'id')}: {r.guarantee} sets {key} to {scalar(value)} "
+                    f"but {before} sets it to {scalar(merged[key][0])}; a run uses one "
                     "correction, so export one of them with --guarantee"
                 )
     if problems:

@@ -7,10 +7,8 @@ overrides carry it as ``#`` comment lines; JSON, which has no comments, as the `
 ``framework``, ``guarantees`` and ``from`` members beside ``settings`` (so a TRL config is
 ``GRPOConfig(**doc["settings"])``).
 
-Scalars are written so that YAML 1.1 and 1.2 readers (PyYAML, OmegaConf) and Hydra's override
-grammar read them back as the same value: numbers as the shortest decimal of the double, with a
-``.`` in the mantissa (``1.0e-09``, not ``1e-09``, which YAML 1.1 reads as a string); strings
-quoted; ``null``, ``true`` and ``false`` for ``None`` and the booleans.
+Scalars are written as ``verify.pipeline.export.scalars`` says, so that YAML readers and Hydra's
+override grammar read back the values the settings hold.
 """
 
 from __future__ import annotations
@@ -20,30 +18,10 @@ from fractions import Fraction
 
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.pipeline.export.plan import Export
-from kernel_contracts.verify.pipeline.export.request import Value, number
+from kernel_contracts.verify.pipeline.export.request import Value
+from kernel_contracts.verify.pipeline.export.scalars import scalar
 
 __all__ = ["render", "scalar"]
-
-
-def _float_text(v: Fraction) -> str:
-    text = number(v)
-    mantissa, e, exponent = text.partition("e")
-    if e and "." not in mantissa:
-        text = f"{mantissa}.0e{exponent}"
-    return text
-
-
-def scalar(v: Value, *, quote: str = '"') -> str:
-    """``v`` as a YAML (``quote='"'``) or Hydra override (``quote="'"``) scalar."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, Fraction):
-        return _float_text(v)
-    if quote == "'":
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return json.dumps(v, ensure_ascii=False)
 
 
 def _header(export: Export, proved: dict[str, tuple[Status, str]]) -> list[str]:
