@@ -189,12 +189,12 @@ def _code_strings(path: pathlib.Path) -> list[tuple[ast.AST, int]]:
     ``python -c`` or to a notebook kernel), parsed, with the line each starts on."""
     found = []
     for node in ast.walk(_parse(path)):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if re.search(r"^\s*(from \w[\w.]* import|import \w)", node.value, re.M):
-                try:
-                    found.append((ast.parse(node.value), node.lineno))
-                except SyntaxError:
-                    continue
+        text = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(text, str) and re.search(r"^\s*(from \w[\w.]* import|import \w)", text, re.M):
+            try:
+                found.append((ast.parse(text), node.lineno))
+            except SyntaxError:
+                continue
     return found
 
 
@@ -612,7 +612,8 @@ def test_no_private_name_is_imported_from_another_module(package):
 
 def test_every_lazy_package_loads_through_the_one_helper():
     """No package ``__init__`` writes its own module ``__getattr__``: the lazy ones (``kernels``,
-    ``kernels.model.hf``, ``kernels.rl``, ``verify``) take theirs from ``contracts.lazy.lazy_exports``."""
+    ``kernels.model.hf``, ``kernels.rl``, ``verify``) take theirs from
+    ``contracts.lazy.lazy_exports``."""
     own, shared = [], []
     for package in PACKAGES:
         for path in (ROOT / package).rglob("__init__.py"):
