@@ -108,7 +108,7 @@ def test_a_second_monitor_on_the_same_checkpoint_is_refused(tmp_path):
         ),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
@@ -236,6 +236,7 @@ def test_a_closed_standard_output_ends_the_monitor_quietly(tmp_path):
     first = proc.stdout.readline()  # what `| head -1` reads, then it goes away
     proc.stdout.close()
     err = proc.stderr.read()
+    proc.stderr.close()
     proc.wait(timeout=120)
     assert json.loads(first)["kind"] == "window"
     assert (proc.returncode, err) == (141, b"")

@@ -40,8 +40,9 @@ def setup(tmp_path_factory):
     ]
     stream.write_bytes(b"".join(extra) + b"".join(lines) * 30)
     reference = tmp / "reference.jsonl"
-    code = _monitor(contract, stream, reference, None).wait(timeout=120)
-    assert code == 3  # inconclusive windows (too few tokens for min_samples), none violated
+    proc = _monitor(contract, stream, reference, None)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 3  # inconclusive windows (too few tokens for min_samples), none violated
     return tmp, contract, stream, reference.read_bytes()
 
 
@@ -62,7 +63,7 @@ def _kill_when(proc: subprocess.Popen, out: pathlib.Path, size: int, delay: floa
         time.sleep(0.0005)
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.communicate(timeout=60)  # waits, and closes the pipe
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
