@@ -71,7 +71,8 @@ def test_experiment_writes_tables_logs_and_monitor_verdicts(experiment):
         np.testing.assert_allclose(per_step, [r["abs_log_ratio_max"] for r in records], atol=1e-4)
         # the monitor decided one window per step; N_is_cap is violated where a ratio leaves
         # [1/2, 2] (otherwise undecided: sampled tokens cannot show that every token is within)
-        lines = [json.loads(x) for x in (out / "monitor" / f"{name}.decisions.jsonl").open()]
+        decisions = (out / "monitor" / f"{name}.decisions.jsonl").read_text(encoding="utf-8")
+        lines = [json.loads(x) for x in decisions.splitlines()]
         windows = [x for x in lines if x["kind"] == "window"]
         assert [w["tokens"] for w in windows] == [16, 16]
         assert [w["verdict"] for w in windows] == run["monitor_window_verdicts"]

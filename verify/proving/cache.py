@@ -42,7 +42,8 @@ __all__ = ["ENV", "FORMAT", "Cache", "Key", "key", "load", "locate", "store", "w
 
 ENV = "KERNEL_CONTRACTS_CACHE"
 FORMAT = "kernel-contracts/verify-cache/1"
-PACKAGES = ("contracts", "bounds", "verify")
+# the packages whose sources key an entry, by their installed names
+PACKAGES = ("kernel_contracts.contracts", "kernel_contracts.bounds", "kernel_contracts.verify")
 # the installed distributions an entry rests on (their .dist-info names carry the versions) and
 # the modules they install (whose files are stamped too)
 DISTRIBUTIONS = ("sympy", "mpmath", "numpy", "gmpy2", "z3_solver", "cvc5", "kernel_contracts")
@@ -95,7 +96,7 @@ def locate(environ: Mapping[str, str] | None = None, *, started: float | None = 
 def _package_files(name: str) -> list[pathlib.Path]:
     from importlib.util import find_spec
 
-    spec = find_spec(f"kernel_contracts.{name}")
+    spec = find_spec(name)
     roots = list(spec.submodule_search_locations or ()) if spec else []
     if len(roots) != 1:
         raise LookupError(f"cannot locate the sources of package {name!r}")
