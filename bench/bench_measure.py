@@ -5,10 +5,10 @@
     python bench/bench_measure.py table [--prompts 64] [--new-tokens 64]
 
 ``throughput`` times ``kernels.measure`` on random logits (z' = z + drift·N(0, 1)) on both of
-its paths, ``impl="cpu"`` (the host's compiled pass, ``kernels.measurement.measure_cpu``: the default on a
-one-CPU-device machine) and ``impl="jax"`` (the XLA program of ``kernels.measurement.measure_fused``),
-against, in the same run and interleaved (so load from other processes hits all alike; best of
-``--repeat``):
+its paths, ``impl="cpu"`` (the host's compiled pass, ``kernels.measurement.measure_cpu``: the
+default on a one-CPU-device machine) and ``impl="jax"`` (the XLA program of
+``kernels.measurement.measure_fused``), against, in the same run and interleaved (so load from other
+processes hits all alike; best of ``--repeat``):
 
 - the machine's read bandwidth: the fastest of three passes that read the same two arrays once
   and do the least arithmetic per byte (a jitted row maximum and row sum, the runtime and
@@ -16,8 +16,8 @@ against, in the same run and interleaved (so load from other processes hits all 
   the memory delivers; a slower one measures its own overhead;
 - a floor loop: two exponentials per pair of logits, each summed (the transcendentals of the
   measurement's general path, e^{z/T} and e^u per pair; a block whose |u| are all below 1/2
-  needs e^{z/T} alone, see ``kernels.measurement.measure_fused``), whose rate of vector operations the
-  floor argument uses;
+  needs e^{z/T} alone, see ``kernels.measurement.measure_fused``), whose rate of vector operations
+  the floor argument uses;
 - the straightforward numpy implementation (``measure_numpy`` in float32, over blocks of rows so
   its temporaries fit in memory), once.
 
@@ -272,7 +272,7 @@ def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
         Policy,
         Source,
     )
-    from kernel_contracts.kernels import emulate
+    from kernel_contracts.evidence.emulate import emulate_contract
 
     rows = []
     for name, spec in PRESETS.items():
@@ -287,7 +287,7 @@ def table(prompts: int, new_tokens: int, seed: int, temperature: float) -> None:
             ),
         )
         t0 = time.perf_counter()
-        tab = emulate(contract)
+        tab = emulate_contract(contract)
         seconds = time.perf_counter() - t0
         rows.append((name, tab, seconds))
         print(f"{name}: {len(tab['tv'])} tokens in {seconds:.1f} s", file=sys.stderr)

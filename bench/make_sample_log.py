@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from kernel_contracts import contracts
+from kernel_contracts.evidence.emulate import emulate_contract
 from kernel_contracts.evidence.logs import LoggedSequence, read_log, write_log
-from kernel_contracts.kernels import emulate
 
 CONTRACT = """contract: 1
 name: sample-log-generator
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     def progress(done, total):
         print(f"\rprompts {done}/{total}", end="", file=sys.stderr, flush=True)
 
-    table = emulate(contract, progress=progress)
+    table = emulate_contract(contract, progress=progress)
     print(file=sys.stderr)
     seqs = sequences(table)
     write_log(args.out, seqs)

@@ -6,12 +6,14 @@ owns the token table every source is turned into (``evidence.table``),
 summarises it per slice and metric in mergeable summaries (``evidence.summary``; the drift
 table's cells in ``evidence.drift``) and assembles
 one ``Source`` per log or emulation setting (``evidence.sources``), with the runtime envelope its
-sequences were gathered in (``evidence.envelope``). Deciding clauses on a source is
-``verify.decide``'s job.
+sequences were gathered in (``evidence.envelope``). ``evidence.emulate`` reads what a contract
+asks to emulate (its ``evidence.emulate`` model and prompt files, its sampling policy, the
+serving batch and lengths of its runtime clauses) and runs ``kernels.emulation`` on plain
+values. Deciding clauses on a source is ``verify.decide``'s job.
 
-Importing this package imports no JAX: only ``emulate_sources`` loads the kernels' emulator, and
-a log's weight diagnostics (``evidence.weights``) load ``kernels.rl`` when the contract names
-an estimator.
+Importing this package imports no JAX: only ``emulate_sources`` loads ``evidence.emulate`` and
+through it the kernels' emulator, and a log's weight diagnostics (``evidence.weights``) load
+``kernels.rl`` when the contract names an estimator.
 """
 
 from kernel_contracts.evidence.drift import DriftCell, drift_cell, merge_tables, table_rows

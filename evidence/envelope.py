@@ -12,10 +12,10 @@ runtime verdicts from these counts, so ``verify check`` recomputes them from the
 
 ``settings`` is the grid ``evidence: emulate`` runs: for each of batch size and sequence length
 that the runtime clauses declare (the intersection of their ranges), the two ends and the
-midpoint, clipped to what the emulator can run (at most ``kernels.emulation.MAX_BATCH``
-sequences at once; lengths ``length_range``); with both declared, the four corners and the
-centre. A point clipped outside a declared range stays in the grid, and its evidence is
-flagged by the runtime verdict.
+midpoint, clipped to what the emulator can run (``evidence.emulate.sweep`` passes in its
+limits: at most ``MAX_BATCH`` sequences at once, lengths ``length_range``); with both
+declared, the four corners and the centre. A point clipped outside a declared range stays in
+the grid, and its evidence is flagged by the runtime verdict.
 """
 
 from __future__ import annotations

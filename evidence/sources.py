@@ -1,12 +1,13 @@
 """Evidence sources: a log or an emulation turned into per-slice mergeable summaries.
 
 ``log_source`` reads logs (``evidence.logs``: JSONL, Parquet, Arrow) as shards of one log;
-``emulate_sources`` runs ``kernels.emulation`` (which imports JAX, as a log's weight
-diagnostics do when the contract names an estimator: ``evidence.weights``), once per
-setting of the runtime sweep (``evidence.envelope.settings``), one source per setting. All
-summarise every (slice, metric) a contract's clauses need (``evidence.summary``), say which
-metrics and slices they cannot give, and why, and describe the runtime envelope their sequences
-were gathered in (``info["runtime"]``, ``evidence.envelope.observe``).
+``emulate_sources`` runs the contract's emulation (``evidence.emulate``, which loads the kernels
+and JAX on first use, as a log's weight diagnostics do when the contract names an estimator:
+``evidence.weights``), once per setting of the runtime sweep (``evidence.emulate.sweep``), one
+source per setting. All summarise every (slice, metric) a contract's clauses need
+(``evidence.summary``), say which metrics and slices they cannot give, and why, and describe
+the runtime envelope their sequences were gathered in (``info["runtime"]``,
+``evidence.envelope.observe``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
-from kernel_contracts.evidence.envelope import observe, settings
+from kernel_contracts.evidence.envelope import observe
 from kernel_contracts.evidence.table import (
     FULL_VOCAB,
     LOWER_BOUNDED,
@@ -342,65 +342,23 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _checkpoint_sha256(model: str) -> str | None:
-    """sha256 of the shipped checkpoint file of ``model``; ``None`` when there is none."""
-    try:
-        from kernel_contracts.kernels.model.tinylm import (
-            CHECKPOINTS,  # loaded on first use: logs need no JAX
-        )
-
-        files = CHECKPOINTS[model]
-        data = (
-            resources.files("kernel_contracts.kernels")
-            .joinpath("checkpoints", files[0])
-            .read_bytes()
-        )
-    except (KeyError, AttributeError, OSError):
-        return None
-    return hashlib.sha256(data).hexdigest()
-
-
-def _hf_sha256(model: str) -> str | None:
-    """sha256 of an ``hf:`` checkpoint folder's config and weights; ``None`` for another model."""
-    from kernel_contracts.contracts.sections import HF_PREFIX
-
-    if not model.startswith(HF_PREFIX):
-        return None
-    from kernel_contracts.kernels.model.hf.checkpoint import (
-        folder_sha256,  # loaded on first use: logs need no JAX
-    )
-
-    return folder_sha256(model[len(HF_PREFIX) :])
-
-
-def _file_sha256(path: str) -> str | None:
-    """sha256 of a user model's params file; ``None`` when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    except OSError:
-        return None
-
-
 def emulate_sources(contract, stream) -> list[Source]:
-    """One source per setting of the runtime sweep (``evidence.envelope.settings``)."""
+    """One source per setting of the runtime sweep (``evidence.emulate.sweep``)."""
     try:
-        from kernel_contracts.kernels import (
-            emulation as emulate_module,  # loaded on first use: logs need no JAX
+        from kernel_contracts.evidence import (
+            emulate as emulated,  # loaded on first use: logs need no kernels
         )
     except ImportError as err:
         raise EvidenceError(f"evidence.emulate: the emulator is not available ({err})") from None
     prefix = contract.source.prefix("evidence.emulate")
     try:
-        grid = settings(
-            contract, emulate_module.MAX_BATCH, lambda: emulate_module.length_range(contract)
-        )
+        grid = emulated.sweep(contract)
     except KeyError as err:  # an unknown model
         raise EvidenceError(f"{prefix}evidence.emulate: {err.args[0]}") from None
     except ValueError as err:  # an unusable user model (its error names its key)
         raise EvidenceError(_at_key(contract, err, prefix)) from None
     return [
-        _emulate_source(contract, emulate_module, stream, prefix, batch, length, len(grid))
+        _emulate_source(contract, emulated, stream, prefix, batch, length, len(grid))
         for batch, length in grid
     ]
 
@@ -416,13 +374,13 @@ def _at_key(contract, err: Exception, prefix: str) -> str:
     return f"{at or prefix}{message}"
 
 
-def _emulate_source(contract, emulate_module, stream, prefix, batch, length, count) -> Source:
+def _emulate_source(contract, emulated, stream, prefix, batch, length, count) -> Source:
     ev = contract.evidence.emulate
     swept = batch is not None or length is not None
     kwargs = {"batch_size": batch, "sequence_length": length} if swept else {}
     shown = f" at batch {batch or 'default'}, length {length or 'default'}" if swept else ""
     try:
-        table = emulate_module.emulate(
+        table = emulated.emulate_contract(
             contract, progress=Progress(stream, f"emulating{shown}"), **kwargs
         )
     except (KeyError, ValueError) as err:  # unknown model, a setting the model cannot run
@@ -433,8 +391,8 @@ def _emulate_source(contract, emulate_module, stream, prefix, batch, length, cou
     n = int(columns["abs_log_ratio"].shape[0])
     summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
     data_sha = _table_sha256(table)
-    count = emulate_module.prompt_count(ev)
-    served = batch if batch is not None else emulate_module.serving_batch(contract, count)
+    count = emulated.prompt_count(ev)
+    served = batch if batch is not None else emulated.serving_batch(contract, count)
     ids, seq = np.unique(np.asarray(table["prompt"]), return_inverse=True)
     ends = np.zeros(ids.shape[0], np.int64)  # each sequence's length: its last position + 1
     np.maximum.at(ends, seq, np.asarray(table["position"], np.int64) + 1)
@@ -442,9 +400,7 @@ def _emulate_source(contract, emulate_module, stream, prefix, batch, length, cou
         "emulate": dataclasses.asdict(ev),
         "policy": dataclasses.asdict(contract.policy),
         "kernels": dataclasses.asdict(contract.kernels),
-        "checkpoint_sha256": _hf_sha256(ev.model) or _checkpoint_sha256(ev.model)
-        if getattr(ev, "params", None) is None
-        else _file_sha256(ev.params),
+        "checkpoint_sha256": emulated.checkpoint_sha256(ev),
         "setting": {"batch_size": batch, "sequence_length": length},
     }
     config_sha = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()

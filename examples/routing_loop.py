@@ -50,11 +50,11 @@ def recorded_batches(contract, batch: int, steps: int):
 def model_batches(contract, batch: int, steps: int, tokens: int = 32):
     """Fresh rollouts of the shipped policy each step: K_inf generates, K_train re-scores."""
     from kernel_contracts.contracts.model import EmulateEvidence, Evidence
-    from kernel_contracts.kernels import emulate
+    from kernel_contracts.evidence.emulate import emulate_contract
 
     for step in range(steps):
         ev = EmulateEvidence(prompts=batch, max_new_tokens=tokens, seed=step)
-        table = emulate(dataclasses.replace(contract, evidence=Evidence(emulate=ev)))
+        table = emulate_contract(dataclasses.replace(contract, evidence=Evidence(emulate=ev)))
         shape = (batch, tokens)  # rows come prompt by prompt, each its generated tokens
         prompt = np.asarray(table["prompt"]).reshape(shape)
         assert (prompt == np.arange(batch)[:, None]).all()

@@ -43,7 +43,7 @@ import numpy as np
 from kernel_contracts import bounds
 from kernel_contracts import contracts
 from kernel_contracts.bounds import LEMMAS
-from kernel_contracts.kernels import emulate
+from kernel_contracts.evidence.emulate import emulate_contract
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -83,7 +83,7 @@ for preset, temperature, prompts in [
 ]:
     t0 = time.perf_counter()
     c = contracts.loads(TEMPLATE.format(preset=preset, temperature=temperature, prompts=prompts))
-    runs[preset, temperature] = emulate(c)
+    runs[preset, temperature] = emulate_contract(c)
     table = runs[preset, temperature]
     print(
         f"{preset:>9} T={temperature:<4} {len(table['tv']):5d} tokens  "

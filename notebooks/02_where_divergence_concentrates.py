@@ -40,7 +40,7 @@ import numpy as np
 
 from kernel_contracts import bounds
 from kernel_contracts import contracts
-from kernel_contracts.kernels import emulate
+from kernel_contracts.evidence.emulate import emulate_contract
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -65,7 +65,7 @@ evidence:
 tables = {}
 for preset in PRESETS:
     t0 = time.perf_counter()
-    tables[preset] = emulate(contracts.loads(TEMPLATE.format(preset=preset)))
+    tables[preset] = emulate_contract(contracts.loads(TEMPLATE.format(preset=preset)))
     t = tables[preset]
     t["abs_log_ratio"] = np.abs(t["log_ratio"])
     print(

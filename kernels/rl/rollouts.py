@@ -1,12 +1,12 @@
 """Rollouts for bias measurement: held-out prompts, sampled by K_inf, teacher-forced by K_train.
 
-``held_out_prompts`` cuts prompts at seeded offsets from the shipped model's held-out text (as
-``kernels.emulation`` does). ``rollout_pairs`` serves them through the inference kernel of a
-preset in batches of a fixed size (a short last batch is filled with copies of its last prompt
-whose rows are dropped, so every row was computed in a batch of that size), samples
-``new_tokens`` tokens at temperature T, and teacher-forces the finished sequences through the
-training kernel. Position 0 of the result is each prompt's own next-token distribution: the
-one-token (bandit) case.
+``held_out_prompts`` cuts prompts at seeded offsets from the shipped model's held-out text (with
+``kernels.emulation.prompts_from``, as ``evidence: emulate`` does). ``rollout_pairs`` serves
+them through the inference kernel of a preset in batches of a fixed size (a short last batch is
+filled with copies of its last prompt whose rows are dropped, so every row was computed in a
+batch of that size), samples ``new_tokens`` tokens at temperature T, and teacher-forces the
+finished sequences through the training kernel. Position 0 of the result is each prompt's own
+next-token distribution: the one-token (bandit) case.
 """
 
 from __future__ import annotations

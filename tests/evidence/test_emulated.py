@@ -43,7 +43,7 @@ def _table(n=4000, seed=0, tv_scale=0.004, flips=0):
 
 @pytest.fixture
 def fake_emulate(monkeypatch):
-    import kernel_contracts.kernels.emulation as emulation_module
+    import kernel_contracts.evidence.emulate as emulate_module
 
     holder = {}
 
@@ -52,7 +52,7 @@ def fake_emulate(monkeypatch):
             progress(1, 1)
         return holder["table"]
 
-    monkeypatch.setattr(emulation_module, "emulate", emulate)
+    monkeypatch.setattr(emulate_module, "emulate_contract", emulate)
     return holder
 
 

@@ -248,7 +248,7 @@ def test_a_bad_batch_size_is_a_counted_bad_line(tmp_path, value):
 @pytest.fixture
 def fake_emulate(monkeypatch):
     """The emulator replaced by a table whose positions follow the requested length."""
-    import kernel_contracts.kernels.emulation as emulation_module
+    import kernel_contracts.evidence.emulate as emulate_module
 
     calls = []
 
@@ -266,8 +266,8 @@ def fake_emulate(monkeypatch):
         table["token"] = np.ones(n, np.int64)
         return table
 
-    monkeypatch.setattr(emulation_module, "emulate", emulate)
-    monkeypatch.setattr(emulation_module, "length_range", lambda c: (9, 128))
+    monkeypatch.setattr(emulate_module, "emulate_contract", emulate)
+    monkeypatch.setattr(emulate_module, "length_range", lambda c: (9, 128))
     return calls
 
 

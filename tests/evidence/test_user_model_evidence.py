@@ -203,7 +203,7 @@ def test_the_same_kernel_on_both_sides_gives_zero_drift(folder):
     """K_inf decodes by rerunning the model on a padded buffer, K_train teacher-forces the
     finished sequences: with one kernel on both sides every logit must agree exactly, so the
     decoding loop reads the right position at every step."""
-    from kernel_contracts.kernels.emulation import emulate
+    from kernel_contracts.evidence.emulate import emulate_contract
 
     path = folder / "c.yaml"
     text = contract_text("user_models_for_tests:bigram", "params.npz", inference="fp32")
@@ -211,7 +211,7 @@ def test_the_same_kernel_on_both_sides_gives_zero_drift(folder):
         text.replace("max: 1.0}", "max: 1.0}\nruntime:\n  - {id: R, batch_size: [2, 2]}")
     )
     contract = loads(path.read_text(), str(path))
-    table = emulate(contract)
+    table = emulate_contract(contract)
     assert table["logit_drift"].shape == (12,)  # 3 prompts x 4 tokens, batches of 2
     assert np.all(table["logit_drift"] == 0) and np.all(table["top1_flip"] == 0)
     assert sorted(set(table["position"].tolist())) == [10, 11, 12, 13]  # prompts of 10

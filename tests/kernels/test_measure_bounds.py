@@ -22,7 +22,8 @@ from kernel_contracts.contracts.model import (
     Policy,
     Source,
 )
-from kernel_contracts.kernels.emulation import TABLE_COLUMNS, emulate
+from kernel_contracts.evidence.emulate import emulate_contract
+from kernel_contracts.kernels.emulation import TABLE_COLUMNS
 from kernel_contracts.kernels.measurement._measure import measure
 from tests.support.strategies import examples
 
@@ -66,7 +67,7 @@ def check_bounds(table, temperature):
 
 @pytest.fixture(scope="module", params=list(PRESETS))
 def preset_table(request):
-    return request.param, emulate(contract_for(request.param))
+    return request.param, emulate_contract(contract_for(request.param))
 
 
 def test_bounds_hold_on_every_token_of_the_trained_model(preset_table):

@@ -1,4 +1,6 @@
-"""``emulate(contract)``: the token table of a contract's kernel pair on the shipped policy."""
+"""The token table of a contract's kernel pair on the shipped policy: ``emulate_contract``
+(``evidence.emulate``: the contract read into plain values) and ``kernels.emulation.emulate``
+on those values."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ import numpy as np
 import pytest
 
 from kernel_contracts.contracts.model import RuntimeClause
-from kernel_contracts.kernels.emulation import PROMPT_BYTES, TABLE_COLUMNS, emulate, prompts_from
+from kernel_contracts.evidence.emulate import PROMPT_BYTES, emulate_contract
+from kernel_contracts.kernels.emulation import (
+    TABLE_COLUMNS,
+    Decoding,
+    decoder_pair,
+    emulate,
+    prompts_from,
+)
 from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
 from kernel_contracts.kernels.ops import plain_ops
 from tests.kernels.test_measure_bounds import (  # same shapes: compiled once
@@ -28,7 +37,7 @@ def three_prompts():
         runtime=(RuntimeClause(id="R1", batch_size=(1, 2)),),
     )
     calls = []
-    table = emulate(contract, progress=lambda done, total: calls.append((done, total)))
+    table = emulate_contract(contract, progress=lambda done, total: calls.append((done, total)))
     return contract, table, calls
 
 
@@ -68,13 +77,36 @@ def test_table_is_aligned_with_a_teacher_forced_pass(three_prompts):
     np.testing.assert_allclose(table["entropy"], entropy.reshape(-1), rtol=1e-3, atol=1e-6)
 
 
+def test_the_kernels_take_plain_values(three_prompts):
+    """The contract's table is ``kernels.emulation.emulate`` on plain values: the model on the
+    two presets at the serving batch, held-out prompts, and the fill of the short last batch
+    (seeded by its start)."""
+    contract, table, _ = three_prompts
+    ev, policy = contract.evidence.emulate, contract.policy
+    pair = decoder_pair(
+        load_pretrained("tiny-lm"),
+        contract.kernels.train,
+        contract.kernels.inference,
+        batch=2,
+        decoding=Decoding(NEW, policy.temperature, policy.top_k, policy.top_p),
+    )
+    windows = pretrained_extra("tiny-lm")["heldout_windows"].astype(np.int32)
+    prompts = prompts_from(windows, 3, PROMPT_BYTES, ev.seed)
+    fill = prompts_from(windows, 1, PROMPT_BYTES, ev.seed + 1 + 2)
+    again = emulate(pair, prompts, seed=ev.seed, fill=fill)
+    for key in TABLE_COLUMNS:
+        np.testing.assert_array_equal(again[key], table[key], err_msg=key)
+    with pytest.raises(ValueError, match="need 1 fill rows, got 2"):
+        emulate(pair, prompts, seed=ev.seed, fill=np.concatenate([fill, fill]))
+
+
 @pytest.mark.slow
 def test_seeded_and_deterministic(three_prompts):
     contract, table, _ = three_prompts
-    again = emulate(contract)
+    again = emulate_contract(contract)
     for key in TABLE_COLUMNS:
         np.testing.assert_array_equal(again[key], table[key], err_msg=key)
-    other = emulate(
+    other = emulate_contract(
         dataclasses.replace(
             contract,
             evidence=dataclasses.replace(
@@ -88,6 +120,6 @@ def test_seeded_and_deterministic(three_prompts):
 
 def test_too_long_a_continuation_is_a_clear_error():
     with pytest.raises(ValueError, match=r"max_new_tokens must be in \[1, 127\]"):
-        emulate(contract_for("fp32", new_tokens=128))
+        emulate_contract(contract_for("fp32", new_tokens=128))
     with pytest.raises(ValueError, match="prompts must be at least 1"):
-        emulate(contract_for("fp32", prompts=0))
+        emulate_contract(contract_for("fp32", prompts=0))

@@ -42,7 +42,9 @@ def setup(tmp_path_factory):
     reference = tmp / "reference.jsonl"
     proc = _monitor(contract, stream, reference, None)
     proc.communicate(timeout=120)
-    assert proc.returncode == 3  # inconclusive windows (too few tokens for min_samples), none violated
+    assert (
+        proc.returncode == 3
+    )  # inconclusive windows (too few tokens for min_samples), none violated
     return tmp, contract, stream, reference.read_bytes()
 
 

@@ -1,9 +1,9 @@
 """Evidence clauses: measure the contract's numerical and statistical clauses and decide them.
 
-Sources of evidence (DESIGN §4 ``evidence``): ``emulate`` runs the shipped model through both
-kernels (``kernels.emulation``), ``logprobs`` reads users' JSONL logs (``evidence.logs``). Each
-source becomes per-slice, per-metric mergeable summaries (``evidence.summary``), and every
-(clause, slice, source) gets one ``ClauseResult``:
+Sources of evidence (DESIGN §4 ``evidence``): ``emulate`` runs the contract's model through both
+kernels (``evidence.emulate``, ``kernels.emulation``), ``logprobs`` reads users' JSONL logs
+(``evidence.logs``). Each source becomes per-slice, per-metric mergeable summaries
+(``evidence.summary``), and every (clause, slice, source) gets one ``ClauseResult``:
 
 - numerical: the maximum over every token of the slice ≤ ``max`` → held, else violated;
 - statistical: the upper confidence bound (at ``confidence``) of the statistic ≤ ``max`` →

@@ -12,7 +12,6 @@ tokens are drawn uniformly from the vocabulary. ``Chosen.tokens`` says which.
 
 from __future__ import annotations
 
-import os
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,11 +42,6 @@ class Chosen(NamedTuple):
     def width(self) -> int | None:
         """The length of the token windows (``None``: uniform tokens, any length)."""
         return None if self.windows is None else int(self.windows.shape[1])
-
-
-def _directory(contract) -> str:
-    path = contract.source.path
-    return os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else os.getcwd()
 
 
 def choose_model(
@@ -82,6 +76,7 @@ def choose_model(
 
 
 def _choose(contract, model: str | None, params: str | None) -> Chosen:
+    from kernel_contracts.evidence.emulate import model_directory
     from kernel_contracts.kernels.model.tinylm import CHECKPOINTS
     from kernel_contracts.kernels.model.user_model import (
         UserModelError,
@@ -100,7 +95,7 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
         if params is None:
             raise ModelError(f"--model {model}: an entry point needs --params PATH")
         try:
-            um = load_user_model(model, params, _directory(contract))
+            um = load_user_model(model, params, model_directory(contract))
         except UserModelError as err:
             option = options.get(err.key)
             text = str(err).replace(f"{err.key}: ", f"{option}: ", 1) if option else str(err)
@@ -138,7 +133,7 @@ def _hf(contract, model: str, option: str | None) -> Chosen:
     ev = contract.evidence.emulate
     if ev is None or not isinstance(ev.prompts, str):
         return Chosen(model, fn, params, None, longest, vocab)
-    from kernel_contracts.kernels.emulation import prompt_stream
+    from kernel_contracts.evidence.emulate import prompt_stream
     from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:

@@ -1,0 +1,400 @@
+"""Emulation evidence: what a contract's ``evidence.emulate`` asks the kernels to run.
+
+``emulate_contract(contract)`` reads the contract's evidence settings (``evidence.emulate``:
+the model, its prompts, ``max_new_tokens`` and seed; the sampling policy; the runtime clauses'
+serving batch), loads the model, puts it on the contract's two kernels
+(``kernels.emulation.decoder_pair`` or ``user_pair``), draws the prompts (seeded) and hands
+these plain values to ``kernels.emulation.emulate``, whose token table it returns: one row per
+generated token, one 1-D numpy array per column.
+
+The model is the shipped checkpoint by name (``tiny-lm``), whose prompts are cut from its
+held-out text; a user model (``model: "package.module:function"`` with ``params: PATH``, see
+:mod:`kernels.model.user_model`), imported from the contract file's directory
+(``model_directory``), whose prompts come from the params file's ``extra/prompts`` windows or,
+without them, uniformly from the vocabulary; or a Hugging Face checkpoint
+(``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`), for which ``prompts`` is a count of
+prompts drawn uniformly from its vocabulary, or a text file of prompts (one a line, blank
+lines skipped) encoded by the folder's ``tokenizer.json``, served in the file's order; every
+prompt is then cut to the shortest one's length (at most ``PROMPT_BYTES`` tokens), so each
+batch holds prompts of one length. Loading a checkpoint runs no code from its folder. The
+model's vocabulary (256 bytes for the shipped one) is what is measured, whatever
+``policy.vocab_size`` says; the divergence bounds do not depend on the vocabulary size.
+
+Prompts are served in batches of a fixed size (``serving_batch``: the upper end of the
+contract's first runtime ``batch_size`` range, at most ``MAX_BATCH``, and at most the number of
+prompts); a short last batch is filled with further prompts (seeded by the batch's start)
+whose rows are dropped. ``batch_size`` and ``sequence_length`` override both choices for one
+setting of a runtime sweep (``sweep``, ``evidence.envelope.settings``): every batch then holds
+exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new_tokens``
+tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
+model can run).
+
+``prompt_count`` counts a contract's prompts, ``prompt_stream`` turns a prompt file into one
+token stream (the diagnostic commands cut their windows from it), and ``checkpoint_sha256``
+fingerprints the model's files. Importing this module imports no JAX: the model is loaded on
+first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from importlib import resources
+from typing import NamedTuple
+
+import numpy as np
+
+from kernel_contracts.contracts.model import Contract, EmulateEvidence
+from kernel_contracts.contracts.sections import HF_PREFIX
+from kernel_contracts.evidence.envelope import settings
+from kernel_contracts.kernels.emulation import (
+    Decoding,
+    ServedPair,
+    decoder_pair,
+    emulate,
+    prompts_from,
+    user_pair,
+)
+
+__all__ = [
+    "MAX_BATCH",
+    "PROMPT_BYTES",
+    "checkpoint_sha256",
+    "emulate_contract",
+    "length_range",
+    "model_directory",
+    "prompt_count",
+    "prompt_stream",
+    "serving_batch",
+    "sweep",
+]
+
+PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
+MAX_BATCH = 32  # the largest serving batch emulated
+
+_PROMPTS_KEY = "evidence.emulate.prompts"
+
+
+def _settings(contract: Contract) -> EmulateEvidence:
+    return contract.evidence.emulate or EmulateEvidence()
+
+
+def serving_batch(contract: Contract, prompts: int) -> int:
+    """How many sequences K_inf serves at once for this contract."""
+    batch = MAX_BATCH
+    for clause in contract.runtime:
+        if clause.batch_size is not None:
+            batch = min(batch, max(1, int(clause.batch_size[1])))
+            break
+    return max(1, min(batch, prompts))
+
+
+def sweep(contract: Contract) -> list[tuple[int | None, int | None]]:
+    """The (batch size, sequence length) settings ``evidence.envelope.settings`` gives for
+    ``contract``: batches of at most ``MAX_BATCH``, lengths within ``length_range``."""
+    return settings(contract, MAX_BATCH, lambda: length_range(contract))
+
+
+def model_directory(contract: Contract) -> str:
+    """The directory a user model's module is imported from: the contract file's."""
+    path = contract.source.path
+    return os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else os.getcwd()
+
+
+def _is_user(model: str) -> bool:
+    from kernel_contracts.kernels.model.user_model import is_entry_point
+
+    return is_entry_point(model)
+
+
+def _hf_folder(model: str) -> str | None:
+    """The checkpoint folder an ``hf:FOLDER`` model names, or ``None``."""
+    return model[len(HF_PREFIX) :] if model.startswith(HF_PREFIX) else None
+
+
+# -- prompts -------------------------------------------------------------------------------
+
+
+def _prompt_texts(path: str) -> list[str]:
+    from kernel_contracts.kernels.model.user_model import UserModelError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            texts = [line.rstrip("\r\n") for line in f]
+    except FileNotFoundError:
+        raise UserModelError(_PROMPTS_KEY, f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserModelError(_PROMPTS_KEY, f"cannot read {path} as UTF-8 text: {err}") from None
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise UserModelError(_PROMPTS_KEY, f"{path} holds no prompts")
+    return texts
+
+
+def prompt_count(ev: EmulateEvidence) -> int:
+    """How many prompts ``ev`` runs: its count, or the prompts of its prompt file."""
+    return len(_prompt_texts(ev.prompts)) if isinstance(ev.prompts, str) else ev.prompts
+
+
+def _encoded(path: str, folder: str, model: str, vocab: int, texts: list[str]) -> list[list[int]]:
+    """``texts`` (read from the prompt file ``path``) encoded by the checkpoint's tokenizer,
+    every id checked against the model's vocabulary."""
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.hf.tokenizer import encode, read_tokenizer
+    from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
+
+    try:
+        ids = encode(read_tokenizer(folder), texts)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"{model}: {err}") from None
+    top = max((max(row) for row in ids if row), default=-1)
+    if top >= vocab:
+        raise UserModelError(
+            _PROMPTS_KEY,
+            f"{path}: the tokenizer gives token id {top}, outside the model's vocabulary "
+            f"[0, {vocab})",
+        )
+    return ids
+
+
+def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
+    """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
+    if not isinstance(ev.prompts, str):
+        return None
+    from kernel_contracts.kernels.model.user_model import UserModelError
+
+    ids = _encoded(ev.prompts, folder, ev.model, vocab, _prompt_texts(ev.prompts))
+    width = min(len(row) for row in ids)
+    if width == 0:
+        line = next(i for i, row in enumerate(ids) if not row)
+        raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}: prompt {line + 1} encodes to no tokens")
+    return np.asarray([row[:width] for row in ids], np.int32)
+
+
+def prompt_stream(path: str, folder: str, model: str, vocab: int) -> np.ndarray:
+    """The prompt file ``path`` as one stream of real text: its prompts joined by newlines and
+    encoded whole by the tokenizer of the checkpoint ``folder`` (``model`` names it in errors).
+    The diagnostic commands cut their token windows from it. Raises ``UserModelError`` at
+    ``evidence.emulate.prompts`` for an unreadable or empty file or an id outside ``vocab``."""
+    (ids,) = _encoded(path, folder, model, vocab, ["\n".join(_prompt_texts(path))])
+    return np.asarray(ids, np.int32)
+
+
+# -- the model on the contract's kernels -----------------------------------------------------
+
+
+def _hf_config(ev: EmulateEvidence, folder: str):
+    from kernel_contracts.kernels.model.hf.config import read_config
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
+
+    try:
+        return read_config(folder)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
+
+
+def _lengths(ev: EmulateEvidence, width: int, context: int | None) -> tuple[int, int]:
+    """The sequence lengths a model of ``context`` (``None``: any) runs with prompts of at
+    most ``width`` tokens: a prompt of at least one token and the ``max_new_tokens``."""
+    longest = ev.max_new_tokens + width
+    return ev.max_new_tokens + 1, longest if context is None else min(context, longest)
+
+
+def length_range(contract: Contract) -> tuple[int, int]:
+    """The shortest and longest sequences (prompt + generated tokens) the emulation of
+    ``contract`` can run: a prompt of at least one token, within the model's context and its
+    prompt windows (a user model without windows: prompts of at most ``PROMPT_TOKENS``)."""
+    ev = _settings(contract)
+    folder = _hf_folder(ev.model)
+    if folder is not None:
+        config = _hf_config(ev, folder)
+        rows = _hf_rows(ev, folder, config.vocab_size)
+        width = PROMPT_BYTES if rows is None else rows.shape[1]
+        return _lengths(ev, width, config.max_position_embeddings)
+    if _is_user(ev.model):
+        from kernel_contracts.kernels.model.user_model import (
+            MODEL_KEY,
+            PROMPT_TOKENS,
+            UserModelError,
+            load_params,
+        )
+
+        if ev.params is None:
+            raise UserModelError(MODEL_KEY, f"the entry point {ev.model!r} needs params: PATH")
+        windows = load_params(ev.params)[1]
+        return _lengths(ev, PROMPT_TOKENS if windows is None else windows.shape[1], None)
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
+
+    context = load_pretrained(ev.model).config.context
+    return _lengths(ev, pretrained_extra(ev.model)["heldout_windows"].shape[1], context)
+
+
+class _Served(NamedTuple):
+    """The contract's model on its kernel pair, and where its prompts come from."""
+
+    pair: ServedPair
+    vocab: int
+    windows: np.ndarray | None  # prompt windows; None: the rows, or uniform random prompts
+    prompt_len: int  # the default prompt length
+    lengths: tuple[int, int]  # the sequence lengths it can run
+    rows: np.ndarray | None = None  # the prompts themselves, served in order (a prompt file)
+
+
+def _decoding(contract: Contract, ev: EmulateEvidence) -> Decoding:
+    policy = contract.policy
+    return Decoding(ev.max_new_tokens, policy.temperature, policy.top_k, policy.top_p)
+
+
+def _on_decoder(contract: Contract, ev: EmulateEvidence, batch: int, model, context: int):
+    """A decoder with the ``Ops`` injection points (TinyLM, a Hugging Face decoder) on the
+    contract's kernels, once its context is known to hold the continuation."""
+    if not 1 <= ev.max_new_tokens < context:
+        raise ValueError(
+            f"evidence.emulate.max_new_tokens must be in [1, {context - 1}] for model "
+            f"{ev.model!r} (context {context}), got {ev.max_new_tokens}"
+        )
+    kernels = contract.kernels
+    return decoder_pair(
+        model, kernels.train, kernels.inference, batch=batch, decoding=_decoding(contract, ev)
+    )
+
+
+def _shipped(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
+    from kernel_contracts.kernels.model.tinylm import load_pretrained, pretrained_extra
+
+    model = load_pretrained(ev.model)
+    context = model.config.context
+    pair = _on_decoder(contract, ev, batch, model, context)
+    windows = pretrained_extra(ev.model)["heldout_windows"].astype(np.int32)
+    lengths = _lengths(ev, windows.shape[1], context)
+    prompt_len = min(PROMPT_BYTES, context - ev.max_new_tokens)
+    return _Served(pair, model.config.vocab, windows, prompt_len, lengths)
+
+
+def _hf(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
+    from kernel_contracts.kernels.model.hf.checkpoint import load_decoder
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
+
+    folder = _hf_folder(ev.model)
+    try:
+        model = load_decoder(folder)
+    except CheckpointError as err:
+        raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
+    context, vocab = model.context, model.config.vocab_size
+    pair = _on_decoder(contract, ev, batch, model, context)
+    rows = _hf_rows(ev, folder, vocab)
+    width = PROMPT_BYTES if rows is None else rows.shape[1]
+    prompt_len = min(PROMPT_BYTES, width, context - ev.max_new_tokens)
+    return _Served(pair, vocab, None, prompt_len, _lengths(ev, width, context), rows)
+
+
+def _user(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
+    from kernel_contracts.kernels.model.user_model import PROMPT_TOKENS, load_user_model
+
+    um = load_user_model(ev.model, ev.params, model_directory(contract))
+    kernels = contract.kernels
+    pair = user_pair(
+        um, kernels.train, kernels.inference, batch=batch, decoding=_decoding(contract, ev)
+    )
+    width = PROMPT_TOKENS if um.windows is None else um.windows.shape[1]
+    lengths = _lengths(ev, width, None)
+    return _Served(pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
+
+
+def _prompts(served: _Served, count: int, length: int, seed: int) -> np.ndarray:
+    if served.rows is not None:  # a prompt file: its prompts in order (again from the first)
+        return served.rows[np.arange(count) % served.rows.shape[0], :length]
+    if served.windows is not None:
+        return prompts_from(served.windows, count, length, seed)
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, served.vocab, (count, length)).astype(np.int32)
+
+
+def emulate_contract(
+    contract: Contract,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
+    sequence_length: int | None = None,
+) -> dict[str, np.ndarray]:
+    """The token table of ``contract``'s kernel pair on the model its ``evidence.emulate``
+    names (module docstring).
+
+    ``progress(done, total)`` is called after each served batch with prompts done so far.
+    ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep.
+    """
+    ev = _settings(contract)
+    count = prompt_count(ev)
+    if count < 1:
+        raise ValueError(f"evidence.emulate.prompts must be at least 1, got {count}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"evidence.emulate: batch size must be at least 1, got {batch_size}")
+    batch = serving_batch(contract, count) if batch_size is None else batch_size
+    build = _hf if _hf_folder(ev.model) is not None else _user if _is_user(ev.model) else _shipped
+    served = build(contract, ev, batch)
+    prompt_len = served.prompt_len
+    if sequence_length is not None:
+        lo, hi = served.lengths
+        if not lo <= sequence_length <= hi:
+            raise ValueError(
+                f"evidence.emulate: sequence length {sequence_length} is outside the lengths "
+                f"model {ev.model!r} can run with max_new_tokens {ev.max_new_tokens}: [{lo}, {hi}]"
+            )
+        prompt_len = sequence_length - ev.max_new_tokens
+    prompts = _prompts(served, count, prompt_len, ev.seed)
+    last = (count - 1) // batch * batch  # the last batch's first prompt
+    missing = last + batch - count
+    fill = _prompts(served, missing, prompt_len, ev.seed + 1 + last) if missing else None
+    return emulate(served.pair, prompts, seed=ev.seed, fill=fill, progress=progress)
+
+
+# -- fingerprints ----------------------------------------------------------------------------
+
+
+def _shipped_sha256(model: str) -> str | None:
+    """sha256 of the shipped checkpoint file of ``model``; ``None`` when there is none."""
+    try:
+        from kernel_contracts.kernels.model.tinylm import (
+            CHECKPOINTS,  # loaded on first use: logs need no JAX
+        )
+
+        files = CHECKPOINTS[model]
+        data = (
+            resources.files("kernel_contracts.kernels")
+            .joinpath("checkpoints", files[0])
+            .read_bytes()
+        )
+    except (KeyError, AttributeError, OSError):
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def _hf_sha256(model: str) -> str | None:
+    """sha256 of an ``hf:`` checkpoint folder's config and weights; ``None`` for another model."""
+    folder = _hf_folder(model)
+    if folder is None:
+        return None
+    from kernel_contracts.kernels.model.hf.checkpoint import folder_sha256
+
+    return folder_sha256(folder)
+
+
+def _file_sha256(path: str) -> str | None:
+    """sha256 of a user model's params file; ``None`` when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def checkpoint_sha256(ev: EmulateEvidence) -> str | None:
+    """sha256 of the files of the model ``ev`` names: a user model's params file, an ``hf:``
+    folder's config and weights, or the shipped checkpoint file; ``None`` when there is none
+    or it cannot be read."""
+    if ev.params is not None:
+        return _file_sha256(ev.params)
+    return _hf_sha256(ev.model) or _shipped_sha256(ev.model)
