@@ -138,6 +138,24 @@ def test_internal_error_is_one_line(tmp_path, monkeypatch):
     assert code == 2 and err == "verify: internal error: RuntimeError: simulated failure\n"
 
 
+@pytest.mark.parametrize("command", ["monitor", "export"])
+def test_a_missing_dependency_is_named(tmp_path, monkeypatch, command):
+    """A broken installation (a dependency that cannot be imported) is one line that names the
+    missing module, whichever command meets it; never "not available in this build"."""
+    from kernel_contracts.verify.cli import commands
+
+    def missing(*a, **k):
+        raise ModuleNotFoundError("No module named 'pyarrow'", name="pyarrow")
+
+    monkeypatch.setitem(commands.COMMANDS, command, missing)
+    code, out, err = run_cli(command, _write(tmp_path, PROVED))
+    assert (code, out) == (2, "")
+    assert err == (
+        "verify: the module 'pyarrow' is missing from this installation: install "
+        "kernel-contracts with its dependencies (pip install kernel-contracts)\n"
+    )
+
+
 def test_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
     target = tmp_path / "r.json"
     target.write_text("old report\n")
