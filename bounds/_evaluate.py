@@ -2,7 +2,7 @@
 
 Every evaluator is generated from the sympy expression itself (``sympy.lambdify``), so the
 numbers in a report and the formula in its proof cannot drift apart. JAX is imported only
-inside :func:`jax_function`, so ``import bounds`` never loads it.
+inside :func:`jax_function`, so importing ``bounds`` never loads it.
 """
 
 from __future__ import annotations
