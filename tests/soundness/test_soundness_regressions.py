@@ -284,7 +284,7 @@ def test_a_clip_share_beyond_the_float_range_is_refuted_with_its_rational_bound(
 def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
     # no fork beside JAX's threads, and no re-import of the caller's main script (an
     # unguarded training script would run again): the solver is
-    # `python -m verify.proving.solve._worker`
+    # `python -m kernel_contracts.verify.proving.solve._worker`
     import subprocess
     import sys
 
@@ -296,7 +296,12 @@ def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
         "a = smt.z3_check('(declare-const x Real)(assert (> x 1.0))(check-sat)', timeout_ms=100)\n"
         "print(a.answer, smt._worker.popen is not None, flush=True)\n"
     )
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
-    ).stdout
-    assert out.splitlines() == ["main ran", "sat True"]
+    done = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.splitlines() == ["main ran", "sat True"]
+    assert done.stderr == ""  # the solver process is stopped at exit, not left running

@@ -12,6 +12,7 @@ starts a new process.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import sys
 import time
@@ -331,6 +332,16 @@ def _start_interpreter():
 
 
 _worker: _Worker | None = None
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop the solver process when this one exits, rather than leave it to notice its closed
+    pipe (an interpreter that exits with a child still running warns about it)."""
+    global _worker
+    if _worker is not None:
+        _worker.stop()
+        _worker = None
 
 
 def prestart() -> None:
