@@ -13,6 +13,7 @@ starts a new process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import sys
 import time
@@ -340,7 +341,8 @@ def _stop_at_exit() -> None:
     pipe (an interpreter that exits with a child still running warns about it)."""
     global _worker
     if _worker is not None:
-        _worker.stop()
+        with contextlib.suppress(OSError, ValueError):  # already gone: nothing to stop
+            _worker.stop()
         _worker = None
 
 
