@@ -176,8 +176,12 @@ def _bare_imports(path: pathlib.Path) -> list[str]:
     return [
         f"{path.name}:{line}: imports {name}"
         for name, line in _raw_imports(_parse(path))
-        if name.split(".")[0] in PACKAGES and name != "verify"
+        if _bare(name)
     ]
+
+
+def _bare(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES and name != "verify"
 
 
 # every folder of Python code users or the suite run, besides the five packages
@@ -208,7 +212,7 @@ def test_no_module_imports_a_bare_name():
         if p.resolve() == pathlib.Path(__file__).resolve():
             continue
         for tree, line in _code_strings(p):
-            names = [n for n, _ in _raw_imports(tree) if n.split(".")[0] in PACKAGES]
+            names = [n for n, _ in _raw_imports(tree) if _bare(n)]
             bad += [f"{p.relative_to(ROOT)}:{line}: a program imports {n}" for n in names]
     assert len(paths) > 300 and bad == []
 
