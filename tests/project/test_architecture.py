@@ -154,6 +154,12 @@ def _imports_of(tree: ast.AST) -> tuple[tuple[str, int], ...]:
 
 @functools.cache
 def _raw_imports(tree: ast.AST) -> tuple[tuple[str, int], ...]:
+    return _import_statements(tree) + tuple(_string_imports(tree))
+
+
+@functools.cache
+def _import_statements(tree: ast.AST) -> tuple[tuple[str, int], ...]:
+    """The modules (and names) ``import`` and ``from ... import`` statements name, anywhere."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -161,7 +167,7 @@ def _raw_imports(tree: ast.AST) -> tuple[tuple[str, int], ...]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.module, node.lineno))
             found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
-    return tuple(found + _string_imports(tree))
+    return tuple(found)
 
 
 def test_every_package_has_modules():
@@ -420,13 +426,7 @@ def test_kernel_room_checker_sees_violations(tmp_path):
 def _statement_imports(path: pathlib.Path) -> set[str]:
     """The modules of ours an import statement of ``path`` names (at the top or inside a
     function; a ``-m`` in a command line starts another process and is no import)."""
-    found = set()
-    for node in ast.walk(_parse(path)):
-        if isinstance(node, ast.Import):
-            found |= {_ours(a.name) for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found |= {_ours(node.module)} | {_ours(f"{node.module}.{a.name}") for a in node.names}
-    return found
+    return {_ours(name) for name, _ in _import_statements(_parse(path))}
 
 
 def _two_file_circles() -> list[str]:
