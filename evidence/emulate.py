@@ -291,10 +291,10 @@ def _hf(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
     return _Served(pair, vocab, None, prompt_len, _lengths(ev, width, context), rows)
 
 
-def _user(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
+def _user(contract: Contract, ev: EmulateEvidence, batch: int, trust_code: bool) -> _Served:
     from kernel_contracts.kernels.model.user_model import PROMPT_TOKENS, load_user_model
 
-    um = load_user_model(ev.model, ev.params, model_directory(contract))
+    um = load_user_model(ev.model, ev.params, model_directory(contract), trust_code=trust_code)
     kernels = contract.kernels
     pair = user_pair(
         um, kernels.train, kernels.inference, batch=batch, decoding=_decoding(contract, ev)
@@ -319,12 +319,15 @@ def emulate_contract(
     progress: Callable[[int, int], None] | None = None,
     batch_size: int | None = None,
     sequence_length: int | None = None,
+    trust_code: bool = False,
 ) -> dict[str, np.ndarray]:
     """The token table of ``contract``'s kernel pair on the model its ``evidence.emulate``
     names (module docstring).
 
     ``progress(done, total)`` is called after each served batch with prompts done so far.
-    ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep.
+    ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep. ``trust_code``
+    is the user's consent to import a user model's module (``kernels.model.user_model``):
+    without it such a model is a ``UserModelError``, and nothing is imported.
     """
     ev = _settings(contract)
     count = prompt_count(ev)
@@ -333,8 +336,12 @@ def emulate_contract(
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"evidence.emulate: batch size must be at least 1, got {batch_size}")
     batch = serving_batch(contract, count) if batch_size is None else batch_size
-    build = _hf if _hf_folder(ev.model) is not None else _user if _is_user(ev.model) else _shipped
-    served = build(contract, ev, batch)
+    if _hf_folder(ev.model) is not None:
+        served = _hf(contract, ev, batch)
+    elif _is_user(ev.model):
+        served = _user(contract, ev, batch, trust_code)
+    else:
+        served = _shipped(contract, ev, batch)
     prompt_len = served.prompt_len
     if sequence_length is not None:
         lo, hi = served.lengths

@@ -342,8 +342,9 @@ def _table_sha256(table: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def emulate_sources(contract, stream) -> list[Source]:
-    """One source per setting of the runtime sweep (``evidence.emulate.sweep``)."""
+def emulate_sources(contract, stream, *, trust_code: bool = False) -> list[Source]:
+    """One source per setting of the runtime sweep (``evidence.emulate.sweep``); ``trust_code``
+    is the consent a user model's import needs (``evidence.emulate.emulate_contract``)."""
     try:
         from kernel_contracts.evidence import (
             emulate as emulated,  # loaded on first use: logs need no kernels
@@ -358,7 +359,7 @@ def emulate_sources(contract, stream) -> list[Source]:
     except ValueError as err:  # an unusable user model (its error names its key)
         raise EvidenceError(_at_key(contract, err, prefix)) from None
     return [
-        _emulate_source(contract, emulated, stream, prefix, batch, length, len(grid))
+        _emulate_source(contract, emulated, stream, prefix, (batch, length), trust_code)
         for batch, length in grid
     ]
 
@@ -374,14 +375,18 @@ def _at_key(contract, err: Exception, prefix: str) -> str:
     return f"{at or prefix}{message}"
 
 
-def _emulate_source(contract, emulated, stream, prefix, batch, length, count) -> Source:
+def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> Source:
     ev = contract.evidence.emulate
+    batch, length = setting
     swept = batch is not None or length is not None
     kwargs = {"batch_size": batch, "sequence_length": length} if swept else {}
     shown = f" at batch {batch or 'default'}, length {length or 'default'}" if swept else ""
     try:
         table = emulated.emulate_contract(
-            contract, progress=Progress(stream, f"emulating{shown}"), **kwargs
+            contract,
+            progress=Progress(stream, f"emulating{shown}"),
+            trust_code=trust_code,
+            **kwargs,
         )
     except (KeyError, ValueError) as err:  # unknown model, a setting the model cannot run
         raise EvidenceError(_at_key(contract, err, prefix)) from None

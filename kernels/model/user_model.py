@@ -20,6 +20,15 @@ fixed batching; K_inf with the inference spec at the serving batch, attention re
 float32 as in the shipped path). The module is imported with the contract file's directory
 first on ``sys.path``, so a model can live next to its contract.
 
+Consent
+-------
+Importing the module runs its code, and a contract may come from anyone. ``load_entry``, the
+one place that imports it (``load_user_model`` goes through it), takes the user's consent as
+a value, ``trust_code``, and without it raises ``UserModelError`` at ``evidence.emulate.model``
+(``consent_refusal``) before anything is imported. The command line turns
+``--trust-code`` (or ``KERNEL_CONTRACTS_TRUST_CODE=1``, ``TRUST_ENV``) into that value
+(``verify.common.consent``); this module reads no environment.
+
 The params file
 ---------------
 A NumPy ``.npz`` archive (read with ``allow_pickle=False``: no code runs when it is read; no
@@ -58,8 +67,10 @@ from kernel_contracts.contracts.sections import ENTRY_POINT
 
 __all__ = [
     "PROMPT_TOKENS",
+    "TRUST_ENV",
     "UserModel",
     "UserModelError",
+    "consent_refusal",
     "decoder",
     "is_entry_point",
     "load_entry",
@@ -72,6 +83,7 @@ __all__ = [
 PROMPT_TOKENS = 32  # longest random prompt when the params file holds no prompt windows
 MODEL_KEY = "evidence.emulate.model"
 PARAMS_KEY = "evidence.emulate.params"
+TRUST_ENV = "KERNEL_CONTRACTS_TRUST_CODE"  # the environment's consent (read by the command line)
 
 
 class UserModelError(KernelContractsError, ValueError):
@@ -168,12 +180,25 @@ def _forget_other_copy(top: str, directory: str) -> None:
             del sys.modules[name]
 
 
-def load_entry(model: str, directory: str) -> Callable:
-    """The callable ``module:function`` names, imported with ``directory`` first on the path."""
+def consent_refusal(model: str, directory: str) -> str:
+    """Why the entry point ``model`` is not imported from ``directory`` without consent: what
+    it would import and call, and how to consent (the text after the key)."""
+    module_name, attr = model.split(":", 1)
+    return (
+        f"names code to run: it would import module {module_name!r} (searched first in "
+        f"{directory}) and call {attr}; pass --trust-code (or set {TRUST_ENV}=1) to allow it"
+    )
+
+
+def load_entry(model: str, directory: str, *, trust_code: bool) -> Callable:
+    """The callable ``module:function`` names, imported with ``directory`` first on the path;
+    refused (``consent_refusal``) unless ``trust_code`` is ``True``."""
     if ENTRY_POINT.match(model) is None:
         raise UserModelError(
             MODEL_KEY, f"{model!r} is not an entry point of the form package.module:function"
         )
+    if trust_code is not True:
+        raise UserModelError(MODEL_KEY, consent_refusal(model, directory))
     module_name, attr = model.split(":")
     try:
         _forget_other_copy(module_name.split(".")[0], directory)
@@ -195,12 +220,15 @@ def load_entry(model: str, directory: str) -> Callable:
     return value
 
 
-def load_user_model(model: str, params_path: str | None, directory: str) -> UserModel:
-    """Import the entry point, read its params and find the vocabulary from one abstract call."""
+def load_user_model(
+    model: str, params_path: str | None, directory: str, *, trust_code: bool
+) -> UserModel:
+    """Read the params, import the entry point (``load_entry``: only with ``trust_code``) and
+    find the vocabulary from one abstract call."""
     if params_path is None:
         raise UserModelError(MODEL_KEY, f"the entry point {model!r} needs params: PATH")
     params, windows = load_params(params_path)
-    fn = load_entry(model, directory)
+    fn = load_entry(model, directory, trust_code=trust_code)
     params = _to_jax(params)
     shape = output_shape(fn, params, model, 1, 1)
     vocab = shape[-1]

@@ -47,7 +47,7 @@ def fake_emulate(monkeypatch):
 
     holder = {}
 
-    def emulate(contract, *, progress=None):
+    def emulate(contract, *, progress=None, trust_code=False):
         if progress is not None:
             progress(1, 1)
         return holder["table"]

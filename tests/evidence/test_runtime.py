@@ -252,7 +252,9 @@ def fake_emulate(monkeypatch):
 
     calls = []
 
-    def emulate(contract, *, progress=None, batch_size=None, sequence_length=None):
+    def emulate(
+        contract, *, progress=None, batch_size=None, sequence_length=None, trust_code=False
+    ):
         calls.append((batch_size, sequence_length))
         ev = contract.evidence.emulate
         new = ev.max_new_tokens

@@ -47,7 +47,7 @@ def folder(tmp_path, monkeypatch):
 
 def _refusal(folder, name) -> str:
     return (
-        f"{folder / 'c.yaml'}:10:5: evidence.emulate.model: the contract names code to run: it "
+        f"{folder / 'c.yaml'}:10:5: evidence.emulate.model: names code to run: it "
         f"would import module {name!r} (searched first in {folder}) and call logits; pass "
         f"--trust-code (or set {TRUST_ENV}=1) to allow it\n"
     )

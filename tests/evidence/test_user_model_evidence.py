@@ -187,13 +187,14 @@ def test_two_folders_with_a_module_of_the_same_name_each_get_their_own(tmp_path)
         (place / "twin_for_tests.py").write_text(f"def f(params, tokens):\n    return {value}\n")
         funcs.append(
             (
-                load_entry("twin_for_tests:f", str(place)),
-                load_entry("pkg_for_tests.lm:f", str(place)),
+                load_entry("twin_for_tests:f", str(place), trust_code=True),
+                load_entry("pkg_for_tests.lm:f", str(place), trust_code=True),
             )
         )
     assert [(a(None, None), b(None, None)) for a, b in funcs] == [(1, 1), (2, 2)]
     # the same folder again: the module already imported from it is reused
-    assert load_entry("twin_for_tests:f", str(tmp_path / "contract2")) is funcs[1][0]
+    again = load_entry("twin_for_tests:f", str(tmp_path / "contract2"), trust_code=True)
+    assert again is funcs[1][0]
 
 
 # ------------------------------------------------------------------------ measuring
@@ -211,7 +212,7 @@ def test_the_same_kernel_on_both_sides_gives_zero_drift(folder):
         text.replace("max: 1.0}", "max: 1.0}\nruntime:\n  - {id: R, batch_size: [2, 2]}")
     )
     contract = loads(path.read_text(), str(path))
-    table = emulate_contract(contract)
+    table = emulate_contract(contract, trust_code=True)
     assert table["logit_drift"].shape == (12,)  # 3 prompts x 4 tokens, batches of 2
     assert np.all(table["logit_drift"] == 0) and np.all(table["top1_flip"] == 0)
     assert sorted(set(table["position"].tolist())) == [10, 11, 12, 13]  # prompts of 10

@@ -226,10 +226,12 @@ def export_parser(out, err, *, frameworks: str) -> Parser:
     timeout(p)
     evidence(p, help="log(s) to check the premises against (replaces the contract's "
              "evidence.logprobs path)")  # fmt: skip
+    trust(p)
     p.epilog = (
         "exit codes: 0 written; 1 a setting's guarantee is refuted or unknown, or rests on a "
-        "premise the evidence violates (nothing written); 2 unusable input, or a "
-        "--check-version outside the checked releases (nothing written); "
+        "premise the evidence violates (nothing written); 2 unusable input, a "
+        "--check-version outside the checked releases, or a contract naming code to import "
+        "without --trust-code (nothing written); "
         "3 written, but the given evidence left one of its premises unchecked"
     )
     return p

@@ -57,14 +57,20 @@ def _log_paths(contract, paths) -> tuple[tuple[str, str | None, str, str | None]
 
 
 def evaluate(
-    contract, *, paths: tuple[str, ...] = (), quiet: bool = True, stderr=None
+    contract,
+    *,
+    paths: tuple[str, ...] = (),
+    quiet: bool = True,
+    stderr=None,
+    trust_code: bool = False,
 ) -> tuple[tuple[ClauseResult, ...], dict]:
     """Measure the contract's evidence and decide every numerical and statistical clause.
 
     ``paths`` (``--evidence``) replace the contract's ``evidence.logprobs`` path and are read
-    as shards of one log (their format: the contract's, else detected). Returns one
+    as shards of one log (their format: the contract's, else detected). ``trust_code`` is the
+    user's consent to import the module a user model names (``--trust-code``). Returns one
     ``ClauseResult`` per (clause, slice, source) and the JSON-ready ``report["evidence"]``.
-    Raises ``EvidenceError`` for unusable evidence.
+    Raises ``EvidenceError`` for unusable evidence, and for a user model without consent.
     """
     stream = None if quiet else (stderr if stderr is not None else sys.stderr)
     sources = []
@@ -72,7 +78,7 @@ def evaluate(
     if log_paths:
         sources.append(log_source(contract, log_paths, stream))
     if contract.evidence.emulate is not None:
-        sources.extend(emulate_sources(contract, stream))
+        sources.extend(emulate_sources(contract, stream, trust_code=trust_code))
     results = []
     for source in sources:
         for clause in contract.numerical:

@@ -104,10 +104,11 @@ def _cache(cache, t_start: float):
     return cache.locate(started=cache.writer_start(began))
 
 
-def run_and_render(contract, args, stderr, t_start: float, t_import: float):
+def run_and_render(contract, args, stderr, t_start: float, t_import: float, *, trust_code: bool):
     """Verify ``contract`` and render its report: ``(report, texts)`` with the texts keyed by
     the output options (``--json``, ``--markdown``, ``--html``), or exit code 2 for unusable
-    evidence (its message written)."""
+    evidence (its message written). ``trust_code``: the consent to import a user model's
+    module (``verify.common.consent``)."""
     from kernel_contracts.verify.proving import cache
     from kernel_contracts.verify.proving import runner as run
     from kernel_contracts.verify.proving.render.report import dumps
@@ -117,6 +118,7 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float):
             contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
             quiet=args.quiet, stderr=stderr,
             cache=None if getattr(args, "no_cache", False) else _cache(cache, t_start),
+            trust_code=trust_code,
         )  # fmt: skip
     except Exception as err:
         if type(err).__name__ == "EvidenceError":
@@ -143,7 +145,7 @@ def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = N
     """Verify the contract ``args`` name and write its reports (and ``stage``'s files);
     returns the exit code (the stage's, when one is given)."""
     from kernel_contracts.verify.common import outputs
-    from kernel_contracts.verify.common.consent import consent_problem
+    from kernel_contracts.verify.common.consent import consent_problem, trusted
 
     problem = stage.usage() if stage is not None else None
     problem = problem or given_evidence_problem(args.evidence)
@@ -163,11 +165,12 @@ def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = N
             return 2
         problem = stage.refuse(contract) if stage is not None else None
         problem = problem or (None if args.evidence else declared_evidence_problem(contract, plan))
-        problem = problem or consent_problem(contract, args.trust_code)
+        trust_code = trusted(args.trust_code)
+        problem = problem or consent_problem(contract, trust_code)
         if problem:
             stderr.write(f"{problem}\n")
             return 2
-        done = run_and_render(contract, args, stderr, t_start, t_import)
+        done = run_and_render(contract, args, stderr, t_start, t_import, trust_code=trust_code)
         if isinstance(done, int):
             return done
         report, texts = done

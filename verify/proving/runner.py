@@ -54,24 +54,34 @@ def evidence_given(contract: Contract, paths: Sequence[str] = ()) -> bool:
     return bool(paths or contract.evidence.emulate or contract.evidence.logprobs)
 
 
-def _measure(contract, paths, quiet, stderr) -> tuple[tuple[ClauseResult, ...], dict | None]:
+def _measure(
+    contract, paths, quiet, stderr, trust_code
+) -> tuple[tuple[ClauseResult, ...], dict | None]:
     if not evidence_given(contract, paths):
         return skipped_measurements(contract), None
     try:
         from kernel_contracts.verify import decide as evidence
     except ImportError:
         return skipped_measurements(contract, NO_EVIDENCE_MODULE), None
-    results, info = evidence.evaluate(contract, paths=tuple(paths), quiet=quiet, stderr=stderr)
+    results, info = evidence.evaluate(
+        contract, paths=tuple(paths), quiet=quiet, stderr=stderr, trust_code=trust_code
+    )
     return tuple(results), dict(info)
 
 
 def clause_verdicts(
-    contract: Contract, evidence_paths: Sequence[str] = (), *, quiet: bool = True, stderr=None
+    contract: Contract,
+    evidence_paths: Sequence[str] = (),
+    *,
+    quiet: bool = True,
+    stderr=None,
+    trust_code: bool = False,
 ) -> tuple[tuple[ClauseResult, ...], dict | None]:
     """Every clause verdict of a run, in contract order, and the report's ``evidence`` part:
     one per (clause, slice) and evidence source, the static ones where none was measured.
+    ``trust_code``: the consent a user model's import needs (``verify.decide.evaluate``).
     Raises ``verify.decide.EvidenceError`` for unusable evidence."""
-    measured, info = _measure(contract, tuple(evidence_paths), quiet, stderr)
+    measured, info = _measure(contract, tuple(evidence_paths), quiet, stderr, trust_code)
     found = {(c.id, c.slice) for c in measured}
     static = static_clauses(contract, info)
     parts = [*measured, *(c for c in static if (c.id, c.slice) not in found)]
@@ -170,14 +180,18 @@ def run(
     stderr=None,
     derive: Callable | None = None,
     cache=None,
+    trust_code: bool = False,
 ) -> Report:
-    """Verify ``contract``; raises ``verify.decide.EvidenceError`` for unusable evidence.
+    """Verify ``contract``; raises ``verify.decide.EvidenceError`` for unusable evidence, and
+    for a user model's module without ``trust_code`` (the user's consent to import it).
 
     ``cache`` (a ``verify.proving.cache.Cache``) lets the proofs part replay a stored derivation
     (``verify.proving.replay``); it is not used with a ``derive`` of the caller's."""
     obligations, versions, timing = _obligations(contract, derive, timeout_ms, cache)
     t2 = time.perf_counter()
-    clauses, info = clause_verdicts(contract, evidence_paths, quiet=quiet, stderr=stderr)
+    clauses, info = clause_verdicts(
+        contract, evidence_paths, quiet=quiet, stderr=stderr, trust_code=trust_code
+    )
     t3 = time.perf_counter()
     verdicts = [(o.id, o.status) for o in obligations] + [(c.id, c.status) for c in clauses]
     premises = premise_support(contract, evidence_paths, clauses)

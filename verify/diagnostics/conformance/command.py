@@ -26,6 +26,7 @@ def conformance_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``conformance`` command on ``argv`` (the words after ``conformance``)."""
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import conformance_parser
+    from kernel_contracts.verify.common.consent import trusted
     from kernel_contracts.verify.common.inputs import load_contract, prepare_outputs
     from kernel_contracts.verify.diagnostics.localize.model import (
         ModelError,
@@ -48,7 +49,11 @@ def conformance_main(argv: list[str], *, stdout, stderr) -> int:
         if args.sequences:
             try:
                 chosen = choose_model(
-                    contract, args.model, args.params, args.length, trust_code=args.trust_code
+                    contract,
+                    args.model,
+                    args.params,
+                    args.length,
+                    trust_code=trusted(args.trust_code),
                 )
             except ModelError as err:
                 stderr.write(f"{err}\n")

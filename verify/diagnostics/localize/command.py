@@ -27,6 +27,7 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
 
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import localize_parser
+    from kernel_contracts.verify.common.consent import trusted
     from kernel_contracts.verify.common.inputs import load_contract, prepare_outputs
     from kernel_contracts.verify.diagnostics.localize.model import (
         ModelError,
@@ -51,7 +52,7 @@ def localize_main(argv: list[str], *, stdout, stderr) -> int:
             return 2
         try:
             chosen = choose_model(
-                contract, args.model, args.params, args.length, trust_code=args.trust_code
+                contract, args.model, args.params, args.length, trust_code=trusted(args.trust_code)
             )
         except ModelError as err:
             stderr.write(f"{err}\n")

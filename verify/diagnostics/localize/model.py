@@ -54,14 +54,15 @@ def choose_model(
 ) -> Chosen:
     """The model ``--model``/``--params`` name, or the contract's (module docstring); a
     ``length`` (``--length``) longer than the model's sequences is a ``ModelError``, and so is
-    code the contract names without ``trust_code`` (``verify.common.consent``)."""
+    an entry point, the contract's or ``--model``'s, without ``trust_code``, the consent value
+    (``verify.common.consent``): its module is imported from the contract's folder first."""
     if model is None:
         from kernel_contracts.verify.common.consent import consent_problem
 
         problem = consent_problem(contract, trust_code)
         if problem is not None:
             raise ModelError(problem)
-    chosen = _choose(contract, model, params)
+    chosen = _choose(contract, model, params, trust_code)
     longest, width = chosen.model_length, chosen.width
     if length is not None and longest is not None and length > longest:
         raise ModelError(
@@ -75,7 +76,7 @@ def choose_model(
     return chosen
 
 
-def _choose(contract, model: str | None, params: str | None) -> Chosen:
+def _choose(contract, model: str | None, params: str | None, trust_code: bool) -> Chosen:
     from kernel_contracts.evidence.emulate import model_directory
     from kernel_contracts.kernels.model.tinylm import CHECKPOINTS
     from kernel_contracts.kernels.model.user_model import (
@@ -95,7 +96,7 @@ def _choose(contract, model: str | None, params: str | None) -> Chosen:
         if params is None:
             raise ModelError(f"--model {model}: an entry point needs --params PATH")
         try:
-            um = load_user_model(model, params, model_directory(contract))
+            um = load_user_model(model, params, model_directory(contract), trust_code=trust_code)
         except UserModelError as err:
             option = options.get(err.key)
             text = str(err).replace(f"{err.key}: ", f"{option}: ", 1) if option else str(err)

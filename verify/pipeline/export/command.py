@@ -42,6 +42,7 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``export`` command on ``argv`` (the words after ``export``); returns the exit code."""
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import export_parser
+    from kernel_contracts.verify.common.consent import consent_problem, trusted
     from kernel_contracts.verify.common.inputs import (
         declared_evidence_problem,
         given_evidence_problem,
@@ -78,14 +79,16 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
         contract = load_contract(args.contract, stderr)
         if contract is None:
             return 2
+        trust_code = trusted(args.trust_code)
         problem = None if args.evidence else declared_evidence_problem(contract, target)
+        problem = problem or consent_problem(contract, trust_code)
         if problem:
             stderr.write(f"{problem}\n")
             return 2
         try:
             export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)))
             proved = prove(export, timeout_ms=args.timeout_ms)
-            unchecked = premises_of(export, tuple(args.evidence))
+            unchecked = premises_of(export, tuple(args.evidence), trust_code=trust_code)
         except ExportError as err:
             stderr.write(f"{err}\n")
             return err.code

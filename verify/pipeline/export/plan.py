@@ -146,10 +146,13 @@ def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, 
     return found
 
 
-def premises_of(export: Export, evidence_paths: tuple[str, ...] = ()) -> tuple[str, ...]:
+def premises_of(
+    export: Export, evidence_paths: tuple[str, ...] = (), *, trust_code: bool = False
+) -> tuple[str, ...]:
     """Check the premises of every guarantee ``export`` rests on against the evidence (the
     contract's ``evidence:`` section, or ``evidence_paths``), as a run would
-    (``verify.common.support``). Raises ``ExportError`` (exit 1) naming each guarantee that rests on
+    (``verify.common.support``); ``trust_code`` is the consent a user model's import needs
+    (``verify.common.consent``). Raises ``ExportError`` (exit 1) naming each guarantee that rests on
     a premise the evidence violates, or (exit 2) for unusable evidence; returns one line for each
     guarantee whose premises the evidence left unchecked. Without evidence: nothing to say."""
     from kernel_contracts.evidence.sources import EvidenceError
@@ -163,7 +166,7 @@ def premises_of(export: Export, evidence_paths: tuple[str, ...] = ()) -> tuple[s
     if not evidence_given(contract, evidence_paths):
         return ()
     try:
-        clauses, _ = clause_verdicts(contract, evidence_paths)
+        clauses, _ = clause_verdicts(contract, evidence_paths, trust_code=trust_code)
     except EvidenceError as err:
         raise ExportError(str(err)) from None
     support = {s.guarantee: s for s in premise_support(contract, evidence_paths, clauses)}
