@@ -10,8 +10,9 @@ generated token, one 1-D numpy array per column.
 The model is the shipped checkpoint by name (``tiny-lm``), whose prompts are cut from its
 held-out text; a user model (``model: "package.module:function"`` with ``params: PATH``, see
 :mod:`kernels.model.user_model`), imported from the contract file's directory
-(``model_directory``), whose prompts come from the params file's ``extra/prompts`` windows or,
-without them, uniformly from the vocabulary; or a Hugging Face checkpoint
+(``model_directory``) only with the user's consent (``emulate_contract``'s ``trust_code``),
+whose prompts come from the params file's ``extra/prompts`` windows or, without them,
+uniformly from the vocabulary; or a Hugging Face checkpoint
 (``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`), for which ``prompts`` is a count of
 prompts drawn uniformly from its vocabulary, or a text file of prompts (one a line, blank
 lines skipped) encoded by the folder's ``tokenizer.json``, served in the file's order; every
