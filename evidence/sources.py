@@ -234,7 +234,7 @@ def tables_source(contract, tables) -> Source:
         "token_id_mismatches": sum(t.mismatch_count for t in tables),
         "unpaired_records": sum(t.unpaired_count for t in tables),
         "notes": log_notes(contract, tables),
-        "clamped_logprobs": clamped_logprobs(tables),
+        "clamped_logprobs": clamped_logprobs(tables)["count"],
         "framework_metrics": framework_metrics(
             train, rollout, sequence, sequences=int(offsets[-1])
         ),
