@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel_contracts.evidence.lower import lower_bounds, possible
+from kernel_contracts.evidence.table import from_logprobs
 from tests.support.strategies import examples
 
 DIGITS = 50
@@ -140,3 +141,19 @@ def test_an_overflowing_oscillation_stays_finite_and_below_the_exact_value():
     got = lower_bounds(np.array([-1e308]), np.array([0.0]), 10.0)
     assert math.isfinite(got["logit_oscillation"][0])
     assert got["logit_oscillation"][0] >= MAX * (1 - REL)
+
+
+def test_the_token_table_forms_its_bounds_from_the_two_logged_log_probs():
+    lt = np.array([-3.155056775283876e-05, -0.5])
+    lr = np.array([-3.155056775283882e-05, -0.7])
+    kept = np.array([0.0, -0.1])
+    where = np.zeros(2, np.int64)
+    table = from_logprobs(
+        lt - (lr + kept), lt, where, where, rollout_logprob=lr, log_kept_mass=kept, temperature=2.0
+    )
+    expected = lower_bounds(lt, lr, 2.0, log_kept_mass=kept)
+    for col in COLUMNS:
+        assert table[col].tolist() == expected[col].tolist()
+    with pytest.raises(TypeError, match="need rollout_logprob"):
+        from_logprobs(lt - lr, lt, where, where, temperature=1.0)
+    assert set(from_logprobs(lt - lr, lt, where, where)).isdisjoint(COLUMNS)
