@@ -38,11 +38,16 @@ __all__ = [
     "EvidenceError",
     "Progress",
     "Source",
+    "clamped_logprobs",
     "emulate_sources",
     "log_notes",
     "log_source",
     "tables_source",
 ]
+
+
+# the logged columns a value above 0 is impossible in
+_LOGPROBS = ("train_logprob", "rollout_logprob", "log_kept_mass")
 
 
 class EvidenceError(KernelContractsError):
@@ -187,11 +192,18 @@ def tables_source(contract, tables) -> Source:
     parts, nonfinite, slice_skip, log_ratios = [], {}, {}, []
     envelope = [_log_envelope(t) for t in tables]
     for t in tables:
-        lt = t.columns["train_logprob"]
-        lr = t.columns["rollout_logprob"] + (t.columns["log_kept_mass"] if corrected else 0.0)
+        lt, processed = t.columns["train_logprob"], t.columns["rollout_logprob"]
+        kept_mass = t.columns["log_kept_mass"] if corrected else None
+        lr = processed if kept_mass is None else processed + kept_mass
         log_ratios.append(lt - lr)
         columns = from_logprobs(
-            lt - lr, lt, t.columns["position"], t.columns["prompt"], temperature=policy.temperature
+            lt - lr,
+            lt,
+            t.columns["position"],
+            t.columns["prompt"],
+            rollout_logprob=processed,
+            log_kept_mass=kept_mass,
+            temperature=policy.temperature,
         )
         part, bad, skip = _summarize(columns, t.prompt_names, thresholds, slices, metric_skip)
         parts.append(part)
@@ -222,6 +234,7 @@ def tables_source(contract, tables) -> Source:
         "token_id_mismatches": sum(t.mismatch_count for t in tables),
         "unpaired_records": sum(t.unpaired_count for t in tables),
         "notes": log_notes(contract, tables),
+        "clamped_logprobs": clamped_logprobs(tables)["count"],
         "framework_metrics": framework_metrics(
             train, rollout, sequence, sequences=int(offsets[-1])
         ),
@@ -244,10 +257,27 @@ def tables_source(contract, tables) -> Source:
     )
 
 
+def clamped_logprobs(tables) -> dict:
+    """How many logged log-probabilities (train, rollout and log kept mass) lie above 0, within
+    the reader's tolerance, and so are read as 0 by the lower bounds (``evidence.lower``): their
+    ``count``, the ``tokens`` they belong to, and the ``largest`` (``None`` when there is none)."""
+    count = tokens = 0
+    largest = None
+    for t in tables:
+        cells = np.stack([np.asarray(t.columns[k], np.float64) for k in _LOGPROBS])
+        above = cells > 0.0  # a NaN (no log kept mass) is not above 0
+        count += int(above.sum())
+        tokens += int(above.any(axis=0).sum())
+        if above.any():
+            top = float(cells[above].max())
+            largest = top if largest is None else max(largest, top)
+    return {"count": count, "tokens": tokens, "largest": largest}
+
+
 def log_notes(contract, tables) -> list[str]:
     """What a reader of the summary must know about how the logs were read: an undeclared
-    vocabulary (ids checked to be ≥ 0 only, and the largest one seen), and whole sequences left
-    out for a single log-probability above 0."""
+    vocabulary (ids checked to be ≥ 0 only, and the largest one seen), and log-probabilities a
+    hair above 0 read as 0 (``clamped_logprobs``)."""
     from kernel_contracts.evidence.logs.reader import LOGPROB_TOLERANCE
 
     notes = []
@@ -261,16 +291,17 @@ def log_notes(contract, tables) -> list[str]:
             "policy.vocab_size is not declared: token ids were checked to be ≥ 0 only" + seen
             + " (declare policy.vocab_size to check every id against it)"
         )  # fmt: skip
-    lines = sum(t.positive_logprob_lines for t in tables)
-    if lines:
-        tokens = sum(t.positive_logprob_tokens for t in tables)
-        largest = max(t.positive_logprob_max for t in tables if t.positive_logprob_lines)
-        notes.append(
-            f"{lines} line(s) of {tokens} tokens left out whole because a log-probability in "
-            f"them is above 0 (the largest {largest:+.3g}; up to +{LOGPROB_TOLERANCE:g} is "
-            "taken as rounding): a log-softmax cannot exceed 0, so such a line is not trusted; "
-            "look for a log-prob written before normalisation or with the wrong sign"
+    above = clamped_logprobs(tables)
+    if above["count"]:
+        n, tokens, largest = above["count"], above["tokens"], above["largest"]
+        within = f"within the tolerance of +{LOGPROB_TOLERANCE:g} taken as rounding"
+        what = (
+            f"1 log-probability above 0 ({largest:+.3g}, {within})"
+            if n == 1
+            else f"{n} log-probabilities of {tokens} token{'s' * (tokens > 1)} above 0 (the "
+            f"largest {largest:+.3g}, {within})"
         )
+        notes.append(f"{what} read as 0 for the lower bounds of the full-vocabulary metrics")
     dropped = sum(t.malformed_tokens for t in tables)
     if dropped:
         kept = sum(t.tokens for t in tables)

@@ -6,16 +6,18 @@ A source of evidence is turned into one table per shard, one row per generated t
   ``kernels.measurement.columns``, plus ``abs_log_ratio`` = |log w| and ``kl`` = max(KL(π‖π'),
   KL(π'‖π)), so that a verdict on ``kl`` holds for either direction;
 - from sampled-token log-probs (a rollout log, a routed batch): ``log_ratio`` = ℓ − ℓ',
-  ``abs_log_ratio``, ``token_prob`` = π(y) = e^ℓ, and the ``position`` and ``prompt`` that
+  ``abs_log_ratio``, ``token_prob`` = π(y) = e^min(ℓ, 0), and the ``position`` and ``prompt`` that
   slices select on. The full-vocabulary metrics (``FULL_VOCAB``) cannot be formed there, but
   the two log-probs of the sampled token y bound four of them from below, token by token
-  (``LOWER_BOUNDED``; ``lower_bounds``): such a column can show a clause violated, never held.
+  (``LOWER_BOUNDED``; ``evidence.lower.lower_bounds``, rounded outward, a log-prob above 0 read
+  as 0): such a column can show a clause violated, never held.
 
 Which columns a kind of source gives, exactly or as lower bounds, follows from the kind alone
 (``reading``, ``unmeasurable``, ``slice_columns``): ``verify check`` re-derives it from a
 report.
 
-This module is the only place those derived columns are computed.
+This module (``evidence.lower`` for the lower bounds) is the only place those derived columns
+are computed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections.abc import Mapping
 
 import numpy as np
 from jaxtyping import Float, Int
+
+from kernel_contracts.evidence.lower import lower_bounds, possible
 
 __all__ = [
     "FULL_VOCAB",
@@ -51,8 +55,6 @@ SAMPLED_ONLY = ("log_ratio", "abs_log_ratio")
 LOWER_BOUNDED = ("logit_drift", "logit_oscillation", "tv", "kl")
 # the columns a sampled-token table has for slices to select on
 _SAMPLED_SLICE_COLUMNS = frozenset(("token_prob", "position", "prompt"))
-# values are rounded down by this factor so that float rounding never lifts a lower bound
-_DOWN = 1.0 - 2.0**-50
 
 Column = Float[np.ndarray, " tokens"]
 
@@ -104,50 +106,34 @@ def slice_columns(kind: str) -> frozenset[str] | None:
     return _SAMPLED_SLICE_COLUMNS if kind == "logprobs" else None
 
 
-def lower_bounds(log_w: Column, train_logprob: Column, temperature: float) -> dict[str, np.ndarray]:
-    """Per-token lower bounds of the ``LOWER_BOUNDED`` metrics from the sampled token's
-    log-probs ℓ = log π(y) and ℓ' = ℓ − log w, with π = softmax(z/T), π' = softmax(z'/T):
-
-    - oscillation: |log w(y)| = |Δ_y − log Σ π_j e^{Δ_j}|/T ≤ osc/T, so osc ≥ T·|log w(y)|;
-    - drift: osc ≤ 2δ, so δ ≥ T·|log w(y)|/2;
-    - TV: TV = sup_A |π(A) − π'(A)| ≥ |π(y) − π'(y)| (A = {y});
-    - KL, either direction: the KL of the two-set partition {y, rest} is a lower bound (data
-      processing), and that is ≥ 2·(π(y) − π'(y))² (Pinsker on two points).
-
-    The logged values are taken as exact; each bound is then rounded down by one part in 2^50,
-    and a NaN (nothing known) becomes the trivial bound 0.
-    """
-    a = np.abs(log_w)
-    gap = np.abs(np.exp(train_logprob) - np.exp(train_logprob - log_w))
-    bounds = {
-        "logit_oscillation": temperature * a,
-        "logit_drift": temperature * a / 2,
-        "tv": gap,
-        "kl": 2 * gap * gap,
-    }
-    return {k: np.where(np.isnan(v), 0.0, v * _DOWN) for k, v in bounds.items()}
-
-
 def from_logprobs(
     log_w: Column,
     train_logprob: Column,
     position: Int[np.ndarray, " tokens"],
     prompt: Int[np.ndarray, " tokens"],
     *,
+    rollout_logprob: Column | None = None,
+    log_kept_mass: Column | None = None,
     temperature: float | None = None,
 ) -> dict[str, np.ndarray]:
     """The token table of sampled tokens: ``log_w`` = ℓ − ℓ' with ℓ = log π(y) by K_train and
     ℓ' = log π'(y) by K_inf (as the caller measured it), ``train_logprob`` = ℓ. With the
-    policy's ``temperature``, also the ``lower_bounds`` of the full-vocabulary metrics."""
+    policy's ``temperature``, also the ``lower_bounds`` of the full-vocabulary metrics, formed
+    from the logged ℓ and ``rollout_logprob`` (corrected by ``log_kept_mass`` when given)
+    themselves: ℓ − ``log_w`` is not ℓ' once ``log_w`` is rounded."""
     columns = {
         "log_ratio": log_w,
         "abs_log_ratio": np.abs(log_w),
-        "token_prob": np.exp(train_logprob),
+        "token_prob": np.exp(possible(train_logprob)),
         "position": position,
         "prompt": prompt,
     }
     if temperature is not None:
-        columns |= lower_bounds(log_w, train_logprob, temperature)
+        if rollout_logprob is None:
+            raise TypeError("the lower bounds (a temperature given) need rollout_logprob")
+        columns |= lower_bounds(
+            train_logprob, rollout_logprob, temperature, log_kept_mass=log_kept_mass
+        )
     return columns
 
 

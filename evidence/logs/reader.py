@@ -2,19 +2,20 @@
 
 Nothing is dropped silently: a line that is not valid JSON (a duplicate key, nesting too deep
 to read, an integer of thousands of digits included), is cut off, misses a field, has arrays of
-different lengths, holds a log-probability that is not a number (a string, a boolean), NaN/inf
-or positive, or a token id that is not an integer in ``[0, vocab_size)`` is counted and reported
+different lengths, holds a log-probability that is not a number (a string, a boolean) or is
+NaN/inf, or a token id that is not an integer in ``[0, vocab_size)`` is counted and reported
 with its line number and the reason; a sequence whose train and rollout token ids differ is
-flagged as a mismatch and left out of the table. Padding (``mask`` 0) is not data. A file that
-cannot be a log at all (missing, empty, not UTF-8, no known field set, no usable record) raises
-``LogError`` with a one-line message naming the file and line.
+flagged as a mismatch and left out of the table. Padding (``mask`` 0) is not data. A
+log-probability above 0 by at most ``LOGPROB_TOLERANCE`` is rounding: it is kept as logged
+(``evidence.lower`` reads it as 0). A file that cannot be a log at all (missing, empty, not
+UTF-8, no known field set, no usable record, a log-probability above 0 beyond the tolerance)
+raises ``LogError`` with a one-line message naming the file and line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,8 +46,12 @@ __all__ = [
     "unknown_fields",
 ]
 
-# A log-probability must be ≤ this: log-softmax rounding can give +1e-7, never more.
-LOGPROB_TOLERANCE = 1e-6
+# A log-probability (or log kept mass) above 0 by at most this is a rounding artefact, read as
+# 0 where it bounds a metric (``evidence.lower``); above it, the log is unusable. A float32
+# log-softmax z_y − logsumexp(z) errs by a few ulps of the largest |z|, about 2.4e-7·|z|: +1e-3
+# covers logits up to |z| ≈ 4000 (a trained LM's stay below a few hundred), and an e^0.001 that
+# is 0.1 % above 1 is no probability a normalised distribution gives.
+LOGPROB_TOLERANCE = 1e-3
 # How many problem lines of each kind a report lists (all are counted).
 MAX_LISTED = 20
 # How many bad lines the error for a log without one usable record quotes.
@@ -97,12 +102,8 @@ class LogTable:
     unpaired: tuple[Problem, ...]
     unpaired_count: int
     has_kept_mass: bool = False
-    # the tokens of the malformed records (each left out whole), and of those among them left
-    # out for a log-probability above 0, with the largest such value
+    # the tokens of the malformed records (each left out whole)
     malformed_tokens: int = 0
-    positive_logprob_lines: int = 0
-    positive_logprob_tokens: int = 0
-    positive_logprob_max: float | None = None
     extra: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -115,8 +116,9 @@ class BadRecord(KernelContractsError):
 
 
 class PositiveLogprob(BadRecord):
-    """A record with a log-probability above 0 (beyond ``LOGPROB_TOLERANCE``); ``value`` is its
-    largest one."""
+    """A record with a log-probability above 0 beyond ``LOGPROB_TOLERANCE``; ``value`` is its
+    largest one. A whole log holding one is unusable (``Reading.take`` raises ``LogError``);
+    a monitor counts the line as malformed."""
 
     def __init__(self, message: str, value: float):
         super().__init__(message)
@@ -214,7 +216,10 @@ def _floats(record: dict, key: str, what: str) -> np.ndarray:
     if high.any():
         i = int(np.argmax(high))
         raise PositiveLogprob(
-            f"'{key}'[{i}] = {float(arr[i])!r} > 0: {what} must be ≤ 0", float(arr.max())
+            f"'{key}'[{i}] = {float(arr[i])!r} > 0: {what} must be ≤ 0 (up to "
+            f"+{LOGPROB_TOLERANCE:g} of rounding); a larger value is not a rounding of a "
+            "log-softmax: look for a value written before normalisation or with the wrong sign",
+            float(arr.max()),
         )
     return arr
 
@@ -488,9 +493,7 @@ class Reading:
         self.builder, self.pending = TableBuilder(), {}
         self.malformed, self.mismatches = _Problems(), _Problems()
         self.first_keys: dict | None = None
-        # the tokens of the records left out, and of those left out for a log-prob above 0
-        self.dropped_tokens, self.positive = 0, _Problems()
-        self.positive_tokens, self.positive_max = 0, -math.inf
+        self.dropped_tokens = 0  # the tokens of the records left out
 
     def bad(self, line: int, reason: str) -> None:
         self.malformed.add(line, reason)
@@ -516,13 +519,12 @@ class Reading:
                 if missing:
                     raise BadRecord(f"missing key '{missing[0]}' ({fmt.name} format)")
                 add_joined(record, fmt, self.builder, line, self.mismatches, vocab)
+        except PositiveLogprob as bad:  # not rounding: nothing in this log can be trusted
+            at = f":{line}" if self.unit == "line" else f": {self.unit} {line}"
+            raise LogError(f"{self.path}{at}: {bad}") from None
         except BadRecord as bad:
             self.malformed.add(line, str(bad))
             self.dropped_tokens += _record_tokens(record, fmt)
-            if isinstance(bad, PositiveLogprob):
-                self.positive.add(line, str(bad))
-                self.positive_tokens += _record_tokens(record, fmt)
-                self.positive_max = max(self.positive_max, bad.value)
 
     def table(self, sha256: str, lines: int, blank: int = 0, kind: str = "JSON") -> LogTable:
         """The token table of every record taken; ``LogError`` when none gave a sequence."""
@@ -576,9 +578,6 @@ class Reading:
             unpaired_count=unpaired.count,
             has_kept_mass=builder.kept_mass_seen,
             malformed_tokens=self.dropped_tokens,
-            positive_logprob_lines=self.positive.count,
-            positive_logprob_tokens=self.positive_tokens,
-            positive_logprob_max=self.positive_max if self.positive.count else None,
         )
 
 

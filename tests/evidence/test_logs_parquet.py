@@ -57,27 +57,37 @@ def test_a_columnar_twin_gives_the_jsonl_table(tmp_path, kind, monkeypatch):
 
 
 def test_bad_rows_are_counted_as_bad_lines_are(tmp_path):
-    """A null in a required column, a positive log-prob, a token beyond the vocabulary: each row
-    is counted with its number and reason, word for word the JSONL line's, and the rest read."""
+    """A null in a required column, a token beyond the vocabulary: each row is counted with its
+    number and reason, word for word the JSONL line's, and the rest read."""
     rows = [
         GOOD,
         GOOD | {"train_logprobs": None},
-        GOOD | {"rollout_logprobs": [-0.5, 0.5]},
         GOOD | {"response_ids": [1, 300]},
         GOOD | {"prompt_id": None},  # an optional column's null: the row does not say
     ]
     table = read_log(_parquet(tmp_path / "log.parquet", rows), "generic", vocab_size=256)
-    assert table.sequences == 2 and table.malformed_count == 3
+    assert table.sequences == 2 and table.malformed_count == 2
     assert [(p.line, p.reason) for p in table.malformed] == [
         (2, "'train_logprobs' is null: a required column"),
-        (3, "'rollout_logprobs'[1] = 0.5 > 0: log-probabilities must be ≤ 0"),
-        (4, "'response_ids'[1] = 300 is not a token id of the vocabulary (vocab_size 256)"),
+        (3, "'response_ids'[1] = 300 is not a token id of the vocabulary (vocab_size 256)"),
     ]
     jsonl = tmp_path / "log.jsonl"
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
     assert [p.reason for p in read_log(jsonl, "generic", vocab_size=256).malformed][1:] == [
         p.reason for p in table.malformed[1:]
     ]
+
+
+def test_a_log_prob_beyond_the_tolerance_names_its_row(tmp_path):
+    rows = [GOOD, GOOD | {"rollout_logprobs": [-0.5, 0.5]}]
+    path = _parquet(tmp_path / "log.parquet", rows)
+    with pytest.raises(LogError) as err:
+        read_log(path, "generic", vocab_size=256)
+    assert str(err.value) == (
+        f"{path}: row 2: 'rollout_logprobs'[1] = 0.5 > 0: log-probabilities must be ≤ 0 (up to "
+        "+0.001 of rounding); a larger value is not a rounding of a log-softmax: look for a "
+        "value written before normalisation or with the wrong sign"
+    )
 
 
 def test_a_missing_column_names_the_key_and_the_rows(tmp_path):

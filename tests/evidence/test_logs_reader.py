@@ -100,24 +100,55 @@ def test_malformed_lines_are_counted_with_line_numbers(tmp_path):
             "rollout_logprobs": [-1.0, -2.0],
         }
     )
-    bad_pos = _good().replace("-0.3]", "0.5]", 1)
     missing = json.dumps({"prompt_id": "x", "response_ids": [1], "train_logprobs": [-1.0]})
-    lines = [_good(0), "{not json", bad_nan, "[1, 2]", "", bad_len, bad_pos, missing, _good(1)]
+    lines = [_good(0), "{not json", bad_nan, "[1, 2]", "", bad_len, missing, _good(1)]
     path = tmp_path / "bad.jsonl"
     _write_lines(path, lines)
     table = read_log(path)
     assert table.sequences == 2 and table.tokens == 6
     assert table.blank_lines == 1
-    assert table.malformed_count == 6
+    assert table.malformed_count == 5
     got = [(p.line, p.reason) for p in table.malformed]
     assert got == [
         (2, "invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
         (3, "'rollout_logprobs'[1] is nan: log-probabilities must be finite"),
         (4, "not a JSON object (got list)"),
         (6, "'train_logprobs' has 1 entries, 'response_ids' 2"),
-        (7, "'train_logprobs'[2] = 0.5 > 0: log-probabilities must be ≤ 0"),
-        (8, "missing key 'rollout_logprobs' (generic format)"),
+        (7, "missing key 'rollout_logprobs' (generic format)"),
     ]
+
+
+POSITIVE = (
+    "> 0: log-probabilities must be ≤ 0 (up to +0.001 of rounding); a larger value is not a "
+    "rounding of a log-softmax: look for a value written before normalisation or with the "
+    "wrong sign"
+)
+
+
+def test_a_log_prob_beyond_the_tolerance_makes_the_log_unusable(tmp_path):
+    # not a rounding artefact: no line of such a log is trusted, and the error names the line
+    path = tmp_path / "pos.jsonl"
+    _write_lines(path, [_good(0), "{oops", _good(1).replace("-0.3]", "0.5]", 1), _good(2)])
+    with pytest.raises(LogError) as err:
+        read_log(path)
+    assert str(err.value) == f"{path}:3: 'train_logprobs'[2] = 0.5 {POSITIVE}"
+    kept = tmp_path / "kept.jsonl"
+    _write_lines(kept, [json.dumps(json.loads(_good()) | {"log_kept_mass": [0.0, 0.01, 0.0]})])
+    with pytest.raises(LogError) as err:
+        read_log(kept)
+    assert str(err.value) == (
+        f"{kept}:1: 'log_kept_mass'[1] = 0.01 > 0: log kept mass must be ≤ 0 (up to +0.001 of "
+        "rounding); a larger value is not a rounding of a log-softmax: look for a value written "
+        "before normalisation or with the wrong sign"
+    )
+
+
+def test_a_log_prob_within_the_tolerance_is_kept_as_logged(tmp_path):
+    path = tmp_path / "hair.jsonl"
+    _write_lines(path, [_good(0).replace("-0.3]", "0.001]", 1), _good(1)])
+    table = read_log(path)
+    assert table.malformed_count == 0 and table.tokens == 6
+    assert table.columns["train_logprob"][2] == 0.001  # read as 0 by the lower bounds only
 
 
 def test_truncated_last_line(tmp_path):
@@ -334,10 +365,6 @@ DEEP = 100_000
         (
             GOOD.join("{}").replace("[-0.5, -0.3]", "[-0.5, -Infinity]"),
             "'rollout_logprobs'[1] is -inf: log-probabilities must be finite",
-        ),
-        (
-            GOOD.join("{}").replace("[-0.5, -0.3]", "[-0.5, 1e-5]"),
-            "'rollout_logprobs'[1] = 1e-05 > 0: log-probabilities must be ≤ 0",
         ),
         # token ids: integers in [0, vocab_size)
         (
