@@ -13,11 +13,17 @@ identity (device, inode) and the bytes read from them, not by their names.
   active name is a new file, read from its start.
 - **Copy-truncate**: a new file whose first bytes are exactly all the bytes read from a known
   file is that file's copy, read on from the same offset (the lines written after the last
-  read and before the copy). A file that shrinks below what was read was truncated: it is read
-  again from its start, and a note says that lines written between the copy and the
-  truncation are in neither file (as for every reader of a copy-truncate rotation). A new file
-  that begins with a known file's first bytes but not with all the bytes read from it is an
-  error (which of its lines were read cannot be told).
+  read and before the copy); a copy of the file being read is taken when that file is found
+  truncated, not before (its lines after the offset are read once, from the copy). The file
+  being read is truncated when it no longer holds the bytes read, by content and not only by
+  size (``verify.pipeline.monitor.rotation``): shorter, or grown again past the offset with
+  other bytes. Its copy is then read on from the offset and the file again from its start,
+  and a note says that lines written between the copy and the truncation are in neither file
+  (as for every reader of a copy-truncate rotation); with no copy in the directory it is an
+  error that names the lines lost. A known file other than the one being read that shrinks
+  below what was read is read again from its start, with a note. A new file that begins with
+  a known file's first bytes but not with all the bytes read from it is an error (which of
+  its lines were read cannot be told).
 - A file that reappears under a known inode number with other first bytes is a new file.
 
 A position (checkpoint) keeps the file being read (name, identity, offset, line, head and
@@ -32,12 +38,14 @@ import hashlib
 import os
 import stat
 
+from kernel_contracts.verify.pipeline.monitor.rotation import lost
 from kernel_contracts.verify.pipeline.monitor.stream import (
     HEAD,
     FileEntry,
     Line,
     LineSplitter,
     Position,
+    Rewritten,
     StreamError,
     file_identity,
     head_hash,
@@ -144,17 +152,10 @@ class DirectoryStream:
         for entry in known:
             if entry.offset == 0 or self._head_of(name, entry.offset) != entry.head:
                 continue
-            fd = self._open_fd(name)
-            if fd is not None:
-                try:
-                    same = (
-                        os.fstat(fd).st_size >= entry.offset
-                        and prefix_hash(fd, entry.offset).hexdigest() == entry.digest
-                    )
-                finally:
-                    os.close(fd)
-                if same:
-                    return FileEntry(name, file_identity(st), *entry[2:])
+            if self._holds(name, entry):
+                if entry.identity == self.identity:
+                    return _WAIT  # the copy of the file being read: taken at its truncation
+                return FileEntry(name, file_identity(st), *entry[2:])
             path = os.path.join(self.path, name)
             raise StreamError(
                 f"{path}: it begins like {entry.name}, already read, but not with all "
@@ -162,6 +163,21 @@ class DirectoryStream:
                 "told (a copy-truncate rotation raced with the monitor?)"
             )
         return None
+
+    def _holds(self, name: str, entry: FileEntry) -> bool:
+        """Whether the file ``name`` begins with every byte read from ``entry``'s file."""
+        if self._head_of(name, entry.offset) != entry.head:
+            return False
+        fd = self._open_fd(name)
+        if fd is None:
+            return False
+        try:
+            return (
+                os.fstat(fd).st_size >= entry.offset
+                and prefix_hash(fd, entry.offset).hexdigest() == entry.digest
+            )
+        finally:
+            os.close(fd)
 
     def _unread(self, scan) -> FileEntry | None:
         """The first file in name order with unread bytes (other than the one being read)."""
@@ -233,10 +249,18 @@ class DirectoryStream:
         )
 
     def _truncated(self) -> None:
-        """The file being read shrank: its copy (if any) is found first, then it is read
-        again from its start."""
-        self._unread(self._scan())  # a copy made before the truncation takes the offset
-        path = os.path.join(self.path, self.name)
+        """The file being read no longer holds the bytes read: the copy that holds them all
+        takes its offset, and the file is read again from its start; with no such copy,
+        ``StreamError`` names the lines lost."""
+        current, path = self._current(), os.path.join(self.path, self.name)
+        for name, st in self._scan():
+            ident = file_identity(st)
+            if ident != self.identity and ident not in self.files and self._holds(name, current):
+                self.files[ident] = FileEntry(name, ident, *current[2:])
+                self.checked[ident] = (st.st_size, st.st_mtime_ns)
+                break
+        else:
+            raise StreamError(lost(path, current.offset, current.line))
         self._note(
             path,
             "the file was truncated (copy-truncate rotation?): reading it again from its "
@@ -250,21 +274,29 @@ class DirectoryStream:
         shown = path if full else os.path.join(self.path, path)
         self.pending.append(f"{shown}: {text}")
 
+    def _lines(self) -> list[Line] | None:
+        """``read_lines`` of the file being read; a truncated file is let go (its copy found)."""
+        try:
+            return read_lines(self.fd, self.lines)
+        except Rewritten:
+            self._truncated()
+            return None
+
     def read(self, follow: bool) -> list[Line]:
         if self.fd is not None:
-            got = read_lines(self.fd, self.lines)
+            got = self._lines()
             if got is not None:
                 return got
-            if os.fstat(self.fd).st_size < self.lines.offset + self.lines.waiting:
-                self._truncated()
         scan = self._scan()
         following = self._unread(scan)
         if following is None:
             return []
         if self.fd is not None:
-            got = read_lines(self.fd, self.lines)  # written before the next file appeared
+            got = self._lines()  # written before the next file appeared
             if got is not None:
                 return got
+            if self.fd is None:  # found truncated: its copy and itself come next
+                return self.read(follow)
             tail = self.lines.tail()  # a cut line, counted: the file is finished
             self.files[self.identity] = self._current()
             os.close(self.fd)

@@ -3,8 +3,13 @@ files, or standard input; every complete line with its position, and where to re
 
 - A **file** is followed like ``tail -F``: at its end the monitor waits for more; a file
   replaced under the same name (rotation by renaming) is read to its end, then the new file
-  from its start. A file that shrinks below the position read (rotation by copying and
-  truncating) is an error: lines may have been lost.
+  from its start. A file that no longer holds the bytes read (rotation by copying and
+  truncating, caught by content: ``verify.pipeline.monitor.rotation``), whether it shrank or
+  grew again past the position read, is read on in its copy beside it (``NAME.1``, any file
+  named ``NAME`` and ``.``, ``-`` or ``_`` that begins with every byte read) from that
+  position to the copy's end, then from its own start; with no such copy it is an error that
+  names the lines lost. A restart finds the file read in the same way: under its name, else
+  as a rotated file beside it that holds the bytes read.
 - A **directory** holds rotating files, followed as log shippers do
   (``verify.pipeline.monitor.directory``).
 - **Standard input** (``-``) is read to its end. A restart skips the bytes a checkpoint says
@@ -33,6 +38,12 @@ import stat
 from dataclasses import dataclass, field
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.verify.pipeline.monitor.rotation import (
+    WINDOW,
+    lost,
+    rotated_copies,
+    still_holds,
+)
 
 __all__ = [
     "HEAD",
@@ -41,6 +52,7 @@ __all__ = [
     "Line",
     "LineSplitter",
     "Position",
+    "Rewritten",
     "StreamError",
     "file_identity",
     "head_hash",
@@ -58,6 +70,11 @@ _SHOWN = 200  # bytes of an overlong line kept to show
 
 class StreamError(KernelContractsError):
     """A stream that cannot be read (or resumed); ``str`` is the one-line message (exit 2)."""
+
+
+class Rewritten(Exception):
+    """The file being read no longer holds the bytes read from it (truncated); raised before
+    any byte of the read that found it is used."""
 
 
 @dataclass(frozen=True)
@@ -131,12 +148,15 @@ class Position:
 
 class LineSplitter:
     """Splits bytes into lines, keeping a partial last line, skipping overlong ones, and
-    hashing every byte handed out (``hash``: the sha256 of the file up to ``offset``)."""
+    hashing every byte handed out (``hash``: the sha256 of the file up to ``offset``) and
+    keeping the first ``HEAD`` bytes fed (``prefix``) and the last ``WINDOW`` (``recent``)."""
 
-    def __init__(self, file: str, offset: int, line: int, hashed=None, prefix: bytes = b""):
+    def __init__(self, file: str, offset: int, line: int, hashed=None, prefix: bytes = b"",
+                 recent: bytes = b""):  # fmt: skip
         self.file, self.offset, self.line = file, offset, line
         self.hash = hashed if hashed is not None else hashlib.sha256()
         self.prefix = prefix  # the file's first HEAD bytes, as far as read
+        self.recent = recent  # the WINDOW bytes just before ``read``
         self.buffer = bytearray()
         self.skipping: bytes | None = None  # the head of an overlong line being skipped
         self.skipped = 0
@@ -144,6 +164,9 @@ class LineSplitter:
     def feed(self, data: bytes) -> list[Line]:
         out = []
         start = 0
+        if len(self.prefix) < HEAD:
+            self.prefix += bytes(data[: HEAD - len(self.prefix)])
+        self.recent = (self.recent + bytes(data[-WINDOW:]))[-WINDOW:]
         if self.skipping is not None:
             cut = data.find(b"\n")
             if cut < 0:
@@ -184,8 +207,6 @@ class LineSplitter:
 
     def _hash(self, data) -> None:
         self.hash.update(data)
-        if len(self.prefix) < HEAD:
-            self.prefix += bytes(data[: HEAD - len(self.prefix)])
 
     def _line(self, raw: bytes, cut: bool = False) -> Line:
         self.line += 1
@@ -219,6 +240,17 @@ class LineSplitter:
     def waiting(self) -> int:
         """Bytes of a partial last line waiting for their newline."""
         return len(self.buffer) + self.skipped
+
+    @property
+    def read(self) -> int:
+        """Bytes fed: ``offset`` and the partial last line."""
+        return self.offset + self.waiting
+
+    def read_digest(self) -> str:
+        """The sha256 of every byte fed (the partial last line's included)."""
+        h = self.hash.copy()
+        h.update(self.buffer)  # an overlong line's skipped bytes are already in ``hash``
+        return h.hexdigest()
 
     def head(self, offset: int) -> str:
         """The sha256 of the file's first ``min(offset, HEAD)`` bytes (``offset`` read)."""
@@ -278,16 +310,21 @@ def verified(fd: int, path: str, position, file: str = "") -> LineSplitter:
         )
     os.lseek(fd, position.offset, os.SEEK_SET)
     prefix = os.pread(fd, min(position.offset, HEAD), 0)
-    return LineSplitter(file, position.offset, position.line, h, prefix)
+    back = min(position.offset, WINDOW)
+    recent = os.pread(fd, back, position.offset - back)
+    return LineSplitter(file, position.offset, position.line, h, prefix, recent)
 
 
 def read_lines(fd: int, lines: LineSplitter) -> list[Line] | None:
     """The complete lines the next reads of ``fd`` give (as many reads as a long line
     needs); ``None`` at the end of the file with nothing new, ``[]`` when bytes came but no
-    line is complete yet."""
+    line is complete yet. ``Rewritten`` when the file no longer holds the bytes read (checked
+    after each read, before its bytes are used, and at the end of the file)."""
     got = False
     while True:
         data = os.read(fd, _CHUNK)
+        if not still_holds(fd, lines.prefix, lines.recent, lines.read):
+            raise Rewritten()
         if not data:
             return [] if got else None
         got = True
@@ -303,9 +340,13 @@ class FileStream:
 
     def __init__(self, path: str, position: Position):
         self.path, self.label = path, path
+        self.pending: list[str] = []
+        self.left = None
         self._open(position)
 
     def _open(self, position: Position) -> None:
+        """Open ``path`` where ``position`` says it was read to, else the rotated file beside
+        it that holds the bytes read (``rotated``: read to its end, then ``path`` from 0)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError as err:
@@ -314,47 +355,100 @@ class FileStream:
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise StreamError(f"{self.path}: not a regular file")
-        if position.identity is not None and tuple(position.identity) != file_identity(st):
-            os.close(fd)
-            raise StreamError(
-                f"{self.path}: the file was replaced since the checkpoint was written; its "
-                "rest cannot be read (rotate into a directory, or start with a new checkpoint)"
-            )
-        self.lines = verified(fd, self.path, position)
-        self.fd, self.identity, self.left = fd, file_identity(st), None
+        self.rotated = False
+        try:
+            if position.identity is not None and tuple(position.identity) != file_identity(st):
+                os.close(fd)
+                raise StreamError(
+                    f"{self.path}: the file was replaced since the checkpoint was written; its "
+                    "rest cannot be read (rotate into a directory, or start with a new "
+                    "checkpoint)"
+                )
+            self.lines = verified(fd, self.path, position)
+        except StreamError:
+            fd = self._beside(position, file_identity(st)) if position.offset else None
+            if fd is None:
+                raise
+            self.rotated = True
+        self.fd, self.identity = fd, file_identity(os.fstat(fd))
+
+    def _beside(self, position: Position, identity) -> int | None:
+        """A rotated file beside ``path`` that holds the bytes ``position`` says were read,
+        open there (``lines`` set), or ``None``."""
+        for name in rotated_copies(self.path, identity):
+            try:
+                fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            try:
+                self.lines = verified(fd, name, position)  # closes fd if not
+            except StreamError:
+                continue
+            return fd
+        return None
+
+    def _copied(self, follow: bool) -> list[Line]:
+        """The file no longer holds the bytes read (copy-truncate): read on in the copy beside
+        it that begins with every byte read, then the file from its start; or stop."""
+        lines = self.lines
+        if not self.rotated:
+            for name in rotated_copies(self.path, self.identity):
+                try:
+                    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except OSError:
+                    continue
+                if still_holds(fd, lines.prefix, lines.recent, lines.read) and (
+                    prefix_hash(fd, lines.read).hexdigest() == lines.read_digest()
+                ):
+                    os.close(self.fd)
+                    os.lseek(fd, lines.read, os.SEEK_SET)
+                    self.fd, self.identity, self.rotated = fd, file_identity(os.fstat(fd)), True
+                    self.pending.append(
+                        f"{self.path}: the file was truncated (copy-truncate rotation): read on "
+                        f"in {name} from byte {lines.offset} (line {lines.line + 1}), then "
+                        f"{self.path} from its start; lines written between the copy and the "
+                        "truncation are in neither file"
+                    )
+                    return self.read(follow)
+                os.close(fd)
+        raise StreamError(lost(self.path, lines.offset, lines.line))
 
     def read(self, follow: bool) -> list[Line]:
-        got = read_lines(self.fd, self.lines)
-        if got is not None or not follow:
-            return got or []
+        try:
+            got = read_lines(self.fd, self.lines)
+        except Rewritten:
+            return self._copied(follow)
+        if got is not None:
+            return got
+        if self.rotated:  # a rotated file read to its end: the file under the name next
+            return self._next(follow) if os.path.exists(self.path) else []
+        if not follow:
+            return []
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return []  # renamed away, the new file not there yet
         if file_identity(st) != self.identity:  # replaced: finish this one, then the new one
-            got = read_lines(self.fd, self.lines)
-            if got is not None:
-                return got
-            tail = self.lines.tail()
-            os.close(self.fd)
-            self._open(Position())
-            if tail is None:
-                return self.read(follow)
-            self.left = tail  # the old file's last line: after it comes the new file's start
-            return [tail]
-        if st.st_size < self.lines.offset + self.lines.waiting:
-            raise StreamError(
-                f"{self.path}: the file shrank to {st.st_size} bytes below the "
-                f"{self.lines.offset} already read: it was truncated, and lines may have "
-                "been lost"
-            )
+            self.rotated = True
+            return self.read(follow)
         return []
+
+    def _next(self, follow: bool) -> list[Line]:
+        """The rotated file is finished: its cut last line, then the file under the name."""
+        tail = self.lines.tail()
+        os.close(self.fd)
+        self._open(Position())
+        if tail is None:
+            return self.read(follow)
+        self.left = tail  # the old file's last line: after it comes the new file's start
+        return [tail]
 
     def ended(self) -> bool:
         return False
 
     def notes(self) -> list[str]:
-        return []
+        out, self.pending = self.pending, []
+        return out
 
     def tail(self) -> Line | None:
         return self.lines.tail()

@@ -1,0 +1,247 @@
+"""Copy-truncate rotation of a followed file, caught by content and not only by size: a file
+copied to ``NAME.1``, truncated, and grown past the read offset before the next poll loses no
+record (single file and directory); without its copy the monitor stops with exit 2 naming the
+lines it cannot read. Polls are driven by hand (``stream.read``) or by a fake clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from tests.support.cli_runner import run_cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "contracts" / "examples"
+SAMPLE = EXAMPLES / "rollout-sample.jsonl"
+LINES = SAMPLE.read_bytes().splitlines(keepends=True)  # 64 lines of 64 tokens
+
+
+def _contract(tmp_path, tokens: int = 1000) -> pathlib.Path:
+    text = (EXAMPLES / "rollout-log.yaml").read_text(encoding="utf-8")
+    text = text.replace("path: rollout-sample.jsonl", f"path: {SAMPLE}")
+    text += f"observability:\n  - {{id: O1, log: [log_ratio], window_tokens: {tokens}}}\n"
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _records(first: int, last: int) -> list[bytes]:
+    """Records ``first`` to ``last`` (1-based); record 200 is longer than records 1 to 100
+    together, so that a reader resuming at their end in a rewritten file lands inside it."""
+    out = []
+    for n in range(first, last + 1):
+        if n == 200:
+            big = json.loads(LINES[0])
+            for key in ("response_ids", "train_logprobs", "rollout_logprobs", "mask"):
+                big[key] = big[key] * 120
+            out.append(json.dumps(big).encode() + b"\n")
+        else:
+            out.append(LINES[(n - 1) % len(LINES)])
+    return out
+
+
+ALL = _records(1, 400)
+assert len(ALL[199]) > len(b"".join(ALL[:100]))
+
+
+def _append(path: pathlib.Path, records: list[bytes]) -> None:
+    with path.open("ab") as f:
+        f.write(b"".join(records))
+
+
+def _copy_truncate(active: pathlib.Path, copy: pathlib.Path | None) -> None:
+    """Records 101-199 written after the poll, the file copied (``copy``; ``None``: the copy
+    goes elsewhere) and truncated, then records 200-400 written: past the old offset."""
+    _append(active, ALL[100:199])
+    if copy is not None:
+        shutil.copyfile(active, copy)
+    with active.open("r+b") as f:
+        f.truncate(0)
+    _append(active, ALL[199:])
+
+
+def _read_all(stream) -> list:
+    lines = []
+    while batch := stream.read(follow=True):
+        lines += batch
+    return lines
+
+
+def _follow(path, rotate):
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
+
+    stream = open_stream(str(path), Position())
+    try:
+        before = _read_all(stream)
+        rotate()
+        after = _read_all(stream)
+        notes = stream.notes()
+    finally:
+        stream.close()
+    return before, after, notes
+
+
+def test_a_copy_truncated_file_grown_past_the_offset_loses_no_record(tmp_path):
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    before, after, notes = _follow(
+        active, lambda: _copy_truncate(active, tmp_path / "live.jsonl.1")
+    )
+    got = before + after
+    assert [x.raw for x in got] == ALL  # all 400, in order, none cut, none twice
+    assert not any(x.cut or x.reason for x in got)
+    assert [x.number for x in got] == list(range(1, 200)) + list(range(1, 202))
+    offset = len(b"".join(ALL[:100]))
+    assert notes == [
+        f"{active}: the file was truncated (copy-truncate rotation): read on in {active}.1 "
+        f"from byte {offset} (line 101), then {active} from its start; lines written "
+        "between the copy and the truncation are in neither file"
+    ]
+
+
+def test_a_copy_truncated_file_in_a_directory_loses_no_record(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    active = logs / "current.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    before, after, notes = _follow(
+        logs, lambda: _copy_truncate(active, logs / "current.jsonl.00001")
+    )
+    got = before + after
+    assert [x.raw for x in got] == ALL
+    assert not any(x.cut or x.reason for x in got)
+    assert [x.file for x in after] == ["current.jsonl.00001"] * 99 + ["current.jsonl"] * 201
+    assert notes == [
+        f"{active}: the file was truncated (copy-truncate rotation?): reading it again from "
+        "its start; lines written between the copy and the truncation are in neither file"
+    ]
+
+
+def _lost(path, offset: int, line: int) -> str:
+    return (
+        f"{path}: the file was truncated (copy-truncate rotation?) and no copy that begins "
+        f"with the {offset} bytes read was found beside it: lines written after line {line} "
+        f"(from byte {offset}) before the truncation were not read and are lost"
+    )
+
+
+def test_without_its_copy_a_copy_truncated_file_is_an_error_naming_what_was_lost(tmp_path):
+    from kernel_contracts.verify.pipeline.monitor.stream import StreamError
+
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    with pytest.raises(StreamError) as err:
+        _follow(active, lambda: _copy_truncate(active, None))
+    assert str(err.value) == _lost(active, len(b"".join(ALL[:100])), 100)
+
+
+def test_without_its_copy_a_directory_is_an_error_naming_what_was_lost(tmp_path):
+    from kernel_contracts.verify.pipeline.monitor.stream import StreamError
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    active = logs / "current.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    with pytest.raises(StreamError) as err:
+        _follow(logs, lambda: _copy_truncate(active, tmp_path / "elsewhere.jsonl"))
+    assert str(err.value) == _lost(active, len(b"".join(ALL[:100])), 100)
+
+
+def test_a_plain_truncation_with_its_copy_reads_the_copy_then_the_file(tmp_path):
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+
+    def rotate():  # the new file stays shorter than the offset
+        _append(active, ALL[100:150])
+        shutil.copyfile(active, tmp_path / "live.jsonl.1")
+        active.write_bytes(b"".join(ALL[150:160]))
+
+    before, after, _ = _follow(active, rotate)
+    assert [x.raw for x in before + after] == ALL[:160]
+
+
+def test_a_copy_that_does_not_hold_the_bytes_read_is_not_taken(tmp_path):
+    from kernel_contracts.verify.pipeline.monitor.stream import StreamError
+
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    # an older rotation beside it: same first records, not the bytes read after them
+    (tmp_path / "live.jsonl.1").write_bytes(b"".join(ALL[:99]) + ALL[200] + b"".join(ALL[101:]))
+    with pytest.raises(StreamError) as err:
+        _follow(active, lambda: _copy_truncate(active, None))
+    assert str(err.value) == _lost(active, len(b"".join(ALL[:100])), 100)
+
+
+def test_a_rewrite_to_the_same_size_is_caught_when_it_grows(tmp_path):
+    """The new file reaches exactly the offset (no size change at all), then grows."""
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+
+    def rotate():
+        shutil.copyfile(active, tmp_path / "live.jsonl.1")
+        size = active.stat().st_size
+        data = b"".join(ALL[100:200])
+        active.write_bytes(data[: size - 1] + b"\n")  # same size, other bytes
+
+    before, after, notes = _follow(active, rotate)
+    assert [x.raw for x in before] == ALL[:100]
+    assert len(notes) == 1 and "copy-truncate" in notes[0]
+    assert after and after[0].raw == ALL[100]  # the new file from its start
+
+
+class _Clock:
+    """``time`` for the monitor loop: ``sleep`` advances it and runs the next rotation."""
+
+    def __init__(self, steps):
+        self.now, self.steps = 0.0, list(steps)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.steps:
+            self.steps.pop(0)()
+
+
+@pytest.mark.parametrize("copied", [True, False])
+def test_the_monitor_counts_all_400_records_or_stops_with_exit_2(tmp_path, monkeypatch, copied):
+    from kernel_contracts.verify.pipeline.monitor import command
+
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    copy = tmp_path / "live.jsonl.1" if copied else None
+    monkeypatch.setattr(command, "time", _Clock([lambda: _copy_truncate(active, copy)]))
+    code, out, err = run_cli(
+        "monitor", _contract(tmp_path), "--stream", active, "--follow", "--idle-timeout", "1"
+    )
+    heads = [r for r in map(json.loads, out.splitlines()) if r["kind"] == "window"]
+    if copied:
+        assert code in (0, 1, 3)
+        assert sum(h["lines"] for h in heads) == 400
+        assert sum(h["malformed"]["count"] for h in heads) == 0
+        assert err.startswith(f"monitor: {active}: the file was truncated (copy-truncate")
+    else:
+        assert code == 2
+        assert err == _lost(active, len(b"".join(ALL[:100])), 100) + "\n"
+        assert sum(h["lines"] for h in heads) <= 100  # nothing read from the rewritten file
+
+
+def test_a_restart_after_copy_truncate_reads_the_copy_then_the_file(tmp_path):
+    active, out, ck = tmp_path / "live.jsonl", tmp_path / "out.jsonl", tmp_path / "ck.json"
+    active.write_bytes(b"".join(ALL[:100]))
+    contract = _contract(tmp_path)
+    args = [contract, "--stream", active, "--out", out, "--checkpoint", ck, "--no-follow"]
+    assert run_cli("monitor", *args)[2] == ""
+    _copy_truncate(active, tmp_path / "live.jsonl.1")
+    code, _, err = run_cli("monitor", *args)
+    assert code in (0, 1, 3), err
+    heads = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    heads = [h for h in heads if h["kind"] == "window"]
+    assert sum(h["lines"] for h in heads) == 400
+    assert sum(h["malformed"]["count"] for h in heads) == 0
+    assert os.path.exists(tmp_path / "live.jsonl.1")
