@@ -245,3 +245,35 @@ def test_a_restart_after_copy_truncate_reads_the_copy_then_the_file(tmp_path):
     assert sum(h["lines"] for h in heads) == 400
     assert sum(h["malformed"]["count"] for h in heads) == 0
     assert os.path.exists(tmp_path / "live.jsonl.1")
+
+
+def test_a_copy_seen_before_the_truncation_is_read_once(tmp_path, monkeypatch):
+    """The copy appears between the end of a read and the directory scan, before the
+    truncation: the copied lines are read once (from the file or from its copy, not both)."""
+    from kernel_contracts.verify.pipeline.monitor.directory import DirectoryStream
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    active, copy = logs / "current.jsonl", logs / "current.jsonl.00001"
+    active.write_bytes(b"".join(ALL[:100]))
+    scan, steps = DirectoryStream._scan, []
+
+    def racing(self):
+        if steps:
+            steps.pop(0)()
+        return scan(self)
+
+    monkeypatch.setattr(DirectoryStream, "_scan", racing)
+    stream = open_stream(str(logs), Position())
+    try:
+        before = _read_all(stream)
+        steps.append(lambda: (_append(active, ALL[100:105]), shutil.copyfile(active, copy)))
+        middle = _read_all(stream)
+        with active.open("r+b") as f:
+            f.truncate(0)
+        _append(active, ALL[105:200])
+        after = _read_all(stream)
+    finally:
+        stream.close()
+    assert [x.raw for x in before + middle + after] == ALL[:200]
