@@ -277,3 +277,62 @@ def test_a_copy_seen_before_the_truncation_is_read_once(tmp_path, monkeypatch):
     finally:
         stream.close()
     assert [x.raw for x in before + middle + after] == ALL[:200]
+
+
+def _steps(tmp_path, steps) -> tuple[list, list[str]]:
+    """A directory whose active file holds records 1-100, then each step of ``steps`` and a
+    poll (``read`` until nothing comes) after it: every line read, and the notes."""
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    active, copy = logs / "current.jsonl", logs / "current.jsonl.00001"
+    active.write_bytes(b"".join(ALL[:100]))
+    stream = open_stream(str(logs), Position())
+    try:
+        got = _read_all(stream)
+        for step in steps:
+            step(active, copy)
+            got += _read_all(stream)
+        return got, stream.notes()
+    finally:
+        stream.close()
+
+
+def _truncate_and_grow(active, copy) -> None:
+    with active.open("r+b") as f:
+        f.truncate(0)
+    _append(active, ALL[199:])
+
+
+def test_a_copy_still_being_written_when_seen_is_taken_at_the_truncation(tmp_path):
+    def written(active, copy):
+        _append(active, ALL[100:199])
+
+    def copying(active, copy):  # a third of the way through: shorter than the bytes read
+        data = active.read_bytes()
+        copy.write_bytes(data[: len(data) // 3])
+
+    def copied(active, copy):
+        shutil.copyfile(active, copy)
+
+    got, notes = _steps(tmp_path, [written, copying, copied, _truncate_and_grow])
+    assert [x.raw for x in got] == ALL
+    assert len(notes) == 1 and "neither file" in notes[0]
+
+
+def test_a_copy_made_before_the_lines_read_last_is_not_read_again(tmp_path):
+    """Copied, then lines appended before the truncation and read from the file: the copy
+    holds no unread line, and nothing is lost that the monitor could have read."""
+
+    def copied(active, copy):
+        _append(active, ALL[100:150])
+        shutil.copyfile(active, copy)
+
+    def appended(active, copy):  # after the copy, before the truncation
+        _append(active, ALL[150:199])
+
+    got, notes = _steps(tmp_path, [copied, appended, _truncate_and_grow])
+    assert [x.raw for x in got] == ALL
+    assert [x.file for x in got[199:]] == ["current.jsonl"] * 201
+    assert len(notes) == 1 and "neither file" in notes[0]

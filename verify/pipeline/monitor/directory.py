@@ -57,6 +57,7 @@ from kernel_contracts.verify.pipeline.monitor.stream import (
 __all__ = ["DirectoryStream"]
 
 _EMPTY_HEAD = hashlib.sha256().hexdigest()
+_PART = 1 << 20  # bytes compared or hashed per read
 _WAIT = FileEntry("", (0, 0), 0, 0, "", "")  # a new file that may be a copy still written
 
 
@@ -76,6 +77,7 @@ class DirectoryStream:
         self.lines = LineSplitter("", 0, 0)
         self.files = {f.identity: f for f in position.files}
         self.checked: dict = {}  # identity -> (size, mtime) whose first bytes were checked
+        self.copies: dict = {}  # identity -> (size, mtime) of a copy of the file being read
         self.pending: list[str] = []
         if position.file:
             self._resume(position)
@@ -99,6 +101,7 @@ class DirectoryStream:
         found.sort(key=lambda item: _key(item[0]))
         present = {file_identity(st) for _, st in found}
         self.files = {k: f for k, f in self.files.items() if k in present}
+        self.copies = {k: c for k, c in self.copies.items() if k in present}
         return found
 
     def _open_fd(self, name: str):
@@ -138,23 +141,20 @@ class DirectoryStream:
 
     def _copy_of(self, name: str, st) -> FileEntry | None:
         """The entry of a known file this new file is a copy of (all its bytes read), moved
-        to this file; ``None`` when it is no copy; ``StreamError`` when it cannot be told."""
-        if self.fd is not None and st.st_size < min(self.lines.offset, HEAD):
-            fd = self._open_fd(name)  # a copy of the file being read, still being written?
-            if fd is not None:
-                try:
-                    start = os.pread(fd, HEAD, 0)
-                finally:
-                    os.close(fd)
-                if start and self.lines.prefix.startswith(start):
-                    return _WAIT
+        to this file; ``None`` when it is no copy; ``StreamError`` when it cannot be told. A
+        copy of the file being read (complete or still written) waits for that file to be
+        found truncated (``_truncated``)."""
+        seen = (st.st_size, st.st_mtime_ns)
+        if self.copies.get(file_identity(st)) == seen:
+            return _WAIT
+        if self.fd is not None and self._copying(name, st.st_size):
+            self.copies[file_identity(st)] = seen
+            return _WAIT
         known = list(self.files.values()) + ([self._current()] if self.fd is not None else [])
         for entry in known:
             if entry.offset == 0 or self._head_of(name, entry.offset) != entry.head:
                 continue
             if self._holds(name, entry):
-                if entry.identity == self.identity:
-                    return _WAIT  # the copy of the file being read: taken at its truncation
                 return FileEntry(name, file_identity(st), *entry[2:])
             path = os.path.join(self.path, name)
             raise StreamError(
@@ -178,6 +178,57 @@ class DirectoryStream:
             )
         finally:
             os.close(fd)
+
+    def _copying(self, name: str, size: int) -> bool:
+        """Whether the new file ``name`` begins with the bytes read from the file being read:
+        all of them (a copy), or as many as it has, the same bytes as that file (a copy still
+        being written, or one made before the bytes read last)."""
+        if self.lines.offset == 0:
+            return False
+        if size >= self.lines.offset:
+            return self._holds(name, self._current())
+        if size == 0 or not self.lines.prefix.startswith(self._first(name, min(size, HEAD))):
+            return False
+        fd = self._open_fd(name)
+        if fd is None:
+            return False
+        try:
+            done = 0
+            while done < size:
+                part = os.pread(fd, min(_PART, size - done), done)
+                if not part or os.pread(self.fd, len(part), done) != part:
+                    return False
+                done += len(part)
+            return True
+        finally:
+            os.close(fd)
+
+    def _first(self, name: str, length: int) -> bytes:
+        fd = self._open_fd(name)
+        if fd is None:
+            return b"\0"  # gone: no prefix of anything read
+        try:
+            return os.pread(fd, length, 0)
+        finally:
+            os.close(fd)
+
+    def _whole(self, name: str, st) -> FileEntry:
+        """The entry of the file ``name`` read to its end (a copy all of whose bytes were read
+        from the file it copies)."""
+        fd = self._open_fd(name)
+        if fd is None:
+            raise StreamError(f"{os.path.join(self.path, name)}: the file is gone")
+        h, lines, done, last = hashlib.sha256(), 0, 0, b"\n"
+        try:
+            while part := os.pread(fd, _PART, done):
+                h.update(part)
+                lines += part.count(b"\n")
+                done, last = done + len(part), part[-1:]
+            head = head_hash(fd, done)
+        finally:
+            os.close(fd)
+        lines += last != b"\n"
+        return FileEntry(name, file_identity(st), done, lines, head, h.hexdigest())
 
     def _unread(self, scan) -> FileEntry | None:
         """The first file in name order with unread bytes (other than the one being read)."""
@@ -253,14 +304,28 @@ class DirectoryStream:
         takes its offset, and the file is read again from its start; with no such copy,
         ``StreamError`` names the lines lost."""
         current, path = self._current(), os.path.join(self.path, self.name)
-        for name, st in self._scan():
-            ident = file_identity(st)
-            if ident != self.identity and ident not in self.files and self._holds(name, current):
-                self.files[ident] = FileEntry(name, ident, *current[2:])
-                self.checked[ident] = (st.st_size, st.st_mtime_ns)
-                break
-        else:
+        scan = [(n, st) for n, st in self._scan() if file_identity(st) != self.identity]
+        copy = next(
+            (
+                (n, st, FileEntry(n, file_identity(st), *current[2:]))
+                for n, st in scan
+                if file_identity(st) not in self.files and self._holds(n, current)
+            ),
+            None,
+        )
+        found = [copy] if copy is not None else []
+        if not found:  # copies made before the bytes read last: all their lines were read
+            found = [
+                (n, st, self._whole(n, st))
+                for n, st in scan
+                if self.copies.get(file_identity(st)) == (st.st_size, st.st_mtime_ns)
+            ]
+        if not found:
             raise StreamError(lost(path, current.offset, current.line))
+        for _, st, entry in found:
+            self.files[entry.identity] = entry
+            self.checked[entry.identity] = (st.st_size, st.st_mtime_ns)
+        self.copies = {}
         self._note(
             path,
             "the file was truncated (copy-truncate rotation?): reading it again from its "
@@ -299,6 +364,7 @@ class DirectoryStream:
                 return self.read(follow)
             tail = self.lines.tail()  # a cut line, counted: the file is finished
             self.files[self.identity] = self._current()
+            self.copies = {}  # copies of it are told by its entry from now on
             os.close(self.fd)
             self.fd, self.identity = None, None
             if tail is not None:  # its position: no file open, this one read to its end
