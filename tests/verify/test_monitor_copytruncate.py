@@ -336,3 +336,29 @@ def test_a_copy_made_before_the_lines_read_last_is_not_read_again(tmp_path):
     assert [x.raw for x in got] == ALL
     assert [x.file for x in got[199:]] == ["current.jsonl"] * 201
     assert len(notes) == 1 and "neither file" in notes[0]
+
+
+def test_a_single_file_copy_made_before_the_lines_read_last_is_not_read_again(tmp_path):
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
+
+    active, copy = tmp_path / "live.jsonl", tmp_path / "live.jsonl.1"
+    active.write_bytes(b"".join(ALL[:100]))
+    stream = open_stream(str(active), Position())
+    try:
+        got = _read_all(stream)
+        _append(active, ALL[100:150])
+        shutil.copyfile(active, copy)
+        got += _read_all(stream)
+        _append(active, ALL[150:199])  # after the copy, before the truncation: read
+        got += _read_all(stream)
+        _truncate_and_grow(active, copy)
+        got += _read_all(stream)
+        notes = stream.notes()
+    finally:
+        stream.close()
+    assert [x.raw for x in got] == ALL
+    assert notes == [
+        f"{active}: the file was truncated (copy-truncate rotation): its copy {copy} ends at "
+        f"line 150, already read; reading {active} again from its start; lines written after "
+        "line 199 before the truncation are in neither file"
+    ]

@@ -35,6 +35,7 @@ import hashlib
 import os
 import select
 import stat
+from collections import deque
 from dataclasses import dataclass, field
 
 from kernel_contracts.contracts import KernelContractsError
@@ -46,6 +47,7 @@ from kernel_contracts.verify.pipeline.monitor.rotation import (
 )
 
 __all__ = [
+    "ENDS",
     "HEAD",
     "MAX_LINE",
     "FileEntry",
@@ -64,6 +66,7 @@ __all__ = [
 
 MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
 HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
+ENDS = 1 << 12  # line ends whose hash is kept: a rotated copy may end at one of them
 _CHUNK = 1 << 20
 _SHOWN = 200  # bytes of an overlong line kept to show
 
@@ -160,6 +163,7 @@ class LineSplitter:
         self.buffer = bytearray()
         self.skipping: bytes | None = None  # the head of an overlong line being skipped
         self.skipped = 0
+        self.ends: deque = deque(maxlen=ENDS)  # (offset, line, sha256 up to it), the last
 
     def feed(self, data: bytes) -> list[Line]:
         out = []
@@ -214,6 +218,7 @@ class LineSplitter:
         end = self.offset + len(raw)
         line = Line(raw, self.file, self.line, self.offset, end, cut, state=self.hash.copy())
         self.offset = end
+        self.ends.append((end, self.line, line.state))
         return line
 
     def _overlong(self) -> Line:
@@ -225,6 +230,7 @@ class LineSplitter:
             state=self.hash.copy(),
         )  # fmt: skip
         self.offset, self.skipping, self.skipped = end, None, 0
+        self.ends.append((end, self.line, line.state))
         return line
 
     def tail(self) -> Line | None:
@@ -245,6 +251,14 @@ class LineSplitter:
     def read(self) -> int:
         """Bytes fed: ``offset`` and the partial last line."""
         return self.offset + self.waiting
+
+    def read_before(self, fd: int, size: int) -> int | None:
+        """The number of lines in the first ``size`` bytes of ``fd`` when they are the first
+        bytes read, ending at one of the last ``ENDS`` line ends read; else ``None``."""
+        for end, number, state in self.ends:
+            if end == size:
+                return number if prefix_hash(fd, size).hexdigest() == state.hexdigest() else None
+        return None
 
     def read_digest(self) -> str:
         """The sha256 of every byte fed (the partial last line's included)."""
@@ -410,7 +424,17 @@ class FileStream:
                         "truncation are in neither file"
                     )
                     return self.read(follow)
+                before = lines.read_before(fd, os.fstat(fd).st_size)
                 os.close(fd)
+                if before is not None:  # a copy made before the lines read last
+                    self.pending.append(
+                        f"{self.path}: the file was truncated (copy-truncate rotation): its copy "
+                        f"{name} ends at line {before}, already read; reading {self.path} again "
+                        f"from its start; lines written after line {lines.line} before the "
+                        "truncation are in neither file"
+                    )
+                    self.rotated = True
+                    return self._next(follow)
         raise StreamError(lost(self.path, lines.offset, lines.line))
 
     def read(self, follow: bool) -> list[Line]:
