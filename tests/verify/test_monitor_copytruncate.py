@@ -362,3 +362,50 @@ def test_a_single_file_copy_made_before_the_lines_read_last_is_not_read_again(tm
         f"line 150, already read; reading {active} again from its start; lines written after "
         "line 199 before the truncation are in neither file"
     ]
+
+
+def test_a_position_in_the_copy_resumes_in_the_copy(tmp_path):
+    """A checkpoint taken while the copy is read: a restart finds the copy by the bytes read
+    and reads on there, then the file from its start."""
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
+
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    stream = open_stream(str(active), Position())
+    try:
+        got = _read_all(stream)
+        _copy_truncate(active, tmp_path / "live.jsonl.1")
+        got += stream.read(follow=True)[:20]  # records 101-120, from the copy
+        at = stream.position(got[-1])
+    finally:
+        stream.close()
+    st = os.stat(tmp_path / "live.jsonl.1")
+    assert (at.line, at.identity) == (120, (st.st_dev, st.st_ino))
+    stream = open_stream(str(active), at)
+    try:
+        got += _read_all(stream)
+    finally:
+        stream.close()
+    assert [x.raw for x in got] == ALL
+
+
+def test_a_restart_after_a_rename_rotation_reads_the_renamed_file_on(tmp_path):
+    from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
+
+    active = tmp_path / "live.jsonl"
+    active.write_bytes(b"".join(ALL[:100]))
+    stream = open_stream(str(active), Position())
+    try:
+        got = _read_all(stream)
+        at = stream.position(None)
+    finally:
+        stream.close()
+    _append(active, ALL[100:199])
+    os.rename(active, tmp_path / "live.jsonl.1")
+    active.write_bytes(b"".join(ALL[199:]))
+    stream = open_stream(str(active), at)
+    try:
+        got += _read_all(stream)
+    finally:
+        stream.close()
+    assert [x.raw for x in got] == ALL
