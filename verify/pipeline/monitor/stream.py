@@ -305,7 +305,8 @@ def verified(fd: int, path: str, position, file: str = "") -> LineSplitter:
         os.close(fd)
         raise StreamError(
             f"{path}: the file has {size} bytes, fewer than the {position.offset} already "
-            "read: it was truncated, and lines may have been lost"
+            f"read: it was truncated, and lines written after line {position.line} may have "
+            "been lost"
         )
     if position.head is not None and head_hash(fd, position.offset) != position.head:
         os.close(fd)
