@@ -38,12 +38,10 @@ import hashlib
 import os
 import stat
 
+from kernel_contracts.verify.pipeline.monitor.lines import HEAD, Line, LineSplitter
 from kernel_contracts.verify.pipeline.monitor.rotation import lost
 from kernel_contracts.verify.pipeline.monitor.stream import (
-    HEAD,
     FileEntry,
-    Line,
-    LineSplitter,
     Position,
     Rewritten,
     StreamError,

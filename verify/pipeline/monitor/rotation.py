@@ -6,7 +6,8 @@ A copy-truncate rotation (logrotate's ``copytruncate``) copies the file to ``NAM
 grows past the offset read before the next poll, its size says nothing: only its bytes do.
 So before any byte read from a followed file is used, and at every poll that finds no new
 byte, ``still_holds`` checks that the file is at least as long as the bytes read and still
-holds the first ``HEAD`` bytes read and the ``WINDOW`` bytes just before the read position.
+holds the first ``HEAD`` bytes read and the ``WINDOW`` bytes just before the read position
+(``verify.pipeline.monitor.lines``).
 
 Why a bounded check and not the sha256 of every byte read: re-hashing them at each poll costs
 the whole file per poll (quadratic over a log's life). A truncated and rewritten file passes
@@ -25,9 +26,8 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["WINDOW", "lost", "rotated_copies", "still_holds"]
+__all__ = ["lost", "rotated_copies", "still_holds"]
 
-WINDOW = 1 << 12  # bytes just before the read position that every poll compares
 _SEPARATORS = ".-_"  # after NAME in a rotated copy's name: NAME.1, NAME-20260101, NAME_1
 
 

@@ -15,12 +15,8 @@ files, or standard input; every complete line with its position, and where to re
 - **Standard input** (``-``) is read to its end. A restart skips the bytes a checkpoint says
   were read: the same stream must be given again from its start.
 
-A line is complete when it ends in a newline; lines of any length up to ``MAX_LINE`` bytes
-(64 MiB, the newline included) are read in full, however many reads they span. In follow mode
-a cut-off last line waits for its newline; at the end of input, and at the end of a finished
-rotated file, it is handed out with ``cut`` set (a counted bad line). A longer line is handed
-out as its first 200 bytes with ``reason`` set and the rest skipped (one counted bad line at
-its line number; reading goes on after it), so memory stays bounded.
+Each file's bytes are cut into lines by ``verify.pipeline.monitor.lines`` (lines of any length
+up to 64 MiB, a cut-off last line, an overlong line).
 
 What was read is fingerprinted: a position keeps the sha256 of the file's first
 ``min(offset, HEAD)`` bytes (``head``) and of all ``offset`` bytes read (``digest``). A
@@ -35,24 +31,14 @@ import hashlib
 import os
 import select
 import stat
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kernel_contracts.contracts import KernelContractsError
-from kernel_contracts.verify.pipeline.monitor.rotation import (
-    WINDOW,
-    lost,
-    rotated_copies,
-    still_holds,
-)
+from kernel_contracts.verify.pipeline.monitor.lines import HEAD, WINDOW, Line, LineSplitter
+from kernel_contracts.verify.pipeline.monitor.rotation import lost, rotated_copies, still_holds
 
 __all__ = [
-    "ENDS",
-    "HEAD",
-    "MAX_LINE",
     "FileEntry",
-    "Line",
-    "LineSplitter",
     "Position",
     "Rewritten",
     "StreamError",
@@ -62,13 +48,10 @@ __all__ = [
     "prefix_hash",
     "read_lines",
     "stream_kind",
+    "verified",
 ]
 
-MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
-HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
-ENDS = 1 << 12  # line ends whose hash is kept: a rotated copy may end at one of them
 _CHUNK = 1 << 20
-_SHOWN = 200  # bytes of an overlong line kept to show
 
 
 class StreamError(KernelContractsError):
@@ -78,20 +61,6 @@ class StreamError(KernelContractsError):
 class Rewritten(Exception):
     """The file being read no longer holds the bytes read from it (truncated); raised before
     any byte of the read that found it is used."""
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of the stream: its bytes and where it lies."""
-
-    raw: bytes
-    file: str  # the file's name within a directory; "" for a single file or stdin
-    number: int  # 1-based, within its file
-    offset: int  # of its first byte, within its file
-    end: int  # offset just past it
-    cut: bool = False  # no newline: cut off at the end of input or of a rotated file
-    reason: str | None = None  # why it cannot be read at all (too long)
-    state: object = field(default=None, compare=False, repr=False)  # sha256 of [0, end)
 
 
 class FileEntry(tuple):
@@ -147,132 +116,6 @@ class Position:
             "digest": self.digest,
             "files": [f.as_json() for f in self.files],
         }
-
-
-class LineSplitter:
-    """Splits bytes into lines, keeping a partial last line, skipping overlong ones, and
-    hashing every byte handed out (``hash``: the sha256 of the file up to ``offset``) and
-    keeping the first ``HEAD`` bytes fed (``prefix``) and the last ``WINDOW`` (``recent``)."""
-
-    def __init__(self, file: str, offset: int, line: int, hashed=None, prefix: bytes = b"",
-                 recent: bytes = b""):  # fmt: skip
-        self.file, self.offset, self.line = file, offset, line
-        self.hash = hashed if hashed is not None else hashlib.sha256()
-        self.prefix = prefix  # the file's first HEAD bytes, as far as read
-        self.recent = recent  # the WINDOW bytes just before ``read``
-        self.buffer = bytearray()
-        self.skipping: bytes | None = None  # the head of an overlong line being skipped
-        self.skipped = 0
-        self.ends: deque = deque(maxlen=ENDS)  # (offset, line, sha256 up to it), the last
-
-    def feed(self, data: bytes) -> list[Line]:
-        out = []
-        start = 0
-        if len(self.prefix) < HEAD:
-            self.prefix += bytes(data[: HEAD - len(self.prefix)])
-        self.recent = (self.recent + bytes(data[-WINDOW:]))[-WINDOW:]
-        if self.skipping is not None:
-            cut = data.find(b"\n")
-            if cut < 0:
-                self._skip(data)
-                return out
-            self._skip(data[: cut + 1])
-            out.append(self._overlong())
-            start = cut + 1
-        while True:
-            cut = data.find(b"\n", start)
-            if cut < 0:
-                break
-            if len(self.buffer) + cut + 1 - start > MAX_LINE:
-                self._skip(data[start : cut + 1])
-                out.append(self._overlong())
-            elif self.buffer:
-                self.buffer += data[start : cut + 1]
-                raw, self.buffer = bytes(self.buffer), bytearray()
-                out.append(self._line(raw))
-            else:
-                out.append(self._line(data[start : cut + 1]))
-            start = cut + 1
-        if len(self.buffer) + len(data) - start > MAX_LINE:
-            self._skip(data[start:])
-        else:
-            self.buffer += data[start:]
-        return out
-
-    def _skip(self, data: bytes) -> None:
-        """Drop ``data`` (and the buffer) as part of an overlong line, hashing it."""
-        if self.skipping is None:
-            self.skipping = (bytes(self.buffer) + data[:_SHOWN])[:_SHOWN]
-            self.skipped = len(self.buffer)
-            self._hash(self.buffer)
-            self.buffer = bytearray()
-        self.skipped += len(data)
-        self._hash(data)
-
-    def _hash(self, data) -> None:
-        self.hash.update(data)
-
-    def _line(self, raw: bytes, cut: bool = False) -> Line:
-        self.line += 1
-        self._hash(raw)
-        end = self.offset + len(raw)
-        line = Line(raw, self.file, self.line, self.offset, end, cut, state=self.hash.copy())
-        self.offset = end
-        self.ends.append((end, self.line, line.state))
-        return line
-
-    def _overlong(self) -> Line:
-        self.line += 1
-        end = self.offset + self.skipped
-        why = f"line longer than {MAX_LINE} bytes ({self.skipped} bytes), not read"
-        line = Line(
-            self.skipping, self.file, self.line, self.offset, end, reason=why,
-            state=self.hash.copy(),
-        )  # fmt: skip
-        self.offset, self.skipping, self.skipped = end, None, 0
-        self.ends.append((end, self.line, line.state))
-        return line
-
-    def tail(self) -> Line | None:
-        """The partial last line, consumed (a cut line), or ``None``."""
-        if self.skipping is not None:
-            return self._overlong()
-        if not self.buffer:
-            return None
-        raw, self.buffer = bytes(self.buffer), bytearray()
-        return self._line(raw, cut=True)
-
-    @property
-    def waiting(self) -> int:
-        """Bytes of a partial last line waiting for their newline."""
-        return len(self.buffer) + self.skipped
-
-    @property
-    def read(self) -> int:
-        """Bytes fed: ``offset`` and the partial last line."""
-        return self.offset + self.waiting
-
-    def read_before(self, fd: int, size: int) -> int | None:
-        """The number of lines in the first ``size`` bytes of ``fd`` when they are the first
-        bytes read, ending at one of the last ``ENDS`` line ends read; else ``None``."""
-        for end, number, state in self.ends:
-            if end == size:
-                return number if prefix_hash(fd, size).hexdigest() == state.hexdigest() else None
-        return None
-
-    def read_digest(self) -> str:
-        """The sha256 of every byte fed (the partial last line's included)."""
-        h = self.hash.copy()
-        h.update(self.buffer)  # an overlong line's skipped bytes are already in ``hash``
-        return h.hexdigest()
-
-    def head(self, offset: int) -> str:
-        """The sha256 of the file's first ``min(offset, HEAD)`` bytes (``offset`` read)."""
-        return hashlib.sha256(self.prefix[: min(offset, HEAD)]).hexdigest()
-
-    def digest(self, line: Line | None) -> str:
-        """The sha256 of the file up to just past ``line`` (``None``: up to ``offset``)."""
-        return (line.state if line is not None else self.hash).hexdigest()
 
 
 def file_identity(st: os.stat_result) -> tuple[int, int]:
@@ -425,7 +268,7 @@ class FileStream:
                         "truncation are in neither file"
                     )
                     return self.read(follow)
-                before = lines.read_before(fd, os.fstat(fd).st_size)
+                before = self._earlier(fd)
                 os.close(fd)
                 if before is not None:  # a copy made before the lines read last
                     self.pending.append(
@@ -437,6 +280,15 @@ class FileStream:
                     self.rotated = True
                     return self._next(follow)
         raise StreamError(lost(self.path, lines.offset, lines.line))
+
+    def _earlier(self, fd: int) -> int | None:
+        """The lines in the file ``fd`` when it holds the first bytes read up to one of the
+        last ``ENDS`` line ends read (a copy made before the lines read last); else ``None``."""
+        size = os.fstat(fd).st_size
+        for end, number, state in self.lines.ends:
+            if end == size:
+                return number if prefix_hash(fd, size).hexdigest() == state.hexdigest() else None
+        return None
 
     def read(self, follow: bool) -> list[Line]:
         try:
@@ -554,13 +406,6 @@ class StdinStream:
 
     def close(self) -> None:
         pass
-
-
-def _regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
 
 
 def stream_kind(path: str) -> str:
