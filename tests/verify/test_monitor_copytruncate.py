@@ -279,16 +279,17 @@ def test_a_copy_seen_before_the_truncation_is_read_once(tmp_path, monkeypatch):
     assert [x.raw for x in before + middle + after] == ALL[:200]
 
 
-def _steps(tmp_path, steps) -> tuple[list, list[str]]:
-    """A directory whose active file holds records 1-100, then each step of ``steps`` and a
-    poll (``read`` until nothing comes) after it: every line read, and the notes."""
+def _steps(tmp_path, steps, *, directory: bool = True) -> tuple[list, list[str]]:
+    """A directory (or a single file) whose active file holds records 1-100, then each step
+    of ``steps`` and a poll (``read`` until nothing comes) after it: every line read, and the
+    notes."""
     from kernel_contracts.verify.pipeline.monitor.stream import Position, open_stream
 
     logs = tmp_path / "logs"
     logs.mkdir()
     active, copy = logs / "current.jsonl", logs / "current.jsonl.00001"
     active.write_bytes(b"".join(ALL[:100]))
-    stream = open_stream(str(logs), Position())
+    stream = open_stream(str(logs if directory else active), Position())
     try:
         got = _read_all(stream)
         for step in steps:
@@ -409,3 +410,21 @@ def test_a_restart_after_a_rename_rotation_reads_the_renamed_file_on(tmp_path):
     finally:
         stream.close()
     assert [x.raw for x in got] == ALL
+
+
+@pytest.mark.parametrize("directory", [True, False])
+def test_a_line_cut_by_the_truncation_is_a_counted_cut_line(tmp_path, directory):
+    """The file's last line read is a partial one that no copy holds: it is handed out cut
+    (a counted bad line), in a directory as for a single file."""
+    half = ALL[150][:100]
+
+    def copied(active, copy):
+        _append(active, ALL[100:150])
+        shutil.copyfile(active, copy)
+
+    def appended(active, copy):  # after the copy; the writer is cut off mid-line
+        _append(active, [half])
+
+    got, _ = _steps(tmp_path, [copied, appended, _truncate_and_grow], directory=directory)
+    assert [x.raw for x in got] == [*ALL[:150], half, *ALL[199:]]
+    assert [x.cut for x in got].count(True) == 1 and got[150].cut

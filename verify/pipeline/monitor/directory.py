@@ -56,7 +56,7 @@ __all__ = ["DirectoryStream"]
 
 _EMPTY_HEAD = hashlib.sha256().hexdigest()
 _PART = 1 << 20  # bytes compared or hashed per read
-_WAIT = FileEntry("", (0, 0), 0, 0, "", "")  # a new file that may be a copy still written
+_WAIT = FileEntry("", (0, 0), 0, 0, "", "")  # a copy of the file being read: not read yet
 
 
 def _key(name: str) -> bytes:
@@ -166,14 +166,25 @@ class DirectoryStream:
         """Whether the file ``name`` begins with every byte read from ``entry``'s file."""
         if self._head_of(name, entry.offset) != entry.head:
             return False
+        return self._begins(name, entry.offset, entry.digest)
+
+    def _holds_read(self, name: str, current: FileEntry) -> bool:
+        """Whether the file ``name`` begins with every byte read from the file being read
+        (``current``), a partial last line included."""
+        if not self._holds(name, current):
+            return False
+        return not self.lines.waiting or self._begins(
+            name, self.lines.read, self.lines.read_digest()
+        )
+
+    def _begins(self, name: str, length: int, digest: str) -> bool:
+        """Whether the file ``name`` has ``length`` bytes or more, whose sha256 is ``digest``."""
         fd = self._open_fd(name)
         if fd is None:
             return False
         try:
-            return (
-                os.fstat(fd).st_size >= entry.offset
-                and prefix_hash(fd, entry.offset).hexdigest() == entry.digest
-            )
+            size = os.fstat(fd).st_size
+            return size >= length and prefix_hash(fd, length).hexdigest() == digest
         finally:
             os.close(fd)
 
@@ -185,12 +196,13 @@ class DirectoryStream:
             return False
         if size >= self.lines.offset:
             return self._holds(name, self._current())
-        if size == 0 or not self.lines.prefix.startswith(self._first(name, min(size, HEAD))):
-            return False
         fd = self._open_fd(name)
         if fd is None:
             return False
         try:
+            start = os.pread(fd, min(size, HEAD), 0)
+            if not start or not self.lines.prefix.startswith(start):
+                return False
             done = 0
             while done < size:
                 part = os.pread(fd, min(_PART, size - done), done)
@@ -198,15 +210,6 @@ class DirectoryStream:
                     return False
                 done += len(part)
             return True
-        finally:
-            os.close(fd)
-
-    def _first(self, name: str, length: int) -> bytes:
-        fd = self._open_fd(name)
-        if fd is None:
-            return b"\0"  # gone: no prefix of anything read
-        try:
-            return os.pread(fd, length, 0)
         finally:
             os.close(fd)
 
@@ -297,21 +300,22 @@ class DirectoryStream:
             "must stay until the monitor has read them)"
         )
 
-    def _truncated(self) -> None:
+    def _truncated(self) -> Line | None:
         """The file being read no longer holds the bytes read: the copy that holds them all
         takes its offset, and the file is read again from its start; with no such copy,
-        ``StreamError`` names the lines lost."""
+        ``StreamError`` names the lines lost. Returns the cut-off last line read from the
+        file when no copy holds it (a copy made before it), or ``None``."""
         current, path = self._current(), os.path.join(self.path, self.name)
         scan = [(n, st) for n, st in self._scan() if file_identity(st) != self.identity]
         copy = next(
             (
                 (n, st, FileEntry(n, file_identity(st), *current[2:]))
                 for n, st in scan
-                if file_identity(st) not in self.files and self._holds(n, current)
+                if file_identity(st) not in self.files and self._holds_read(n, current)
             ),
             None,
         )
-        found = [copy] if copy is not None else []
+        found, tail = ([copy], None) if copy is not None else ([], self.lines.tail())
         if not found:  # copies made before the bytes read last: all their lines were read
             found = [
                 (n, st, self._whole(n, st))
@@ -332,6 +336,7 @@ class DirectoryStream:
         )
         os.close(self.fd)
         self.fd, self.identity = None, None
+        return tail
 
     def _note(self, path: str, text: str, *, full: bool = False) -> None:
         shown = path if full else os.path.join(self.path, path)
@@ -342,8 +347,8 @@ class DirectoryStream:
         try:
             return read_lines(self.fd, self.lines)
         except Rewritten:
-            self._truncated()
-            return None
+            tail = self._truncated()
+            return None if tail is None else [tail]
 
     def read(self, follow: bool) -> list[Line]:
         if self.fd is not None:

@@ -224,7 +224,8 @@ class FileStream:
                 )
             self.lines = verified(fd, self.path, position)
         except StreamError:
-            fd = self._beside(position, file_identity(st)) if position.offset else None
+            known = position.offset and position.digest is not None  # bytes to look for
+            fd = self._beside(position, file_identity(st)) if known else None
             if fd is None:
                 raise
             self.rotated = True
