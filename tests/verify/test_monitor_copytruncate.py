@@ -208,16 +208,22 @@ class _Clock:
             self.steps.pop(0)()
 
 
+@pytest.mark.parametrize("directory", [False, True])
 @pytest.mark.parametrize("copied", [True, False])
-def test_the_monitor_counts_all_400_records_or_stops_with_exit_2(tmp_path, monkeypatch, copied):
+def test_the_monitor_counts_all_400_records_or_stops_with_exit_2(
+    tmp_path, monkeypatch, copied, directory
+):
     from kernel_contracts.verify.pipeline.monitor import command
 
-    active = tmp_path / "live.jsonl"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    active = logs / "live.jsonl"
     active.write_bytes(b"".join(ALL[:100]))
-    copy = tmp_path / "live.jsonl.1" if copied else None
+    copy = logs / "live.jsonl.1" if copied else None
     monkeypatch.setattr(command, "time", _Clock([lambda: _copy_truncate(active, copy)]))
+    stream = logs if directory else active
     code, out, err = run_cli(
-        "monitor", _contract(tmp_path), "--stream", active, "--follow", "--idle-timeout", "1"
+        "monitor", _contract(tmp_path), "--stream", stream, "--follow", "--idle-timeout", "1"
     )
     heads = [r for r in map(json.loads, out.splitlines()) if r["kind"] == "window"]
     if copied:
