@@ -58,7 +58,7 @@ class StreamError(KernelContractsError):
     """A stream that cannot be read (or resumed); ``str`` is the one-line message (exit 2)."""
 
 
-class Rewritten(Exception):
+class Rewritten(KernelContractsError):
     """The file being read no longer holds the bytes read from it (truncated); raised before
     any byte of the read that found it is used."""
 
