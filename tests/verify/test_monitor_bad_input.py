@@ -304,7 +304,7 @@ def test_a_truncated_or_replaced_file_is_an_error_not_lost_lines(tmp_path):
     assert (code, err) == (
         2,
         f"{stream}: the file has 1000 bytes, fewer than the {len(SAMPLE.read_bytes())} already "
-        "read: it was truncated, and lines may have been lost\n",
+        "read: it was truncated, and lines written after line 64 may have been lost\n",
     )
     fresh = tmp_path / "fresh.jsonl"
     fresh.write_bytes(SAMPLE.read_bytes())

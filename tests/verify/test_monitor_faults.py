@@ -66,9 +66,10 @@ def test_a_line_of_several_megabytes_is_read_in_full_and_the_rest_of_the_file_to
 
 
 def test_a_line_over_the_limit_is_one_counted_bad_line_and_reading_goes_on(tmp_path, monkeypatch):
+    import kernel_contracts.verify.pipeline.monitor.lines as lines_module
     import kernel_contracts.verify.pipeline.monitor.stream as stream_module
 
-    monkeypatch.setattr(stream_module, "MAX_LINE", 1 << 20)
+    monkeypatch.setattr(lines_module, "MAX_LINE", 1 << 20)
     monkeypatch.setattr(stream_module, "_CHUNK", 1 << 16)
     long_line = b'{"x": "' + b"a" * (3 << 20) + b'"}\n'
     stream = tmp_path / "log.jsonl"

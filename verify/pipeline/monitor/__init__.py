@@ -7,7 +7,8 @@ windows, ``checkpoint`` keeps where a restart resumes.
 
 from kernel_contracts.verify.pipeline.monitor.checkpoint import CheckpointError
 from kernel_contracts.verify.pipeline.monitor.command import DEFAULT_WINDOW, main
-from kernel_contracts.verify.pipeline.monitor.stream import MAX_LINE, Line, Position, StreamError
+from kernel_contracts.verify.pipeline.monitor.lines import MAX_LINE, Line
+from kernel_contracts.verify.pipeline.monitor.stream import Position, StreamError
 from kernel_contracts.verify.pipeline.monitor.window import MAX_PENDING, MonitorError, sample_mask
 
 __all__ = [

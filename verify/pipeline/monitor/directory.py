@@ -13,11 +13,17 @@ identity (device, inode) and the bytes read from them, not by their names.
   active name is a new file, read from its start.
 - **Copy-truncate**: a new file whose first bytes are exactly all the bytes read from a known
   file is that file's copy, read on from the same offset (the lines written after the last
-  read and before the copy). A file that shrinks below what was read was truncated: it is read
-  again from its start, and a note says that lines written between the copy and the
-  truncation are in neither file (as for every reader of a copy-truncate rotation). A new file
-  that begins with a known file's first bytes but not with all the bytes read from it is an
-  error (which of its lines were read cannot be told).
+  read and before the copy); a copy of the file being read is taken when that file is found
+  truncated, not before (its lines after the offset are read once, from the copy). The file
+  being read is truncated when it no longer holds the bytes read, by content and not only by
+  size (``verify.pipeline.monitor.rotation``): shorter, or grown again past the offset with
+  other bytes. Its copy is then read on from the offset and the file again from its start,
+  and a note says that lines written between the copy and the truncation are in neither file
+  (as for every reader of a copy-truncate rotation); with no copy in the directory it is an
+  error that names the lines lost. A known file other than the one being read that shrinks
+  below what was read is read again from its start, with a note. A new file that begins with
+  a known file's first bytes but not with all the bytes read from it is an error (which of
+  its lines were read cannot be told).
 - A file that reappears under a known inode number with other first bytes is a new file.
 
 A position (checkpoint) keeps the file being read (name, identity, offset, line, head and
@@ -32,12 +38,12 @@ import hashlib
 import os
 import stat
 
+from kernel_contracts.verify.pipeline.monitor.lines import HEAD, Line, LineSplitter
+from kernel_contracts.verify.pipeline.monitor.rotation import lost
 from kernel_contracts.verify.pipeline.monitor.stream import (
-    HEAD,
     FileEntry,
-    Line,
-    LineSplitter,
     Position,
+    Rewritten,
     StreamError,
     file_identity,
     head_hash,
@@ -49,7 +55,8 @@ from kernel_contracts.verify.pipeline.monitor.stream import (
 __all__ = ["DirectoryStream"]
 
 _EMPTY_HEAD = hashlib.sha256().hexdigest()
-_WAIT = FileEntry("", (0, 0), 0, 0, "", "")  # a new file that may be a copy still written
+_PART = 1 << 20  # bytes compared or hashed per read
+_WAIT = FileEntry("", (0, 0), 0, 0, "", "")  # a copy of the file being read: not read yet
 
 
 def _key(name: str) -> bytes:
@@ -68,6 +75,7 @@ class DirectoryStream:
         self.lines = LineSplitter("", 0, 0)
         self.files = {f.identity: f for f in position.files}
         self.checked: dict = {}  # identity -> (size, mtime) whose first bytes were checked
+        self.copies: dict = {}  # identity -> (size, mtime) of a copy of the file being read
         self.pending: list[str] = []
         if position.file:
             self._resume(position)
@@ -91,6 +99,7 @@ class DirectoryStream:
         found.sort(key=lambda item: _key(item[0]))
         present = {file_identity(st) for _, st in found}
         self.files = {k: f for k, f in self.files.items() if k in present}
+        self.copies = {k: c for k, c in self.copies.items() if k in present}
         return found
 
     def _open_fd(self, name: str):
@@ -130,31 +139,21 @@ class DirectoryStream:
 
     def _copy_of(self, name: str, st) -> FileEntry | None:
         """The entry of a known file this new file is a copy of (all its bytes read), moved
-        to this file; ``None`` when it is no copy; ``StreamError`` when it cannot be told."""
-        if self.fd is not None and st.st_size < min(self.lines.offset, HEAD):
-            fd = self._open_fd(name)  # a copy of the file being read, still being written?
-            if fd is not None:
-                try:
-                    start = os.pread(fd, HEAD, 0)
-                finally:
-                    os.close(fd)
-                if start and self.lines.prefix.startswith(start):
-                    return _WAIT
+        to this file; ``None`` when it is no copy; ``StreamError`` when it cannot be told. A
+        copy of the file being read (complete or still written) waits for that file to be
+        found truncated (``_truncated``)."""
+        seen = (st.st_size, st.st_mtime_ns)
+        if self.copies.get(file_identity(st)) == seen:
+            return _WAIT
+        if self.fd is not None and self._copying(name, st.st_size):
+            self.copies[file_identity(st)] = seen
+            return _WAIT
         known = list(self.files.values()) + ([self._current()] if self.fd is not None else [])
         for entry in known:
             if entry.offset == 0 or self._head_of(name, entry.offset) != entry.head:
                 continue
-            fd = self._open_fd(name)
-            if fd is not None:
-                try:
-                    same = (
-                        os.fstat(fd).st_size >= entry.offset
-                        and prefix_hash(fd, entry.offset).hexdigest() == entry.digest
-                    )
-                finally:
-                    os.close(fd)
-                if same:
-                    return FileEntry(name, file_identity(st), *entry[2:])
+            if self._holds(name, entry):
+                return FileEntry(name, file_identity(st), *entry[2:])
             path = os.path.join(self.path, name)
             raise StreamError(
                 f"{path}: it begins like {entry.name}, already read, but not with all "
@@ -162,6 +161,75 @@ class DirectoryStream:
                 "told (a copy-truncate rotation raced with the monitor?)"
             )
         return None
+
+    def _holds(self, name: str, entry: FileEntry) -> bool:
+        """Whether the file ``name`` begins with every byte read from ``entry``'s file."""
+        if self._head_of(name, entry.offset) != entry.head:
+            return False
+        return self._begins(name, entry.offset, entry.digest)
+
+    def _holds_read(self, name: str, current: FileEntry) -> bool:
+        """Whether the file ``name`` begins with every byte read from the file being read
+        (``current``), a partial last line included."""
+        if not self._holds(name, current):
+            return False
+        return not self.lines.waiting or self._begins(
+            name, self.lines.read, self.lines.read_digest()
+        )
+
+    def _begins(self, name: str, length: int, digest: str) -> bool:
+        """Whether the file ``name`` has ``length`` bytes or more, whose sha256 is ``digest``."""
+        fd = self._open_fd(name)
+        if fd is None:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            return size >= length and prefix_hash(fd, length).hexdigest() == digest
+        finally:
+            os.close(fd)
+
+    def _copying(self, name: str, size: int) -> bool:
+        """Whether the new file ``name`` begins with the bytes read from the file being read:
+        all of them (a copy), or as many as it has, the same bytes as that file (a copy still
+        being written, or one made before the bytes read last)."""
+        if self.lines.offset == 0:
+            return False
+        if size >= self.lines.offset:
+            return self._holds(name, self._current())
+        fd = self._open_fd(name)
+        if fd is None:
+            return False
+        try:
+            start = os.pread(fd, min(size, HEAD), 0)
+            if not start or not self.lines.prefix.startswith(start):
+                return False
+            done = 0
+            while done < size:
+                part = os.pread(fd, min(_PART, size - done), done)
+                if not part or os.pread(self.fd, len(part), done) != part:
+                    return False
+                done += len(part)
+            return True
+        finally:
+            os.close(fd)
+
+    def _whole(self, name: str, st) -> FileEntry:
+        """The entry of the file ``name`` read to its end (a copy all of whose bytes were read
+        from the file it copies)."""
+        fd = self._open_fd(name)
+        if fd is None:
+            raise StreamError(f"{os.path.join(self.path, name)}: the file is gone")
+        h, lines, done, last = hashlib.sha256(), 0, 0, b"\n"
+        try:
+            while part := os.pread(fd, _PART, done):
+                h.update(part)
+                lines += part.count(b"\n")
+                done, last = done + len(part), part[-1:]
+            head = head_hash(fd, done)
+        finally:
+            os.close(fd)
+        lines += last != b"\n"
+        return FileEntry(name, file_identity(st), done, lines, head, h.hexdigest())
 
     def _unread(self, scan) -> FileEntry | None:
         """The first file in name order with unread bytes (other than the one being read)."""
@@ -232,11 +300,34 @@ class DirectoryStream:
             "must stay until the monitor has read them)"
         )
 
-    def _truncated(self) -> None:
-        """The file being read shrank: its copy (if any) is found first, then it is read
-        again from its start."""
-        self._unread(self._scan())  # a copy made before the truncation takes the offset
-        path = os.path.join(self.path, self.name)
+    def _truncated(self) -> Line | None:
+        """The file being read no longer holds the bytes read: the copy that holds them all
+        takes its offset, and the file is read again from its start; with no such copy,
+        ``StreamError`` names the lines lost. Returns the cut-off last line read from the
+        file when no copy holds it (a copy made before it), or ``None``."""
+        current, path = self._current(), os.path.join(self.path, self.name)
+        scan = [(n, st) for n, st in self._scan() if file_identity(st) != self.identity]
+        copy = next(
+            (
+                (n, st, FileEntry(n, file_identity(st), *current[2:]))
+                for n, st in scan
+                if file_identity(st) not in self.files and self._holds_read(n, current)
+            ),
+            None,
+        )
+        found, tail = ([copy], None) if copy is not None else ([], self.lines.tail())
+        if not found:  # copies made before the bytes read last: all their lines were read
+            found = [
+                (n, st, self._whole(n, st))
+                for n, st in scan
+                if self.copies.get(file_identity(st)) == (st.st_size, st.st_mtime_ns)
+            ]
+        if not found:
+            raise StreamError(lost(path, current.offset, current.line))
+        for _, st, entry in found:
+            self.files[entry.identity] = entry
+            self.checked[entry.identity] = (st.st_size, st.st_mtime_ns)
+        self.copies = {}
         self._note(
             path,
             "the file was truncated (copy-truncate rotation?): reading it again from its "
@@ -245,28 +336,38 @@ class DirectoryStream:
         )
         os.close(self.fd)
         self.fd, self.identity = None, None
+        return tail
 
     def _note(self, path: str, text: str, *, full: bool = False) -> None:
         shown = path if full else os.path.join(self.path, path)
         self.pending.append(f"{shown}: {text}")
 
+    def _lines(self) -> list[Line] | None:
+        """``read_lines`` of the file being read; a truncated file is let go (its copy found)."""
+        try:
+            return read_lines(self.fd, self.lines)
+        except Rewritten:
+            tail = self._truncated()
+            return None if tail is None else [tail]
+
     def read(self, follow: bool) -> list[Line]:
         if self.fd is not None:
-            got = read_lines(self.fd, self.lines)
+            got = self._lines()
             if got is not None:
                 return got
-            if os.fstat(self.fd).st_size < self.lines.offset + self.lines.waiting:
-                self._truncated()
         scan = self._scan()
         following = self._unread(scan)
         if following is None:
             return []
         if self.fd is not None:
-            got = read_lines(self.fd, self.lines)  # written before the next file appeared
+            got = self._lines()  # written before the next file appeared
             if got is not None:
                 return got
+            if self.fd is None:  # found truncated: its copy and itself come next
+                return self.read(follow)
             tail = self.lines.tail()  # a cut line, counted: the file is finished
             self.files[self.identity] = self._current()
+            self.copies = {}  # copies of it are told by its entry from now on
             os.close(self.fd)
             self.fd, self.identity = None, None
             if tail is not None:  # its position: no file open, this one read to its end

@@ -3,19 +3,20 @@ files, or standard input; every complete line with its position, and where to re
 
 - A **file** is followed like ``tail -F``: at its end the monitor waits for more; a file
   replaced under the same name (rotation by renaming) is read to its end, then the new file
-  from its start. A file that shrinks below the position read (rotation by copying and
-  truncating) is an error: lines may have been lost.
+  from its start. A file that no longer holds the bytes read (rotation by copying and
+  truncating, caught by content: ``verify.pipeline.monitor.rotation``), whether it shrank or
+  grew again past the position read, is read on in its copy beside it (``NAME.1``, any file
+  named ``NAME`` and ``.``, ``-`` or ``_`` that begins with every byte read) from that
+  position to the copy's end, then from its own start; with no such copy it is an error that
+  names the lines lost. A restart finds the file read in the same way: under its name, else
+  as a rotated file beside it that holds the bytes read.
 - A **directory** holds rotating files, followed as log shippers do
   (``verify.pipeline.monitor.directory``).
 - **Standard input** (``-``) is read to its end. A restart skips the bytes a checkpoint says
   were read: the same stream must be given again from its start.
 
-A line is complete when it ends in a newline; lines of any length up to ``MAX_LINE`` bytes
-(64 MiB, the newline included) are read in full, however many reads they span. In follow mode
-a cut-off last line waits for its newline; at the end of input, and at the end of a finished
-rotated file, it is handed out with ``cut`` set (a counted bad line). A longer line is handed
-out as its first 200 bytes with ``reason`` set and the rest skipped (one counted bad line at
-its line number; reading goes on after it), so memory stays bounded.
+Each file's bytes are cut into lines by ``verify.pipeline.monitor.lines`` (lines of any length
+up to 64 MiB, a cut-off last line, an overlong line).
 
 What was read is fingerprinted: a position keeps the sha256 of the file's first
 ``min(offset, HEAD)`` bytes (``head``) and of all ``offset`` bytes read (``digest``). A
@@ -30,17 +31,16 @@ import hashlib
 import os
 import select
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.verify.pipeline.monitor.lines import HEAD, WINDOW, Line, LineSplitter
+from kernel_contracts.verify.pipeline.monitor.rotation import lost, rotated_copies, still_holds
 
 __all__ = [
-    "HEAD",
-    "MAX_LINE",
     "FileEntry",
-    "Line",
-    "LineSplitter",
     "Position",
+    "Rewritten",
     "StreamError",
     "file_identity",
     "head_hash",
@@ -48,30 +48,19 @@ __all__ = [
     "prefix_hash",
     "read_lines",
     "stream_kind",
+    "verified",
 ]
 
-MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
-HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
 _CHUNK = 1 << 20
-_SHOWN = 200  # bytes of an overlong line kept to show
 
 
 class StreamError(KernelContractsError):
     """A stream that cannot be read (or resumed); ``str`` is the one-line message (exit 2)."""
 
 
-@dataclass(frozen=True)
-class Line:
-    """One line of the stream: its bytes and where it lies."""
-
-    raw: bytes
-    file: str  # the file's name within a directory; "" for a single file or stdin
-    number: int  # 1-based, within its file
-    offset: int  # of its first byte, within its file
-    end: int  # offset just past it
-    cut: bool = False  # no newline: cut off at the end of input or of a rotated file
-    reason: str | None = None  # why it cannot be read at all (too long)
-    state: object = field(default=None, compare=False, repr=False)  # sha256 of [0, end)
+class Rewritten(KernelContractsError):
+    """The file being read no longer holds the bytes read from it (truncated); raised before
+    any byte of the read that found it is used."""
 
 
 class FileEntry(tuple):
@@ -129,106 +118,6 @@ class Position:
         }
 
 
-class LineSplitter:
-    """Splits bytes into lines, keeping a partial last line, skipping overlong ones, and
-    hashing every byte handed out (``hash``: the sha256 of the file up to ``offset``)."""
-
-    def __init__(self, file: str, offset: int, line: int, hashed=None, prefix: bytes = b""):
-        self.file, self.offset, self.line = file, offset, line
-        self.hash = hashed if hashed is not None else hashlib.sha256()
-        self.prefix = prefix  # the file's first HEAD bytes, as far as read
-        self.buffer = bytearray()
-        self.skipping: bytes | None = None  # the head of an overlong line being skipped
-        self.skipped = 0
-
-    def feed(self, data: bytes) -> list[Line]:
-        out = []
-        start = 0
-        if self.skipping is not None:
-            cut = data.find(b"\n")
-            if cut < 0:
-                self._skip(data)
-                return out
-            self._skip(data[: cut + 1])
-            out.append(self._overlong())
-            start = cut + 1
-        while True:
-            cut = data.find(b"\n", start)
-            if cut < 0:
-                break
-            if len(self.buffer) + cut + 1 - start > MAX_LINE:
-                self._skip(data[start : cut + 1])
-                out.append(self._overlong())
-            elif self.buffer:
-                self.buffer += data[start : cut + 1]
-                raw, self.buffer = bytes(self.buffer), bytearray()
-                out.append(self._line(raw))
-            else:
-                out.append(self._line(data[start : cut + 1]))
-            start = cut + 1
-        if len(self.buffer) + len(data) - start > MAX_LINE:
-            self._skip(data[start:])
-        else:
-            self.buffer += data[start:]
-        return out
-
-    def _skip(self, data: bytes) -> None:
-        """Drop ``data`` (and the buffer) as part of an overlong line, hashing it."""
-        if self.skipping is None:
-            self.skipping = (bytes(self.buffer) + data[:_SHOWN])[:_SHOWN]
-            self.skipped = len(self.buffer)
-            self._hash(self.buffer)
-            self.buffer = bytearray()
-        self.skipped += len(data)
-        self._hash(data)
-
-    def _hash(self, data) -> None:
-        self.hash.update(data)
-        if len(self.prefix) < HEAD:
-            self.prefix += bytes(data[: HEAD - len(self.prefix)])
-
-    def _line(self, raw: bytes, cut: bool = False) -> Line:
-        self.line += 1
-        self._hash(raw)
-        end = self.offset + len(raw)
-        line = Line(raw, self.file, self.line, self.offset, end, cut, state=self.hash.copy())
-        self.offset = end
-        return line
-
-    def _overlong(self) -> Line:
-        self.line += 1
-        end = self.offset + self.skipped
-        why = f"line longer than {MAX_LINE} bytes ({self.skipped} bytes), not read"
-        line = Line(
-            self.skipping, self.file, self.line, self.offset, end, reason=why,
-            state=self.hash.copy(),
-        )  # fmt: skip
-        self.offset, self.skipping, self.skipped = end, None, 0
-        return line
-
-    def tail(self) -> Line | None:
-        """The partial last line, consumed (a cut line), or ``None``."""
-        if self.skipping is not None:
-            return self._overlong()
-        if not self.buffer:
-            return None
-        raw, self.buffer = bytes(self.buffer), bytearray()
-        return self._line(raw, cut=True)
-
-    @property
-    def waiting(self) -> int:
-        """Bytes of a partial last line waiting for their newline."""
-        return len(self.buffer) + self.skipped
-
-    def head(self, offset: int) -> str:
-        """The sha256 of the file's first ``min(offset, HEAD)`` bytes (``offset`` read)."""
-        return hashlib.sha256(self.prefix[: min(offset, HEAD)]).hexdigest()
-
-    def digest(self, line: Line | None) -> str:
-        """The sha256 of the file up to just past ``line`` (``None``: up to ``offset``)."""
-        return (line.state if line is not None else self.hash).hexdigest()
-
-
 def file_identity(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
@@ -259,7 +148,8 @@ def verified(fd: int, path: str, position, file: str = "") -> LineSplitter:
         os.close(fd)
         raise StreamError(
             f"{path}: the file has {size} bytes, fewer than the {position.offset} already "
-            "read: it was truncated, and lines may have been lost"
+            f"read: it was truncated, and lines written after line {position.line} may have "
+            "been lost"
         )
     if position.head is not None and head_hash(fd, position.offset) != position.head:
         os.close(fd)
@@ -278,16 +168,21 @@ def verified(fd: int, path: str, position, file: str = "") -> LineSplitter:
         )
     os.lseek(fd, position.offset, os.SEEK_SET)
     prefix = os.pread(fd, min(position.offset, HEAD), 0)
-    return LineSplitter(file, position.offset, position.line, h, prefix)
+    back = min(position.offset, WINDOW)
+    recent = os.pread(fd, back, position.offset - back)
+    return LineSplitter(file, position.offset, position.line, h, prefix, recent)
 
 
 def read_lines(fd: int, lines: LineSplitter) -> list[Line] | None:
     """The complete lines the next reads of ``fd`` give (as many reads as a long line
     needs); ``None`` at the end of the file with nothing new, ``[]`` when bytes came but no
-    line is complete yet."""
+    line is complete yet. ``Rewritten`` when the file no longer holds the bytes read (checked
+    after each read, before its bytes are used, and at the end of the file)."""
     got = False
     while True:
         data = os.read(fd, _CHUNK)
+        if not still_holds(fd, lines.prefix, lines.recent, lines.read):
+            raise Rewritten()
         if not data:
             return [] if got else None
         got = True
@@ -303,9 +198,13 @@ class FileStream:
 
     def __init__(self, path: str, position: Position):
         self.path, self.label = path, path
+        self.pending: list[str] = []
+        self.left = None
         self._open(position)
 
     def _open(self, position: Position) -> None:
+        """Open ``path`` where ``position`` says it was read to, else the rotated file beside
+        it that holds the bytes read (``rotated``: read to its end, then ``path`` from 0)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError as err:
@@ -314,47 +213,120 @@ class FileStream:
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise StreamError(f"{self.path}: not a regular file")
-        if position.identity is not None and tuple(position.identity) != file_identity(st):
-            os.close(fd)
-            raise StreamError(
-                f"{self.path}: the file was replaced since the checkpoint was written; its "
-                "rest cannot be read (rotate into a directory, or start with a new checkpoint)"
-            )
-        self.lines = verified(fd, self.path, position)
-        self.fd, self.identity, self.left = fd, file_identity(st), None
+        self.rotated = False
+        try:
+            if position.identity is not None and tuple(position.identity) != file_identity(st):
+                os.close(fd)
+                raise StreamError(
+                    f"{self.path}: the file was replaced since the checkpoint was written; its "
+                    "rest cannot be read (rotate into a directory, or start with a new "
+                    "checkpoint)"
+                )
+            self.lines = verified(fd, self.path, position)
+        except StreamError:
+            known = position.offset and position.digest is not None  # bytes to look for
+            fd = self._beside(position, file_identity(st)) if known else None
+            if fd is None:
+                raise
+            self.rotated = True
+        self.fd, self.identity = fd, file_identity(os.fstat(fd))
+
+    def _beside(self, position: Position, identity) -> int | None:
+        """A rotated file beside ``path`` that holds the bytes ``position`` says were read,
+        open there (``lines`` set), or ``None``."""
+        for name in rotated_copies(self.path, identity):
+            try:
+                fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            try:
+                self.lines = verified(fd, name, position)  # closes fd if not
+            except StreamError:
+                continue
+            return fd
+        return None
+
+    def _copied(self, follow: bool) -> list[Line]:
+        """The file no longer holds the bytes read (copy-truncate): read on in the copy beside
+        it that begins with every byte read, then the file from its start; or stop."""
+        lines = self.lines
+        if not self.rotated:
+            for name in rotated_copies(self.path, self.identity):
+                try:
+                    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except OSError:
+                    continue
+                if still_holds(fd, lines.prefix, lines.recent, lines.read) and (
+                    prefix_hash(fd, lines.read).hexdigest() == lines.read_digest()
+                ):
+                    os.close(self.fd)
+                    os.lseek(fd, lines.read, os.SEEK_SET)
+                    self.fd, self.identity, self.rotated = fd, file_identity(os.fstat(fd)), True
+                    self.pending.append(
+                        f"{self.path}: the file was truncated (copy-truncate rotation): read on "
+                        f"in {name} from byte {lines.offset} (line {lines.line + 1}), then "
+                        f"{self.path} from its start; lines written between the copy and the "
+                        "truncation are in neither file"
+                    )
+                    return self.read(follow)
+                before = self._earlier(fd)
+                os.close(fd)
+                if before is not None:  # a copy made before the lines read last
+                    self.pending.append(
+                        f"{self.path}: the file was truncated (copy-truncate rotation): its copy "
+                        f"{name} ends at line {before}, already read; reading {self.path} again "
+                        f"from its start; lines written after line {lines.line} before the "
+                        "truncation are in neither file"
+                    )
+                    self.rotated = True
+                    return self._next(follow)
+        raise StreamError(lost(self.path, lines.offset, lines.line))
+
+    def _earlier(self, fd: int) -> int | None:
+        """The lines in the file ``fd`` when it holds the first bytes read up to one of the
+        last ``ENDS`` line ends read (a copy made before the lines read last); else ``None``."""
+        size = os.fstat(fd).st_size
+        for end, number, state in self.lines.ends:
+            if end == size:
+                return number if prefix_hash(fd, size).hexdigest() == state.hexdigest() else None
+        return None
 
     def read(self, follow: bool) -> list[Line]:
-        got = read_lines(self.fd, self.lines)
-        if got is not None or not follow:
-            return got or []
+        try:
+            got = read_lines(self.fd, self.lines)
+        except Rewritten:
+            return self._copied(follow)
+        if got is not None:
+            return got
+        if self.rotated:  # a rotated file read to its end: the file under the name next
+            return self._next(follow) if os.path.exists(self.path) else []
+        if not follow:
+            return []
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return []  # renamed away, the new file not there yet
         if file_identity(st) != self.identity:  # replaced: finish this one, then the new one
-            got = read_lines(self.fd, self.lines)
-            if got is not None:
-                return got
-            tail = self.lines.tail()
-            os.close(self.fd)
-            self._open(Position())
-            if tail is None:
-                return self.read(follow)
-            self.left = tail  # the old file's last line: after it comes the new file's start
-            return [tail]
-        if st.st_size < self.lines.offset + self.lines.waiting:
-            raise StreamError(
-                f"{self.path}: the file shrank to {st.st_size} bytes below the "
-                f"{self.lines.offset} already read: it was truncated, and lines may have "
-                "been lost"
-            )
+            self.rotated = True
+            return self.read(follow)
         return []
+
+    def _next(self, follow: bool) -> list[Line]:
+        """The rotated file is finished: its cut last line, then the file under the name."""
+        tail = self.lines.tail()
+        os.close(self.fd)
+        self._open(Position())
+        if tail is None:
+            return self.read(follow)
+        self.left = tail  # the old file's last line: after it comes the new file's start
+        return [tail]
 
     def ended(self) -> bool:
         return False
 
     def notes(self) -> list[str]:
-        return []
+        out, self.pending = self.pending, []
+        return out
 
     def tail(self) -> Line | None:
         return self.lines.tail()
@@ -435,13 +407,6 @@ class StdinStream:
 
     def close(self) -> None:
         pass
-
-
-def _regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
 
 
 def stream_kind(path: str) -> str:
