@@ -449,9 +449,9 @@ def _two_file_circles() -> list[str]:
 CIRCLES_THAT_STAY: dict[str, str] = {
     "verify.pipeline.monitor.directory <-> verify.pipeline.monitor.stream": (
         "open_stream, which callers and tests import from stream, opens every kind of stream, "
-        "and the directory stream reads with stream's line splitter and limits (MAX_LINE, "
-        "_CHUNK, which tests patch on stream): moving either leaves a re-export or a patch "
-        "that no longer reaches the directory stream"
+        "directory streams included; the directory stream keeps its files' positions with "
+        "stream's records (FileEntry, Position) and checks them with stream's content hashes, "
+        "so that one file, followed alone or in a directory, is read and checked the same way"
     ),
 }
 
