@@ -239,24 +239,34 @@ _PIECE = 1 << 20
 def bounded_lines(handle: BinaryIO, limit: int, seen=None) -> Iterator[bytes | LongLine]:
     """The lines of ``handle`` (each with its ``\\n``, the last perhaps without), each a
     ``bytes`` of at most ``limit`` bytes (its ``\\n`` counted), or, for a longer one, a
-    ``LongLine`` of its length, read past in pieces of 1 MiB without being held.
-    ``seen(chunk)``, when given, is called with every byte read, in order (for a digest).
+    ``LongLine`` of its length, read past without being held. The file is read in pieces of
+    1 MiB; ``seen(piece)``, when given, is called with every piece, in order (for a digest).
     """
-    while True:
-        raw = handle.readline(limit + 1)
-        if not raw:
-            return
+    pending = bytearray()  # the current line so far, while it is within the limit
+    skipped = 0  # the length so far of a line above the limit (0: none)
+    while piece := handle.read(_PIECE):
         if seen is not None:
-            seen(raw)
-        if len(raw) <= limit:
-            yield raw
-            continue
-        length = len(raw)
-        while not raw.endswith(b"\n"):
-            raw = handle.readline(_PIECE)
-            if not raw:
+            seen(piece)
+        start = 0
+        while True:
+            end = piece.find(b"\n", start)
+            stop = len(piece) if end < 0 else end + 1
+            if skipped:
+                skipped += stop - start
+            elif len(pending) + stop - start > limit:
+                skipped = len(pending) + stop - start
+                pending.clear()
+            else:
+                pending += piece[start:stop]
+            if end < 0:
                 break
-            if seen is not None:
-                seen(raw)
-            length += len(raw)
-        yield LongLine(length)
+            if skipped:
+                yield LongLine(skipped)
+            else:
+                yield bytes(pending)
+            pending.clear()
+            skipped, start = 0, stop
+    if skipped:
+        yield LongLine(skipped)
+    elif pending:
+        yield bytes(pending)

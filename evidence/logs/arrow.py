@@ -70,13 +70,29 @@ def _check_footer(path: str) -> None:
         )
 
 
+# bytes per value of each Parquet physical type once decoded (byte arrays: their stored size)
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+
+
+def _decoded_bytes(group) -> int:
+    """About how many bytes the row group ``group`` (its metadata) decodes to: each column's
+    value count times its value width, or its stored size where that is larger. Encodings
+    (run lengths, dictionaries) make the stored size no guide: a million zeros store in bytes."""
+    total = 0
+    for i in range(group.num_columns):
+        column = group.column(i)
+        width = _WIDTH.get(column.physical_type, 0)
+        total += max(column.num_values * width, column.total_uncompressed_size)
+    return total
+
+
 def _too_large(group, number: int) -> str | None:
     """Why a row group is not decoded: its rows hold more than the record limit on average."""
-    rows, size, limit = group.num_rows, group.total_byte_size, LIMITS["log_record"]
+    rows, size, limit = group.num_rows, _decoded_bytes(group), LIMITS["log_record"]
     if size <= max(rows, 1) * limit:
         return None
     return (
-        f"row group {number} holds {size} bytes uncompressed in {rows} rows, above the limit "
+        f"row group {number} decodes to about {size} bytes in {rows} rows, above the limit "
         f"of {size_text(limit)} for one record; not read"
     )
 
