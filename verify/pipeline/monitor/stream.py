@@ -33,6 +33,7 @@ import stat
 from dataclasses import dataclass, field
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.bounded import LIMITS
 
 __all__ = [
     "HEAD",
@@ -50,7 +51,7 @@ __all__ = [
     "stream_kind",
 ]
 
-MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
+MAX_LINE = LIMITS["log_record"]  # 64 MiB; a longer line is a counted bad line, never held
 HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
 _CHUNK = 1 << 20
 _SHOWN = 200  # bytes of an overlong line kept to show
