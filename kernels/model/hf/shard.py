@@ -27,6 +27,7 @@ from typing import BinaryIO
 import numpy as np
 
 from kernel_contracts.contracts.bounded import LIMITS, size_text
+from kernel_contracts.contracts.errors import KernelContractsError
 
 __all__ = ["DTYPE_BITS", "Entry", "Shard", "ShardError"]
 
@@ -41,7 +42,7 @@ DTYPE_BITS = MappingProxyType(
 _METADATA = "__metadata__"
 
 
-class ShardError(ValueError):
+class ShardError(KernelContractsError, ValueError):
     """A safetensors file whose header cannot be used; the message says why."""
 
 
