@@ -1,6 +1,15 @@
 """contracts: the kernel-contract DSL (version 1), its schema, loading and validation."""
 
-from kernel_contracts.contracts._load import file_kind, load, loads, read_regular
+from kernel_contracts.contracts._load import load, loads
+from kernel_contracts.contracts.bounded import (
+    LIMITS,
+    NotRegularFile,
+    OutsideFolder,
+    TooLarge,
+    UnsafeFile,
+    file_kind,
+    read_regular,
+)
 from kernel_contracts.contracts.errors import ContractError, KernelContractsError, Problem
 from kernel_contracts.contracts.formats import (
     FLOAT_FORMATS,
@@ -41,6 +50,7 @@ from kernel_contracts.contracts.schema import json_schema
 __all__ = [
     "FLOAT_FORMATS",
     "INT_FORMATS",
+    "LIMITS",
     "MX_BLOCK",
     "PRESETS",
     "AccumulatorSpec",
@@ -60,8 +70,10 @@ __all__ = [
     "KernelSpec",
     "LogprobsEvidence",
     "MatmulSpec",
+    "NotRegularFile",
     "NumericalClause",
     "ObservabilityClause",
+    "OutsideFolder",
     "Policy",
     "Problem",
     "PromotionStage",
@@ -70,6 +82,8 @@ __all__ = [
     "Slice",
     "Source",
     "StatisticalClause",
+    "TooLarge",
+    "UnsafeFile",
     "exact",
     "file_kind",
     "float_format",

@@ -4,57 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 
+from kernel_contracts.contracts.bounded import NotRegularFile, read_regular
 from kernel_contracts.contracts.document import MAX_BYTES, read_document
-from kernel_contracts.contracts.errors import ContractError, KernelContractsError, Problem
+from kernel_contracts.contracts.errors import ContractError, Problem
 from kernel_contracts.contracts.model import Contract
 from kernel_contracts.contracts.validate import validate
 
-__all__ = ["NotRegularFile", "file_kind", "load", "loads", "read_regular"]
-
-
-class NotRegularFile(KernelContractsError, OSError):
-    """The path names something other than a regular file; ``kind`` says what, in words."""
-
-    def __init__(self, path: str, kind: str):
-        super().__init__(f"{path}: is {kind}, not a regular file")
-        self.filename, self.kind = path, kind
-        self.strerror = f"is {kind}, not a regular file"
-
-    def __str__(self) -> str:
-        return f"{self.filename}: {self.strerror}"
-
-
-def file_kind(mode: int) -> str:
-    """What a file of ``st_mode`` ``mode`` is, in words (``a directory``, ``a FIFO ...``)."""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "a special file")
-
-
-def read_regular(path: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of the regular file at ``path`` (symbolic links followed).
-
-    Anything else (a directory, a FIFO, a device, a socket) raises ``NotRegularFile`` without
-    being read: the path is looked at before it is opened, and opened non-blocking, so a FIFO
-    put in its place meanwhile cannot block either. Other failures raise ``OSError``.
-    """
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFile(path, file_kind(mode))
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with open(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(path, file_kind(mode))
-        return f.read(limit)
+__all__ = ["load", "loads"]
 
 
 def load(path: str | os.PathLike) -> Contract:

@@ -25,11 +25,12 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
+from kernel_contracts.contracts.bounded import LIMITS
 from kernel_contracts.contracts.errors import KernelContractsError, Problem
 
 __all__ = ["INVALID", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Document", "read_document"]
 
-MAX_BYTES = 1 << 20  # 1 MiB
+MAX_BYTES = LIMITS["contract"]  # 1 MiB
 MAX_DEPTH = 64
 MAX_NODES = 20_000
 

@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kernel_contracts.contracts.bounded import LIMITS, UnsafeFile, open_regular, read_file
 from kernel_contracts.contracts.model import Contract, EmulateEvidence
 from kernel_contracts.contracts.sections import HF_PREFIX
 from kernel_contracts.evidence.envelope import settings
@@ -121,10 +122,12 @@ def _prompt_texts(path: str) -> list[str]:
     from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:
-        with open(path, encoding="utf-8") as f:
-            texts = [line.rstrip("\r\n") for line in f]
+        text = read_file(path, LIMITS["prompts"]).decode("utf-8")
+        texts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     except FileNotFoundError:
         raise UserModelError(_PROMPTS_KEY, f"no such file: {path}") from None
+    except UnsafeFile as err:
+        raise UserModelError(_PROMPTS_KEY, f"cannot read {err}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserModelError(_PROMPTS_KEY, f"cannot read {path} as UTF-8 text: {err}") from None
     texts = [t for t in texts if t.strip()]
@@ -393,9 +396,9 @@ def _hf_sha256(model: str) -> str | None:
 def _file_sha256(path: str) -> str | None:
     """sha256 of a user model's params file; ``None`` when it cannot be read."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, LIMITS["params"]) as f:
             return hashlib.file_digest(f, "sha256").hexdigest()
-    except OSError:
+    except OSError:  # refusals (contracts.bounded.UnsafeFile) included
         return None
 
 

@@ -8,7 +8,10 @@ reason, exactly as a bad line is: a null in a required column, a list of strings
 log-probs belong, a token id out of the vocabulary. A null in an optional column (a mask, a
 prompt id) means the row does not say. A file that cannot be read at all (no Parquet footer,
 not an Arrow file, no known column set) raises ``LogError``; a row group or record batch that
-is cut off or corrupt counts its rows as bad, and reading goes on with the next one.
+is cut off or corrupt counts its rows as bad, and reading goes on with the next one. A row
+above ``LIMITS["log_record"]`` bytes (a JSONL line's limit) is counted as bad without being
+made into Python values, and a Parquet row group whose rows are above it on average is not
+decoded at all; a footer above ``LIMITS["parquet_footer"]`` raises ``LogError``.
 
 This module is the project's only importer of pyarrow.
 """
@@ -23,6 +26,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from kernel_contracts.contracts.bounded import LIMITS, open_regular, size_text
 from kernel_contracts.evidence.logs.reader import LogError, LogTable, Reading, open_log
 from kernel_contracts.evidence.logs.schema import FORMATS, detect_format
 
@@ -36,7 +40,7 @@ _FAILURES = (pa.ArrowException, OSError, ValueError)
 
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, LIMITS["log"]) as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -49,9 +53,55 @@ def _why(err: BaseException) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in line)
 
 
+def _check_footer(path: str) -> None:
+    """``LogError`` when the Parquet footer's declared length is above its limit (pyarrow
+    would allocate it before reading); other damage is left to pyarrow to name."""
+    with open_regular(path, LIMITS["log"]) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 12:
+            return
+        f.seek(size - 8)
+        tail = f.read(8)
+    length, limit = int.from_bytes(tail[:4], "little"), LIMITS["parquet_footer"]
+    if tail[4:] == b"PAR1" and length > limit:
+        raise LogError(
+            f"{path}: the Parquet footer declares {length} bytes, above the limit of "
+            f"{size_text(limit)}"
+        )
+
+
+# bytes per value of each Parquet physical type once decoded (byte arrays: their stored size)
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+
+
+def _decoded_bytes(group) -> int:
+    """About how many bytes the row group ``group`` (its metadata) decodes to: each column's
+    value count times its value width, or its stored size where that is larger. Encodings
+    (run lengths, dictionaries) make the stored size no guide: a million zeros store in bytes."""
+    total = 0
+    for i in range(group.num_columns):
+        column = group.column(i)
+        width = _WIDTH.get(column.physical_type, 0)
+        total += max(column.num_values * width, column.total_uncompressed_size)
+    return total
+
+
+def _too_large(group, number: int) -> str | None:
+    """Why a row group is not decoded: its rows hold more than the record limit on average."""
+    rows, size, limit = group.num_rows, _decoded_bytes(group), LIMITS["log_record"]
+    if size <= max(rows, 1) * limit:
+        return None
+    return (
+        f"row group {number} decodes to about {size} bytes in {rows} rows, above the limit "
+        f"of {size_text(limit)} for one record; not read"
+    )
+
+
 def _parquet_batches(path: str):
-    """``(schema, rows, batches, close)`` of a Parquet file; a row group that cannot be read
-    yields ``(reason, rows it had left)`` in place of its batches."""
+    """``(schema, rows, batches, close)`` of a Parquet file; a row group that cannot be read,
+    or whose rows are above the record limit on average, yields ``(reason, rows it had
+    left)`` in place of its batches."""
+    _check_footer(path)
     try:
         file = pq.ParquetFile(path)
     except _FAILURES as err:
@@ -63,6 +113,10 @@ def _parquet_batches(path: str):
     def batches():
         for group in range(file.num_row_groups):
             rows, done = file.metadata.row_group(group).num_rows, 0
+            why = _too_large(file.metadata.row_group(group), group)
+            if why is not None:
+                yield (why, rows)
+                continue
             try:
                 for batch in file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
                     done += batch.num_rows
@@ -152,8 +206,15 @@ def _read_rows(reading: Reading, schema, total, batches, progress) -> int:
                 rows += 1
                 reading.bad(rows, reason)
             continue
-        for row in batch.to_pylist():
+        for row in _rows(batch):
             rows += 1
+            if isinstance(row, int):  # a row above the record limit, by its size in bytes
+                reading.bad(
+                    rows,
+                    f"the row holds {row} bytes, above the limit of "
+                    f"{size_text(LIMITS['log_record'])} for one record; not read",
+                )
+                continue
             nulls = [k for k, v in row.items() if v is None and k in required]
             if nulls:
                 reading.bad(rows, f"'{nulls[0]}' is null: a required column")
@@ -162,6 +223,19 @@ def _read_rows(reading: Reading, schema, total, batches, progress) -> int:
         if progress is not None and total:
             progress(rows, total)
     return rows
+
+
+def _rows(batch):
+    """Each row of ``batch`` as a dict, or, for a row above the record limit, its size in
+    bytes (measured on the Arrow buffers, before any Python value is made)."""
+    limit = LIMITS["log_record"]
+    if batch.nbytes <= limit:
+        yield from batch.to_pylist()
+        return
+    for i in range(batch.num_rows):
+        row = batch.slice(i, 1)
+        size = row.nbytes
+        yield size if size > limit else row.to_pylist()[0]
 
 
 _OPENERS = {"parquet": _parquet_batches, "arrow": _arrow_batches}

@@ -1,7 +1,8 @@
 """Read a JSONL log of train and rollout log-probs into a token table, keeping every problem.
 
 Nothing is dropped silently: a line that is not valid JSON (a duplicate key, nesting too deep
-to read, an integer of thousands of digits included), is cut off, misses a field, has arrays of
+to read, an integer of thousands of digits included), is longer than ``LIMITS["log_record"]``
+(skipped without being held), is cut off, misses a field, has arrays of
 different lengths, holds a log-probability that is not a number (a string, a boolean) or is
 NaN/inf, or a token id that is not an integer in ``[0, vocab_size)`` is counted and reported
 with its line number and the reason; a sequence whose train and rollout token ids differ is
@@ -24,6 +25,14 @@ from types import MappingProxyType
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.bounded import (
+    LIMITS,
+    LongLine,
+    NotRegularFile,
+    bounded_lines,
+    open_regular,
+    size_text,
+)
 from kernel_contracts.evidence.logs.schema import FORMATS, LogFormat, detect_format
 
 # the record-level pieces are public for readers of growing logs (``verify.monitor``)
@@ -601,13 +610,21 @@ def read_jsonl_log(
     lines = blank = done = 0
     step = total // 100 + 1  # about a hundred progress calls per file
     mark = step
+    limit = LIMITS["log_record"]
     with handle:
-        for lines, raw in enumerate(handle, start=1):
-            digest.update(raw)
-            done += len(raw)
+        for raw in bounded_lines(handle, limit, digest.update):
+            lines += 1
+            done += raw if isinstance(raw, LongLine) else len(raw)
             if progress is not None and done >= mark:
                 progress(done, total)
                 mark = done + step
+            if isinstance(raw, LongLine):
+                reading.bad(
+                    lines,
+                    f"the line holds {int(raw)} bytes, above the limit of {size_text(limit)} "
+                    "for one record; not read",
+                )
+                continue
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -635,16 +652,17 @@ def read_jsonl_log(
 
 
 def open_log(path: str):
-    """``(binary handle, size)`` of a log file; ``LogError`` when it is missing or empty."""
+    """``(binary handle, size)`` of a log file; ``LogError`` when it is missing, empty, or
+    refused by ``contracts.bounded`` (not a regular file, or above ``LIMITS["log"]``)."""
     try:
-        total = os.path.getsize(path)
-        handle = open(path, "rb")  # noqa: SIM115 - the caller closes it
+        handle = open_regular(path, LIMITS["log"])
     except FileNotFoundError:
         raise LogError(f"{path}: evidence file not found") from None
-    except IsADirectoryError:
-        raise LogError(f"{path}: is a directory, not a log file") from None
+    except NotRegularFile as err:
+        raise LogError(f"{path}: is {err.kind}, not a log file") from None
     except OSError as err:
         raise LogError(f"{path}: cannot read: {err.strerror}") from None
+    total = os.fstat(handle.fileno()).st_size
     if total == 0:
         handle.close()
         raise LogError(f"{path}: the log file is empty")

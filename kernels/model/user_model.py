@@ -52,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.machinery
-import os
+import math
 import sys
 import zipfile
 from collections.abc import Callable
@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.bounded import LIMITS, UnsafeFile, open_regular, size_text
 from kernel_contracts.contracts.sections import ENTRY_POINT
 
 __all__ = [
@@ -114,15 +115,63 @@ class UserModel:
     vocab: int
 
 
+def _archive_problem(handle) -> str | None:
+    """Why the ``.npz`` archive ``handle`` is not read, checked before an array is allocated:
+    its members unpack to more than ``LIMITS["params"]``, or an array's header declares more
+    bytes than its member holds."""
+    limit = LIMITS["params"]
+    with zipfile.ZipFile(handle) as archive:
+        members = archive.infolist()
+        unpacked = sum(info.file_size for info in members)
+        if unpacked > limit:
+            return (
+                f"as an .npz archive: its arrays unpack to {unpacked} bytes, above the limit "
+                f"of {size_text(limit)}"
+            )
+        for info in members:
+            if not info.filename.endswith(".npy"):
+                continue
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version not in ((1, 0), (2, 0), (3, 0)):
+                    continue  # np.load names it
+                reader = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = reader(member)
+                need = math.prod(shape) * dtype.itemsize
+                if need > info.file_size:
+                    name = info.filename.removesuffix(".npy")
+                    return (
+                        f"as an .npz archive: entry {name!r} declares {need} bytes of "
+                        f"{dtype} {list(shape)}, but its member holds {info.file_size}"
+                    )
+    return None
+
+
 def load_params(path: str) -> tuple[dict, np.ndarray | None]:
     """The params pytree and the ``extra/prompts`` windows (or None) of an ``.npz`` file."""
-    if not os.path.isfile(path):
-        raise UserModelError(PARAMS_KEY, f"no such file: {path}")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        handle = open_regular(path, LIMITS["params"])
+    except FileNotFoundError:
+        raise UserModelError(PARAMS_KEY, f"no such file: {path}") from None
+    except UnsafeFile as err:
+        raise UserModelError(PARAMS_KEY, f"cannot read {err}") from None
+    except OSError as err:
+        raise UserModelError(PARAMS_KEY, f"cannot read {path}: {err.strerror}") from None
+    try:
+        with handle:
+            why = _archive_problem(handle)
+            if why is None:
+                handle.seek(0)
+                with np.load(handle, allow_pickle=False) as data:
+                    arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise UserModelError(PARAMS_KEY, f"cannot read {path} as an .npz archive: {err}") from None
+        why = f"as an .npz archive: {err}"
+    if why is not None:
+        raise UserModelError(PARAMS_KEY, f"cannot read {path} {why}")
     windows = arrays.pop("extra/prompts", None)
     params: dict = {}
     for name, value in sorted(arrays.items()):

@@ -1,9 +1,11 @@
 """Hugging Face checkpoint folders: ``config.json`` and safetensors weights, read and written.
 
 A folder holds ``config.json`` and either one ``model.safetensors`` or shards listed by
-``model.safetensors.index.json`` (its ``weight_map``: tensor name -> shard file). Tensors are
-read with the ``safetensors`` package's NumPy API, which reads headers and raw bytes and never
-unpickles or runs anything; the folder's Python files, if any, are never imported. Stored
+``model.safetensors.index.json`` (its ``weight_map``: tensor name -> shard file). Every file is
+read only as a regular file inside the folder, under the limit of its kind
+(``contracts.bounded``); a shard's header is checked against the file before a tensor is
+allocated (``kernels.model.hf.shard``), and tensors are read as raw bytes: nothing is ever
+unpickled or run, and the folder's Python files, if any, are never imported. Stored
 dtypes F32, F16 and BF16 are supported and kept bit for bit (BF16 through ``ml_dtypes``).
 
 Every tensor name of the family is mapped (``model.embed_tokens.weight``,
@@ -28,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from kernel_contracts.kernels.model.hf.config import DecoderConfig, read_config
 from kernel_contracts.kernels.model.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.model.hf.files import open_in, read_json
+from kernel_contracts.kernels.model.hf.shard import Shard, ShardError
 from kernel_contracts.kernels.ops import Ops
 
 __all__ = [
@@ -123,13 +126,14 @@ def _shards(folder: str, report) -> tuple[dict[str, list[str]] | None, bool]:
     the single file), and whether the folder's weights can be looked for at all; problems are
     reported."""
     index = os.path.join(folder, INDEX)
-    if os.path.isfile(index):
+    if os.path.lexists(index):
         try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f).get("weight_map")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-            report(index, "", f"cannot read the index: {err}")
+            raw = read_json(folder, INDEX, "index")
+        except CheckpointError as err:
+            for p in err.problems:
+                report(p.file, p.key, p.message)
             return {}, False
+        weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
         if not isinstance(weight_map, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
         ):
@@ -139,10 +143,21 @@ def _shards(folder: str, report) -> tuple[dict[str, list[str]] | None, bool]:
         for name, shard in weight_map.items():
             shards.setdefault(shard, []).append(name)
         return shards, True
-    if os.path.isfile(os.path.join(folder, SINGLE)):
+    if os.path.lexists(os.path.join(folder, SINGLE)):
         return None, True
     report(folder, "", f"holds neither {SINGLE} nor {INDEX}")
     return {}, False
+
+
+def _shard_name_problem(shard: str) -> str | None:
+    """Why a ``weight_map`` value is not the name of a file in the folder, or ``None``."""
+    if os.path.isabs(shard) or shard.startswith(("/", "\\")):
+        return f"shard {shard!r} is an absolute path, not a file name in the folder"
+    if ".." in shard.replace("\\", "/").split("/"):
+        return f"shard {shard!r} leads out of the folder through '..'"
+    if os.path.basename(shard) != shard or shard in ("", ".") or "\0" in shard:
+        return f"shard {shard!r} is not a file name in the folder"
+    return None
 
 
 def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray]:
@@ -162,16 +177,26 @@ def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray
     tied_head: tuple[str, np.ndarray] | None = None
     for shard, names in sorted(shards.items()):
         path = os.path.join(folder, shard)
-        if os.path.basename(shard) != shard or shard in ("", ".", ".."):
-            report(index_file, names[0], f"shard {shard!r} is not a file name in the folder")
-            continue
-        if not os.path.isfile(path):
-            report(path, "", f"missing shard ({len(names)} tensors are listed for it in {INDEX})")
-            seen.update(names)
+        why = _shard_name_problem(shard)
+        if why is not None:
+            report(index_file, names[0], why)
+            seen.update(names if listed else expected)
             continue
         try:
-            with safe_open(path, framework="numpy") as f:
-                keys = set(f.keys())
+            handle = open_in(folder, shard, "weights")
+        except CheckpointError as err:
+            (problem,) = err.problems
+            if problem.message == "no such file":
+                count = f"{len(names)} tensors are listed for it in {INDEX}"
+                report(path, "", f"missing shard ({count})" if listed else "no such file")
+            else:
+                report(problem.file, "", problem.message)
+            seen.update(names if listed else expected)
+            continue
+        try:
+            with handle:
+                f = Shard(handle, os.fstat(handle.fileno()).st_size)
+                keys = set(f.entries) | set(f.problems)
                 if listed:
                     for name in sorted(set(names) - keys):
                         report(path, name, f"listed in {INDEX} but not in this shard")
@@ -179,6 +204,9 @@ def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray
                         report(path, name, f"in this shard but not listed for it in {INDEX}")
                 for name in sorted(keys & set(names) if listed else keys):
                     seen.add(name)
+                    if name in f.problems:
+                        report(path, name, f.problems[name])
+                        continue
                     if name.endswith(_SKIPPED):
                         continue
                     info = expected.get(name)
@@ -193,7 +221,7 @@ def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray
                     array = _get(f, name, path, info.shape, report)
                     if array is not None:
                         found[name] = info.to_ours(array)
-        except (SafetensorError, OSError, ValueError) as err:
+        except (ShardError, OSError) as err:
             report(path, "", f"cannot read as safetensors: {err}")
             seen.update(names if listed else expected)  # its tensors are not missing, unread
     for name in sorted(set(expected) - seen):
@@ -214,31 +242,40 @@ def _read_tensors(folder: str, c: DecoderConfig, report) -> dict[str, np.ndarray
     return found
 
 
-def _get(f, name: str, path: str, shape: tuple[int, ...] | None, report) -> np.ndarray | None:
+def _get(f: Shard, name: str, path: str, shape, report) -> np.ndarray | None:
     """One stored tensor, checked for dtype and shape before its bytes are read."""
-    piece = f.get_slice(name)
-    dtype, got = piece.get_dtype(), tuple(int(s) for s in piece.get_shape())
+    entry = f.entries[name]
     ok = True
-    if dtype not in DTYPES:
-        report(path, name, f"unsupported dtype {dtype} (supported: {', '.join(DTYPES)})")
+    if entry.dtype not in DTYPES:
+        report(path, name, f"unsupported dtype {entry.dtype} (supported: {', '.join(DTYPES)})")
         ok = False
-    if shape is not None and got != shape:
-        report(path, name, f"shape {list(got)}, expected {list(shape)}")
+    if shape is not None and entry.shape != shape:
+        report(path, name, f"shape {list(entry.shape)}, expected {list(shape)}")
         ok = False
-    return f.get_tensor(name) if ok else None
+    return f.read(name, _numpy_dtype(entry.dtype)) if ok else None
+
+
+def _numpy_dtype(dtype: str) -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype({"F32": "<f4", "F16": "<f2", "BF16": ml_dtypes.bfloat16}[dtype])
+
+
+_HASH_KINDS = {"config.json": "config", INDEX: "index"}
 
 
 def folder_sha256(folder: str) -> str | None:
     """sha256 over a checkpoint folder's ``config.json``, index and weight files (each name
-    and its bytes, in name order); ``None`` when one cannot be read."""
+    and its bytes, in name order); ``None`` when one cannot be read or is refused (not a
+    regular file inside the folder, or over the limit of its kind)."""
     h = hashlib.sha256()
     try:
         names = sorted(n for n in os.listdir(folder) if n == "config.json" or n.startswith("model"))
         for name in names:
             h.update(f"{name}\n".encode())
-            with open(os.path.join(folder, name), "rb") as f:
+            with open_in(folder, name, _HASH_KINDS.get(name, "weights")) as f:
                 h.update(hashlib.file_digest(f, "sha256").digest())
-    except OSError:
+    except (OSError, CheckpointError):
         return None
     return h.hexdigest()
 

@@ -24,13 +24,13 @@ and an architecture not listed above is an error.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from kernel_contracts.kernels.model.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.model.hf.files import read_json
 
 __all__ = [
     "ARCHITECTURES",
@@ -136,18 +136,12 @@ def _shape_problems(c: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def read_config(folder: str) -> DecoderConfig:
-    """The architecture in ``folder/config.json``; every problem in one ``CheckpointError``."""
-    path = os.path.join(folder, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError([CheckpointProblem(path, "", "no such file")]) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(
-            [CheckpointProblem(path, "", f"cannot read as JSON: {err}")]
-        ) from None
-    return parse_config(raw, path)
+    """The architecture in ``folder/config.json``; every problem in one ``CheckpointError``.
+
+    The file is read only as a regular file inside ``folder`` of at most ``LIMITS["config"]``
+    bytes (``contracts.bounded``)."""
+    raw = read_json(folder, "config.json", "config")
+    return parse_config(raw, os.path.join(folder, "config.json"))
 
 
 def parse_config(raw: Any, path: str = "config.json") -> DecoderConfig:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from tokenizers import Tokenizer
 
 from kernel_contracts.kernels.model.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.model.hf.files import read_text
 
 __all__ = ["TOKENIZER", "encode", "read_tokenizer"]
 
@@ -20,12 +21,14 @@ TOKENIZER = "tokenizer.json"
 
 
 def read_tokenizer(folder: str) -> Tokenizer:
-    """The tokenizer in ``folder/tokenizer.json``; a ``CheckpointError`` when it cannot be read."""
+    """The tokenizer in ``folder/tokenizer.json``; a ``CheckpointError`` when it cannot be read.
+
+    The file is read only as a regular file inside ``folder`` of at most
+    ``LIMITS["tokenizer"]`` bytes (``contracts.bounded``), and parsed from those bytes."""
     path = os.path.join(folder, TOKENIZER)
-    if not os.path.isfile(path):
-        raise CheckpointError([CheckpointProblem(path, "", "no such file")])
+    text = read_text(folder, TOKENIZER, "tokenizer")
     try:
-        return Tokenizer.from_file(path)
+        return Tokenizer.from_str(text)
     except Exception as err:  # the package raises a bare Exception for a malformed file
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError([CheckpointProblem(path, "", f"cannot read: {message}")]) from None

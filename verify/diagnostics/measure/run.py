@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.bounded import LIMITS, NotRegularFile, read_file
 
 __all__ = [
     "PROMPT_TOKENS",
@@ -99,12 +100,11 @@ def read_prompts(path: str) -> list[str]:
     """The non-blank lines of the UTF-8 file at ``path``; ``MeasureError`` naming the file (and
     the line of an undecodable byte) when it cannot be read or holds no prompt."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path, LIMITS["prompts"])
     except FileNotFoundError:
         raise MeasureError(f"--prompts {path}: no such file") from None
-    except IsADirectoryError:
-        raise MeasureError(f"--prompts {path}: is a directory, not a prompt file") from None
+    except NotRegularFile as err:
+        raise MeasureError(f"--prompts {path}: is {err.kind}, not a prompt file") from None
     except OSError as err:
         raise MeasureError(f"--prompts {path}: cannot read: {err.strerror}") from None
     try:

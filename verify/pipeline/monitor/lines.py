@@ -15,9 +15,11 @@ import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 
+from kernel_contracts.contracts.bounded import LIMITS
+
 __all__ = ["ENDS", "HEAD", "MAX_LINE", "WINDOW", "Line", "LineSplitter"]
 
-MAX_LINE = 1 << 26  # bytes; a longer line is a counted bad line, never held in memory
+MAX_LINE = LIMITS["log_record"]  # 64 MiB; a longer line is a counted bad line, never held in memory
 HEAD = 1 << 12  # bytes of a file's start whose hash a checkpoint keeps
 WINDOW = 1 << 12  # bytes just before the read position that every poll compares
 ENDS = 1 << 12  # line ends whose hash is kept: a rotated copy may end at one of them
