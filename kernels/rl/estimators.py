@@ -24,6 +24,8 @@ by name (``ESTIMATOR_NAMES``):
 - ``dppo_kl`` (``threshold`` τ > 0): ω = 0 where the binary KL
   π'(y)·log(π'(y)/π(y)) + (1 − π'(y))·log((1 − π'(y))/(1 − π(y))) exceeds τ and the advantage
   pushes π(y) further from π'(y) (A > 0 with π(y) > π'(y), or A < 0 with π(y) < π'(y)); else w.
+  Each term follows 0·log(0/x) = 0 (x = 0 included) and a·log(a/0) = +∞ for a > 0, so
+  π'(y) = 1 gives −log π(y), π(y) = 1 > π'(y) gives +∞, and no input in [0, 1] gives NaN.
 - ``dual_clip`` (``clip_epsilon`` ε, ``cap`` c > 1): ``ppo_clip``, and also ω = 0 where A < 0
   and w > c (the dual-clip surrogate is the constant c·A there).
 - ``seq_mask`` (``band`` (lo, hi)): ω = W on every token of a sequence whose W lies in
@@ -148,6 +150,17 @@ def _advantages(advantages, lr: Array) -> Array:
     return adv
 
 
+def _binary_kl(lq: Array, lp: Array) -> Array:
+    """KL(Bernoulli(q) ‖ Bernoulli(p)) for q = e^lq, p = e^lp (lq, lp ≤ 0), never NaN.
+
+    Each term a·log(a/b) is 0 where a = 0 (whatever b, 0 included) and +inf where a > 0 = b.
+    1 − q and 1 − p are −expm1 of the logs, accurate where q or p rounds to 1."""
+    q, nq, n_p = jnp.exp(lq), -jnp.expm1(lq), -jnp.expm1(lp)
+    head = jnp.where(q > 0, q * (lq - lp), 0.0)  # lp = −inf: +inf
+    tail = jnp.where(nq > 0, nq * (jnp.log(nq) - jnp.log(n_p)), 0.0)  # 1 − p = 0: +inf
+    return head + tail
+
+
 def _dppo_dropped(
     name: str,
     tau: float,
@@ -169,9 +182,7 @@ def _dppo_dropped(
     up, down = pr > q, pr < q
     if name == "dppo_tv":
         return ((adv > 0) & (pr - q > tau)) | ((adv < 0) & (q - pr > tau))
-    # binary KL(π'(y) ‖ π(y)); where π(y) = 1 its second term is +inf (a certain drop)
-    kl = q * (lq - lp) + (1 - q) * (jnp.log1p(-q) - jnp.log1p(-pr))
-    far = kl > tau
+    far = _binary_kl(lq, lp) > tau
     return ((adv > 0) & up & far) | ((adv < 0) & down & far)
 
 
