@@ -209,3 +209,36 @@ def test_the_rules_cover_exactly_what_each_framework_exports():
 def test_the_rl_page_shows_the_generated_table():
     page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "rl.md"
     assert tie_table() in page.read_text("utf-8")
+
+
+PARAMS = {
+    "tis": {"cap": 2.0},
+    "mis": {"cap": 2.0},
+    "icepop": {"band": (0.5, 2.0)},
+    "seq_is": {},
+    "seq_tis": {"cap": 2.0},
+    "geo_mask": {"band": (0.8, 1.25)},
+    "dppo_tv": {"threshold": 0.05},
+    "dppo_kl": {"threshold": 0.01},
+    "dual_clip": {"clip_epsilon": 0.2, "cap": 1.5},
+    "seq_mask": {"band": (0.5, 2.0)},
+    "seq_outlier": {"band": (0.5, 2.0)},
+    "tis_mask": {"cap": 1.5, "band": (0.5, 2.0)},
+    "opsm": {"threshold": 0.05},
+}
+
+
+@pytest.mark.parametrize(("framework", "name"), [(f, n) for f in FRAMEWORKS for n in TIE_RULES[f]])
+def test_framework_rules_differ_from_ours_only_on_ties(framework, name):
+    """On log-ratios drawn at random (no float32 ratio on a threshold), every framework's rule
+    gives our weights, so the rules differ only where a tie decides."""
+    rng = np.random.default_rng(5)
+    lr = rng.normal(0.0, 0.5, (16, 24)).astype(F32)
+    adv = np.repeat(rng.choice([-1.0, 1.0], (16, 1)), 24, axis=1).astype(F32)
+    lq = np.minimum(rng.normal(-1.0, 1.0, lr.shape), -lr).astype(F32)  # π(y) = π'(y)·w ≤ 1
+    mask = np.ones_like(lr)
+    kw = {"params": PARAMS[name], "logp_inf": lq}
+    ours = np.asarray(correction_weights(name, lr, mask, adv, **kw))
+    theirs = np.asarray(correction_weights(name, lr, mask, adv, ties=framework, **kw))
+    np.testing.assert_allclose(theirs, ours, rtol=2e-6, atol=0)
+    assert np.all((theirs > 0) == (ours > 0))
