@@ -12,7 +12,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from kernel_contracts.kernels.rl import ESTIMATOR_NAMES, correction_weights
+from kernel_contracts.kernels.rl import ESTIMATOR_NAMES, TIE_RULES, correction_weights
 
 # (π(y), π'(y)) of one real token a row; each row is followed by one padding position
 EDGES = {"pi=1": (1.0, 0.5), "pi'=1": (0.5, 1.0), "both=1": (1.0, 1.0)}
@@ -112,9 +112,14 @@ def _cases():
 ROWS, LOGP, LOGQ, MASK, ADV, TV, KL = _cases()
 
 
-@pytest.mark.parametrize("name", ESTIMATOR_NAMES)
-def test_every_estimator_at_certain_policies_follows_its_rule(name):
-    extra = {"token_tv": TV, "token_kl": KL, "logp_inf": LOGQ}
+@pytest.mark.parametrize(
+    ("name", "ties"),
+    [(n, None) for n in ESTIMATOR_NAMES]
+    + [(n, f) for f, rules in TIE_RULES.items() for n in rules],
+)
+def test_every_estimator_at_certain_policies_follows_its_rule(name, ties):
+    """Ours and every framework's rule: no threshold lies on these ratios, so all agree."""
+    extra = {"token_tv": TV, "token_kl": KL, "logp_inf": LOGQ, "ties": ties}
     omega = np.asarray(
         correction_weights(name, LOGP - LOGQ, MASK, ADV, params=PARAMS[name], **extra)
     )
@@ -153,8 +158,9 @@ def test_dppo_kl_drops_a_certain_inference_token_the_training_policy_lowers():
     assert float(omega[0, 0]) == pytest.approx(0.9, rel=1e-6)
 
 
-# log π'(y): certain, rounding to 1 in float32, ordinary, tiny, subnormal, underflowing to 0
-LOG_Q = [0.0, -1e-30, -1e-8, -0.7, -20.0, -50.0, -103.0, -200.0]
+# log π'(y): certain, rounding to 1 in float32, ordinary, tiny, subnormal, underflowing to 0,
+# and 0 (no NaN weight; π(y) is then undetermined by the inputs, so no rule is checked)
+LOG_Q = [0.0, -1e-30, -1e-8, -0.7, -20.0, -50.0, -103.0, -200.0, -math.inf]
 LOG_P = [0.0, -1e-30, -1e-8, -0.05, -0.7, -3.0, -50.0, -103.0, -math.inf]
 
 
@@ -162,7 +168,8 @@ LOG_P = [0.0, -1e-30, -1e-8, -0.05, -0.7, -3.0, -50.0, -103.0, -math.inf]
 def test_dppo_kl_on_extreme_probabilities_is_never_nan_and_follows_its_rule(tau):
     lq = np.array([[x for x in LOG_Q for _ in LOG_P]], np.float32)
     lp = np.array([[y for _ in LOG_Q for y in LOG_P]], np.float32)
-    lr = (lp.astype(np.float64) - lq).astype(np.float32)
+    with np.errstate(invalid="ignore"):  # −inf − (−inf): π and π' both 0, log w taken as 0
+        lr = (lp.astype(np.float64) - lq).astype(np.float32)
     lr[np.isnan(lr)] = 0.0
     checked = 0
     for a in (1.0, -1.0):
@@ -174,6 +181,8 @@ def test_dppo_kl_on_extreme_probabilities_is_never_nan_and_follows_its_rule(tau)
         )
         assert not np.isnan(omega).any()
         for j in range(lq.shape[1]):
+            if lq[0, j] == -np.inf:
+                continue
             # the exact rule on the numbers given: q = e^{lq}, p = e^{min(lq + lr, 0)}
             mq = mpmath.mpf(float(lq[0, j]))
             mp = min(mq + mpmath.mpf(float(lr[0, j])), 0)
