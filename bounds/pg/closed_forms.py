@@ -17,6 +17,15 @@ of that discrepancy D = E_π'|ω − w| over the kernel pairs a premise allows:
 - ``seq_mask`` drops whole sequences by W: D_seq = π_L(W ∉ [lo, hi]), bounded by the band's
   ratio form at R = L·r and its TV form at the sequence TV.
 
+Ties. A token exactly on a threshold (w at a band's end or cap, a divergence equal to τ) gets
+w, 0 or w/2 depending on the framework's code (``kernels.rl.ties``): |ω − w| ≤ w there, what
+dropping it costs. Every form below bounds the discrepancy of the rule that drops ties too: the
+extremal laws put the dropped mass at the far end of the premise's range, not on the threshold,
+and every jump is closed (``step_above`` is 1 from its threshold on). The ``*_sup`` functions
+are the suprema of the strict rule; a tie-dropping rule's differ only where e^r or e^s equals a
+jump's threshold exactly (a band end, hi/lo), which no rational premise r, s > 0 meets
+(``tests/bounds/test_tie_bounds.py``).
+
 Jumps. Several suprema jump (a band's both sides fill at once; a position mask switches on when
 the divergence can pass τ). z3 and the interval arithmetic need continuous forms, so a jump
 1[x > a] is written ``step_above(x, a)``: 0 up to a·(1 − η), 1 from a on, linear between, with

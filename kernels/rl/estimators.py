@@ -24,6 +24,8 @@ by name (``ESTIMATOR_NAMES``):
 - ``dppo_kl`` (``threshold`` τ > 0): ω = 0 where the binary KL
   π'(y)·log(π'(y)/π(y)) + (1 − π'(y))·log((1 − π'(y))/(1 − π(y))) exceeds τ and the advantage
   pushes π(y) further from π'(y) (A > 0 with π(y) > π'(y), or A < 0 with π(y) < π'(y)); else w.
+  Each term follows 0·log(0/x) = 0 (x = 0 included) and a·log(a/0) = +∞ for a > 0, so
+  π'(y) = 1 gives −log π(y), π(y) = 1 > π'(y) gives +∞, and no input in [0, 1] gives NaN.
 - ``dual_clip`` (``clip_epsilon`` ε, ``cap`` c > 1): ``ppo_clip``, and also ω = 0 where A < 0
   and w > c (the dual-clip surrogate is the constant c·A there).
 - ``seq_mask`` (``band`` (lo, hi)): ω = W on every token of a sequence whose W lies in
@@ -38,6 +40,12 @@ by name (``ESTIMATOR_NAMES``):
 - ``opsm`` (``threshold`` δ > 0): a sequence with A < 0 whose mean of log(π'/π) over its
   tokens exceeds δ gets ω = 0; otherwise ω = w per token (the advantage is read per token, so
   a sequence-level advantage is given on each of its tokens).
+
+Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
+``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code
+(``kernels.rl.ties.TIE_RULES``): the statistic it compares (the rounded ratio, the log-ratio,
+or −log w against log(1/hi) for verl's ``tis_mask``), and for the dual-clip losses the gradient
+PyTorch gives at −A·w = −A·c (w/2). An estimator the framework does not have is refused.
 
 Products over a sequence are sums of log-ratios; a weight is exponentiated only after capping
 its logarithm, so long sequences neither overflow nor produce NaN. ``seq_is`` has no cap: its
@@ -65,6 +73,7 @@ from jaxtyping import Array, ArrayLike, Float
 from kernel_contracts.contracts.checks import param_range, valid_band
 from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
 from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
+from kernel_contracts.kernels.rl.ties import tie_rule
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
 
@@ -148,6 +157,33 @@ def _advantages(advantages, lr: Array) -> Array:
     return adv
 
 
+def _binary_kl(lq: Array, lp: Array) -> Array:
+    """KL(Bernoulli(q) ‖ Bernoulli(p)) for q = e^lq, p = e^lp (lq, lp ≤ 0), never NaN.
+
+    Each term a·log(a/b) is 0 where a = 0 (whatever b, 0 included) and +inf where a > 0 = b.
+    1 − q and 1 − p are −expm1 of the logs, accurate where q or p rounds to 1."""
+    q, nq, n_p = jnp.exp(lq), -jnp.expm1(lq), -jnp.expm1(lp)
+    head = jnp.where(q > 0, q * (lq - lp), 0.0)  # lp = −inf: +inf
+    tail = jnp.where(nq > 0, nq * (jnp.log(nq) - jnp.log(n_p)), 0.0)  # 1 − p = 0: +inf
+    return head + tail
+
+
+def _dual_clip_autograd(w: Array, adv: Array, eps: float, cap: float) -> Array:
+    """ω of the dual-clip loss of verl, NeMo-RL and SkyRL under PyTorch's autograd: the
+    gradient of min(max(−A·w, −A·clip(w, 1 − ε, 1 + ε)), −A·c) (the min for A < 0 only) with
+    respect to log π, over −A. ``clamp`` passes the gradient on its closed range; ``maximum``
+    and ``minimum`` give each of two equal sides half of its own gradient. Where A = 0 the
+    gradient is 0 whatever ω, and ω = w."""
+    lo, hi = 1.0 - eps, 1.0 + eps
+    inside = ((w >= lo) & (w <= hi)).astype(w.dtype)  # the clipped side's share of w
+    l1, l2, l3 = -adv * w, -adv * jnp.clip(w, lo, hi), -adv * cap
+    share = jnp.where(l1 > l2, 1.0, jnp.where(l1 < l2, inside, 0.5 * (1.0 + inside)))
+    top = jnp.maximum(l1, l2)
+    dual = jnp.where(top < l3, share, jnp.where(top > l3, 0.0, 0.5 * share))
+    share = jnp.where(adv < 0, dual, share)
+    return jnp.where(adv == 0, w, share * w)
+
+
 def _dppo_dropped(
     name: str,
     tau: float,
@@ -169,9 +205,7 @@ def _dppo_dropped(
     up, down = pr > q, pr < q
     if name == "dppo_tv":
         return ((adv > 0) & (pr - q > tau)) | ((adv < 0) & (q - pr > tau))
-    # binary KL(π'(y) ‖ π(y)); where π(y) = 1 its second term is +inf (a certain drop)
-    kl = q * (lq - lp) + (1 - q) * (jnp.log1p(-q) - jnp.log1p(-pr))
-    far = kl > tau
+    far = _binary_kl(lq, lp) > tau
     return ((adv > 0) & up & far) | ((adv < 0) & down & far)
 
 
@@ -202,6 +236,7 @@ def correction_weights(
     token_tv: Float[ArrayLike, "batch time"] | None = None,
     token_kl: Float[ArrayLike, "batch time"] | None = None,
     logp_inf: Float[ArrayLike, "batch time"] | None = None,
+    ties: str | None = None,
 ) -> Float[Array, "batch time"]:
     """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
 
@@ -209,10 +244,13 @@ def correction_weights(
     real tokens and 0 on padding (ω = 0 there). ``advantages`` matters only to ``ppo_clip``;
     ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
     full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
-    log π_inf(y_t) at the sampled tokens. ``name`` and ``params`` are static (Python
-    values); the arrays may be traced, so the function works under ``jax.jit``.
+    log π_inf(y_t) at the sampled tokens. ``ties`` picks whose rule decides a token on a
+    threshold: ``None`` ours, or a framework of ``kernels.rl.ties.FRAMEWORKS`` (ValueError for
+    an estimator that framework does not have). ``name``, ``params`` and ``ties`` are static
+    (Python values); the arrays may be traced, so the function works under ``jax.jit``.
     """
     p = check_params(name, params)
+    space = tie_rule(ties, name).space
     log_ratio = jnp.asarray(log_ratio)
     if not jnp.issubdtype(log_ratio.dtype, jnp.floating) or log_ratio.dtype.itemsize < 4:
         log_ratio = log_ratio.astype(jnp.float32)  # 16-bit log-probs get float32 weights
@@ -231,7 +269,8 @@ def correction_weights(
     elif name == "tis":
         omega = _capped_exp(lr, p["cap"])
     elif name == "mis":
-        omega = jnp.where(lr <= math.log(p["cap"]), w, 0.0)
+        keep = w <= p["cap"] if space == "ratio" else lr <= math.log(p["cap"])
+        omega = jnp.where(keep, w, 0.0)
     elif name in ("ppo_clip", "dual_clip"):
         adv = _advantages(advantages, lr)
         eps = p["clip_epsilon"]
@@ -239,16 +278,33 @@ def correction_weights(
         if name == "dual_clip":
             clipped |= (adv < 0) & (w > p["cap"])
         omega = jnp.where(clipped, 0.0, w)
+        if space == "loss":
+            omega = _dual_clip_autograd(w, adv, eps, p["cap"])
     elif name in ("dppo_tv", "dppo_kl"):
         omega = jnp.where(_dppo_dropped(name, p["threshold"], lr, advantages, logp_inf), 0.0, w)
     elif name == "tis_mask":
         lo, hi = p["band"]
-        omega = jnp.where((w >= lo) & (w <= hi), _capped_exp(lr, p["cap"]), 0.0)
+        if space == "k1":  # verl: token TIS with the token_k1 rejection "1/hi_1/lo"
+            if lo == 0:
+                raise ValueError(
+                    f"estimator 'tis_mask' with ties={ties!r}: a band from 0 has no token_k1 "
+                    "form (its upper threshold would be 1/0)"
+                )
+            keep = _kept(Criterion("token", 1, 1 / hi, 1 / lo, None), lr, valid)
+        else:
+            keep = (w >= lo) & (w <= hi)
+        omega = jnp.where(keep, _capped_exp(lr, p["cap"]), 0.0)
     elif name == "seq_mask":
         lo, hi = p["band"]
         log_seq = jnp.sum(lr, axis=1, keepdims=True)
-        keep = (log_seq >= (math.log(lo) if lo > 0 else -math.inf)) & (log_seq <= math.log(hi))
-        omega = jnp.where(keep, jnp.broadcast_to(_capped_exp(log_seq, hi), lr.shape), 0.0)
+        if space == "ratio":
+            big_w = _saturating_exp(log_seq)
+            keep, kept = (big_w >= lo) & (big_w <= hi), big_w
+        else:
+            log_lo = math.log(lo) if lo > 0 else -math.inf
+            keep = (log_seq >= log_lo) & (log_seq <= math.log(hi))
+            kept = _capped_exp(log_seq, hi)
+        omega = jnp.where(keep, jnp.broadcast_to(kept, lr.shape), 0.0)
     elif name == "seq_outlier":
         lo, hi = p["band"]
         outside = valid & ((w < lo) | (w > hi))
@@ -276,8 +332,12 @@ def correction_weights(
         lo, hi = p["band"]
         n = jnp.sum(valid, axis=1, keepdims=True)
         log_geo = jnp.sum(lr, axis=1, keepdims=True) / jnp.maximum(n, 1).astype(dtype)
-        log_lo = math.log(lo) if lo > 0 else -math.inf
-        keep = (log_geo >= log_lo) & (log_geo <= math.log(hi))
+        if space == "ratio":
+            geo = jnp.exp(log_geo)
+            keep = (geo >= lo) & (geo <= hi)
+        else:
+            log_lo = math.log(lo) if lo > 0 else -math.inf
+            keep = (log_geo >= log_lo) & (log_geo <= math.log(hi))
         omega = jnp.where(keep, w, 0.0)
     else:  # tv_mask, kl_mask
         div = token_tv if name == "tv_mask" else token_kl

@@ -1,0 +1,238 @@
+"""How each RL framework decides a token that sits exactly on an estimator's threshold.
+
+A mask keeps or drops a token by comparing a statistic with a threshold, and a framework's
+code fixes three things the estimator's formula leaves open: which statistic it compares (the
+rounded ratio w = exp(log w), the log-ratio itself, or −log w against the log of a reciprocal
+threshold), whether equality keeps or drops, and, for a weight that is the gradient of a
+surrogate loss with ``min``/``max``, what autograd gives where the two sides are equal
+(PyTorch splits the gradient of ``minimum``/``maximum`` at a tie, half to each side; its
+``clamp`` passes the whole gradient at either end). In exact arithmetic w = hi almost never
+happens, but the rounded statistic lands on the threshold, so two codes that agree on the
+formula still differ on these tokens.
+
+``TIE_RULES`` holds one ``TieRule`` per (framework, estimator) for every estimator a framework
+has (``exported`` says whether ``verify export`` writes settings for it), and ``OURS`` holds
+``kernels.rl.correction_weights``'s own rule. ``correction_weights(..., ties=framework)``
+computes each estimator's weight by the framework's rule, so that the weight matches the
+framework's on tied tokens too; the bounds of ``bounds.pg`` hold for every rule (a tied token's
+weight is w, 0 or w/2: ``tests/bounds/test_tie_bounds.py``).
+
+The frameworks' code, read at: verl 1dda039b (``verl/trainer/ppo/rollout_corr_helper.py``,
+``verl/trainer/ppo/core_algos.py``), TRL f2cd5771 (``trl/trainer/grpo_trainer.py``), NeMo-RL
+7ea279ab (``nemo_rl/algorithms/loss/loss_functions.py``), SkyRL a9564572
+(``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py``, ``.../ppo_utils.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "AT_TIE",
+    "FRAMEWORKS",
+    "OURS",
+    "SPACES",
+    "TIE_RULES",
+    "TieRule",
+    "tie_rule",
+    "tie_table",
+]
+
+# the frameworks, spelt as ``verify export`` names them
+FRAMEWORKS: tuple[str, ...] = ("verl", "nemo-rl", "trl", "skyrl")
+
+# what a rule compares with the threshold, each with one line of meaning
+SPACES: Mapping[str, str] = MappingProxyType(
+    {
+        "value": "no mask: the weight min(w, c) is the same number whichever side wins",
+        "ratio": "the rounded ratio w = exp(log w) (W, or the geometric mean, for a sequence)",
+        "log": "log w (the sum or mean of log w for a sequence) against the log of the threshold",
+        "k1": "−log w against log(1/hi) and log(1/lo) (verl's token_k1 rejection)",
+        "prob": "the sampled token's probabilities π(y), π'(y) or their binary KL",
+        "loss": "the surrogate losses −A·w, −A·clip(w, 1 − ε, 1 + ε) and −A·c (their gradient)",
+    }
+)
+# what a token exactly on the threshold gets
+AT_TIE: Mapping[str, str] = MappingProxyType(
+    {
+        "keep": "ω = w: equality keeps the token (a closed band, a strict drop test)",
+        "half": "ω = w/2 at −A·w = −A·c: the gradient of min splits between two equal losses",
+    }
+)
+
+VERL = "verl@1dda039b"
+TRL = "trl@f2cd5771 trl/trainer/grpo_trainer.py"
+NEMO = "nemo-rl@7ea279ab nemo_rl/algorithms/loss/loss_functions.py"
+SKYRL = "skyrl@a9564572"
+VERL_LOSS = VERL + " verl/trainer/ppo/core_algos.py"
+SKYRL_LOSS = SKYRL + " skyrl/backends/skyrl_train/utils/ppo_utils.py"
+
+
+@dataclass(frozen=True)
+class TieRule:
+    """One framework's test for one estimator: what it compares (``space``, a key of
+    ``SPACES``), the test as its code writes it (``test``), what a tied token gets (``at_tie``,
+    a key of ``AT_TIE``), whether ``verify export`` writes settings for the pair, and where the
+    code lies (``source``)."""
+
+    space: str
+    test: str
+    at_tie: str = "keep"
+    exported: bool = True
+    source: str = ""
+
+
+_TIS = TieRule("value", "clamp(w, max=c)")
+_MIS = TieRule("ratio", "keeps w ≤ c")
+_ICEPOP = TieRule("ratio", "keeps lo ≤ w ≤ hi")
+_SEQ_TIS = TieRule("value", "clamp(W, max=c)")
+_DUAL = TieRule(
+    "loss",
+    "A < 0: min(max(−A·w, −A·clip(w)), −A·c)",
+    at_tie="half",
+    exported=False,
+)
+_DPPO_TV = TieRule("prob", "drops π − π' > δ (A > 0), π' − π > δ (A < 0)", exported=False)
+_DPPO_KL = TieRule("prob", "drops binary KL > δ where π moves with A", exported=False)
+
+
+def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
+    """``rules`` with ``source`` filled in where a rule names none."""
+    return MappingProxyType(
+        {k: dataclasses.replace(r, source=r.source or source) for k, r in rules.items()}
+    )
+
+
+TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
+    {
+        "verl": _at(
+            VERL + " verl/trainer/ppo/rollout_corr_helper.py",
+            {
+                "tis": _TIS,
+                "mis": TieRule("ratio", "keeps 1e−9 ≤ w ≤ c"),
+                "icepop": _ICEPOP,
+                "seq_tis": _SEQ_TIS,
+                "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
+                "tis_mask": TieRule("k1", "keeps log(1/hi) ≤ −log w ≤ log(1/lo)"),
+                "dual_clip": dataclasses.replace(_DUAL, exported=True, source=VERL_LOSS),
+                "dppo_tv": TieRule(
+                    "prob",
+                    "keeps π − π' ≤ δ (A > 0), π − π' ≥ −δ (A ≤ 0)",
+                    exported=False,
+                    source=VERL_LOSS,
+                ),
+                "dppo_kl": TieRule(
+                    "prob",
+                    "keeps binary KL ≤ δ or π moving against A",
+                    exported=False,
+                    source=VERL_LOSS,
+                ),
+            },
+        ),
+        "trl": _at(
+            TRL,
+            {
+                "tis": _TIS,
+                "mis": _MIS,
+                "icepop": _ICEPOP,
+                "seq_tis": _SEQ_TIS,
+                "seq_is": TieRule("value", "clamp(W, min=0)"),
+                "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
+                "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
+            },
+        ),
+        "nemo-rl": _at(
+            NEMO,
+            {
+                "tis": _TIS,
+                "mis": TieRule("ratio", "keeps 0 ≤ w ≤ c"),
+                "icepop": _ICEPOP,
+                "geo_mask": TieRule("ratio", "keeps lo ≤ exp(mean log w) ≤ hi"),
+                "dual_clip": _DUAL,
+            },
+        ),
+        "skyrl": _at(
+            SKYRL + " skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
+            {
+                "tis": _TIS,
+                "mis": TieRule("ratio", "keeps 0 ≤ w ≤ c"),
+                "icepop": _ICEPOP,
+                "seq_tis": _SEQ_TIS,
+                "seq_mask": TieRule("ratio", "drops W > hi or W < lo"),
+                "seq_outlier": TieRule("ratio", "drops a sequence with a w > hi or w < lo"),
+                "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
+                "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
+                "dppo_tv": dataclasses.replace(_DPPO_TV, source=SKYRL_LOSS),
+                "dppo_kl": dataclasses.replace(_DPPO_KL, source=SKYRL_LOSS),
+            },
+        ),
+    }
+)
+
+# correction_weights' own rule (ties=None), for every estimator
+OURS: Mapping[str, TieRule] = _at(
+    "kernels/rl/estimators.py",
+    {
+        "plain": TieRule("value", "ω = 1"),
+        "tis": TieRule("value", "min(w, c)"),
+        "mis": TieRule("log", "keeps log w ≤ log c"),
+        "ppo_clip": TieRule("ratio", "drops w > 1 + ε (A > 0), w < 1 − ε (A < 0)"),
+        "icepop": _ICEPOP,
+        "seq_is": TieRule("value", "ω = W"),
+        "seq_tis": TieRule("value", "min(W, c)"),
+        "geo_mask": TieRule("log", "keeps log lo ≤ mean log w ≤ log hi"),
+        "tv_mask": TieRule("prob", "drops TV > τ"),
+        "kl_mask": TieRule("prob", "drops KL > τ"),
+        "dppo_tv": _DPPO_TV,
+        "dppo_kl": _DPPO_KL,
+        "dual_clip": TieRule("ratio", "ppo_clip, and drops w > c (A < 0)"),
+        "seq_mask": TieRule("log", "keeps log lo ≤ Σ log w ≤ log hi"),
+        "seq_outlier": TieRule("ratio", "drops a sequence with a w > hi or w < lo"),
+        "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
+        "opsm": TieRule("log", "drops A < 0 with mean(−log w) > δ"),
+        "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
+    },
+)
+
+
+def tie_rule(framework: str | None, estimator: str) -> TieRule:
+    """The rule ``framework`` decides ``estimator``'s ties by (``None``: ours, ``OURS``).
+
+    Raises ValueError naming the framework and the estimator when the framework is unknown
+    or has no such estimator."""
+    if framework is None:
+        if estimator not in OURS:
+            raise ValueError(f"unknown estimator {estimator!r}")
+        return OURS[estimator]
+    if framework not in TIE_RULES:
+        known = ", ".join(FRAMEWORKS)
+        raise ValueError(f"ties: unknown framework {framework!r}; expected one of {known}")
+    rule = TIE_RULES[framework].get(estimator)
+    if rule is None:
+        raise ValueError(f"ties: {framework} has no estimator {estimator!r}, so no tie rule")
+    return rule
+
+
+def _cell(rule: TieRule | None, ours: bool = False) -> str:
+    if rule is None:
+        return "–"
+    tie = "w/2 at the tie" if rule.at_tie == "half" else "tie kept"
+    cell = f"{rule.test}; {tie}" if rule.space != "value" else f"{rule.test}; no tie"
+    return cell if rule.exported or ours else f"{cell} (not exported)"
+
+
+def tie_table() -> str:
+    """The docs table of tie rules: one row per estimator that some framework has, one column
+    for ours and one for each framework (Markdown, as ``docs/rl.md`` holds it)."""
+    names = [n for n in OURS if any(n in TIE_RULES[f] for f in FRAMEWORKS)]
+    lines = [
+        "| estimator | ours | " + " | ".join(FRAMEWORKS) + " |",
+        "|---" * (2 + len(FRAMEWORKS)) + "|",
+    ]
+    for name in names:
+        cells = [_cell(OURS[name], ours=True), *(_cell(TIE_RULES[f].get(name)) for f in FRAMEWORKS)]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
