@@ -102,6 +102,8 @@ from kernel_contracts.verify.proving.check.parts import (
     check_outline,
 )
 from kernel_contracts.verify.proving.check.query import check_obligation
+from kernel_contracts.verify.proving.check.same_data import check_same_data
+from kernel_contracts.verify.proving.check.sources import check_sources
 from kernel_contracts.verify.proving.kernel_obligations import (
     check_kernel_obligation,
     kernel_outlines,
@@ -332,6 +334,8 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         diff("evidence", "not an object")
         evidence = None
     clause_statuses = check_clauses(data.get("clauses"), contract, evidence, diff)
+    check_sources(evidence, contract, diff)
+    check_same_data(data.get("clauses"), contract, evidence, diff)
     check_escalation(data.get("escalation"), contract.escalation,
                      verdicts + clause_statuses, diff)  # fmt: skip
     supports = _check_support(data.get("support"), contract, evidence, clause_statuses, diff)
