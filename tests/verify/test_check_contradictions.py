@@ -297,3 +297,59 @@ def test_a_self_contradicting_report_is_refused(genuine, name, tmp_path):
     assert lines[-1].endswith(" difference(s)")
     found = [ln.removeprefix("DIFFERENCE ") for ln in lines if ln.startswith("DIFFERENCE ")]
     assert any(d.startswith(expected) for d in found), "\n".join(found)
+
+
+def _shards(root) -> list[str]:
+    lines = (EXAMPLES / "rollout-sample.jsonl").read_text().splitlines(keepends=True)
+    (root / "a.jsonl").write_text("".join(lines[:30]))
+    (root / "b.jsonl").write_text("".join(lines[30:]))
+    return ["--evidence", "a.jsonl", "b.jsonl"]
+
+
+def _edited(root, edit) -> list[str]:
+    with (root / "edited.jsonl").open("w") as out:
+        for line in (EXAMPLES / "rollout-sample.jsonl").read_text().splitlines():
+            out.write(json.dumps(edit(json.loads(line))) + "\n")
+    return ["--evidence", "edited.jsonl"]
+
+
+def _kept(record: dict) -> dict:
+    return record | {"log_kept_mass": [-0.01] * len(record["response_ids"])}
+
+
+def _shifted(record: dict) -> dict:
+    """Every rollout log-prob raised by 0.05 (at most 0): a shift the sign test detects."""
+    key = next(k for k in record if "logprob" in k and not k.startswith("train"))
+    return record | {key: [min(v + 0.05, 0.0) for v in record[key]]}
+
+
+PROCESSED = (("  top_p: 1.0\n", "  top_p: 0.9\n"), ("logprobs: full_vocab", "logprobs: processed"))
+# name → (contract edits, evidence arguments, what the shift record says)
+GENUINE = {
+    "two shards": ((), _shards, (False, False, False)),
+    "declared, not corrected": (PROCESSED, lambda root: [], (True, False, False)),
+    "declared and corrected": (PROCESSED, lambda root: _edited(root, _kept), (True, True, False)),
+    "detected": ((), lambda root: _edited(root, _shifted), (False, False, True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENUINE))
+def test_genuine_reports_of_every_shape_of_log_re_check(name, tmp_path):
+    """No rule refuses what a real run writes: several files, and each state of the shift."""
+    edits, evidence, shift = GENUINE[name]
+    text = _contract()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (tmp_path / "c.yaml").write_text(text)
+    shutil.copy(EXAMPLES / "rollout-sample.jsonl", tmp_path / "rollout-sample.jsonl")
+    code, _, err = run_cli("c.yaml", *evidence(tmp_path), "--json", "r.json", "--quiet",
+                           cwd=tmp_path)  # fmt: skip
+    assert code in (1, 3), err
+    report = json.loads((tmp_path / "r.json").read_text())
+    record = report["evidence"]["sources"][0]["truncated_support_shift"]
+    keys = ("declared", "corrected_with_log_kept_mass", "detected")
+    assert tuple(record[k] for k in keys) == shift
+    assert len(report["evidence"]["sources"][0]["files"]) == (2 if name == "two shards" else 1)
+    code, lines = _check(report, tmp_path)
+    assert code == 0, lines
