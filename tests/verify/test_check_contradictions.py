@@ -2,8 +2,8 @@
 rule of ``verify.proving.check.sources`` and ``verify.proving.check.same_data``.
 
 The genuine report comes from the real pipeline on the shipped rollout-log example, with the
-tail thresholds at 0.3 (58 of its 4096 tokens have |log w| above 0.3) and two more clauses on
-the same data. Each forgery edits one thing and makes every verdict, the overall status and the
+tail thresholds at 0.3 (58 of its 4096 tokens have |log w| above 0.3) and three more clauses
+on the same data. Each forgery edits one thing and makes every verdict, the overall status and the
 exit code agree with it, so that the clause-by-clause recomputation accepts it: only a field
 that another field, the contract or a documented rule determines can tell.
 """
@@ -37,6 +37,14 @@ EXTRA = """\
     q: 0.9
     max: 0.5
     confidence: 0.95
+    min_samples: 500
+    slices: [all]
+  - id: S_mid_loose             # the same quantile at a lower confidence
+    metric: abs_log_ratio
+    statistic: quantile
+    q: 0.9
+    max: 0.5
+    confidence: 0.9
     min_samples: 500
     slices: [all]
 """
@@ -112,6 +120,11 @@ def _across_ranks(r):
     """A lower bound of the 0.99-quantile below that of the 0.9-quantile: violated becomes
     inconclusive."""
     _clause(r, "S_tail_ratio").update(lower=0.13, status="inconclusive", reason="more tokens")
+
+
+def _same_rank(r):
+    """The 0.9-quantile's point estimate lowered in one of the two clauses that state it."""
+    _clause(r, "S_mid_loose")["value"] = 0.14
 
 
 def _max_below_count(r):
@@ -207,11 +220,17 @@ CASES = {
         "clauses[S_mid_ratio/all].lower 0.13828939999999967 (order statistic 3655), of a rank "
         "at most its own on the same tokens",
     ),
+    "one order statistic in two clauses": (
+        _same_rank,
+        "clauses[S_mid_ratio/all].value: 0.1442234 (order statistic 3687) but "
+        "clauses[S_mid_loose/all].value 0.14 (order statistic 3687), of the same rank on the "
+        "same tokens",
+    ),
     "maximum against a count": (
         _max_below_count,
         "clauses[N_is_cap/all].value: 0.29 is the maximum, but "
-        "clauses[S_large_ratio_rate/all].basis.count 58 (above 0.3) counts 58 of the same 4096 "
-        "tokens above 0.3",
+        "clauses[S_large_ratio_rate/all].basis.count counts 58 of the same 4096 tokens above "
+        "0.3",
     ),
     "maximum against order statistics": (
         _max_below_count,

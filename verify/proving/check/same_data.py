@@ -17,7 +17,7 @@ gives them all from one summary):
   the maximum lies above t exactly when k ≥ 1; the counts do not grow with the threshold;
 - the maximum is at least every order statistic and the mean; order statistics do not
   decrease with the rank, across clauses too (a lower end at rank i is at most an upper end at
-  rank j ≥ i);
+  rank j ≥ i), and two clauses give one order statistic of one rank the same ends;
 - a slice selects from slice ``all``'s tokens: its count, its counts above and at most t, and
   its maximum are at most slice ``all``'s;
 - a log's ``framework_metrics`` maximum |log w| (``sampling/sampling_logp_difference/max``) is
@@ -104,8 +104,8 @@ def _pairs(facts: list[_Fact], n: int, diff) -> None:
                 diff(m.where, f"{m.value!r} is the maximum, but {_at(f)} lies above it")
         for k in by["count"]:
             if (k.value >= 1) != (m.value > k.at):
-                diff(m.where, f"{m.value!r} is the maximum, but {_at(k)} counts "
-                     f"{k.value} of the same {n} tokens above {k.at:g}")  # fmt: skip
+                diff(m.where, f"{m.value!r} is the maximum, but {k.where} counts {k.value} "
+                     f"of the same {n} tokens above {k.at:g}")  # fmt: skip
     for k in by["count"]:
         below = n - k.value  # ranks 1 … n − k lie at most at the threshold
         for f in by["upper"]:
@@ -132,10 +132,14 @@ def _pairs(facts: list[_Fact], n: int, diff) -> None:
         for b in ordered:
             same = a.what == b.what and a.at < b.at
             mixed = a.what == "lower" and b.what == "upper" and a.at <= b.at
-            # within one verdict the order is checked with its ranks (``check.confidence``)
-            if (same or mixed) and a.value > b.value and a.clause != b.clause:
+            if a.clause == b.clause:
+                continue  # within one verdict the order is checked with its ranks (confidence)
+            if (same or mixed) and a.value > b.value:
                 diff(b.where, f"{b.value!r} (order statistic {b.at}) is below {_at(a)}, of "
                      "a rank at most its own on the same tokens")  # fmt: skip
+            elif a.what == b.what and a.at == b.at and a.value != b.value and a.where < b.where:
+                diff(b.where, f"{b.value!r} (order statistic {b.at}) but {_at(a)}, of the "
+                     "same rank on the same tokens")  # fmt: skip
 
 
 def _subset(part: list[_Fact], n_part: int, whole: list[_Fact], n_all: int, diff) -> None:
