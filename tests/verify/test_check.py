@@ -320,6 +320,10 @@ def _forge_held(r):
     r["status"], r["exit_code"] = "held", 0
 
 
+def _envelope(r) -> dict:
+    return r["evidence"]["sources"][0]["runtime"]
+
+
 def _relabel(r):
     """The source named another emulation, and every verdict naming it too."""
     r["evidence"]["sources"][0]["label"] = "emulate:tiny-lm/h100-fp8-fast-accum"
@@ -354,6 +358,7 @@ MEASURED_MUTATIONS = {
     "emulation read as a log": lambda r: r["evidence"]["sources"][0].update(kind="logprobs"),
     "samples of another count": lambda r: r["clauses"][0].update(samples=4000),
     "tokens of the source": lambda r: r["evidence"]["sources"][0].update(tokens=4000),
+    "runtime envelope counts": lambda r: _envelope(r)["clauses"][0].update(inside=49),
     "overall status": _set(("status",), "held"),
 }
 

@@ -372,3 +372,34 @@ def test_genuine_reports_of_every_shape_of_log_re_check(name, tmp_path):
     assert len(report["evidence"]["sources"][0]["files"]) == (2 if name == "two shards" else 1)
     code, lines = _check(report, tmp_path)
     assert code == 0, lines
+
+
+def test_a_runtime_envelope_that_contradicts_its_extent_is_refused(tmp_path):
+    """Every sequence of the log is 96 tokens long, outside [1, 80]: R1 is violated. The
+    forgery counts them all inside and holds R1; the counts are raw, the extent beside them
+    says otherwise."""
+    text = _contract().replace("slices:\n  tail_tokens", "runtime:\n  - {id: R1, "
+                               "sequence_length: [1, 80]}\n\nslices:\n  tail_tokens")  # fmt: skip
+    (tmp_path / "c.yaml").write_text(text)
+    shutil.copy(EXAMPLES / "rollout-sample.jsonl", tmp_path / "rollout-sample.jsonl")
+    code, _, err = run_cli("c.yaml", "--json", "r.json", "--quiet", cwd=tmp_path)
+    assert code == 1, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert _check(report, tmp_path)[0] == 0
+    runtime = report["evidence"]["sources"][0]["runtime"]
+    assert runtime["sequence_length"] == {"recorded": 64, "exact": 64, "min": 96, "max": 96}
+    assert runtime["clauses"] == [
+        {"clause": "R1", "condition": "sequence_length", "outside": 64, "inside": 0}
+    ]
+    assert _clause(report, "R1")["status"] == "violated"
+    runtime["clauses"][0].update(outside=0, inside=64)
+    _clause(report, "R1").update(
+        status="held", reason="sequence_length: all 64 sequences inside [1, 80]"
+    )
+    code, lines = _check(report, tmp_path)
+    assert code == 1, lines
+    assert lines[0] == (
+        "DIFFERENCE evidence.sources[0].runtime.clauses[0]: 0 outside, but every value lies "
+        "outside: [96, 96] recorded against [1, 80]"
+    )
+    assert lines[1:] == [f"{tmp_path / 'forged.json'}: 1 difference(s)"]

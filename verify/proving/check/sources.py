@@ -17,6 +17,8 @@ a documented rule decides from it is re-derived and must be equal:
   detection rule applied to the recorded sign test, share and median
   (``evidence.logs.shift``), ``estimated_log_kept_mass`` minus the median exactly when
   detected, and ``positive_share`` a count of the tokens divided by their number;
+- its runtime envelope against the contract's runtime clauses and its own extent
+  (``verify.proving.check.envelope``);
 - ``evidence.assumptions`` (``verify.decide.ASSUMPTIONS`` when there is a source) and
   ``evidence.sweep`` (the swept emulation sources).
 
@@ -30,6 +32,7 @@ import math
 
 from kernel_contracts.evidence.logs.shift import shift_corrected, shift_declared, shift_detected
 from kernel_contracts.verify.decide import ASSUMPTIONS
+from kernel_contracts.verify.proving.check.envelope import check_envelope
 
 __all__ = ["EMULATE_KEYS", "LOG_KEYS", "check_sources", "source_index"]
 
@@ -251,6 +254,7 @@ def check_sources(evidence, contract, diff) -> None:
             continue  # an unknown kind is reported with the kinds
         if not _keys(s, keys, where, diff):
             continue
+        check_envelope(s, contract, where, diff)
         if kind == "emulate":
             _emulated(s, contract, where, diff)
         else:
