@@ -50,8 +50,8 @@ reason                                 empty on proved and refuted; for unknown,
 time_ms (obligation and query)         free
 clauses[] order, id, family, slice     re-derived from the contract
 runtime and observability clauses      re-derived (``verify.common.static_clauses``) from the
-                                       contract and the runtime observations the report's
-                                       sources hold
+                                       contract and the runtime envelopes of the sources,
+                                       checked against their extent (``check.envelope``)
 clauses without evidence               re-derived (skipped, with the run's reason), all fields
 measured clause metric, statistic,     re-derived from the clause
 threshold, confidence
@@ -97,8 +97,8 @@ truncated_support_shift                declared re-derived from the policy; corr
 evidence.assumptions, evidence.sweep   re-derived (the run's assumptions; the swept sources)
 other evidence fields                  free (files[] details, framework metrics other than the
                                        maximum |log w|, weight diagnostics, notes, an
-                                       emulation's hashes); a source's runtime is raw, read
-                                       for the runtime verdicts
+                                       emulation's hashes); a runtime envelope's extent and
+                                       its counts within what the extent allows are raw
 escalation[]                           recomputed (``verify.common.escalation.decide``), all
                                        fields
 support[]                              recomputed (``verify.common.support``) from the clause
