@@ -65,10 +65,12 @@ SOURCE = {
     "tokens": 5000,
     "batch_size": 50,
     "sequence_length": 164,
-    "sweep": {"settings": 1, "swept": False},
+    "sweep": {"settings": 1, "swept": True},
     "runtime": RUNTIME,
-    "label": "emulate:tiny-lm/h100-fp8",
+    "label": "emulate:tiny-lm/h100-fp8@batch50,length164",
 }
+# R1's batch-size range makes the emulation one setting of a runtime sweep
+SWEEP = [{"source": SOURCE["label"], "batch_size": 50, "sequence_length": 164, "tokens": 5000}]
 ASSUMPTIONS = [
     "tokens are treated as independent draws from the measured distribution",
     "each clause and slice is bounded at its own confidence (no multiple-testing correction)",
@@ -89,7 +91,11 @@ def _measured(report: dict, root) -> dict:
         canonical_sha256=hashlib.sha256(canonical.encode()).hexdigest(),
         sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
     )
-    r["evidence"] = {"sources": [copy.deepcopy(SOURCE)], "assumptions": list(ASSUMPTIONS)}
+    r["evidence"] = {
+        "sources": [copy.deepcopy(SOURCE)],
+        "assumptions": list(ASSUMPTIONS),
+        "sweep": copy.deepcopy(SWEEP),
+    }
     common = {"fingerprint": SOURCE["fingerprint"], "source": SOURCE["label"]}
     r["clauses"][0].update(status="violated", samples=5000, value=0.03, bound=0.03,
                            reason="max logit_drift over 5000 tokens is 0.03", **common)  # fmt: skip
@@ -326,9 +332,10 @@ def _envelope(r) -> dict:
 
 def _relabel(r):
     """The source named another emulation, and every verdict naming it too."""
-    r["evidence"]["sources"][0]["label"] = "emulate:tiny-lm/h100-fp8-fast-accum"
+    label = "emulate:tiny-lm/h100-fp8-fast-accum@batch50,length164"
+    r["evidence"]["sources"][0]["label"] = r["evidence"]["sweep"][0]["source"] = label
     for c in r["clauses"][:2]:
-        c["source"] = "emulate:tiny-lm/h100-fp8-fast-accum"
+        c["source"] = label
 
 
 MEASURED_MUTATIONS = {
@@ -351,10 +358,8 @@ MEASURED_MUTATIONS = {
     "emulation model": lambda r: r["evidence"]["sources"][0].update(model="tiny-lm-2"),
     "emulation label": _relabel,
     "emulation field removed": lambda r: r["evidence"]["sources"][0].pop("config_sha256"),
-    "emulation swept": _set(
-        ("evidence", "sweep"),
-        [{"source": SOURCE["label"], "batch_size": 50, "sequence_length": 164, "tokens": 5000}],
-    ),
+    "emulation not swept": lambda r: r["evidence"].pop("sweep"),
+    "emulation of another setting": lambda r: r["evidence"]["sweep"][0].update(batch_size=64),
     "emulation read as a log": lambda r: r["evidence"]["sources"][0].update(kind="logprobs"),
     "samples of another count": lambda r: r["clauses"][0].update(samples=4000),
     "tokens of the source": lambda r: r["evidence"]["sources"][0].update(tokens=4000),

@@ -8,8 +8,9 @@ a documented rule decides from it is re-derived and must be equal:
   ``evidence.logprobs`` (or ``--evidence`` gave logs: then it may be there undeclared), at
   most one, listed first; emulation sources exactly when the contract declares
   ``evidence.emulate``; each with exactly the fields of its kind;
-- an emulation source's model, prompts, generated tokens, seed and presets: the contract's,
-  and its label the one they and its setting give;
+- an emulation source's model, prompts, generated tokens, seed and presets: the contract's;
+  whether it is one setting of a runtime sweep: whether the runtime clauses declare a batch
+  size or length range; its label the one these and its setting give;
 - a log source's fingerprint (the sha256 of its one file, or of the files' sorted sha256s),
   label (the files' paths), token, sequence and problem counts (the sums over its files);
 - its truncated-support shift: ``tokens`` the source's, ``declared`` by the contract's policy,
@@ -30,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import math
 
+from kernel_contracts.evidence.envelope import CONDITIONS
 from kernel_contracts.evidence.logs.shift import shift_corrected, shift_declared, shift_detected
 from kernel_contracts.verify.decide import ASSUMPTIONS
 from kernel_contracts.verify.proving.check.envelope import check_envelope
@@ -133,6 +135,11 @@ def _emulated(s: dict, contract, where: str, diff) -> None:
                  f"{value!r}")  # fmt: skip
     sweep = s.get("sweep")
     swept = sweep.get("swept") if isinstance(sweep, dict) else None
+    ranged = any(getattr(c, k) is not None for c in contract.runtime for k in CONDITIONS)
+    if swept is not ranged:
+        declare = "declare" if ranged else "declare no"
+        diff(f"{where}.sweep.swept", f"{swept!r} but the contract's runtime clauses {declare} "
+             "batch sizes or lengths to sweep")  # fmt: skip
     label = f"emulate:{ev.model}/{preset}"
     if swept is True:
         if s.get("sequence_length") is None:
