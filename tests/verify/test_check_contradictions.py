@@ -403,3 +403,21 @@ def test_a_runtime_envelope_that_contradicts_its_extent_is_refused(tmp_path):
         "outside: [96, 96] recorded against [1, 80]"
     )
     assert lines[1:] == [f"{tmp_path / 'forged.json'}: 1 difference(s)"]
+
+
+def test_the_issue_forgeries_together_are_refused_on_every_count(genuine, tmp_path):
+    """The first forgery of the issue makes its three edits at once; each is named. The second
+    turns the genuine exit 1 into 3 (every violated verdict inconclusive) and is named too."""
+    forged = copy.deepcopy(genuine)
+    for forge in (_emulated, _samples_all, _below_count):
+        forge(forged)
+    code, lines = _check(forged, tmp_path)
+    assert code == 1
+    for name in ("source kind", "samples on slice all", "order statistics against a count"):
+        assert any(ln.startswith(f"DIFFERENCE {CASES[name][1]}") for ln in lines), name
+    forged = copy.deepcopy(genuine)
+    _detected(forged)
+    assert (genuine["exit_code"], forged["exit_code"]) == (1, 3)
+    code, lines = _check(forged, tmp_path)
+    assert code == 1
+    assert any(ln.startswith(f"DIFFERENCE {CASES['detection rule'][1]}") for ln in lines)
