@@ -156,13 +156,18 @@ def log_source(
 def tables_source(contract, tables) -> Source:
     """The evidence of token tables (``evidence.logs.LogTable``, shards of one log): the
     summaries every clause needs, merged, and what the tables cannot give."""
-    from kernel_contracts.evidence.logs import framework_metrics, support_shift
+    from kernel_contracts.evidence.logs import (
+        framework_metrics,
+        shift_corrected,
+        shift_declared,
+        support_shift,
+    )
     from kernel_contracts.evidence.summary import merge_all
     from kernel_contracts.evidence.weights import estimators_of, weight_diagnostics
 
     thresholds, slices = _needs(contract)
     policy = contract.policy
-    declared = policy.logprobs == "processed" and policy.truncated
+    declared = shift_declared(policy)
     metric_skip = {m: why for m in FULL_VOCAB if (why := unmeasurable("logprobs", m))}
     files = []
     train = np.concatenate([t.columns["train_logprob"] for t in tables])
@@ -173,7 +178,7 @@ def tables_source(contract, tables) -> Source:
         [t.columns["sequence"] + o for t, o in zip(tables, offsets[:-1], strict=True)]
     )
     shift = support_shift(train, rollout, kept)
-    corrected = declared and kept.size > 0 and bool(np.isfinite(kept).all())
+    corrected = shift_corrected(declared, int(train.size), shift.kept_mass_logged)
     caveat = {}
     if declared and not corrected:
         reason = (
