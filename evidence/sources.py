@@ -395,7 +395,7 @@ def emulate_sources(contract, stream, *, trust_code: bool = False) -> list[Sourc
     except ValueError as err:  # an unusable user model (its error names its key)
         raise EvidenceError(_at_key(contract, err, prefix)) from None
     return [
-        _emulate_source(contract, emulated, stream, prefix, (batch, length), trust_code)
+        _emulate_source(contract, emulated, stream, prefix, (batch, length, len(grid)), trust_code)
         for batch, length in grid
     ]
 
@@ -413,7 +413,7 @@ def _at_key(contract, err: Exception, prefix: str) -> str:
 
 def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> Source:
     ev = contract.evidence.emulate
-    batch, length = setting
+    batch, length, settings = setting  # the setting, and how many settings the sweep has
     swept = batch is not None or length is not None
     kwargs = {"batch_size": batch, "sequence_length": length} if swept else {}
     shown = f" at batch {batch or 'default'}, length {length or 'default'}" if swept else ""
@@ -432,8 +432,9 @@ def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> 
     n = int(columns["abs_log_ratio"].shape[0])
     summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
     data_sha = _table_sha256(table)
-    count = emulated.prompt_count(ev)
-    served = batch if batch is not None else emulated.serving_batch(contract, count)
+    served = (
+        batch if batch is not None else emulated.serving_batch(contract, emulated.prompt_count(ev))
+    )
     ids, seq = np.unique(np.asarray(table["prompt"]), return_inverse=True)
     ends = np.zeros(ids.shape[0], np.int64)  # each sequence's length: its last position + 1
     np.maximum.at(ends, seq, np.asarray(table["position"], np.int64) + 1)
@@ -462,7 +463,7 @@ def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> 
         "tokens": int(np.asarray(table["log_ratio"]).shape[0]),
         "batch_size": int(served),
         "sequence_length": int(ends.max()) if ends.size else None,
-        "sweep": {"settings": count, "swept": swept},
+        "sweep": {"settings": settings, "swept": swept},
         "runtime": observe(contract, np.full(ends.shape, served), ends, np.ones(ends.shape, bool)),
     }
     return Source("emulate", label, data_sha, summaries, nonfinite, slice_skip, {}, {}, info)

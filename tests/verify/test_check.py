@@ -360,6 +360,7 @@ MEASURED_MUTATIONS = {
     "emulation field removed": lambda r: r["evidence"]["sources"][0].pop("config_sha256"),
     "emulation not swept": lambda r: r["evidence"].pop("sweep"),
     "emulation of another setting": lambda r: r["evidence"]["sweep"][0].update(batch_size=64),
+    "settings of the sweep": lambda r: r["evidence"]["sources"][0]["sweep"].update(settings=16),
     "emulation read as a log": lambda r: r["evidence"]["sources"][0].update(kind="logprobs"),
     "samples of another count": lambda r: r["clauses"][0].update(samples=4000),
     "tokens of the source": lambda r: r["evidence"]["sources"][0].update(tokens=4000),

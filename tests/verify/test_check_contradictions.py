@@ -182,19 +182,27 @@ def _tokens(r):
     r["evidence"]["sources"][0]["tokens"] = 8192
 
 
+def _clamped(r):
+    r["evidence"]["sources"][0]["clamped_logprobs"] = 3 * 4096 + 1
+
+
 def _assumptions(r):
     r["evidence"]["assumptions"] = []
 
 
 # forgery → (rule, the start of one difference it must give)
 CASES = {
+    "clamped log-probs": (
+        _clamped,
+        "evidence.sources[0].clamped_logprobs: 12289: not a count of at most three log-probs",
+    ),
     "source kind": (
         _emulated,
         "evidence.sources[0].kind: emulate, but the contract declares no evidence.emulate",
     ),
     "fields of the kind": (
         _emulated,
-        "evidence.sources[0]: fields no emulate source has: ['files', 'framework_metrics', ",
+        "evidence.sources[0]: fields no emulate source has: ['clamped_logprobs', 'files', ",
     ),
     "samples on slice all": (
         _samples_all,

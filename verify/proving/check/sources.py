@@ -42,7 +42,7 @@ LOG_KEYS = frozenset(
     ("kind", "fingerprint", "tokens", "sequences", "files", "malformed_lines",
      "token_id_mismatches", "unpaired_records", "notes", "framework_metrics",
      "weight_diagnostics", "weight_diagnostics_skipped", "truncated_support_shift", "runtime",
-     "label")
+     "label", "clamped_logprobs")
 )  # fmt: skip
 EMULATE_KEYS = frozenset(
     ("kind", "fingerprint", "config_sha256", "checkpoint_sha256", "model", "prompts",
@@ -171,6 +171,11 @@ def _logged(s: dict, where: str, diff) -> None:
         if all(_count(p) for p in parts) and s.get(total) != sum(parts):
             diff(f"{where}.{total}", f"{s.get(total)!r} but its files' {field} add up to "
                  f"{sum(parts)}")  # fmt: skip
+    # log-probs read as 0 by the lower bounds: at most three a token (train, rollout, kept mass)
+    clamped, tokens = s.get("clamped_logprobs"), s.get("tokens")
+    if not _count(clamped) or (_count(tokens) and clamped > 3 * tokens):
+        diff(f"{where}.clamped_logprobs", f"{clamped!r}: not a count of at most three log-probs "
+             f"for each of {tokens!r} tokens")  # fmt: skip
 
 
 def _shift(s: dict, contract, where: str, diff) -> None:
@@ -228,6 +233,15 @@ def _sweep(evidence: dict, sources: list, diff) -> None:
     if evidence.get("sweep") != (swept or None):
         diff("evidence.sweep", f"{evidence.get('sweep')!r} but its swept emulation sources "
              f"give {swept or None!r}")  # fmt: skip
+    # every setting of the sweep is one emulation source, and each names how many there are
+    emulated = [
+        (i, s) for i, s in enumerate(sources) if isinstance(s, dict) and s.get("kind") == "emulate"
+    ]
+    for i, s in emulated:
+        settings = s["sweep"].get("settings") if isinstance(s.get("sweep"), dict) else None
+        if settings != len(emulated):
+            diff(f"evidence.sources[{i}].sweep.settings", f"{settings!r} but the report has "
+                 f"{len(emulated)} emulation source(s), one per setting")  # fmt: skip
 
 
 def check_sources(evidence, contract, diff) -> None:
