@@ -22,12 +22,12 @@ old-log-prob pass (``RayPPOTrainer.fit``, decoupled mode) it carries what a log 
 The V1 trainer hands its steps a ``transfer_queue.KVBatchMeta`` instead: ``keys`` (one per
 sequence), ``partition_id``, ``tags`` (one dict per key; ``is_padding`` marks the no-op rows
 added to fill the data-parallel ranks, which are not data) and ``extra_info``. The tensors stay
-in the transfer queue, one unpadded tensor per sequence, and ``transfer_queue.kv_batch_get(keys=,
-partition_id=, select_fields=)`` returns them as a TensorDict whose fields are jagged nested
-tensors (``values()`` and ``offsets()``), or plain 2-D tensors where every row has one length:
-``prompts`` (the prompt's tokens, unpadded), ``responses``, ``response_mask``,
-``rollout_log_probs``, ``old_log_probs`` (after ``_compute_old_log_prob``) and ``uid`` (a
-``NonTensorStack``: ``tolist()``).
+in the transfer queue, one unpadded tensor per sequence, and
+``transfer_queue.kv_batch_get(keys=, partition_id=, select_fields=)`` returns them as a
+TensorDict whose fields are jagged nested tensors (``is_nested``; ``values()`` and
+``offsets()``), or plain 2-D tensors where every row has one length: ``prompts`` (the prompt's
+tokens, unpadded), ``responses``, ``response_mask``, ``rollout_log_probs``, ``old_log_probs``
+(after ``_compute_old_log_prob``) and ``uid`` (a ``NonTensorStack``: ``tolist()``).
 
 Read against verl's source from release 0.5 to 0.10.0.dev (the main branch of August 2026,
 1dda039b), the V1 trainer from 0.9.0 (``verl/protocol.py``, ``verl/trainer/ppo/ray_trainer.py``,
@@ -164,9 +164,8 @@ def _is_padding(tag: object) -> bool:
 def _rows(value: object, key: str, count: int) -> list[np.ndarray]:
     """The per-sequence arrays of one transfer-queue field: a jagged nested tensor split at
     its ``offsets()``, or the rows of a plain 2-D tensor (every sequence of one length)."""
-    values, offsets = getattr(value, "values", None), getattr(value, "offsets", None)
-    if callable(values) and callable(offsets):
-        flat, cuts = to_numpy(values()), to_numpy(offsets()).astype(np.int64)
+    if getattr(value, "is_nested", False):
+        flat, cuts = to_numpy(value.values()), to_numpy(value.offsets()).astype(np.int64)
         rows = [flat[a:b] for a, b in itertools.pairwise(cuts)]
     else:
         array = to_numpy(value)
@@ -189,7 +188,7 @@ def verl_v1_records(meta, data, *, step: int | None = None) -> list[dict]:
     """
     keys = list(getattr(meta, "keys", None) or [])
     tags = list(getattr(meta, "tags", None) or [{}] * len(keys))
-    require(data, VERL_V1_FIELDS, "data")
+    require(set(data.keys()), VERL_V1_FIELDS, "data")  # a TensorDict refuses `in`
     n = len(keys)
     if len(tags) != n:
         raise HookError(f"meta.tags: {len(tags)} tags for {n} keys")

@@ -80,6 +80,8 @@ class Nested:
     """A jagged nested tensor's surface (``torch.nested``, ``layout=torch.jagged``): ``values()``
     the rows laid end to end, ``offsets()`` where each row starts (and the last ends)."""
 
+    is_nested = True
+
     def __init__(self, rows: list[np.ndarray], dtype: str):
         self.rows, self.dtype = rows, dtype
 
@@ -105,6 +107,14 @@ def _field(rows: list[np.ndarray], dtype: str):
     return Nested(rows, dtype)
 
 
+class TensorDict(dict):
+    """A TensorDict's surface as the hooks read it: fields by key and ``keys()``; like
+    tensordict's, it refuses ``key in td``."""
+
+    def __contains__(self, key):
+        raise NotImplementedError("TensorDict does not support membership checks with `in`")
+
+
 class TransferQueue:
     """The part of ``transfer_queue`` verl's V1 trainer reads a batch with: ``kv_batch_get``
     returns the selected fields of the given keys, one row per key in their order."""
@@ -115,12 +125,14 @@ class TransferQueue:
 
     def kv_batch_get(self, *, keys, partition_id, select_fields):
         rows = [self.samples[(partition_id, k)] for k in keys]
-        out = {}
+        out = TensorDict()
         for field in select_fields:
-            if field == "uid":
-                out[field] = NonTensorStack(r[field] for r in rows)
-            else:
-                out[field] = _field([r[field] for r in rows], self.dtypes[field])
+            value = (
+                NonTensorStack(r[field] for r in rows)
+                if field == "uid"
+                else _field([r[field] for r in rows], self.dtypes[field])
+            )
+            dict.__setitem__(out, field, value)
         return out
 
 
