@@ -522,7 +522,10 @@ class Reading:
     def _dropped(self, dropped) -> None:
         for record, line, reason in dropped:
             self.malformed.add(line, reason)
-            self.dropped_tokens += _record_tokens(record, self.fmt)
+            fmt = self.fmt
+            if fmt is None and isinstance(record, dict):  # no record taken yet
+                fmt = FORMATS.get(detect_format(record) or "")
+            self.dropped_tokens += _record_tokens(record, fmt)
 
     def _take_one(self, record: object, line: int) -> None:
         """Validate one decoded record and add its sequence, or count why not."""

@@ -604,3 +604,26 @@ def test_a_parquet_copy_of_a_hook_log_keeps_its_frames(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows[:6]), tmp_path / "log.parquet")
     table = read_log(tmp_path / "log.parquet", "verl")
     assert table.sequences == 4 and table.partial_batches == 1 and table.malformed_count == 2
+
+
+def test_a_batch_missing_a_middle_record_or_with_a_bad_frame_is_never_data(tmp_path):
+    """A batch whose second record is gone (its indices skip), and a batch with a record whose
+    frame is not one: left out and counted, even as the first records of the file; the whole
+    batch after them is read."""
+    records = verl_records(verl_batch())
+    with JsonlSink(tmp_path / "log.jsonl") as sink:
+        for _ in range(3):
+            sink.write(records)
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    bad = json.loads(lines[5]) | {"hook_batch": {"id": 7, "index": 1, "size": 4}}
+    path = tmp_path / "cut.jsonl"
+    path.write_text("\n".join([lines[0], *lines[2:5], json.dumps(bad), *lines[6:]]) + "\n")
+    table = read_log(path, None)
+    assert table.sequences == 4 and table.partial_batches == 3 and table.malformed_count == 7
+    assert {p.line for p in table.malformed} == set(range(1, 8))
+    reasons = {p.line: p.reason for p in table.malformed}
+    assert "a record of it is missing" in reasons[1]
+    assert reasons[5] == "'hook_batch' must hold a string id and integer index and size"
+    assert table.malformed_tokens == sum(
+        len(r["responses"]) for r in [records[0], *records[2:], *records]
+    )
