@@ -91,6 +91,24 @@ def verl_bypass_mode(config) -> bool:
     return bool(setting(config, _BYPASS, False))
 
 
+_ASYNC = ("colocate_async", "separate_async")
+
+
+def _refusal(config) -> HookError | None:
+    """Why a run with this config gives no log of the kernels' gap, or ``None``."""
+    if verl_bypass_mode(config):
+        return _refuse_bypass()
+    mode = setting(config, "trainer.v1.trainer_mode")
+    if setting(config, "trainer.use_v1", False) and mode in _ASYNC:
+        return HookError(
+            f"config trainer.v1.trainer_mode={mode}: the rollout runs on while the trainer "
+            "updates, so a sequence may be sampled with older weights than those its "
+            "old_log_probs are computed with, and the gap would hold that lag too; log a run "
+            "with trainer.v1.trainer_mode=sync"
+        )
+    return None
+
+
 def _refuse_bypass() -> HookError:
     return HookError(
         f"config {_BYPASS}=True: verl takes the rollout's log-probs as old_log_probs and "
@@ -182,9 +200,10 @@ def verl_v1_records(meta, data, *, step: int | None = None) -> list[dict]:
     ``transfer_queue.kv_batch_get`` returned for its keys and ``VERL_V1_FIELDS``.
 
     One record per key not tagged ``is_padding``: the response, its mask, the prompt length as
-    ``position_offset``, ``uid``, ``sample_id`` (the key's place in the batch) and ``step`` when
-    given. Raises ``HookError`` naming every missing field and every sequence whose arrays
-    disagree in length.
+    ``position_offset``, ``uid``, ``sample_id`` (the key's place in the batch), ``step`` when
+    given, and the tags' ``min_global_steps``/``max_global_steps`` (the versions of the weights
+    the rollout sampled it with) when set. Raises ``HookError`` naming every missing field and
+    every sequence whose arrays disagree in length.
     """
     keys = list(getattr(meta, "keys", None) or [])
     tags = list(getattr(meta, "tags", None) or [{}] * len(keys))
@@ -218,7 +237,7 @@ def verl_v1_records(meta, data, *, step: int | None = None) -> list[dict]:
         return out
 
     lengths = np.array([len(rows["responses"][i]) for i in keep], np.int64)
-    return sequence_records(
+    records = sequence_records(
         "verl",
         ids=padded("responses", np.int64),
         train=padded("old_log_probs", np.float64),
@@ -230,6 +249,11 @@ def verl_v1_records(meta, data, *, step: int | None = None) -> list[dict]:
         prompt=np.array([str(uid[i]) for i in keep], dtype=object),
         extra=None if step is None else {"step": int(step)},
     )
+    for record, i in zip(records, keep, strict=True):  # the weights' versions it was sampled at
+        for version in ("min_global_steps", "max_global_steps"):
+            if isinstance(tags[i], dict) and type(tags[i].get(version)) is int:
+                record[version] = tags[i][version]
+    return records
 
 
 class VerlLogHook:
@@ -240,7 +264,9 @@ class VerlLogHook:
     tensors through ``fetch`` (``transfer_queue.kv_batch_get``); in the legacy one
     (``_update_actor(batch: DataProto)``, verl 0.7 on; earlier, where ``fit`` calls
     ``actor_rollout_wg.update_actor``) it reads the ``DataProto``. ``config`` is the trainer's
-    config: with it the hook refuses bypass mode when it is made; a V1 batch needs it. Each
+    config: with it the hook refuses, when it is made, bypass mode and the V1 trainer's
+    asynchronous modes (``colocate_async``, ``separate_async``: the rollout's weights may lag
+    the trainer's); a V1 batch needs it. Each
     call appends one batch in one write (``evidence.hooks.sink.JsonlSink``). ``path`` may hold
     ``{rank}``, filled with ``rank``, so that each process writes its own file.
     """
@@ -254,8 +280,9 @@ class VerlLogHook:
         config: object = None,
         fetch=None,
     ) -> None:
-        if config is not None and verl_bypass_mode(config):
-            raise _refuse_bypass()
+        refusal = None if config is None else _refusal(config)
+        if refusal is not None:
+            raise refusal
         self.config, self.fetch = config, fetch
         self.sink = JsonlSink(os.fspath(path).replace("{rank}", str(rank)), fsync=fsync)
 

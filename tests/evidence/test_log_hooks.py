@@ -364,6 +364,34 @@ def test_verl_bypass_mode_is_refused_when_the_hook_is_made(tmp_path):
     assert not (tmp_path / "x.jsonl").exists()
 
 
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+def test_verl_v1_asynchronous_modes_are_refused_when_the_hook_is_made(tmp_path, mode):
+    """The rollout of an asynchronous V1 trainer may lag the weights ``old_log_probs`` are
+    computed with: the gap would hold the lag. The synchronous mode is taken."""
+    config = DECOUPLED | {"trainer": {"use_v1": True, "v1": {"trainer_mode": mode}}}
+    with pytest.raises(HookError, match=f"trainer_mode={mode}: .*trainer_mode=sync"):
+        VerlLogHook(tmp_path / "x.jsonl", config=config)
+    assert not (tmp_path / "x.jsonl").exists()
+    config["trainer"]["v1"]["trainer_mode"] = "sync"
+    VerlLogHook(tmp_path / "x.jsonl", config=config).close()
+
+
+def test_a_verl_v1_record_carries_the_weight_versions_of_its_rollout(tmp_path):
+    meta, queue = verl_v1_batch()
+    for i, tag in enumerate(meta.tags):
+        tag.update(min_global_steps=4, max_global_steps=4 + i)
+    hook = VerlLogHook(tmp_path / "v1.jsonl", config=DECOUPLED, fetch=queue.kv_batch_get)
+    hook(meta, step=5)
+    hook.close()
+    lines = [json.loads(x) for x in (tmp_path / "v1.jsonl").read_text().splitlines()]
+    assert [(x["min_global_steps"], x["max_global_steps"]) for x in lines] == [
+        (4, 4),
+        (4, 5),
+        (4, 6),
+        (4, 7),
+    ]
+
+
 # --- SkyRL: the policy forward pass skipped -------------------------------------------------
 
 
