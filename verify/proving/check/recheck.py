@@ -107,6 +107,7 @@ from kernel_contracts.verify.proving.kernel_obligations import (
     kernel_outlines,
 )
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import Budget, BudgetError
 
 __all__ = [
     "CheckResult",
@@ -121,7 +122,7 @@ __all__ = [
 FORMAT = "kernel-contracts/report/1"
 _TOP = frozenset(
     ("format", "status", "exit_code", "contract", "toolkit", "python", "solvers",
-     "obligations", "clauses", "evidence", "escalation", "support", "timing")
+     "solver_budget", "obligations", "clauses", "evidence", "escalation", "support", "timing")
 )  # fmt: skip
 _CONTRACT = frozenset(("path", "sha256", "canonical", "canonical_sha256", "name"))
 _LABELS = ("proved", "refuted", "unknown")
@@ -256,8 +257,9 @@ def _contract(data: dict, report_dir: str, diff, notes):
     return contract
 
 
-def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) -> CheckResult:
-    """Re-check report ``data`` (see the module docstring)."""
+def check_data(data: dict, *, report_dir: str = ".") -> CheckResult:
+    """Re-check report ``data`` (see the module docstring); every query is re-run within the
+    solver budget the report records (``_budget``)."""
     differences: list[str] = []
     notes: list[str] = []
 
@@ -272,6 +274,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         return done()
     _nonfinite(data, "", diff)
     check_keys(data, _TOP, "report", diff)
+    budget = _budget(data, diff, notes)
     contract = _contract(data, report_dir, diff, notes)
     if contract is None:
         return done()  # nothing can be re-derived
@@ -298,8 +301,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
             label = o.get("status")
             if label in _LABELS:
                 verdicts.append((ids[i], Status.parse(label)))
-            queries += check_kernel_obligation(o, contract, where, diff, notes,
-                                               timeout_ms=timeout_ms)  # fmt: skip
+            queries += check_kernel_obligation(o, contract, where, diff, notes, budget=budget)
             continue
         d = derivations.get(ids[i]) if isinstance(ids[i], str) else None
         if not check_keys(o, OBLIGATION_KEYS, where, diff) or d is None:
@@ -322,7 +324,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
                     diff(f"{where}.{key}", f"{o.get(key)!r} but no bound was derived")
             continue
         try:
-            _, n = check_obligation(o, where, diff, notes, clause_max, timeout_ms=timeout_ms)
+            _, n = check_obligation(o, where, diff, notes, clause_max, budget=budget)
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
             diff(where, f"malformed ({type(err).__name__}: {err})")
             n = 0
@@ -347,6 +349,19 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     return done(queries)
 
 
+def _budget(data: dict, diff, notes) -> Budget:
+    """The solver budget the report records (``solver_budget``); the default one, with a
+    difference, when it is malformed, and with a note when a report has none."""
+    if "solver_budget" not in data:
+        notes.append("the report records no solver_budget; re-checked with the default budget")
+        return Budget()
+    try:
+        return Budget.from_json(data["solver_budget"])
+    except BudgetError as err:
+        diff("solver_budget", f"{err}; re-checked with the default budget")
+        return Budget()
+
+
 def _check_support(recorded, contract, evidence, clause_statuses, diff) -> list[Status]:
     """Recompute the premise support (``verify.common.support``) from the report's clause verdicts;
     it is listed exactly when evidence was given. Returns its statuses."""
@@ -362,11 +377,10 @@ def _check_support(recorded, contract, evidence, clause_statuses, diff) -> list[
     return [s.status for s in want]
 
 
-def check_report(path: str, *, timeout_ms: int = 20000) -> CheckResult:
+def check_report(path: str) -> CheckResult:
     """Re-check the report file at ``path``; raises ``ReportUnreadable`` (exit 2)."""
     data = load_report(path)
-    return check_data(data, report_dir=os.path.dirname(os.path.abspath(path)),
-                      timeout_ms=timeout_ms)  # fmt: skip
+    return check_data(data, report_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def check_main(path: str, *, stdout, stderr) -> int:
