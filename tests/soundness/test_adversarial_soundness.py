@@ -43,9 +43,9 @@ def _drift(d: str) -> str:
     return f"numerical:\n  - {{id: N1, metric: logit_drift, max: {d}}}\n"
 
 
-def _verdict(text: str, timeout_ms: int = 3000):
+def _verdict(text: str):
     (d,) = bounds.derive(loads(text))
-    return discharge(d, timeout_ms=timeout_ms)
+    return discharge(d)
 
 
 def _exact(x: float) -> mpmath.mpf:
@@ -310,4 +310,4 @@ def test_coupling_route_with_an_integer_horizon_is_decided(premise, horizon, rel
     )
     (d,) = bounds.derive(loads(_contract("1.0", premise, guarantee)))
     assert d.route == "sequence_tv_coupling"
-    assert discharge(d, timeout_ms=5000).status is expected
+    assert discharge(d).status is expected

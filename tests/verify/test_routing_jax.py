@@ -100,7 +100,7 @@ def test_a_loop_that_imported_jax_first_still_gets_its_proved_cap(tmp_path):
         "from kernel_contracts.verify.pipeline import routing\n"
         "if __name__ == '__main__':\n"
         f"    c = contracts.load({str(ROOT / 'examples' / 'routing_loop.yaml')!r})\n"
-        "    r = routing.prepare(c, timeout_ms=2000)\n"
+        "    r = routing.prepare(c)\n"
         "    print(r.cap, r.cap_guarantee)\n"
     )
     run = subprocess.run(

@@ -105,7 +105,7 @@ def synthesize(contract: Contract, *, budget: Budget | None = None) -> tuple[Syn
                     if candidate != loosest:
                         note += (
                             f" (the loosest value, {decimal_text(loosest)}, was not proved "
-                            f"within {budget.rlimit} z3 resource units)"
+                            f"within a solver budget of {budget.rlimit})"
                         )
                     break
             else:
@@ -135,7 +135,7 @@ def _not_proved(name: str, loosest: Fraction, rlimit: int) -> str:
     """What to do when neither the loosest value nor one a little below it was proved."""
     return (
         f"the chain's bound allows {name} ≤ {decimal_text(loosest)}, but neither that value nor "
-        f"one up to 10% below it was proved within {rlimit} z3 resource units per try; run "
+        f"one up to 10% below it was proved within a solver budget of {rlimit} per try; run "
         f"synth again with a larger budget (--solver-budget {4 * rlimit}), or set this "
         f"clause's max below {decimal_text(loosest)} and run python -m verify on the contract"
     )

@@ -42,7 +42,7 @@ __all__ = [
 
 DEFAULT_RLIMIT = 4_000_000  # z3 resource units per obligation (--solver-budget)
 DEFAULT_CVC5_RLIMIT = 1_000_000  # cvc5 rlimit-per, per cross-check query
-DEFAULT_HANG_GUARD_S = 300.0  # seconds of wall clock per solver call (--timeout-ms)
+DEFAULT_HANG_GUARD_S = 120.0  # seconds of wall clock per solver call (--timeout-ms)
 QUERY_FLOOR = 20_000  # the least one query may spend, when the budget has that much left
 
 
