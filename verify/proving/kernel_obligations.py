@@ -35,7 +35,7 @@ from kernel_contracts.contracts import Contract
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.obligations import Obligation, decimal, obligation_json
 from kernel_contracts.verify.proving.solve import smt
-from kernel_contracts.verify.proving.solve.budget import Budget
+from kernel_contracts.verify.proving.solve.budget import RAISE, Budget
 from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 __all__ = ["check_kernel_obligation", "kernel_obligations", "kernel_outlines"]
@@ -155,7 +155,9 @@ def _decide(c: intexact.Claim, base: Obligation, answer: smt.Answer) -> Obligati
     else:
         why = answer.reason or "no witness confirms the model"
         status, expected, cex = Status.UNKNOWN, "unsat", None
-        reason = f"z3 answered {answer.answer}: {why}"
+        reason = f"z3 answered {answer.answer}: {why}" + (
+            f"; {RAISE}" if answer.out_of_budget else ""
+        )
     record = QueryRecord(text, expected, answer.answer, box, 0, 0, answer.core, answer.time_ms)
     return replace(
         base,

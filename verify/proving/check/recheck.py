@@ -274,7 +274,7 @@ def check_data(data: dict, *, report_dir: str = ".") -> CheckResult:
         return done()
     _nonfinite(data, "", diff)
     check_keys(data, _TOP, "report", diff)
-    budget = _budget(data, diff, notes)
+    budget = _budget(data, diff)
     contract = _contract(data, report_dir, diff, notes)
     if contract is None:
         return done()  # nothing can be re-derived
@@ -349,11 +349,10 @@ def check_data(data: dict, *, report_dir: str = ".") -> CheckResult:
     return done(queries)
 
 
-def _budget(data: dict, diff, notes) -> Budget:
-    """The solver budget the report records (``solver_budget``); the default one, with a
-    difference, when it is malformed, and with a note when a report has none."""
+def _budget(data: dict, diff) -> Budget:
+    """The solver budget the report records (``solver_budget``); the default one when it is
+    missing (``check_keys`` says so) or malformed (a difference)."""
     if "solver_budget" not in data:
-        notes.append("the report records no solver_budget; re-checked with the default budget")
         return Budget()
     try:
         return Budget.from_json(data["solver_budget"])

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_HANG_GUARD_S",
     "DEFAULT_RLIMIT",
     "QUERY_FLOOR",
+    "RAISE",
     "Budget",
     "BudgetError",
     "from_args",
@@ -44,6 +45,7 @@ DEFAULT_RLIMIT = 4_000_000  # z3 resource units per obligation (--solver-budget)
 DEFAULT_CVC5_RLIMIT = 1_000_000  # cvc5 rlimit-per, per cross-check query
 DEFAULT_HANG_GUARD_S = 120.0  # seconds of wall clock per solver call (--timeout-ms)
 QUERY_FLOOR = 20_000  # the least one query may spend, when the budget has that much left
+RAISE = "--solver-budget raises it"  # what a reason says when a budget was too small
 
 
 RLIMIT_MAX = 2**32 - 1  # z3 and cvc5 take their limits as unsigned 32-bit integers
@@ -109,5 +111,5 @@ class Budget:
         """Why an obligation is ``unknown`` when its budget is spent, naming the option."""
         return (
             f"solver budget of {self.rlimit} z3 resource units (rlimit) spent with {undecided} "
-            f"of {pieces} pieces undecided ({last}); --solver-budget raises it"
+            f"of {pieces} pieces undecided ({last}); {RAISE}"
         )

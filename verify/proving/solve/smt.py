@@ -48,6 +48,7 @@ class Answer:
     time_ms: float = 0.0
     rlimit: int = 0  # the solver's resource units this call spent (z3's rlimit count)
     hang_guard: bool = False  # stopped by the wall-clock hang guard, not by its budget
+    out_of_budget: bool = False  # ``unknown`` because the call spent its resource units
 
 
 def z3_version() -> str:
@@ -102,14 +103,16 @@ def _spent(solver) -> int:
     return int(solver.statistics().get_key_value("rlimit count")) if "rlimit count" in names else 0
 
 
-def _unknown_reason(solver, rlimit: int, spent: int) -> str:
+def _unknown(solver, rlimit: int, spent: int, start: float) -> Answer:
+    """z3's ``unknown``, saying whether it spent its ``rlimit`` units (z3 then answers
+    "max. resource limit exceeded" or, from inside a tactic, "canceled")."""
     why = solver.reason_unknown()
     if spent >= rlimit or "resource limit" in why or why == "canceled":
-        return (
-            f"z3 spent its allowance of {rlimit} resource units (rlimit) on this query "
-            f"({why}); --solver-budget raises it"
+        reason = f"z3 spent its allowance of {rlimit} resource units (rlimit) on the query ({why})"
+        return Answer(
+            "unknown", reason=reason, time_ms=_ms(start), rlimit=spent, out_of_budget=True
         )
-    return f"z3: {why}"
+    return Answer("unknown", reason=f"z3: {why}", time_ms=_ms(start), rlimit=spent)
 
 
 def z3_check(
@@ -160,8 +163,7 @@ def _z3_check(text: str, rlimit: int, want: Sequence[str] = ()) -> Answer:
                 if value is not None:
                     values[decl.name()] = value
         return Answer("sat", model=values, time_ms=_ms(start), rlimit=spent)
-    reason = _unknown_reason(solver, rlimit, spent)
-    return Answer("unknown", reason=reason, time_ms=_ms(start), rlimit=spent)
+    return _unknown(solver, rlimit, spent, start)
 
 
 def z3_check_tracked(text: str, *, rlimit: int, guard_s: float = DEFAULT_HANG_GUARD_S) -> Answer:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.solve import smt
-from kernel_contracts.verify.proving.solve.budget import Budget
+from kernel_contracts.verify.proving.solve.budget import RAISE, Budget
 
 if TYPE_CHECKING:  # the records load without sympy (a cached run builds them); prove needs it
     import sympy
@@ -195,6 +195,7 @@ def prove(
         halves = _split(piece, box) if pieces < max_pieces else None
         if halves is None:
             reason = f"{last}; no further refinement (degree {step.degree}, {pieces} pieces)"
+            reason += f"; {RAISE}" if got.out_of_budget else ""
             return finish(Status.UNKNOWN, [*done, record("unsat")], reason)
         pieces += 1
         pending[:0] = [(halves[0], level), (halves[1], level)]
