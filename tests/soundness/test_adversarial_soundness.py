@@ -98,7 +98,7 @@ def _mis(s):
     return max(e - c, 0) / max(e - 1, c - 1)
 
 
-_SHORT = 400_000  # z3 resource units where the verdict is expected undecided
+_SHORT = 100_000  # z3 resource units where the verdict is expected undecided
 
 _QUANTITIES = {
     "tv": ("quantity: token_tv", _tv),

@@ -35,7 +35,7 @@ def test_the_default_budget_in_each_solvers_units():
     assert b.json() == {
         "z3": {"rlimit": 4_000_000},
         "cvc5": {"rlimit-per": 1_000_000},
-        "hang_guard_s": 120.0,
+        "hang_guard_s": 300.0,
     }
     assert Budget.from_json(json.loads(json.dumps(b.json()))) == b
     # a quarter of the budget per query, never more than is left, at least the floor

@@ -148,7 +148,7 @@ def evidence(p: Parser, help: str | None = None) -> None:
 
 # the defaults of verify.proving.solve.budget (a test keeps them equal): z3 resource units per
 # obligation, and the hang guard's milliseconds per solver call
-SOLVER_BUDGET, HANG_GUARD_MS = 4_000_000, 120_000
+SOLVER_BUDGET, HANG_GUARD_MS = 4_000_000, 300_000
 
 
 def solver(p: Parser) -> None:

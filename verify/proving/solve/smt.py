@@ -6,11 +6,13 @@ solved is exactly what a report stores and what a re-checker re-runs.
 Every call gets a budget in the solver's own deterministic units (z3's ``rlimit``, cvc5's
 ``rlimit-per``; ``verify.proving.solve.budget``), so its answer does not depend on the machine or
 its load, and reports the units it spent (z3's statistic ``rlimit count``; a fresh context
-counts from zero). Some nonlinear procedures never look at their limits (z3 on a degree-4096
-polynomial ran for minutes past one), so every call also runs in a solver process of its own
-(:class:`_Worker`, started once and reused) under a hang guard: a call that has not answered
-within ``guard_s`` seconds of wall clock has the process killed and answers ``unknown`` with a
-reason that says so (``Answer.hang_guard``); the next call starts a new process.
+counts from zero). One fixed z3 procedure answers each query (``_z3_solver``): z3's own
+strategies switch tactics by the wall clock. Some nonlinear procedures never look at their
+limits (z3 on a degree-4096 polynomial ran for minutes past one), so every call also runs in a
+solver process of its own (:class:`_Worker`, started once and reused) under a hang guard: a
+call that has not answered within ``guard_s`` seconds of wall clock has the process killed and
+answers ``unknown`` with a reason that says so (``Answer.hang_guard``); the next call starts a
+new process.
 """
 
 from __future__ import annotations
@@ -87,11 +89,31 @@ def _bare(name: str) -> str:
 _CORE_OPTION = "(set-option :produce-unsat-cores true)"
 
 
-def _z3_run(text: str, rlimit: int):
-    """A fresh z3 solver on ``text`` with ``rlimit`` resource units; (solver, result)."""
+def _z3_solver(text: str, ctx):
+    """The solver for ``text``: with core tracking, or for a logic other than ``QF_NRA``, z3's
+    SMT core (it answers under the assumptions that track the named assertions); else the
+    procedure z3's own strategy for ``QF_NRA`` starts with (simplify, propagate values, nlsat:
+    first its simple check, then in full). z3's own strategies move between tactics after
+    seconds of wall clock (``try_for``) and by the memory the process holds, so their answers
+    could depend on the machine's load; these depend only on the text and the resource units."""
     import z3
 
-    solver = z3.Solver(ctx=z3.Context())
+    if _CORE_OPTION in text or "(set-logic QF_NRA)" not in text:
+        return z3.SimpleSolver(ctx=ctx)
+    nlsat = z3.Tactic("qfnra-nlsat", ctx)
+    simple = z3.Then(z3.With(nlsat, simple_check=True), z3.Tactic("fail-if-undecided", ctx))
+    tactic = z3.Then(
+        z3.Tactic("simplify", ctx), z3.Tactic("propagate-values", ctx), z3.OrElse(simple, nlsat)
+    )
+    return tactic.solver()
+
+
+def _z3_run(text: str, rlimit: int):
+    """A fresh z3 solver (``_z3_solver``) on ``text`` with ``rlimit`` resource units;
+    (solver, result)."""
+    import z3
+
+    solver = _z3_solver(text, z3.Context())
     solver.set("rlimit", max(1, int(rlimit)))
     solver.from_string(text)
     return solver, solver.check()
@@ -201,8 +223,7 @@ def _z3_core_suffices(text: str, rlimit: int, core: Sequence[str]) -> Answer:
     import z3
 
     start = time.perf_counter()
-    ctx = z3.Context()
-    solver = z3.Solver(ctx=ctx)
+    solver = _z3_solver(text, z3.Context())
     solver.set("rlimit", max(1, int(rlimit)))
     keep = set(core)
     lines = []
