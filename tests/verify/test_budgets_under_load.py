@@ -12,8 +12,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 from kernel_contracts import contracts
 from kernel_contracts.verify.proving import runner
 from kernel_contracts.verify.proving.render.report import dumps
@@ -46,7 +44,6 @@ def _proofs() -> list[tuple[str, str, list[int]]]:
     return out
 
 
-@pytest.mark.slow  # every shipped proof twice, once on a machine kept busy: over 10 s
 def test_the_shipped_proofs_decide_alike_on_a_loaded_machine():
     idle = _proofs()
     assert len(idle) == len(EXAMPLES) >= 8
