@@ -470,7 +470,7 @@ def test_a_refuted_cap_exits_1_and_writes_nothing(tmp_path):
 
 
 def test_an_unknown_verdict_exits_1(tmp_path):
-    code, out, err = _run(EXAMPLE, "--to", "verl", "--timeout-ms", "1")
+    code, out, err = _run(EXAMPLE, "--to", "verl", "--solver-budget", "1")
     assert (code, out) == (1, "")
     assert "G_pg_tis (pg_bias, estimator tis, cap 2.0) is unknown, so no verl setting" in err
 

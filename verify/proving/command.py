@@ -112,10 +112,11 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float, *, t
     from kernel_contracts.verify.proving import cache
     from kernel_contracts.verify.proving import runner as run
     from kernel_contracts.verify.proving.render.report import dumps
+    from kernel_contracts.verify.proving.solve.budget import from_args
 
     try:
         report = run.run(
-            contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
+            contract, evidence_paths=args.evidence, budget=from_args(args),
             quiet=args.quiet, stderr=stderr,
             cache=None if getattr(args, "no_cache", False) else _cache(cache, t_start),
             trust_code=trust_code,

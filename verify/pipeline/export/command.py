@@ -53,6 +53,7 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     from kernel_contracts.verify.pipeline.export.plan import plan, premises_of, prove
     from kernel_contracts.verify.pipeline.export.render import render
     from kernel_contracts.verify.pipeline.export.request import check_version
+    from kernel_contracts.verify.proving.solve.budget import from_args
 
     p = export_parser(stdout, stderr, frameworks=", ".join(FRAMEWORKS))
     args = p.parse_args(argv)
@@ -87,7 +88,7 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
             return 2
         try:
             export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)))
-            proved = prove(export, timeout_ms=args.timeout_ms)
+            proved = prove(export, budget=from_args(args))
             unchecked = premises_of(export, tuple(args.evidence), trust_code=trust_code)
         except ExportError as err:
             stderr.write(f"{err}\n")

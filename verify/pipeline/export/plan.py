@@ -111,8 +111,9 @@ def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ())
     return Export(contract, framework, requests, settings)
 
 
-def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, str]]:
-    """Discharge the obligation of every guarantee ``export`` rests on: ``{id: (status,
+def prove(export: Export, *, budget=None) -> dict[str, tuple[Status, str]]:
+    """Discharge the obligation of every guarantee ``export`` rests on, within ``budget`` (a
+    ``verify.proving.solve.budget.Budget``; the default one when ``None``): ``{id: (status,
     reason)}``. Raises ``ExportError`` (exit 1) naming each one that is not ``proved``."""
     from kernel_contracts import bounds
     from kernel_contracts.verify.proving.obligations import decimal, discharge
@@ -126,7 +127,7 @@ def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, 
     found = {}
     for d in bounds.derive(needed):
         if d.guarantee in ids:
-            o = discharge(d, timeout_ms=timeout_ms)
+            o = discharge(d, budget=budget)
             detail = o.reason
             if o.bound_interval is not None:
                 bound = decimal(sum(o.bound_interval) / 2)

@@ -6,8 +6,8 @@ be in ``DIR``, re-check with its report and its whole chain
 (``verify.pipeline.promotion.chain.link``: a record whose report ``verify check`` refuses is
 refused), be made for this very contract file
 and have passed. Then the contract is verified as ``python -m verify`` does (``--evidence``,
-``--json``, ``--markdown``, ``--html`` and ``--timeout-ms`` as there), and two files are
-written together, all or nothing (``verify.common.outputs``; the run itself is
+``--json``, ``--markdown``, ``--html``, ``--solver-budget`` and ``--timeout-ms`` as there),
+and two files are written together, all or nothing (``verify.common.outputs``; the run itself is
 ``verify.proving.command.verify_main``): the report ``DIR/STAGE.report.json``
 and the record ``DIR/STAGE.json`` bound to it.
 

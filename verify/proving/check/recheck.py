@@ -133,6 +133,7 @@ from kernel_contracts.verify.proving.kernel_obligations import (
     kernel_outlines,
 )
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import Budget, BudgetError
 
 __all__ = [
     "CheckResult",
@@ -147,7 +148,7 @@ __all__ = [
 FORMAT = "kernel-contracts/report/1"
 _TOP = frozenset(
     ("format", "status", "exit_code", "contract", "toolkit", "python", "solvers",
-     "obligations", "clauses", "evidence", "escalation", "support", "timing")
+     "solver_budget", "obligations", "clauses", "evidence", "escalation", "support", "timing")
 )  # fmt: skip
 _CONTRACT = frozenset(("path", "sha256", "canonical", "canonical_sha256", "name"))
 _LABELS = ("proved", "refuted", "unknown")
@@ -282,8 +283,9 @@ def _contract(data: dict, report_dir: str, diff, notes):
     return contract
 
 
-def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) -> CheckResult:
-    """Re-check report ``data`` (see the module docstring)."""
+def check_data(data: dict, *, report_dir: str = ".") -> CheckResult:
+    """Re-check report ``data`` (see the module docstring); every query is re-run within the
+    solver budget the report records (``_budget``)."""
     differences: list[str] = []
     notes: list[str] = []
 
@@ -298,6 +300,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         return done()
     _nonfinite(data, "", diff)
     check_keys(data, _TOP, "report", diff)
+    budget = _budget(data, diff)
     contract = _contract(data, report_dir, diff, notes)
     if contract is None:
         return done()  # nothing can be re-derived
@@ -324,8 +327,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
             label = o.get("status")
             if label in _LABELS:
                 verdicts.append((ids[i], Status.parse(label)))
-            queries += check_kernel_obligation(o, contract, where, diff, notes,
-                                               timeout_ms=timeout_ms)  # fmt: skip
+            queries += check_kernel_obligation(o, contract, where, diff, notes, budget=budget)
             continue
         d = derivations.get(ids[i]) if isinstance(ids[i], str) else None
         if not check_keys(o, OBLIGATION_KEYS, where, diff) or d is None:
@@ -348,7 +350,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
                     diff(f"{where}.{key}", f"{o.get(key)!r} but no bound was derived")
             continue
         try:
-            _, n = check_obligation(o, where, diff, notes, clause_max, timeout_ms=timeout_ms)
+            _, n = check_obligation(o, where, diff, notes, clause_max, budget=budget)
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
             diff(where, f"malformed ({type(err).__name__}: {err})")
             n = 0
@@ -375,11 +377,22 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     return done(queries)
 
 
-def check_report(path: str, *, timeout_ms: int = 20000) -> CheckResult:
+def _budget(data: dict, diff) -> Budget:
+    """The solver budget the report records (``solver_budget``); the default one when it is
+    missing (``check_keys`` says so) or malformed (a difference)."""
+    if "solver_budget" not in data:
+        return Budget()
+    try:
+        return Budget.from_json(data["solver_budget"])
+    except BudgetError as err:
+        diff("solver_budget", f"{err}; re-checked with the default budget")
+        return Budget()
+
+
+def check_report(path: str) -> CheckResult:
     """Re-check the report file at ``path``; raises ``ReportUnreadable`` (exit 2)."""
     data = load_report(path)
-    return check_data(data, report_dir=os.path.dirname(os.path.abspath(path)),
-                      timeout_ms=timeout_ms)  # fmt: skip
+    return check_data(data, report_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def check_main(path: str, *, stdout, stderr) -> int:
