@@ -73,7 +73,7 @@ ICEPOP_FLOOR = 1e-9  # the lower band end verl is given for a band from 0
 NO_TRUNCATION = 5e8  # a verl threshold above every clamped weight
 
 Part = tuple[str, tuple[float, ...]]  # kind ("share", "mean", "max", "min", "ess"), numbers
-Weigh = Callable[[str, Mapping[str, object], str | None], np.ndarray]
+Weigh = Callable[[str, Mapping[str, object], str | None, np.ndarray], np.ndarray]
 
 
 def _band(p: Mapping) -> tuple[float, float]:
@@ -167,7 +167,9 @@ def _verl(name: str, p: Mapping, g: _Grid, weigh: Weigh) -> dict[str, Part]:
     if lower is not None:
         out[RC + "rollout_is_oob_ratio"] = g.token_share(~_inside(raw, lower, upper))
     if rejection is not None:
-        dropped = g.valid & ~(weigh(*rejection) > 0)
+        # verl judges its criteria on log w clamped to ±20, where every w > 0
+        safe = np.clip(g.lr, -SAFETY_BOUND, SAFETY_BOUND)
+        dropped = g.valid & ~(weigh(*rejection, safe) > 0)
         out[RC + "rollout_rs_masked_fraction"] = g.token_share(dropped)
         out[RC + "rollout_rs_seq_masked_fraction"] = g.seq_share(dropped.any(axis=1)[g.rows])
     return out
@@ -253,7 +255,8 @@ def chunk_parts(
     """The frameworks' numbers for estimator ``name`` on one chunk of rows, as mergeable parts:
     ``lr`` holds log w per (row, column), ``valid`` marks the tokens, ``empty`` counts the
     sequences without tokens to add (give them with one chunk only), and ``weigh(name, params,
-    ties)`` gives ``correction_weights`` on the chunk (for verl's rejection masks)."""
+    ties, log_w)`` gives ``correction_weights`` on the chunk's cells for log w ``log_w`` (for
+    verl's rejection masks)."""
     g = _Grid(lr, valid, empty)
     if g.n == 0:
         return {}

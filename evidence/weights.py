@@ -121,11 +121,11 @@ def _weights(
     )
 
 
-def _weigher(lr, lq, valid):
-    """``correction_weights`` on one chunk, by name, parameters and tie rule."""
+def _weigher(lq, valid):
+    """``correction_weights`` on one chunk's cells, by name, parameters, tie rule and log w."""
 
-    def weigh(name: str, params: Mapping, ties: str | None) -> np.ndarray:
-        return _weights(name, params, lr, lq, valid, 1.0, ties)
+    def weigh(name: str, params: Mapping, ties: str | None, log_w: np.ndarray) -> np.ndarray:
+        return _weights(name, params, log_w, lq, valid, 1.0, ties)
 
     return weigh
 
@@ -183,7 +183,7 @@ def _one(
         counts = np.bincount(r, minlength=last - first)
         seq_any += int(np.count_nonzero(zeros > 0))
         seq_all += int(np.count_nonzero(zeros == counts))
-        weigh = _weigher(lr, lq, valid)
+        weigh = _weigher(lq, valid)
         part = chunk_parts(name, params, lr, valid > 0, empty if first == 0 else 0, weigh)
         theirs = merge(theirs, part)
     n = log_w.size

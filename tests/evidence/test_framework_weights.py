@@ -44,6 +44,8 @@ def _verl_rejection(lr, m, options):
             a, b = (float(x) for x in spec.split("_"))
             k1 = -safe
             ok = (k1 >= F32(math.log(a))) & (k1 <= F32(math.log(b)))
+        elif option == "token_k2":
+            ok = F32(0.5) * safe * safe <= F32(spec)
         else:  # seq_max_k3
             k3 = np.exp(safe) - F32(1.0) - safe
             top = np.where(m > 0, k3, -np.inf).max(axis=-1)
@@ -336,3 +338,18 @@ def test_estimators_without_a_framework_setting_carry_none_of_its_names():
     big = numbers[label(("tis", (("cap", 1e9),)))]  # a cap above e^20: no verl, no SkyRL
     assert not any(k.startswith(RC) or k.startswith("tis_") for k in big)
     assert "is_oob_ratio" in big and TRL + "mean" in big
+
+
+def test_verl_judges_its_rejection_on_the_log_ratio_clamped_to_20():
+    # log w = −30: k2 = 450 unclamped, 200 on the clamped −20, so τ = 300 keeps it in verl
+    roll = np.full((2, 3), -1.0, F32)
+    old = roll + np.array([[-30.0, 0.1, -0.1], [0.2, 0.0, 0.0]], F32)
+    m = np.array([[1, 1, 1], [1, 1, 0]])
+    est = ("kl_reject", (("reject", "token_k2"), ("reject_threshold", "300")))
+    numbers, _ = _report(old, roll, m, (est,))
+    got = numbers[label(est)]
+    want = _verl(old, roll, m, "token", 5e8, (("token_k2", 300.0),))
+    assert want[RC + "rollout_rs_masked_fraction"] == 0.0
+    for key, value in want.items():
+        assert got[key] == pytest.approx(float(value), rel=2e-6), key
+    assert got["masked_fraction"] == 1 / 5  # ours judges the unclamped −30: dropped
