@@ -218,7 +218,11 @@ def tables_source(contract, tables) -> Source:
         files.append(_file_info(t))
     summaries = merge_all(parts)
     weights, not_weighed = weight_diagnostics(
-        estimators_of(contract), np.concatenate(log_ratios), rollout, sequence
+        estimators_of(contract),
+        np.concatenate(log_ratios),
+        rollout,
+        sequence,
+        sequences=int(offsets[-1]),
     )
     if len(tables) == 1:
         fingerprint = tables[0].sha256
