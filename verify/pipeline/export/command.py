@@ -20,7 +20,9 @@ as the commit that was read, ``main@<commit>`` (``Framework.main``). With a rele
 estimator the framework has only from a later release on (``Framework.since``) is refused.
 
 Exit codes: 0 written (and, with evidence, it held every premise); 1 a guarantee a setting
-rests on is refuted or unknown, or rests on a premise the evidence violates (nothing written);
+rests on is refuted or unknown (or the |log w| bound a clamped framework weight needs,
+``Framework.ratio_clamp``, is not proved), or rests on a premise the evidence violates
+(nothing written);
 2 unusable input, nothing written: a usage error (unknown framework or format, a malformed
 ``--check-version``, a release outside the checked range, or an estimator that release
 lacks), a missing or
