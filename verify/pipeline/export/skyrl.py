@@ -163,8 +163,9 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
 
 FRAMEWORK = Framework(
     name="skyrl",
-    source="NovaSky-AI/SkyRL skyrl/train/config/config.py (OffPolicyCorrectionConfig), "
-    "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py@e9bca5e7",
+    source="NovaSky-AI/SkyRL skyrl/train/config/config.py@a9564572 (OffPolicyCorrectionConfig, "
+    "DPPOConfig), skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py@e9bca5e7, "
+    "skyrl/backends/skyrl_train/utils/ppo_utils.py@a9564572 (dppo_policy_loss)",
     formats=("yaml", "overrides"),
     settings=settings,
     versions=("0.2", "0.3"),
