@@ -60,7 +60,10 @@ What the mapping relies on, read from that code:
   sequence holding a token with |log w| > 20, on the clamped and on the exact values alike (each
   such token alone adds at least 200, or k3(−20) > 19), so with one of them in the chain every
   option decides as on the exact values. Any other chain (``seq_mean_k*``, ``seq_sum_k1``, or an
-  option beyond those limits, without such a guard) is refused (``REJECT_CLAMPED``).
+  option beyond those limits, without such a guard) is refused (``REJECT_CLAMPED``). These
+  option names and threshold strings are verl's from v0.7.1 on (v0.7.0 took ``token``,
+  ``sequence`` or ``geometric``), unchanged to 1dda039b but for v0.9.0's added check that a
+  k1 band's lower end is at most its upper end, which a contract's band always meets.
 
 No counterpart: ``seq_is``, ``geo_mask`` and ``ppo_clip`` (``CLAMPED``, above), ``tv_mask`` and
 ``kl_mask`` (verl's rejection options see only the sampled token's log-ratio, never the full
