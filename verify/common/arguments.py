@@ -246,8 +246,9 @@ def export_parser(out, err, *, frameworks: str) -> Parser:
     p.add_argument("--guarantee", metavar="ID", action="append", default=[],
                    help="export only this guarantee (repeatable)")  # fmt: skip
     p.add_argument("--check-version", metavar="X.Y",
-                   help="the framework release the settings are for: refused (exit 2) outside "
-                   "the releases the keys were checked against")  # fmt: skip
+                   help="the framework release the settings are for (X.Y, X.Y.Z, or "
+                   "main@COMMIT for the main-branch commit that was read): refused (exit 2) "
+                   "outside the released versions the keys were checked against")  # fmt: skip
     solver(p)
     evidence(p, help="log(s) to check the premises against (replaces the contract's "
              "evidence.logprobs path)")  # fmt: skip
