@@ -189,9 +189,9 @@ def test_huge_horizons_and_tiny_temperatures_end_within_the_budget(T, L):
         o = discharge(d, budget=Budget(hang_guard_s=1.0))
         elapsed = time.perf_counter() - start
         # z3 stops counting its resource units on a degree-4096 polynomial: a 1 s hang guard
-        # ends it, with a margin no loaded 2-core machine reaches; a solver left alone runs for
-        # minutes (exact timings: bench/bench_verify.py)
-        assert elapsed < 1.0 + 14.0, (d.guarantee, elapsed)
+        # ends it; the bound only tells a stopped solver from one left alone, which runs for
+        # many minutes (timings belong in bench/bench_verify.py, not here)
+        assert elapsed < 1.0 + 60.0, (d.guarantee, elapsed)
         assert o.status is not Status.UNKNOWN or o.reason, d.guarantee
         if o.status is Status.PROVED:  # only where the bound is the truth and below max
             assert o.bound is not None and o.bound <= 0.5
@@ -212,7 +212,7 @@ def test_a_solver_that_ignores_its_limit_is_stopped():
     query = encode(d.expr, box, d.constants, d.threshold)
     start = time.perf_counter()
     got = smt.z3_check(query.text, rlimit=Budget().rlimit, guard_s=0.5)
-    assert time.perf_counter() - start < 0.5 + 0.75
+    assert time.perf_counter() - start < 0.5 + 60  # stopped, not left to run for minutes
     assert got.answer in ("unknown", "unsat")  # unsat only if z3 happened to decide it in time
     if got.answer == "unknown":  # the hang guard, not the budget, stopped it, and says so
         assert got.hang_guard and got.reason == (
@@ -232,7 +232,7 @@ def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
     x = (Fraction(999, 1000), Fraction(9999, 10000))
     start = time.perf_counter()
     lo, hi = intervals.int_power(x, 10**50, "x")
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 60  # by squaring: 10^50 multiplications never end
     assert lo == 0 and hi > 0  # 0.9999^(10^50) underflows: [0, 2^-16384]
     base = Fraction(999, 1000)
     for n in (1, 7, 4096):  # exact rationals: the enclosure contains them, 140 bits tight
