@@ -88,9 +88,10 @@ def test_it_is_a_front_door():
 
 
 def test_license_matches_the_declared_one():
-    declared = re.search(r"^license = \{ text = \"(.+)\" \}$",
-                         (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)  # fmt: skip
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    declared = re.search(r'^license = "(.+)"$', pyproject, re.M)  # an SPDX expression
     assert declared and declared.group(1) == "Apache-2.0"
+    assert re.search(r'^license-files = \["LICENSE"\]$', pyproject, re.M)
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in text and "Version 2.0, January 2004" in text
 

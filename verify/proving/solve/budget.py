@@ -33,6 +33,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kernel_contracts.contracts import KernelContractsError
+
 __all__ = [
     "DEFAULT_CVC5_RLIMIT",
     "DEFAULT_HANG_GUARD_S",
@@ -54,7 +56,7 @@ RAISE = "--solver-budget raises it"  # what a reason says when a budget was too 
 RLIMIT_MAX = 2**32 - 1  # z3 and cvc5 take their limits as unsigned 32-bit integers
 
 
-class BudgetError(ValueError):
+class BudgetError(KernelContractsError, ValueError):
     """A report's ``solver_budget`` that is not a budget."""
 
 
