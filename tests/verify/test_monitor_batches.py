@@ -188,6 +188,7 @@ def test_a_restart_from_a_checkpoint_taken_mid_batch_gives_the_uninterrupted_byt
     with pytest.raises(_Killed):
         main([*args, "--no-follow"], stdout=io.StringIO(), stderr=io.StringIO())
     assert saved[-1]["position"]["line"] == 10  # taken while the batch was held
+    assert [h["line"] for h in saved[-1]["reader"]["held"]] == list(range(3, 11))
     with out.open("ab") as f:  # a window written whose checkpoint never landed
         f.write(b'{"kind": "window", "window": 3, "hal')
     monkeypatch.setattr(command._Run, "save", real)
