@@ -1,5 +1,6 @@
 """The monitor's checkpoint: where the stream was read to at the end of the last decided window,
-what outlives a window, and how long the output was then; written atomically.
+what outlives a window (split records waiting for their other half, the lines of a hook batch
+still held: ``Reader.state``), and how long the output was then; written atomically.
 
 A checkpoint is one JSON object, written to a temporary file beside its path, flushed to disk
 (``fsync``), moved into place (``os.replace``) and its directory synced: a reader sees the old

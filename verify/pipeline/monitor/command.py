@@ -239,6 +239,7 @@ class _Run:
             tail = self.stream.tail()
             if tail is not None:
                 self.feed(tail)
+            self.reader.end_file(self.window)  # a hook batch still held is cut short
             self.reader.unpair_all(self.window)
         if not self.window.empty:
             self.close_window(self.stream.position(None), closed)

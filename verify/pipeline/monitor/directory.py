@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from dataclasses import replace
 
 from kernel_contracts.verify.pipeline.monitor.lines import HEAD, Line, LineSplitter
 from kernel_contracts.verify.pipeline.monitor.rotation import lost
@@ -46,6 +47,7 @@ from kernel_contracts.verify.pipeline.monitor.stream import (
     Rewritten,
     StreamError,
     file_identity,
+    flag_end,
     head_hash,
     prefix_hash,
     read_lines,
@@ -77,6 +79,7 @@ class DirectoryStream:
         self.checked: dict = {}  # identity -> (size, mtime) whose first bytes were checked
         self.copies: dict = {}  # identity -> (size, mtime) of a copy of the file being read
         self.pending: list[str] = []
+        self.finished = False  # a file was finished and no line handed out since
         if position.file:
             self._resume(position)
 
@@ -351,6 +354,9 @@ class DirectoryStream:
             return None if tail is None else [tail]
 
     def read(self, follow: bool) -> list[Line]:
+        return flag_end(self, self._read(follow))
+
+    def _read(self, follow: bool) -> list[Line]:
         if self.fd is not None:
             got = self._lines()
             if got is not None:
@@ -371,7 +377,8 @@ class DirectoryStream:
             os.close(self.fd)
             self.fd, self.identity = None, None
             if tail is not None:  # its position: no file open, this one read to its end
-                return [tail]
+                return [replace(tail, last=True)]
+            self.finished = True  # the next line handed out says so
         if not self._start(following):
             return []
         return self.read(follow)
@@ -384,7 +391,8 @@ class DirectoryStream:
         return out
 
     def tail(self) -> Line | None:
-        return self.lines.tail() if self.fd is not None else None
+        tail = self.lines.tail() if self.fd is not None else None
+        return flag_end(self, [tail])[0] if tail is not None else None
 
     def position(self, line: Line | None) -> Position:
         files = tuple(sorted(self.files.values(), key=lambda f: _key(f.name)))

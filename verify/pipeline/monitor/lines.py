@@ -7,6 +7,11 @@ a cut-off last line waits for its newline; at the end of input, and at the end o
 rotated file, it is handed out with ``cut`` set (a counted bad line). A longer line is handed
 out as its first 200 bytes with ``reason`` set and the rest skipped (one counted bad line at
 its line number; reading goes on after it), so memory stays bounded.
+
+A file that is finished (rotated away, or a directory's next file begun) says so: its cut last
+line comes with ``last`` set, or, when it ended in a newline, the next line handed out (of the
+next file) comes with ``follows_end`` set. A hook batch still held there is cut short
+(``evidence.logs.batches``); a file being followed has no end yet.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class Line:
     cut: bool = False  # no newline: cut off at the end of input or of a rotated file
     reason: str | None = None  # why it cannot be read at all (too long)
     state: object = field(default=None, compare=False, repr=False)  # sha256 of [0, end)
+    last: bool = False  # its file is finished after it
+    follows_end: bool = False  # a finished file, whose last line was handed out, comes before it
 
 
 class LineSplitter:

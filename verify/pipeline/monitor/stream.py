@@ -31,7 +31,7 @@ import hashlib
 import os
 import select
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kernel_contracts.contracts import KernelContractsError
 from kernel_contracts.verify.pipeline.monitor.lines import HEAD, WINDOW, Line, LineSplitter
@@ -43,6 +43,7 @@ __all__ = [
     "Rewritten",
     "StreamError",
     "file_identity",
+    "flag_end",
     "head_hash",
     "open_stream",
     "prefix_hash",
@@ -191,6 +192,15 @@ def read_lines(fd: int, lines: LineSplitter) -> list[Line] | None:
             return out
 
 
+def flag_end(stream, lines: list[Line]) -> list[Line]:
+    """``lines``, the first with ``follows_end`` set when ``stream`` finished a file (its last
+    line handed out before) since it last handed out a line."""
+    if lines and stream.finished:
+        lines[0] = replace(lines[0], follows_end=True)
+        stream.finished = False
+    return lines
+
+
 class FileStream:
     """A single file, followed by name (see the module docstring)."""
 
@@ -200,6 +210,7 @@ class FileStream:
         self.path, self.label = path, path
         self.pending: list[str] = []
         self.left = None
+        self.finished = False  # a file was finished and no line handed out since
         self._open(position)
 
     def _open(self, position: Position) -> None:
@@ -292,6 +303,9 @@ class FileStream:
         return None
 
     def read(self, follow: bool) -> list[Line]:
+        return flag_end(self, self._read(follow))
+
+    def _read(self, follow: bool) -> list[Line]:
         try:
             got = read_lines(self.fd, self.lines)
         except Rewritten:
@@ -317,9 +331,10 @@ class FileStream:
         os.close(self.fd)
         self._open(Position())
         if tail is None:
+            self.finished = True  # the next line handed out says so
             return self.read(follow)
-        self.left = tail  # the old file's last line: after it comes the new file's start
-        return [tail]
+        self.left = replace(tail, last=True)  # the old file's last: then the new file's start
+        return [self.left]
 
     def ended(self) -> bool:
         return False
@@ -329,7 +344,8 @@ class FileStream:
         return out
 
     def tail(self) -> Line | None:
-        return self.lines.tail()
+        tail = self.lines.tail()
+        return flag_end(self, [tail])[0] if tail is not None else None
 
     def position(self, line: Line | None) -> Position:
         if line is None:

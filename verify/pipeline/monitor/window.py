@@ -16,6 +16,16 @@ and its position falls below ``sample_rate``: the same tokens are kept however t
 cut, restarted or sharded. A window closes at the end of the record that brings it to
 ``window_tokens`` sampled tokens (sequences are never split), or after ``window_tokens /
 sample_rate`` lines, so a stream of empty or bad lines is still reported.
+
+Hook batches (``evidence.logs.batches``) are checked with the offline reader's own ``Frames``:
+a record of a framed batch becomes data only when its whole batch has arrived in order, in the
+window of the batch's last line. A batch cut short by another batch, a record without a frame,
+an unusable frame or the end of a finished file (``Line.last``, ``Line.follows_end``) is left
+out, each of its lines a counted bad line with the offline reader's reason, in the window where
+it is found cut short. A batch still held at the end of what was read from a followed file
+waits for its next records; a checkpoint keeps the held lines (``Reader.state``), so a restart
+ends with the decisions of an uninterrupted run. A record without ``hook_batch`` is read as it
+always was.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from types import MappingProxyType
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.evidence.logs.batches import Frames
 from kernel_contracts.evidence.logs.reader import (
     MAX_LISTED,
     BadRecord,
@@ -43,6 +54,7 @@ from kernel_contracts.evidence.logs.reader import (
 from kernel_contracts.evidence.logs.schema import FORMATS, detect_format
 from kernel_contracts.verify.common.escalation import decide
 from kernel_contracts.verify.common.status import Status, worst
+from kernel_contracts.verify.pipeline.monitor.lines import Line
 
 __all__ = ["MAX_PENDING", "MonitorError", "Reader", "Window", "sample_mask"]
 
@@ -111,8 +123,8 @@ class Window:
         self.last: dict | None = None
 
     @property
-    def empty(self) -> bool:
-        return self.lines == 0 and self.unpaired.count == 0
+    def empty(self) -> bool:  # a batch cut short at a file's end is counted with no line read
+        return self.lines == 0 and self.unpaired.count == 0 and self.malformed.count == 0
 
 
 class Reader:
@@ -125,10 +137,26 @@ class Reader:
         self.rate, self.label = rate, label
         self.pending: dict = {}
         self.pending_where: dict = {}
+        self.frames = Frames()  # the hook batch being read, held until it is whole
 
     def feed(self, window: Window, line) -> None:
         """Read one line into ``window``; raises ``MonitorError`` when the stream's first
         record has no known field set (no format declared)."""
+        if line.follows_end:
+            self.end_file(window)
+        self._read(window, line)
+        if line.last:
+            self.end_file(window)
+
+    def end_file(self, window: Window) -> None:
+        """The file read is finished: the hook batch still held is cut short."""
+        self._dropped(window, self.frames.end())
+
+    def _dropped(self, window: Window, dropped) -> None:
+        for _, line, reason in dropped:
+            window.malformed.note(_where(line), reason)
+
+    def _read(self, window: Window, line) -> None:
         window.lines += 1
         window.digest.update(line.raw)
         here = _where(line)
@@ -157,6 +185,14 @@ class Reader:
         except BadRecord as bad:
             window.malformed.note(here, str(bad))
             return
+        kept, dropped = self.frames.take(record, line)
+        self._dropped(window, dropped)
+        for whole, at in kept:
+            self._take(window, whole, at)
+
+    def _take(self, window: Window, record, line) -> None:
+        """One record whose hook batch (if any) is whole: its sequence, or why not."""
+        here = _where(line)
         if not isinstance(record, dict):
             window.malformed.note(here, f"not a JSON object (got {type(record).__name__})")
             return
@@ -261,14 +297,21 @@ class Reader:
     # -- checkpoint state ------------------------------------------------------------------
 
     def state(self) -> dict:
-        return {
+        """What a checkpoint keeps: the format, the split records waiting for their other
+        half, and the lines of the hook batch held (``held``, left out when none is)."""
+        out = {
             "format": self.fmt.name if self.fmt else None,
             "pending": [
                 _entry_json(k, e, self.pending_where.get(k)) for k, e in self.pending.items()
             ],
         }
+        if self.frames.held:
+            out["held"] = [_held_json(line) for _, line in self.frames.held]
+        return out
 
     def restore(self, state: dict) -> None:
+        """Take back ``state``; ``ValueError`` (or ``KeyError``, ``TypeError``) when it cannot
+        be used. The held lines are read again into ``Frames``: they must be held again."""
         if state["format"] is not None:
             self.fmt = FORMATS[state["format"]]
         for item in state["pending"]:
@@ -276,6 +319,14 @@ class Reader:
             self.pending[key] = _entry(item)
             if item["where"] is not None:
                 self.pending_where[key] = item["where"]
+        for item in state.get("held", []):
+            line = _held(item)
+            try:
+                record = parse_line(line.raw.decode("utf-8"))
+            except BadRecord as bad:
+                raise ValueError(str(bad)) from None
+            if self.frames.take(record, line) != ([], []):
+                raise ValueError("the held lines are not the start of one hook batch")
 
 
 def _entry_json(key, e, where) -> dict:
@@ -292,6 +343,27 @@ def _entry_json(key, e, where) -> dict:
         "sample": sample,
         "where": where,
     }
+
+
+def _held_json(line) -> dict:
+    return {
+        "file": line.file,
+        "line": line.number,
+        "offset": line.offset,
+        "end": line.end,
+        "text": line.raw.decode("utf-8"),
+    }
+
+
+def _held(item: dict) -> Line:
+    """The line a checkpoint's ``held`` item keeps (its text, where it lies)."""
+    file, text = item["file"], item["text"]
+    number, offset, end = item["line"], item["offset"], item["end"]
+    if not (isinstance(file, str) and isinstance(text, str)):
+        raise TypeError("a held line's file and text are strings")
+    if not all(type(n) is int and n >= 0 for n in (number, offset, end)):
+        raise TypeError("a held line's line, offset and end are integers")
+    return Line(text.encode("utf-8"), file, number, offset, end)
 
 
 def _entry(item: dict) -> tuple:
