@@ -258,7 +258,8 @@ _GUARANTEE = _obj(
         "cap": _num("Importance-ratio cap: c >= 0 for tis, seq_tis and tis_mask, c > 1 for mis "
                     "and dual_clip.", minimum=0),
         "band": dict(_pair("Kept ratio band [lo, hi], 0 <= lo < 1 < hi, for icepop, geo_mask, "
-                           "seq_mask, seq_outlier and tis_mask.", {"type": "number"}, False),
+                           "seq_mask, seq_outlier and tis_mask; the clamp range of tis_clip.",
+                           {"type": "number"}, False),
                      prefixItems=[{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                                   {"type": "number", "exclusiveMinimum": 1}]),
         "threshold": _num("Divergence threshold: tv_mask and dppo_tv in (0, 1), kl_mask, "

@@ -19,6 +19,7 @@ import sympy
 from kernel_contracts.bounds._evaluate import evaluate
 from kernel_contracts.bounds.pg import closed_forms as C
 from kernel_contracts.bounds.pg.links import mis_drift, tis_drift
+from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_sup
 from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
 from kernel_contracts.bounds.token.lemmas import kl_tilt_sup
 
@@ -79,6 +80,9 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
         return sympy.Min(*forms, C.seq_mask_tv(tv_l, lo, hi))
     if estimator == "seq_is":
         return sympy.Integer(0)
+    if estimator == "tis_clip":
+        lo, hi = (_num(x) for x in p["band"])
+        return clip_drift(_s, 0 if lo == 0 else lo, hi)
     if estimator == "seq_tis":
         c = _num(p["cap"])
         if c == 0:
@@ -163,6 +167,8 @@ def pg_bias_supremum(
         return GA * float(kl > params["threshold"])
     if estimator == "seq_is":
         return 0.0
+    if estimator == "tis_clip":
+        return GA * float(clip_sup(s, *params["band"]))
     if estimator == "seq_tis":
         return L * GA if params["cap"] == 0 else None
     raise ValueError(f"unknown estimator {estimator!r}")

@@ -41,6 +41,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_tv,
 )
 from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
 from kernel_contracts.bounds.premises import Fact
 from kernel_contracts.bounds.route import NoLemma, Route, combine
 from kernel_contracts.contracts import exact
@@ -84,6 +85,7 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "seq_outlier": _seq_outlier,
         "tis_mask": _tis_mask,
         "opsm": _opsm,
+        "tis_clip": _tis_clip,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -512,6 +514,21 @@ def _tis_mask(ctx, GA) -> list[Route]:
         form = sympy.Min(1, t_tv(f.expr) + band_tv(f.expr, lo, hi))
         out.append(Route(f"{name}_tv", GA * form, (f,), (*f.chain, f"{name}_tv"),
                          attained=False))  # fmt: skip
+    return out
+
+
+def _tis_clip(ctx, GA) -> list[Route]:
+    """ω = clip(w, lo, hi): the drift and ratio forms are the suprema (``bounds.pg.tis_clip``),
+    the TV form (1 + lo)·ε is approached by leaks. Without a per-token fact, a mean-TV fact
+    gives E[bias] ≤ G·A·(1 + lo)·E[TV] (the form is linear). No exceedance split: a position
+    past the level can cost 1 + lo, not 1."""
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
+    name = "pg_bias_tis_clip"
+    out = _per_token(ctx, GA, name, lambda s: clip_drift(s, lo, hi),
+                     lambda r: clip_ratio(r, lo, hi), lambda e: clip_tv(e, lo))  # fmt: skip
+    if not out:
+        out = _mean_tv(ctx, GA, name, lambda e: clip_tv(e, lo), jensen_exact=True)
     return out
 
 

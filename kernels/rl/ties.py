@@ -89,6 +89,7 @@ _TIS = TieRule("value", "clamp(w, max=c)")
 _MIS = TieRule("ratio", "keeps w ≤ c")
 _ICEPOP = TieRule("ratio", "keeps lo ≤ w ≤ hi")
 _SEQ_TIS = TieRule("value", "clamp(W, max=c)")
+_TIS_CLIP = TieRule("value", "clamp(w, min=lo, max=hi)")
 _DUAL = TieRule(
     "loss",
     "A < 0: min(max(−A·w, −A·clip(w)), −A·c)",
@@ -142,6 +143,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_is": TieRule("value", "clamp(W, min=0)"),
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
+                "tis_clip": _TIS_CLIP,
             },
         ),
         "nemo-rl": _at(
@@ -152,6 +154,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "icepop": _ICEPOP,
                 "geo_mask": TieRule("ratio", "keeps lo ≤ exp(mean log w) ≤ hi"),
                 "dual_clip": _DUAL,
+                "tis_clip": dataclasses.replace(_TIS_CLIP, exported=False),
             },
         ),
         "skyrl": _at(
@@ -194,6 +197,7 @@ OURS: Mapping[str, TieRule] = _at(
         "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
         "opsm": TieRule("log", "drops A < 0 with mean(−log w) > δ"),
         "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
+        "tis_clip": _TIS_CLIP,
     },
 )
 

@@ -37,6 +37,7 @@ PARAMS = {
     "tis_mask": {"cap": 1.2, "band": (0.4, 3.0)},
     "opsm": {"threshold": 0.1},
     "kl_reject": {"reject": "token_k1,token_k3", "reject_threshold": "0.4_3.0,0.25"},
+    "tis_clip": {"band": (0.6, 1.5)},
 }
 
 
@@ -89,6 +90,8 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
         return min(w, prm["cap"]) if inside else 0
     if name == "opsm":
         return 0 if a < 0 and -mpmath.log(w) > prm["threshold"] else w
+    if name == "tis_clip":
+        return min(max(w, lo), hi)
     if name == "kl_reject":  # k1 = −log w in [log 0.4, log 3]; k3 = w − 1 − log w ≤ 0.25
         k1, k3 = -mpmath.log(w), w - 1 - mpmath.log(w)
         keep = mpmath.log(0.4) <= k1 <= mpmath.log(3.0) and k3 <= 0.25

@@ -289,3 +289,13 @@ def _verl_rejection(options: str, thresholds: str) -> np.ndarray:
 def test_kl_reject_equals_verl_chained_rejection(options, thresholds):
     got = ours("kl_reject", reject=options, reject_threshold=thresholds)
     _same(got, _verl_rejection(options, thresholds), W)
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.9, 1.1), (0.5, 2.0)])
+def test_tis_clip_equals_trl_token_truncate_and_nemo_rl_tis_with_a_floor(lo, hi):
+    # TRL (token_truncate): clamp(exp(old − sampling), min=clip_min, max=clip_max); NeMo-RL
+    # (tis, 0.7 on): clamp(exp(prev − generation), min=ratio_min, max=ratio); 0 on padding
+    got = ours("tis_clip", band=(lo, hi))
+    want = np.where(REAL, np.clip(W, lo, hi), 0.0)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+    assert np.any(REAL & np.less(W, lo)) and np.any(REAL & np.greater(W, hi))  # both ends bite

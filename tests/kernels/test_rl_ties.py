@@ -225,6 +225,7 @@ PARAMS = {
     "seq_outlier": {"band": (0.5, 2.0)},
     "tis_mask": {"cap": 1.5, "band": (0.5, 2.0)},
     "opsm": {"threshold": 0.05},
+    "tis_clip": {"band": (0.5, 2.0)},
 }
 
 

@@ -116,6 +116,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no off_policy_correction setting reads the advantage")
+    if r.what == "tis_clip":
+        raise NoCounterpart(
+            "token TIS clamps from above only (token_tis_ratio_clip_high); no setting raises a "
+            "weight to a floor"
+        )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
             "dppo's binary_tv and binary_kl replace the loss with a trust region on the sampled "

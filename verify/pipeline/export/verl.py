@@ -150,6 +150,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no rollout_rs option reads the advantage")
+    if r.what == "tis_clip":
+        raise NoCounterpart(
+            "rollout_is truncates the weight from above only; a lower threshold masks the token "
+            "instead of raising its weight to the floor"
+        )
     if r.what == "seq_outlier":
         raise NoCounterpart(
             "seq_max_k2 and seq_max_k3 reject a sequence by its largest (log w)^2/2 or "
