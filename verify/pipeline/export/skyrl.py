@@ -118,8 +118,9 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         raise NoCounterpart("no off_policy_correction setting reads the advantage")
     if r.what == "tis_clip":
         raise NoCounterpart(
-            "token TIS clamps from above only (token_tis_ratio_clip_high); no setting raises a "
-            "weight to a floor"
+            "token TIS clamps from above only (token_tis_ratio_clip_high); the CISPO loss "
+            "anchored on the rollout (cispo_anchor: rollout, which clamps to [1 - "
+            "cispo_eps_clip_low, 1 + cispo_eps_clip_high]) is in no release up to 0.4"
         )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
