@@ -42,6 +42,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
 )
 from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
+from kernel_contracts.bounds.pg.tis_norm import norm_form
 from kernel_contracts.bounds.premises import Fact
 from kernel_contracts.bounds.route import NoLemma, Route, combine
 from kernel_contracts.contracts import exact
@@ -86,6 +87,7 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "tis_mask": _tis_mask,
         "opsm": _opsm,
         "tis_clip": _tis_clip,
+        "tis_norm": _tis_norm,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -529,6 +531,26 @@ def _tis_clip(ctx, GA) -> list[Route]:
                      lambda r: clip_ratio(r, lo, hi), lambda e: clip_tv(e, lo))  # fmt: skip
     if not out:
         out = _mean_tv(ctx, GA, name, lambda e: clip_tv(e, lo), jensen_exact=True)
+    return out
+
+
+def _tis_norm(ctx, GA) -> list[Route]:
+    """ω = min(w, c)/m, m the batch mean: K + (1 − K)₊·D_tis with K = e^x − 1 for every batch
+    (``bounds.pg.tis_norm``); a bound, not attained. A TV premise leaves m unbounded: no route."""
+    cap = exact(_need(ctx, "cap", "cap: c > 1"))
+    if cap <= 1:
+        raise NoLemma(f"pg_bias with estimator 'tis_norm' needs cap: c > 1, got {cap}")
+    c = ctx.const("c", cap)
+    name = "pg_bias_tis_norm"
+    out = []
+    for f in ctx.premises.of("osc"):
+        s = f.expr / ctx.T
+        out.append(Route(name, GA * norm_form(s, tis_drift(s, c)), (f,), (*f.chain, name),
+                         attained=False))  # fmt: skip
+    for f in ctx.premises.of("ratio"):
+        form = norm_form(f.expr, tis_ratio(f.expr, c))
+        out.append(Route(f"{name}_ratio", GA * form, (f,), (*f.chain, f"{name}_ratio"),
+                         attained=False))  # fmt: skip
     return out
 
 

@@ -118,6 +118,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_tis": _SEQ_TIS,
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "tis_mask": TieRule("k1", "keeps log(1/hi) ≤ −log w ≤ log(1/lo)"),
+                "tis_norm": TieRule("value", "clamp(w, max=c)/batch mean"),
                 "dual_clip": dataclasses.replace(_DUAL, exported=True, source=VERL_LOSS),
                 "dppo_tv": TieRule(
                     "prob",
@@ -198,6 +199,7 @@ OURS: Mapping[str, TieRule] = _at(
         "opsm": TieRule("log", "drops A < 0 with mean(−log w) > δ"),
         "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
         "tis_clip": _TIS_CLIP,
+        "tis_norm": TieRule("value", "min(w, c)/batch mean"),
     },
 )
 

@@ -43,6 +43,7 @@ PARAMS = {
     "opsm": {"threshold": 0.05},
     "kl_reject": {"reject": "token_k1,seq_mean_k2", "reject_threshold": "0.45_2.2,0.2"},
     "tis_clip": {"band": (0.6, 2.0)},
+    "tis_norm": {"cap": 2.0},
 }
 
 
@@ -104,6 +105,10 @@ def _expected(name: str) -> np.ndarray:
                 out[b, t] = w if kept else 0.0
             elif name == "tis_clip":
                 out[b, t] = min(max(w, 0.6), 2.0)
+            elif name == "tis_norm":  # divided by the batch mean below
+                out[b, t] = min(w, 2.0)
+    if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
+        out = out / (np.sum(out) / np.sum(MASK))
     return out
 
 

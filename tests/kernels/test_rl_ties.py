@@ -226,6 +226,7 @@ PARAMS = {
     "tis_mask": {"cap": 1.5, "band": (0.5, 2.0)},
     "opsm": {"threshold": 0.05},
     "tis_clip": {"band": (0.5, 2.0)},
+    "tis_norm": {"cap": 2.0},
 }
 
 

@@ -399,7 +399,7 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
 
 COUNTERPARTS = {  # framework -> the estimators it carries out exactly
     "verl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "tis_mask", "dual_clip",
-             "clip_budget"},
+             "tis_norm", "clip_budget"},
     "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "clip_budget"},
     "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "tis_clip",
             "clip_budget"},

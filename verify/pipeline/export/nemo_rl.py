@@ -89,6 +89,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no loss_fn setting masks by the advantage")
+    if r.what == "tis_norm":
+        raise NoCounterpart("no loss_fn setting divides the importance weights by their batch mean")
     if r.what == "tis_clip":
         raise NoCounterpart(
             "the tis type clamps from below at truncated_importance_sampling_ratio_min only "

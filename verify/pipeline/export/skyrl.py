@@ -116,6 +116,10 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no off_policy_correction setting reads the advantage")
+    if r.what == "tis_norm":
+        raise NoCounterpart(
+            "no off_policy_correction setting divides the weights by their batch mean"
+        )
     if r.what == "tis_clip":
         raise NoCounterpart(
             "token TIS clamps from above only (token_tis_ratio_clip_high); the CISPO loss "

@@ -78,6 +78,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     if r.what == "seq_mask":
         lo, hi = r.band
         return _mode("sequence_mask", hi, lo if lo > 0 else None)
+    if r.what == "tis_norm":
+        raise NoCounterpart("no setting divides the importance weights by their batch mean")
     if r.what == "tis_clip":  # clamp(w, C_min, C_max); C_min appeared in 1.6 with the modes
         lo, hi = r.band
         return _mode("token_truncate", hi, lo if lo > 0 else None)
