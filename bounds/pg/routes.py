@@ -522,15 +522,21 @@ def _tis_mask(ctx, GA) -> list[Route]:
 def _tis_clip(ctx, GA) -> list[Route]:
     """ω = clip(w, lo, hi): the drift and ratio forms are the suprema (``bounds.pg.tis_clip``),
     the TV form (1 + lo)·ε is approached by leaks. Without a per-token fact, a mean-TV fact
-    gives E[bias] ≤ G·A·(1 + lo)·E[TV] (the form is linear). No exceedance split: a position
-    past the level can cost 1 + lo, not 1."""
+    gives E[bias] ≤ G·A·(1 + lo)·E[TV] (the form is linear), and a tail fact
+    P(drift > level) ≤ ρ gives (1 − ρ)·D(level) + ρ·(1 + lo): a position past the level can cost
+    1 + lo, not the 1 of the masks' split."""
     lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
     lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
     name = "pg_bias_tis_clip"
     out = _per_token(ctx, GA, name, lambda s: clip_drift(s, lo, hi),
                      lambda r: clip_ratio(r, lo, hi), lambda e: clip_tv(e, lo))  # fmt: skip
     if not out:
-        out = _mean_tv(ctx, GA, name, lambda e: clip_tv(e, lo), jensen_exact=True)
+        split = "pg_bias_tis_clip_exceedance"
+        for f, rho, s in _tails(ctx):
+            chain = (*f.chain[: f.chain.index("token_tv_tanh")], split)
+            expr = GA * ((1 - rho) * clip_drift(s, lo, hi) + rho * (1 + lo))
+            out.append(Route(split, expr, (f,), chain, expectation=True, attained=True))
+        out += _mean_tv(ctx, GA, name, lambda e: clip_tv(e, lo), jensen_exact=True)
     return out
 
 

@@ -16,6 +16,8 @@ E_π' w = 1. Each premise's supremum of E_π' φ(w):
   (e^{s/2} − √hi)₊²/(e^s − 1), the second (√lo·e^{s/2} − 1)₊²/(e^s − 1), the third
   ((1 + lo)e^s + hi + 1 − (hi + lo)m − 2e^s/m)/(e^s − 1) at the clamped m. The supremum is
   the largest of the three, attained by two tokens.
+- P(drift > level) ≤ ρ (a statistical clause), in expectation over positions:
+  (1 − ρ)·D(level) + ρ·(1 + lo), a position past the level costing at most (1 + lo)·TV.
 - TV ≤ ε: (w − hi)₊ ≤ (w − 1)₊ and (lo − w)₊ ≤ lo·(1 − w)₊, whose means are both the TV:
   D_tv = (1 + lo)·ε, approached (π' puts ε on a token π almost never takes, π puts ε on a token
   π' almost never samples).
@@ -55,7 +57,7 @@ __all__ = [
 
 Vector = Float[np.ndarray, "vocab"]
 _S = SYMBOLS
-osc, T, r, eps = _S["osc"], _S["T"], _S["r"], _S["eps"]
+osc, T, r, eps, rho = _S["osc"], _S["T"], _S["r"], _S["eps"], _S["rho"]
 lo, hi, G, A = _S["lo"], _S["hi"], _S["G"], _S["A"]
 
 
@@ -182,12 +184,14 @@ EXPR: dict[str, sympy.Expr] = {
     "pg_bias_tis_clip": _GA * clip_drift(osc / T, lo, hi),
     "pg_bias_tis_clip_ratio": _GA * clip_ratio(r, lo, hi),
     "pg_bias_tis_clip_tv": _GA * clip_tv(eps, lo),
+    "pg_bias_tis_clip_exceedance": _GA * ((1 - rho) * clip_drift(osc / T, lo, hi) + rho * (1 + lo)),
 }
 # lo = 0 (1/lo would be undefined in the general form): TIS at cap hi
 EXPR_NO_LOWER: dict[str, sympy.Expr] = {
     "pg_bias_tis_clip": _GA * clip_drift(osc / T, 0, hi),
     "pg_bias_tis_clip_ratio": _GA * clip_ratio(r, 0, hi),
     "pg_bias_tis_clip_tv": _GA * clip_tv(eps, 0),
+    "pg_bias_tis_clip_exceedance": _GA * ((1 - rho) * clip_drift(osc / T, 0, hi) + rho),
 }
 
 _TOK = "per-token ‖∇ log π(y)‖ ≤ G and |A(y)| ≤ A (assumptions of the guarantee)"
@@ -215,4 +219,12 @@ TIS_CLIP_LEMMAS: tuple[Lemma, ...] = (
           (_TOK, _SUPPORT, _CLAMP),
           "(w − hi)₊ ≤ (w − 1)₊ and (lo − w)₊ ≤ lo·(1 − w)₊; E_π'(w − 1)₊ = E_π'(1 − w)₊ = TV",
           "supremum, approached (a leak each way)", _w_tv),
+    _lemma("pg_bias_tis_clip_exceedance",
+           ("P(osc > osc_thr) ≤ ρ over positions (statistical clause)",),
+           "E[bias] ≤ G·A·((1 − ρ)·D(osc_thr) + ρ·(1 + lo)), D the drift form",
+           (_TOK, _SUPPORT, _CLAMP, "the statistical clause holds"),
+           "split on the exceedance event; past the level a position's discrepancy is at most "
+           "TV·(1 + lo) ≤ 1 + lo, not 1 as for the masks",
+           "supremum, approached (D's witness, and a saturated position with a leak each way)",
+           None),
 )  # fmt: skip

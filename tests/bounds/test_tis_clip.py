@@ -242,3 +242,49 @@ def test_exports_write_trls_two_clip_keys_and_refuse_the_others_with_the_reason(
     for name, why in reasons.items():
         with pytest.raises(NoCounterpart, match=why):
             FRAMEWORKS[name].settings(r)
+
+
+def test_a_tail_clause_gives_the_exceedance_split_with_the_floors_saturation():
+    from kernel_contracts.contracts import (
+        Contract,
+        Guarantee,
+        KernelPair,
+        Policy,
+        Source,
+        StatisticalClause,
+        preset,
+    )
+
+    rate = StatisticalClause("S1", "logit_drift", "exceed_rate", 0.001, threshold=0.2)
+    guarantees = [
+        Guarantee("G", "pg_bias", 1.0, ("S1",), score_norm=5.0, advantage=1.0,
+                  estimator="tis_clip", band=band)
+        for band in ((0.5, 1.2), (0.0, 1.2))
+    ]  # fmt: skip
+    pair, src = KernelPair(preset("fp32"), preset("h100-fp8")), Source("<test>", "", "")
+    c = Contract(1, "t", Policy(), pair, src, statistical=(rate,), guarantees=tuple(guarantees))
+    floor, no_floor = bounds.derive(c)
+    assert floor.chain[-1] == "pg_bias_tis_clip_exceedance" and floor.extra["attained"]
+    # (1 − ρ)·D(s = 0.4) + ρ·(1 + lo): a position past the level costs up to 1 + lo
+    want = 5 * (0.999 * float(clip_sup(0.4, 0.5, 1.2)) + 0.001 * 1.5)
+    assert floor.value == pytest.approx(want, rel=1e-9)
+    assert no_floor.value == pytest.approx(5 * (0.999 * float(clip_sup(0.4, 0, 1.2)) + 0.001))
+    assert discharge(floor, timeout_ms=20_000).status is Status.PROVED  # max 1 > 0.36
+
+
+@examples(100)
+@given(st.floats(0.0, 0.3), st.floats(0.05, 1.0), LOHI, st.integers(0, 2**32 - 1))
+def test_the_exceedance_split_is_sound_on_random_positions(rho, level, lohi, seed):
+    """Mean discrepancy over positions, a ρ-share drifting arbitrarily far past the level."""
+    lo, hi = lohi
+    rng = np.random.default_rng(seed)
+    exceed = rng.random(40) < rho
+    got = []
+    for far in exceed:
+        z = rng.normal(0, 2, 6)
+        delta = rng.uniform(level, level + 20) if far else level * rng.choice([1.0, 0.5])
+        zp = z + np.where(rng.random(6) < 0.5, delta, -delta)
+        got.append(clip_discrepancy(z, zp, 1.0, lo, hi))
+    share = float(np.mean(exceed))
+    bound = (1 - share) * drift_form(2 * level * (1 + 1e-12), lo, hi) + share * (1 + lo)
+    assert within(float(np.mean(got)), bound)
