@@ -156,13 +156,18 @@ def log_source(
 def tables_source(contract, tables) -> Source:
     """The evidence of token tables (``evidence.logs.LogTable``, shards of one log): the
     summaries every clause needs, merged, and what the tables cannot give."""
-    from kernel_contracts.evidence.logs import framework_metrics, support_shift
+    from kernel_contracts.evidence.logs import (
+        framework_metrics,
+        shift_corrected,
+        shift_declared,
+        support_shift,
+    )
     from kernel_contracts.evidence.summary import merge_all
     from kernel_contracts.evidence.weights import estimators_of, weight_diagnostics
 
     thresholds, slices = _needs(contract)
     policy = contract.policy
-    declared = policy.logprobs == "processed" and policy.truncated
+    declared = shift_declared(policy)
     metric_skip = {m: why for m in FULL_VOCAB if (why := unmeasurable("logprobs", m))}
     files = []
     train = np.concatenate([t.columns["train_logprob"] for t in tables])
@@ -173,7 +178,7 @@ def tables_source(contract, tables) -> Source:
         [t.columns["sequence"] + o for t, o in zip(tables, offsets[:-1], strict=True)]
     )
     shift = support_shift(train, rollout, kept)
-    corrected = declared and kept.size > 0 and bool(np.isfinite(kept).all())
+    corrected = shift_corrected(declared, int(train.size), shift.kept_mass_logged)
     caveat = {}
     if declared and not corrected:
         reason = (
@@ -213,7 +218,11 @@ def tables_source(contract, tables) -> Source:
         files.append(_file_info(t))
     summaries = merge_all(parts)
     weights, not_weighed = weight_diagnostics(
-        estimators_of(contract), np.concatenate(log_ratios), rollout, sequence
+        estimators_of(contract),
+        np.concatenate(log_ratios),
+        rollout,
+        sequence,
+        sequences=int(offsets[-1]),
     )
     if len(tables) == 1:
         fingerprint = tables[0].sha256
@@ -390,7 +399,7 @@ def emulate_sources(contract, stream, *, trust_code: bool = False) -> list[Sourc
     except ValueError as err:  # an unusable user model (its error names its key)
         raise EvidenceError(_at_key(contract, err, prefix)) from None
     return [
-        _emulate_source(contract, emulated, stream, prefix, (batch, length), trust_code)
+        _emulate_source(contract, emulated, stream, prefix, (batch, length, len(grid)), trust_code)
         for batch, length in grid
     ]
 
@@ -408,7 +417,7 @@ def _at_key(contract, err: Exception, prefix: str) -> str:
 
 def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> Source:
     ev = contract.evidence.emulate
-    batch, length = setting
+    batch, length, settings = setting  # the setting, and how many settings the sweep has
     swept = batch is not None or length is not None
     kwargs = {"batch_size": batch, "sequence_length": length} if swept else {}
     shown = f" at batch {batch or 'default'}, length {length or 'default'}" if swept else ""
@@ -427,8 +436,9 @@ def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> 
     n = int(columns["abs_log_ratio"].shape[0])
     summaries, nonfinite, slice_skip = _summarize(columns, None, thresholds, slices, {}, cap=n)
     data_sha = _table_sha256(table)
-    count = emulated.prompt_count(ev)
-    served = batch if batch is not None else emulated.serving_batch(contract, count)
+    served = (
+        batch if batch is not None else emulated.serving_batch(contract, emulated.prompt_count(ev))
+    )
     ids, seq = np.unique(np.asarray(table["prompt"]), return_inverse=True)
     ends = np.zeros(ids.shape[0], np.int64)  # each sequence's length: its last position + 1
     np.maximum.at(ends, seq, np.asarray(table["position"], np.int64) + 1)
@@ -457,7 +467,7 @@ def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> 
         "tokens": int(np.asarray(table["log_ratio"]).shape[0]),
         "batch_size": int(served),
         "sequence_length": int(ends.max()) if ends.size else None,
-        "sweep": {"settings": count, "swept": swept},
+        "sweep": {"settings": settings, "swept": swept},
         "runtime": observe(contract, np.full(ends.shape, served), ends, np.ones(ends.shape, bool)),
     }
     return Source("emulate", label, data_sha, summaries, nonfinite, slice_skip, {}, {}, info)

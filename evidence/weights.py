@@ -7,20 +7,22 @@ contract names an estimator) from the log ratio log w = ℓ − ℓ' of each sam
 sequence, and log π'(y) = ℓ'. Over the n tokens and the S sequences that have tokens:
 
 - ``ess`` = (Σω)² / Σω², the effective sample size of the weights (Kish), and
-  ``rollout_corr/rollout_is_eff_sample_size`` = ess / n, as verl logs it
-  (1 / mean((ω / mean ω)²));
-- ``rollout_corr/rollout_is_mean`` and ``rollout_corr/rollout_is_max``: the mean and the
-  maximum of ω over tokens (verl's names; TRL logs the same numbers of its corrected ratio as
-  ``sampling/importance_sampling_ratio/mean`` and ``/max``);
+  ``ess_per_token`` = ess / n;
+- ``weight_mean`` and ``weight_max``: the mean and the maximum of ω over tokens;
 - ``clip_fraction``: the share of tokens kept (ω > 0) with a weight other than their own ratio
   w and their sequence's W = Π w: a truncated weight (a kept weight within 0.1% of w or of W,
   float32 rounding, counts as untruncated);
-- ``rollout_corr/rollout_rs_masked_fraction``: the share of tokens with ω = 0 (verl's name for
-  the tokens its rejection drops; NeMo-RL's ``is_oob_ratio`` and SkyRL's ``token_mask_ratio``
-  for a token mask);
-- ``rollout_corr/rollout_rs_seq_masked_fraction``: the share of sequences with at least one
-  token of ω = 0 (verl's definition), and ``seq_rejected_fraction``: the share of sequences
-  whose every token has ω = 0 (the whole sequence rejected).
+- ``masked_fraction``: the share of tokens with ω = 0;
+- ``seq_masked_fraction``: the share of sequences with at least one token of ω = 0, and
+  ``seq_rejected_fraction``: the share of sequences whose every token has ω = 0 (the whole
+  sequence rejected).
+
+These are ours, on the estimator's ω. Next to them come the numbers the frameworks log under
+their own names (``rollout_corr/rollout_is_mean``, NeMo-RL's ``is_oob_ratio``, ...), each by
+its framework's definition on the weights of the setting ``verify export`` writes for the
+estimator (``evidence.framework_weights``); they need not equal ours (verl's
+``rollout_is_mean`` is taken before its rejection mask, NeMo-RL's ``is_oob_ratio`` counts
+truncated tokens under ``tis``).
 
 An estimator whose weights depend on what a sampled-token log does not record is not diagnosed,
 and the reason is given instead: the full-vocabulary divergences (``tv_mask``, ``kl_mask``:
@@ -41,19 +43,23 @@ from jaxtyping import Float, Int
 
 from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS
 
-__all__ = ["NAMES", "estimators_of", "label", "weight_diagnostics"]
+from .framework_weights import FRAMEWORK_NAMES, chunk_parts, finish, merge
 
-# the diagnostics of one estimator, in the order they are reported
-NAMES = (
+__all__ = ["NAMES", "OUR_NAMES", "estimators_of", "label", "weight_diagnostics"]
+
+# our diagnostics of one estimator, in the order they are reported
+OUR_NAMES = (
     "ess",
-    "rollout_corr/rollout_is_eff_sample_size",
-    "rollout_corr/rollout_is_mean",
-    "rollout_corr/rollout_is_max",
+    "ess_per_token",
+    "weight_mean",
+    "weight_max",
     "clip_fraction",
-    "rollout_corr/rollout_rs_masked_fraction",
-    "rollout_corr/rollout_rs_seq_masked_fraction",
+    "masked_fraction",
+    "seq_masked_fraction",
     "seq_rejected_fraction",
 )
+# every name a report may hold for an estimator: ours, then the frameworks'
+NAMES = OUR_NAMES + FRAMEWORK_NAMES
 _SAME = 1e-3  # relative distance under which a kept weight counts as its untruncated ratio
 _CELLS = 1 << 20  # the most (sequence, position) cells weighed at once
 
@@ -103,18 +109,36 @@ def _pad(n: int, step: int) -> int:
     return max(step, -(-n // step) * step)
 
 
-def _weights(name: str, params: Mapping, lr, lq, valid, sign: float) -> np.ndarray:
+def _weights(
+    name: str, params: Mapping, lr, lq, valid, sign: float, ties: str | None = None
+) -> np.ndarray:
     from kernel_contracts.kernels.rl import correction_weights
 
     advantages = np.full(lr.shape, sign, np.float32)
     return np.asarray(
-        correction_weights(name, lr, valid, advantages, params=params, logp_inf=lq),
+        correction_weights(name, lr, valid, advantages, params=params, logp_inf=lq, ties=ties),
         dtype=np.float64,
     )
 
 
+def _weigher(lq, valid):
+    """``correction_weights`` on one chunk's cells, by name, parameters, tie rule and log w."""
+
+    def weigh(name: str, params: Mapping, ties: str | None, log_w: np.ndarray) -> np.ndarray:
+        return _weights(name, params, log_w, lq, valid, 1.0, ties)
+
+    return weigh
+
+
 def _one(
-    estimator: Estimator, log_w: np.ndarray, rollout: np.ndarray, row, col, rows: int, width: int
+    estimator: Estimator,
+    log_w: np.ndarray,
+    rollout: np.ndarray,
+    row,
+    col,
+    rows: int,
+    width: int,
+    empty: int,
 ) -> dict[str, float] | str:
     """The diagnostics of one estimator, or why a log cannot give them."""
     name, pairs = estimator
@@ -123,6 +147,7 @@ def _one(
     s1 = s2 = 0.0
     top, clipped, masked = -math.inf, 0, 0
     seq_any, seq_all = 0, 0
+    theirs: dict = {}
     for first in range(0, rows, per):
         last = min(rows, first + per)
         pick = (row >= first) & (row < last)
@@ -158,18 +183,22 @@ def _one(
         counts = np.bincount(r, minlength=last - first)
         seq_any += int(np.count_nonzero(zeros > 0))
         seq_all += int(np.count_nonzero(zeros == counts))
+        weigh = _weigher(lq, valid)
+        part = chunk_parts(name, params, lr, valid > 0, empty if first == 0 else 0, weigh)
+        theirs = merge(theirs, part)
     n = log_w.size
     out = {}
     if s2 > 0 and math.isfinite(s2):
         out["ess"] = s1 * s1 / s2
-        out["rollout_corr/rollout_is_eff_sample_size"] = s1 * s1 / s2 / n
-    out["rollout_corr/rollout_is_mean"] = s1 / n
-    out["rollout_corr/rollout_is_max"] = top
+        out["ess_per_token"] = s1 * s1 / s2 / n
+    out["weight_mean"] = s1 / n
+    out["weight_max"] = top
     out["clip_fraction"] = clipped / n
-    out["rollout_corr/rollout_rs_masked_fraction"] = masked / n
-    out["rollout_corr/rollout_rs_seq_masked_fraction"] = seq_any / rows
+    out["masked_fraction"] = masked / n
+    out["seq_masked_fraction"] = seq_any / rows
     out["seq_rejected_fraction"] = seq_all / rows
-    return {k: out[k] for k in NAMES if k in out and math.isfinite(out[k])}
+    ours = {k: out[k] for k in OUR_NAMES if k in out and math.isfinite(out[k])}
+    return ours | finish(theirs)
 
 
 def weight_diagnostics(
@@ -177,11 +206,16 @@ def weight_diagnostics(
     log_ratio: Float[np.ndarray, " tokens"],
     rollout_logprob: Float[np.ndarray, " tokens"],
     sequence: Int[np.ndarray, " tokens"],
+    *,
+    sequences: int | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """``({label: {name: number}}, {label: why not})`` for ``estimators`` on the tokens given
     by their log ratio log w, their log π'(y) and their sequence number (padding removed).
     A token whose log ratio or log π'(y) is not finite is left out (the clauses count it as a
-    non-finite value). No tokens, or no estimators: ``({}, {})``."""
+    non-finite value). ``sequences``, the number of sequences the log holds (those with no
+    token included), lets the frameworks' numbers count the empty ones where the framework
+    does; our own numbers count the sequences with tokens. No tokens, or no estimators:
+    ``({}, {})``."""
     log_w = np.asarray(log_ratio, np.float64)
     rollout = np.asarray(rollout_logprob, np.float64)
     seq = np.asarray(sequence, np.int64)
@@ -190,10 +224,11 @@ def weight_diagnostics(
     if not estimators or log_w.size == 0:
         return {}, {}
     row, col, rows, width = _rows(seq)
+    empty = max(0, sequences - rows) if sequences is not None else 0
     numbers: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
     for e in estimators:
-        got = _one(e, log_w, rollout, row, col, rows, width)
+        got = _one(e, log_w, rollout, row, col, rows, width, empty)
         if isinstance(got, str):
             reasons[label(e)] = got
         else:

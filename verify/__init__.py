@@ -22,6 +22,7 @@ from kernel_contracts.verify.common.clauses import ClauseResult
 from kernel_contracts.verify.common.status import Status, worst
 
 __all__ = [
+    "Budget",
     "ClauseResult",
     "Obligation",
     "Report",
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Budget": "kernel_contracts.verify.proving.solve.budget",
     "Obligation": "kernel_contracts.verify.proving.obligations",
     "discharge": "kernel_contracts.verify.proving.obligations",
     "Report": "kernel_contracts.verify.proving.render.report",

@@ -18,7 +18,7 @@ from jaxtyping import Bool, Float, Int, Shaped
 from kernel_contracts.contracts import KernelContractsError
 from kernel_contracts.evidence.logs.schema import FORMATS
 
-__all__ = ["HookError", "sequence_records", "to_numpy"]
+__all__ = ["HookError", "sequence_records", "setting", "to_numpy"]
 
 _HALF = ("torch.bfloat16", "torch.float16")
 
@@ -38,6 +38,18 @@ def to_numpy(value: object) -> np.ndarray:
             tensor = tensor.float()
         return np.asarray(tensor.cpu().numpy())
     return np.asarray(value)
+
+
+def setting(config: object, dotted: str, default: object = None) -> object:
+    """The value at ``dotted`` (``"a.b.c"``) of a framework's config, read by attribute or by key
+    (an OmegaConf ``DictConfig``, a dataclass, nested dicts); ``default`` where a part is absent
+    or null."""
+    value = config
+    for part in dotted.split("."):
+        if value is None:
+            return default
+        value = value.get(part) if isinstance(value, Mapping) else getattr(value, part, None)
+    return default if value is None else value
 
 
 def require(batch: Collection, keys: Sequence[str], where: str) -> None:

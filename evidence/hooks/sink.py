@@ -1,5 +1,9 @@
 """An append-safe JSONL file that takes a batch of records at a time.
 
+Each record of a batch is written with its frame (``hook_batch``: the batch's id, the record's
+place and the batch's size; ``evidence.logs.batches``), so a reader tells a batch cut short
+from a whole one and leaves all of the former out.
+
 Each batch is encoded whole in memory and handed to the operating system in one ``write`` on a
 file opened for appending, so concurrent appenders never interleave inside a line. A write
 that fails part way (a full disk, a quota) takes back what it wrote of its batch before the
@@ -7,9 +11,10 @@ error reaches the caller, so the file holds whole batches only (unless another a
 written after it: then nothing is cut, and a line of the batch torn there is glued to the
 other appender's next line, which the reader counts as one malformed line). A process
 killed in the middle of that write can leave the batch cut short, its last line torn: the reader
-counts the torn line as a "truncated record at end of file", and the next ``JsonlSink`` opened
-on the file cuts it off before it appends, so no half-written line is ever followed by more
-data.
+counts the torn line as a "truncated record at end of file" and the whole lines before it, the
+rest of the cut batch, as part of a batch cut short, none of them as data; the next
+``JsonlSink`` opened on the file cuts the torn line off before it appends, so no half-written
+line is ever followed by more data.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+
+from kernel_contracts.evidence.logs.batches import frame
 
 __all__ = ["JsonlSink"]
 
@@ -58,10 +65,10 @@ class JsonlSink:
             os.ftruncate(self._fd, keep)
 
     def write(self, records: Iterable[dict]) -> int:
-        """Append ``records`` as one batch; returns the number of lines written."""
+        """Append ``records`` as one framed batch; returns the number of lines written."""
         if self._fd is None:
             raise ValueError(f"{self.path}: the log sink is closed")
-        lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in records]
+        lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in frame(records)]
         if not lines:
             return 0
         data = memoryview(("\n".join(lines) + "\n").encode("utf-8"))

@@ -17,8 +17,17 @@ SkyRL's trainer (``skyrl.train.trainer.RayPPOTrainer``) turns a step's rollouts 
 The response of row i is the last ``r`` columns of ``sequences`` and of the response tensors;
 its first token's position is the prompt length, ``attention_mask`` sum minus ``r``. Records
 are written in the ``generic`` format. Read against SkyRL's source of August 2026 (package
-``skyrl`` 0.3: ``skyrl/train/trainer.py``, ``skyrl/train/dataset/preprocess.py``,
+``skyrl`` 0.3, a9564572: ``skyrl/train/trainer.py``, ``skyrl/train/dataset/preprocess.py``,
 ``skyrl/backends/skyrl_train/training_batch.py``); neither SkyRL nor torch is imported here.
+
+SkyRL skips the policy forward pass (``RayPPOTrainer._skip_policy_forward``) when the loss reads
+only the rollout's log-probs (``trainer.algorithm.policy_loss_type`` ``dppo`` or ``rollout_is``,
+or ``cispo`` with ``cispo.cispo_anchor: rollout``), the KL reward is off and no
+``trainer.algorithm.off_policy_correction`` is on: ``action_log_probs`` is then None on every
+step. Given the trainer, the hook asks that very method when it is made (with a batch that has
+rollout log-probs) and refuses such a trainer with one message; a trainer subclass that
+overrides ``_skip_policy_forward`` to return False runs the pass (one forward per step, whose
+output those losses never read) and is logged.
 """
 
 from __future__ import annotations
@@ -32,15 +41,37 @@ from kernel_contracts.evidence.hooks.records import (
     check_shapes,
     require,
     sequence_records,
+    setting,
     to_numpy,
 )
 from kernel_contracts.evidence.hooks.sink import JsonlSink
 
-__all__ = ["SKYRL_CHECKED", "SkyrlLogHook", "skyrl_records"]
+__all__ = ["SKYRL_CHECKED", "SkyrlLogHook", "skyrl_records", "skyrl_skips_policy_forward"]
 
-SKYRL_CHECKED = "SkyRL 0.3 (skyrl package, main branch of August 2026)"
+SKYRL_CHECKED = "SkyRL 0.3 (skyrl package, main branch of August 2026, a9564572)"
 _NEEDED = ("sequences", "attention_mask", "response_mask", "loss_mask")
 _LOGPROBS = ("action_log_probs", "rollout_logprobs")
+_FORCE = (
+    "override _skip_policy_forward in your RayPPOTrainer subclass to return False (SkyRL then "
+    "runs the pass, whose output this loss never reads)"
+)
+
+
+def skyrl_skips_policy_forward(trainer) -> str | None:
+    """Why ``trainer`` (a SkyRL ``RayPPOTrainer``) leaves ``action_log_probs`` None on every
+    step, or ``None`` when it computes them: its own ``_skip_policy_forward`` is asked about a
+    batch that has rollout log-probs (a trainer without the method always runs the pass)."""
+    skip = getattr(trainer, "_skip_policy_forward", None)
+    if not callable(skip) or not skip({"rollout_logprobs": True}):
+        return None
+    loss = setting(trainer, "cfg.trainer.algorithm.policy_loss_type")
+    loss = getattr(loss, "value", loss)
+    return (
+        f"trainer.algorithm.policy_loss_type={loss!r} with no "
+        "trainer.algorithm.off_policy_correction and use_kl_in_reward off: SkyRL skips the "
+        "policy forward pass, so batch['action_log_probs'] is None on every step and there are "
+        f"no training-kernel log-probs to log; {_FORCE}"
+    )
 
 
 def skyrl_records(batch, *, step: int | None = None) -> list[dict]:
@@ -55,7 +86,11 @@ def skyrl_records(batch, *, step: int | None = None) -> list[dict]:
     require(batch, _NEEDED + _LOGPROBS, "batch")
     empty = [k for k in _LOGPROBS if batch[k] is None]
     if empty:
-        raise HookError("; ".join(f"batch[{k!r}]: None (nothing to log)" for k in empty))
+        why = {
+            "action_log_probs": f"the policy forward pass was skipped: {_FORCE}",
+            "rollout_logprobs": "the generator returned no log-probs",
+        }
+        raise HookError("; ".join(f"batch[{k!r}]: None ({why[k]})" for k in empty))
     sequences = to_numpy(batch["sequences"])
     response = to_numpy(batch["response_mask"])
     if sequences.ndim != 2 or response.ndim != 2:
@@ -97,10 +132,16 @@ class SkyrlLogHook:
 
     Call ``hook(batch, step=...)`` on the batch ``fwd_logprobs_values_reward`` returns, e.g.
     from an override of that method; each call appends one batch in one write. ``path`` may hold
-    ``{rank}``, filled with ``rank``.
+    ``{rank}``, filled with ``rank``. ``trainer`` (the ``RayPPOTrainer``): a trainer that skips
+    the policy forward pass is refused here, before any step (``skyrl_skips_policy_forward``).
     """
 
-    def __init__(self, path: str | os.PathLike, *, rank: int = 0, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike, *, rank: int = 0, fsync: bool = False, trainer=None
+    ) -> None:
+        why = None if trainer is None else skyrl_skips_policy_forward(trainer)
+        if why:
+            raise HookError(why)
         self.sink = JsonlSink(os.fspath(path).replace("{rank}", str(rank)), fsync=fsync)
 
     def __call__(self, batch, *, step: int | None = None) -> int:

@@ -9,21 +9,34 @@ With ``use_vllm=True`` and ``vllm_importance_sampling_correction=True`` (its def
 - ``prompt_ids`` and ``prompt_mask`` (batch × prompt, left-padded);
 - ``tool_mask`` (0 on tokens a tool wrote, when tools are used).
 
-A ``TrainerCallback`` is handed the arguments, the state and the model, not that dict, so the
-hook has two halves: ``TrlLogHook.attach(trainer)`` wraps the trainer's
-``_generate_and_score_completions`` to write each batch it returns, and registers a
-``TrainerCallback`` (``TrlLogHook.callback``) that closes the log when training ends. The
-prompt id is a digest of the prompt's token ids (TRL keeps no prompt id), so the completions
-of one prompt share it. Read against TRL's source from 0.28 (the first release whose dict
-carries ``sampling_per_token_logps``) to the main branch of July 2026, 1.10.dev
-(``trl/trainer/grpo_trainer.py``); neither TRL nor torch is imported here, and transformers
-only when the callback is made.
+One generation batch serves ``steps_per_generation`` micro-steps
+(``GRPOTrainer._prepare_inputs``: it generates every ``steps_per_generation × num_iterations``
+micro-steps, shuffles the rows, splits them into ``steps_per_generation`` slices and hands
+slice ``_step % steps_per_generation`` to each micro-step; ``state.global_step`` grows once per
+``gradient_accumulation_steps`` micro-steps). With ``steps_per_generation`` above
+``gradient_accumulation_steps`` one generation's rows are trained in several optimiser steps,
+and which row goes to which is known only after the shuffle.
+
+A ``TrainerCallback`` is handed the arguments, the state and the model, not the batch, so the
+hook has two halves. ``TrlLogHook.attach(trainer)`` wraps the trainer's ``_prepare_inputs`` to
+write each slice the first time a training micro-step takes it, with ``step`` the optimiser
+step that trains on it, ``state.global_step + 1`` (1-based: the step TRL logs that update's
+metrics at); with ``num_iterations`` above 1 the same slice object comes back for the later
+passes and is not written again. And it registers a ``TrainerCallback``
+(``TrlLogHook.callback``) that closes the log when training ends. The prompt id is a digest of
+the prompt's token ids (TRL keeps no prompt id), so the completions of one prompt share it.
+
+Read against TRL's source from 0.28 (the first release whose dict carries
+``sampling_per_token_logps``) to the main branch of July 2026, 1.10.dev, f2cd5771
+(``trl/trainer/grpo_trainer.py``, whose ``_prepare_inputs`` is the same throughout); neither
+TRL nor torch is imported here, and transformers only when the callback is made.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections import deque
 from collections.abc import Mapping
 
 import numpy as np
@@ -41,7 +54,7 @@ __all__ = ["TRL_CHECKED", "TrlLogHook", "trl_records"]
 
 TRL_CHECKED = "TRL 0.28 to 1.10.dev (GRPOTrainer with vLLM importance sampling)"
 _NEEDED = ("completion_ids", "completion_mask", "old_per_token_logps", "sampling_per_token_logps")
-_GENERATE = "_generate_and_score_completions"
+_PREPARE = "_prepare_inputs"
 
 
 def _prompt_digest(ids: np.ndarray) -> str:
@@ -116,8 +129,9 @@ class TrlLogHook:
     """Appends the completions of every TRL generation batch to a JSONL log (``trl`` format).
 
     ``hook.attach(trainer)`` before ``trainer.train()``; or call ``hook.write(output, step)``
-    yourself with the dict ``_generate_and_score_completions`` returned. ``path`` may hold
-    ``{rank}``, filled with the trainer's process index, so each process writes its own file.
+    yourself with a dict ``_generate_and_score_completions`` or ``_prepare_inputs`` returned.
+    ``path`` may hold ``{rank}``, filled with the trainer's process index, so each process
+    writes its own file.
     """
 
     def __init__(self, path: str | os.PathLike, *, fsync: bool = False) -> None:
@@ -140,22 +154,30 @@ class TrlLogHook:
         return _callback_type(self)()
 
     def attach(self, trainer):
-        """Log every batch ``trainer`` generates from now on; returns ``trainer``."""
-        generate = getattr(trainer, _GENERATE, None)
-        if not callable(generate):
+        """Log every completion ``trainer`` trains on from now on, once, at the optimiser step
+        that first trains on it; returns ``trainer``."""
+        prepare = getattr(trainer, _PREPARE, None)
+        if not callable(prepare):
             raise HookError(
-                f"trainer: no method {_GENERATE} (a GRPOTrainer of {TRL_CHECKED} has it)"
+                f"trainer: no method {_PREPARE} (a GRPOTrainer of {TRL_CHECKED} has it)"
             )
         accelerator = getattr(trainer, "accelerator", None)
         self.open(int(getattr(accelerator, "process_index", 0)))
+        slices = int(getattr(getattr(trainer, "args", None), "steps_per_generation", None) or 1)
+        written: deque = deque(maxlen=slices)  # the slices of the current generation written
 
         def logged(*args, **kwargs):
-            output = generate(*args, **kwargs)
-            state = getattr(trainer, "state", None)
-            self.write(output, getattr(state, "global_step", None))
-            return output
+            inputs = prepare(*args, **kwargs)
+            model = getattr(trainer, "model", None)
+            training = getattr(model, "training", True)
+            if training and not any(inputs is seen for seen in written):
+                state = getattr(trainer, "state", None)
+                step = getattr(state, "global_step", None)
+                self.write(inputs, None if step is None else step + 1)
+                written.append(inputs)
+            return inputs
 
-        setattr(trainer, _GENERATE, logged)
+        setattr(trainer, _PREPARE, logged)
         trainer.add_callback(self.callback())
         return trainer
 

@@ -20,7 +20,13 @@ from kernel_contracts.evidence.logs.schema import (
     detect_format,
     file_format_of,
 )
-from kernel_contracts.evidence.logs.shift import SupportShift, support_shift
+from kernel_contracts.evidence.logs.shift import (
+    SupportShift,
+    shift_corrected,
+    shift_declared,
+    shift_detected,
+    support_shift,
+)
 from kernel_contracts.evidence.logs.writer import LoggedSequence, record, write_log
 
 __all__ = [
@@ -39,6 +45,9 @@ __all__ = [
     "framework_metrics",
     "read_log",
     "record",
+    "shift_corrected",
+    "shift_declared",
+    "shift_detected",
     "support_shift",
     "token_metrics",
     "write_log",

@@ -137,13 +137,14 @@ def _aggregates(train_logprob, rollout_logprob, sequence, sequences) -> dict[str
     out["token_mult_prob_error"] = float(np.mean(np.exp(abs_lw)))
     # slime: mean over samples of each sample's token mean of |ℓ − ℓ'|
     out["train_rollout_logprob_abs_diff"] = float(np.mean(_segment_sums(abs_lw, seq, s) / lengths))
-    # TRL: sampling/* (its importance_sampling_ratio is capped; these are uncapped)
+    # TRL: sampling/sampling_logp_difference/* (its sampling/importance_sampling_ratio/* are
+    # of its corrected ratio: evidence.framework_weights, per estimator)
     out["sampling/sampling_logp_difference/mean"] = float(abs_lw.mean())
     out["sampling/sampling_logp_difference/max"] = float(abs_lw.max())
-    out["sampling/importance_sampling_ratio/min"] = float(w.min())
-    out["sampling/importance_sampling_ratio/mean"] = float(w.mean())
-    out["sampling/importance_sampling_ratio/max"] = float(w.max())
-    # IS-ratio quantiles (numpy's default linear interpolation)
+    # the raw ratio w: extremes, mean and quantiles (numpy's default linear interpolation)
+    out["is_ratio/min"] = float(w.min())
+    out["is_ratio/mean"] = float(w.mean())
+    out["is_ratio/max"] = float(w.max())
     for q, v in zip(IS_RATIO_QUANTILES, np.quantile(w, IS_RATIO_QUANTILES), strict=True):
         out[f"is_ratio/q{q:g}"] = float(v)
     return out

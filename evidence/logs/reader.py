@@ -33,6 +33,7 @@ from kernel_contracts.contracts.bounded import (
     open_regular,
     size_text,
 )
+from kernel_contracts.evidence.logs.batches import Frames
 from kernel_contracts.evidence.logs.schema import FORMATS, LogFormat, detect_format
 
 # the record-level pieces are public for readers of growing logs (``verify.monitor``)
@@ -113,6 +114,8 @@ class LogTable:
     has_kept_mass: bool = False
     # the tokens of the malformed records (each left out whole)
     malformed_tokens: int = 0
+    # hook batches cut short (``evidence.logs.batches``): their records are among the malformed
+    partial_batches: int = 0
     extra: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -503,11 +506,28 @@ class Reading:
         self.malformed, self.mismatches = _Problems(), _Problems()
         self.first_keys: dict | None = None
         self.dropped_tokens = 0  # the tokens of the records left out
+        self.frames = Frames()
 
     def bad(self, line: int, reason: str) -> None:
         self.malformed.add(line, reason)
 
     def take(self, record: object, line: int) -> None:
+        """Take one decoded record: held until its hook batch is complete (``Frames``), then
+        validated and added; the records of a batch cut short are counted, never data."""
+        kept, dropped = self.frames.take(record, line)
+        self._dropped(dropped)
+        for whole, at in kept:
+            self._take_one(whole, at)
+
+    def _dropped(self, dropped) -> None:
+        for record, line, reason in dropped:
+            self.malformed.add(line, reason)
+            fmt = self.fmt
+            if fmt is None and isinstance(record, dict):  # no record taken yet
+                fmt = FORMATS.get(detect_format(record) or "")
+            self.dropped_tokens += _record_tokens(record, fmt)
+
+    def _take_one(self, record: object, line: int) -> None:
         """Validate one decoded record and add its sequence, or count why not."""
         if not isinstance(record, dict):
             self.malformed.add(line, f"not a JSON object (got {type(record).__name__})")
@@ -537,6 +557,7 @@ class Reading:
 
     def table(self, sha256: str, lines: int, blank: int = 0, kind: str = "JSON") -> LogTable:
         """The token table of every record taken; ``LogError`` when none gave a sequence."""
+        self._dropped(self.frames.end())
         path, fmt, builder = self.path, self.fmt, self.builder
         malformed, mismatches, pending = self.malformed, self.mismatches, self.pending
         if self.first_keys is None and malformed.count == 0:
@@ -587,6 +608,7 @@ class Reading:
             unpaired_count=unpaired.count,
             has_kept_mass=builder.kept_mass_seen,
             malformed_tokens=self.dropped_tokens,
+            partial_batches=self.frames.partial,
         )
 
 

@@ -6,9 +6,11 @@ training kernel's full-vocabulary ℓ(y), every sampled token then shows u = ℓ
 −log S + (kernel gap): a per-token offset −log S ≥ 0 that is not the kernel's doing. DESIGN §5:
 detect it and report it separately, never fold it into the kernel gap.
 
-``support_shift`` describes the offset. Detection is a heuristic (a sign test on u plus a
-concentration check) used only for reporting: verdicts never rely on it. When the log also
-carries log S per token (``log_kept_mass``), the shift is undone exactly.
+``support_shift`` describes the offset. Detection (``shift_detected``) is a heuristic (a sign
+test on u plus a concentration check); a detected shift under a contract that declares
+full-vocabulary log-probs keeps the log-ratio verdicts inconclusive. When the contract declares
+processed log-probs under truncated sampling (``shift_declared``) and the log carries log S for
+every token (``log_kept_mass``), the shift is undone exactly (``shift_corrected``).
 
 References:
     Holtzman et al., "The Curious Case of Neural Text Degeneration" (ICLR 2020): top-p
@@ -23,11 +25,34 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
-__all__ = ["SupportShift", "support_shift"]
+__all__ = [
+    "SupportShift",
+    "shift_corrected",
+    "shift_declared",
+    "shift_detected",
+    "support_shift",
+]
 
 # detected when the sign test's z exceeds this and at least this share of tokens has u > 0
 _Z_MIN = 5.0
 _POSITIVE_SHARE = 0.75
+
+
+def shift_detected(sign_test_z: float, positive_share: float, median_shift: float) -> bool:
+    """The detection rule: the sign test's z above 5, at least 3/4 of the tokens with u > 0,
+    and a positive median u."""
+    return sign_test_z > _Z_MIN and positive_share >= _POSITIVE_SHARE and median_shift > 0
+
+
+def shift_declared(policy) -> bool:
+    """Whether a contract's ``policy`` declares the shift: processed log-probs under truncated
+    sampling (top-p < 1 or top-k > 0)."""
+    return policy.logprobs == "processed" and policy.truncated
+
+
+def shift_corrected(declared: bool, tokens: int, kept_mass_logged: int) -> bool:
+    """Whether a declared shift is undone: the log gives log S for every one of its tokens."""
+    return declared and tokens > 0 and kept_mass_logged == tokens
 
 
 @dataclass(frozen=True)
@@ -91,7 +116,7 @@ def support_shift(
     median = float(np.median(u))
     qs = (0.01, 0.1, 0.5, 0.9, 0.99)
     quantiles = tuple(zip(qs, (float(v) for v in np.quantile(u, qs)), strict=True))
-    detected = z > _Z_MIN and share >= _POSITIVE_SHARE and median > 0
+    detected = shift_detected(z, share, median)
     return SupportShift(
         tokens=n,
         detected=bool(detected),

@@ -119,6 +119,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "tis_mask": TieRule("k1", "keeps log(1/hi) ≤ −log w ≤ log(1/lo)"),
                 "tis_norm": TieRule("value", "clamp(w, max=c)/batch mean"),
+                "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ of log w in ±20"),
                 "dual_clip": dataclasses.replace(_DUAL, exported=True, source=VERL_LOSS),
                 "dppo_tv": TieRule(
                     "prob",
@@ -169,8 +170,8 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_outlier": TieRule("ratio", "drops a sequence with a w > hi or w < lo"),
                 "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
                 "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
-                "dppo_tv": dataclasses.replace(_DPPO_TV, source=SKYRL_LOSS),
-                "dppo_kl": dataclasses.replace(_DPPO_KL, source=SKYRL_LOSS),
+                "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
+                "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
             },
         ),
     }

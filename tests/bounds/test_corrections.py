@@ -404,9 +404,7 @@ def test_obligations_prove_above_and_refute_below_an_attained_bound(
 ):
     premise = "" if "from" in guarantee else ", from: [N1]"
     c = _contract([f"{guarantee}, max: {m}{premise}" for m in (proved_at, refuted_at)], delta)
-    # two exponentials of s in one ratio: the geometric-mean band's proof may need more than
-    # the default 5 s on a busy machine
-    proved, refuted = (discharge(d, timeout_ms=20_000) for d in bounds.derive(c))
+    proved, refuted = (discharge(d) for d in bounds.derive(c))
     assert proved.status is Status.PROVED, proved.reason
     assert refuted.status is Status.REFUTED, refuted.reason
     cex = refuted.counterexample

@@ -337,7 +337,7 @@ def test_obligations_prove_above_and_refute_below_an_attained_bound(
     guarantee, delta, proved_at, refuted_at
 ):
     c = _contract([f"{guarantee}, max: {m}, from: [N1]" for m in (proved_at, refuted_at)], delta)
-    proved, refuted = (discharge(d, timeout_ms=20_000) for d in bounds.derive(c))
+    proved, refuted = (discharge(d) for d in bounds.derive(c))
     assert proved.status is Status.PROVED, proved.reason
     assert refuted.status is Status.REFUTED, refuted.reason
     cex = refuted.counterexample
@@ -351,7 +351,7 @@ def test_a_tv_clause_at_0_refutes_no_sequence_mask():
     c = pg_contract([f"{g}, max: 1, from: [N2]" for g in masks], name="peers", tv="0")
     for d in bounds.derive(c):
         assert not d.extra["attained"], d.guarantee
-        assert discharge(d, timeout_ms=1000).status is not Status.REFUTED, d.guarantee
+        assert discharge(d).status is not Status.REFUTED, d.guarantee
 
 
 def test_bounds_that_are_not_suprema_are_never_refuted():
@@ -365,7 +365,7 @@ def test_bounds_that_are_not_suprema_are_never_refuted():
     seq_mask, tis_mask = bounds.derive(c)
     for d in (seq_mask, tis_mask):
         assert d.value > 0.001 and not d.extra["attained"]  # above the max, not the supremum
-    ob = discharge(tis_mask, timeout_ms=1000)
+    ob = discharge(tis_mask)
     assert ob.status is Status.UNKNOWN and "not attained" in ob.reason, ob.reason
 
 

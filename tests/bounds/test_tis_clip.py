@@ -194,9 +194,7 @@ def _ratio_sup(r: float, lo: float, hi: float) -> mpmath.mpf:
 def test_obligations_prove_above_and_refute_below_the_supremum(guarantee, delta, exact, margin):
     above, below = float(exact) * margin, float(exact) * 0.999
     lines = [f"estimator: tis_clip, {guarantee}, max: {m!r}" for m in (above, below)]
-    proved, refuted = (
-        discharge(d, timeout_ms=20_000) for d in bounds.derive(pg_contract(lines, delta, name="c"))
-    )
+    proved, refuted = (discharge(d) for d in bounds.derive(pg_contract(lines, delta, name="c")))
     assert proved.status is Status.PROVED, proved.reason
     assert refuted.status is Status.REFUTED, refuted.reason
     cex = refuted.counterexample
@@ -269,7 +267,7 @@ def test_a_tail_clause_gives_the_exceedance_split_with_the_floors_saturation():
     want = 5 * (0.999 * float(clip_sup(0.4, 0.5, 1.2)) + 0.001 * 1.5)
     assert floor.value == pytest.approx(want, rel=1e-9)
     assert no_floor.value == pytest.approx(5 * (0.999 * float(clip_sup(0.4, 0, 1.2)) + 0.001))
-    assert discharge(floor, timeout_ms=20_000).status is Status.PROVED  # max 1 > 0.36
+    assert discharge(floor).status is Status.PROVED  # max 1 > 0.36
 
 
 @examples(100)

@@ -127,8 +127,8 @@ def test_obligations_prove_above_and_never_refute_below_the_bound():
     assert above.value == pytest.approx(5 * _drift_bound(0.2, 2.0), rel=1e-12)
     assert not above.extra["attained"] and above.chain[-1] == "pg_bias_tis_norm"
     assert ratio.chain[-1] == "pg_bias_tis_norm_ratio"
-    assert discharge(above, timeout_ms=20_000).status is Status.PROVED
-    ob = discharge(below, timeout_ms=5_000)
+    assert discharge(above).status is Status.PROVED
+    ob = discharge(below)
     assert ob.status is Status.UNKNOWN and "not attained" in ob.reason, ob.reason
 
 

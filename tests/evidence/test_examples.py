@@ -136,6 +136,7 @@ def test_fp8_emulated_example_as_shipped(tmp_path):
     ]  # fmt: skip
     for src in sources:
         assert src["kind"] == "emulate" and src["tokens"] == 512
+        assert src["sweep"] == {"settings": 5, "swept": True}
         assert src["checkpoint_sha256"] is not None and src["inference"] == "h100-fp8"
     assert {c["fingerprint"] for c in measured} == {s["fingerprint"] for s in sources}
     # the sweep as the report lists it

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernel_contracts.evidence.logs import read_log
-from tests.support.framework_batches import skyrl_batch, trl_output, verl_batch
+from tests.support.framework_batches import skyrl_batch, trl_output, verl_batch, verl_v1_batch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "framework-logs.md").read_text(encoding="utf-8")
@@ -41,8 +41,13 @@ def _install(monkeypatch, name: str, **attrs) -> None:
         setattr(sys.modules[name], key, value)
 
 
+DECOUPLED = {"algorithm": {"rollout_correction": {"bypass_mode": False}}}
+
+
 def _run_verl(monkeypatch):
     class RayPPOTrainer:  # fit() calls _update_actor once a step with the step's batch
+        config = DECOUPLED
+
         def _update_actor(self, batch):
             return "updated"
 
@@ -56,6 +61,39 @@ def _run_verl(monkeypatch):
     trainer.logprob_log.close()
 
 
+def _run_verl_v1(monkeypatch):
+    registry, queues = {}, []
+
+    class PPOTrainerSync:  # _step_once calls _update_actor(batch, metrics) once a step
+        config = DECOUPLED
+
+        def _update_actor(self, batch, metrics):
+            return batch
+
+    def register_trainer(name):
+        return lambda cls: registry.setdefault(name, cls)
+
+    def kv_batch_get(**kwargs):  # the transfer queue holding the current step's sequences
+        return queues[-1].kv_batch_get(**kwargs)
+
+    _install(monkeypatch, "transfer_queue", kv_batch_get=kv_batch_get)
+    _install(
+        monkeypatch,
+        "verl.trainer.ppo.v1",
+        PPOTrainerSync=PPOTrainerSync,
+        register_trainer=register_trainer,
+    )
+    space: dict = {}
+    exec(_block("verl.trainer.ppo.v1"), space)
+    trainer = registry["sync_logged"]()  # trainer.v1.trainer_mode=sync_logged
+    for step in STEPS:
+        meta, queue = verl_v1_batch()
+        queues.append(queue)
+        trainer.global_steps = step
+        assert trainer._update_actor(meta, {}) is meta
+    trainer.logprob_log.close()
+
+
 def _run_trl(monkeypatch):
     from transformers import TrainerControl, TrainerState
     from transformers.trainer_callback import CallbackHandler
@@ -64,7 +102,7 @@ def _run_trl(monkeypatch):
         def __init__(self, **kwargs):
             self.__dict__.update(kwargs)
 
-    class GRPOTrainer:  # train(): a generation batch per step, on_train_end at the end
+    class GRPOTrainer:  # train(): a generation per step (steps_per_generation 1), then the end
         def __init__(self, *, model, reward_funcs, args, train_dataset):
             self.args, self.state = args, TrainerState()
             self.accelerator = types.SimpleNamespace(process_index=0)
@@ -76,10 +114,13 @@ def _run_trl(monkeypatch):
         def _generate_and_score_completions(self, inputs):
             return trl_output()
 
+        def _prepare_inputs(self, inputs):
+            return self._generate_and_score_completions(inputs)
+
         def train(self):
             for step in STEPS:
-                self.state.global_step = step
-                self._generate_and_score_completions([{"prompt": "p"}])
+                self.state.global_step = step - 1  # the optimiser steps done before
+                self._prepare_inputs([{"prompt": "p"}])
             self.callback_handler.on_train_end(self.args, self.state, TrainerControl())
 
     _install(monkeypatch, "trl", GRPOConfig=GRPOConfig, GRPOTrainer=GRPOTrainer)
@@ -89,7 +130,15 @@ def _run_trl(monkeypatch):
 
 def _run_skyrl(monkeypatch):
     class RayPPOTrainer:
+        cfg = types.SimpleNamespace(
+            trainer=types.SimpleNamespace(algorithm=types.SimpleNamespace(policy_loss_type="dppo"))
+        )
+
+        def _skip_policy_forward(self, training_input):  # dppo, no correction: skipped
+            return training_input.get("rollout_logprobs") is not None
+
         def fwd_logprobs_values_reward(self, training_input):
+            assert not self._skip_policy_forward(training_input)
             return training_input  # SkyRL adds action_log_probs here; the recording has them
 
     _install(monkeypatch, "skyrl.train.trainer", RayPPOTrainer=RayPPOTrainer)
@@ -106,10 +155,11 @@ def _run_skyrl(monkeypatch):
     "run, log, fmt",
     [
         (_run_verl, "rollouts.jsonl", "verl"),
+        (_run_verl_v1, "rollouts.jsonl", "verl"),
         (_run_trl, "rollouts-0.jsonl", "trl"),
         (_run_skyrl, "rollouts.jsonl", "generic"),
     ],
-    ids=["verl", "trl", "skyrl"],
+    ids=["verl", "verl-v1", "trl", "skyrl"],
 )
 def test_each_framework_block_writes_a_log(tmp_path, monkeypatch, run, log, fmt):
     monkeypatch.chdir(tmp_path)

@@ -55,9 +55,9 @@ def _reference(train, rollout, seq):
         "token_mult_prob_error": sum(math.exp(abs(x)) for x in lw) / n,
         "sampling/sampling_logp_difference/mean": sum(abs(x) for x in lw) / n,
         "sampling/sampling_logp_difference/max": max(abs(x) for x in lw),
-        "sampling/importance_sampling_ratio/min": min(math.exp(x) for x in lw),
-        "sampling/importance_sampling_ratio/max": max(math.exp(x) for x in lw),
-        "sampling/importance_sampling_ratio/mean": sum(math.exp(x) for x in lw) / n,
+        "is_ratio/min": min(math.exp(x) for x in lw),
+        "is_ratio/max": max(math.exp(x) for x in lw),
+        "is_ratio/mean": sum(math.exp(x) for x in lw) / n,
     }
     per_seq_abs = [sum(abs(lw[i]) for i in ix) / len(ix) for ix in by_seq.values()]
     ref["train_rollout_logprob_abs_diff"] = sum(per_seq_abs) / len(per_seq_abs)
@@ -88,6 +88,17 @@ def test_framework_metrics_against_reference(seed):
     assert -1.0 <= got["training/rollout_actor_probs_pearson_corr"] <= 1.0
     w = np.exp(train - rollout)
     assert got["is_ratio/q0.5"] == pytest.approx(float(np.median(w)))
+
+
+def test_no_name_of_a_corrected_ratio_holds_the_raw_ratio():
+    """TRL's sampling/importance_sampling_ratio/* are of its corrected (truncated or masked)
+    ratio; a log's raw w goes under is_ratio/*, and TRL's names live in the weight
+    diagnostics of an estimator (evidence.framework_weights)."""
+    lw = np.log(np.array([0.5, 1.0, 4.0]))
+    got = framework_metrics(lw, np.zeros(3), np.array([0, 0, 1]))
+    assert not any(k.startswith("sampling/importance_sampling_ratio/") for k in got)
+    assert (got["is_ratio/min"], got["is_ratio/max"]) == pytest.approx((0.5, 4.0))
+    assert got["is_ratio/mean"] == pytest.approx(5.5 / 3)
 
 
 def test_framework_metrics_empty_and_sequence_labels():

@@ -291,6 +291,8 @@ def test_emulation_sweeps_the_declared_envelope(tmp_path, fake_emulate):
         {"source": label, "batch_size": b, "sequence_length": n, "tokens": 16}
         for label, (b, n) in zip(labels, fake_emulate, strict=True)
     ]
+    # each source names the sweep's number of settings (not the number of prompts)
+    assert [s["sweep"] for s in r["evidence"]["sources"]] == [{"settings": 5, "swept": True}] * 5
     s1 = [c for c in r["clauses"] if c["id"] == "S1"]
     assert [c["source"] for c in s1] == labels  # one verdict per setting
     assert {c["status"] for c in s1} == {"held"}

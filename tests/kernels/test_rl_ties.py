@@ -186,7 +186,8 @@ def _request(name: str):
     from kernel_contracts.verify.pipeline.export import Request
 
     half, two, tenth = Fraction(1, 2), Fraction(2), Fraction(1, 10)
-    return Request("G", name, cap=two, band=(half, two), threshold=tenth, clip_epsilon=tenth * 2)
+    return Request("G", name, cap=two, band=(half, two), threshold=tenth, clip_epsilon=tenth * 2,
+                   reject="token_k1", reject_threshold="0.5_2.0")  # fmt: skip
 
 
 def test_the_rules_cover_exactly_what_each_framework_exports():
@@ -227,6 +228,7 @@ PARAMS = {
     "opsm": {"threshold": 0.05},
     "tis_clip": {"band": (0.5, 2.0)},
     "tis_norm": {"cap": 2.0},
+    "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
 }
 
 

@@ -18,6 +18,7 @@ from kernel_contracts.bounds import LEMMAS, measure
 from kernel_contracts.contracts import loads
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.solve.budget import Budget
 
 mpmath.mp.dps = 50
 _HEAD = """contract: 1
@@ -31,8 +32,8 @@ def _contract(body: str, T: str = "1.0", L: str = "512", extra: str = "") -> str
     return _HEAD.format(T=T, L=L, extra=extra) + body
 
 
-def _verdicts(text: str, timeout_ms: int = 3000):
-    return [discharge(d, timeout_ms=timeout_ms) for d in bounds.derive(loads(text))]
+def _verdicts(text: str):
+    return [discharge(d) for d in bounds.derive(loads(text))]
 
 
 # ---- 1. a statistical limit on the signed log ratio bounds no TV ------------------------------
@@ -185,11 +186,13 @@ def test_huge_horizons_and_tiny_temperatures_end_within_the_budget(T, L):
     text = _contract(_SEQ, T=T, L=L)
     for d in bounds.derive(loads(text)):
         start = time.perf_counter()
-        o = discharge(d, timeout_ms=1000)
+        o = discharge(d, budget=Budget(hang_guard_s=1.0))
         elapsed = time.perf_counter() - start
-        # the 1 s budget with a margin no loaded 2-core machine reaches; a solver past its limit
-        # runs for minutes (exact timings: bench/bench_verify.py)
-        assert elapsed < 1.0 + 14.0, (d.guarantee, elapsed)
+        # z3 stops counting its resource units on a degree-4096 polynomial: a 1 s hang guard
+        # ends it; the bound only tells a stopped solver from one left alone, which runs for
+        # many minutes (timings belong in bench/bench_verify.py, not here)
+        assert elapsed < 1.0 + 60.0, (d.guarantee, elapsed)
+        assert o.status is not Status.UNKNOWN or o.reason, d.guarantee
         if o.status is Status.PROVED:  # only where the bound is the truth and below max
             assert o.bound is not None and o.bound <= 0.5
         assert o.status is not Status.REFUTED or d.extra.get("attained")
@@ -208,13 +211,16 @@ def test_a_solver_that_ignores_its_limit_is_stopped():
     box = tuple((v.name, v.clause, v.lo, v.hi) for v in d.variables)
     query = encode(d.expr, box, d.constants, d.threshold)
     start = time.perf_counter()
-    got = smt.z3_check(query.text, timeout_ms=200)
-    assert time.perf_counter() - start < 0.2 + smt.KILL_GRACE_MS / 1000 + 0.5
+    got = smt.z3_check(query.text, rlimit=Budget().rlimit, guard_s=0.5)
+    assert time.perf_counter() - start < 0.5 + 60  # stopped, not left to run for minutes
     assert got.answer in ("unknown", "unsat")  # unsat only if z3 happened to decide it in time
-    assert (
-        smt.z3_check("(declare-const x Real)(assert (> x 1.0))(check-sat)", timeout_ms=2000).answer
-        == "sat"
-    )
+    if got.answer == "unknown":  # the hang guard, not the budget, stopped it, and says so
+        assert got.hang_guard and got.reason == (
+            "hang guard: z3 gave no answer within 0.5 s of wall clock, so the solver was stopped "
+            "before its budget decided; --timeout-ms raises the guard"
+        )
+    sat = smt.z3_check("(declare-const x Real)(assert (> x 1.0))(check-sat)", rlimit=10_000)
+    assert sat.answer == "sat" and not sat.hang_guard
 
 
 def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
@@ -226,7 +232,7 @@ def test_interval_powers_of_huge_exponents_are_bounded_and_sound():
     x = (Fraction(999, 1000), Fraction(9999, 10000))
     start = time.perf_counter()
     lo, hi = intervals.int_power(x, 10**50, "x")
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 60  # by squaring: 10^50 multiplications never end
     assert lo == 0 and hi > 0  # 0.9999^(10^50) underflows: [0, 2^-16384]
     base = Fraction(999, 1000)
     for n in (1, 7, 4096):  # exact rationals: the enclosure contains them, 140 bits tight
@@ -293,7 +299,7 @@ def test_a_process_running_jax_gets_a_fresh_solver_interpreter(tmp_path):
         "import jax  # noqa: F401\n"
         "print('main ran', flush=True)\n"
         "from kernel_contracts.verify.proving.solve import smt\n"
-        "a = smt.z3_check('(declare-const x Real)(assert (> x 1.0))(check-sat)', timeout_ms=100)\n"
+        "a = smt.z3_check('(declare-const x Real)(assert (> x 1.0))(check-sat)', rlimit=10**4)\n"
         "print(a.answer, smt._worker.popen is not None, flush=True)\n"
     )
     done = subprocess.run(

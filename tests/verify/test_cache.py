@@ -23,6 +23,7 @@ from kernel_contracts.verify.proving import runner as run_module
 from kernel_contracts.verify.proving.render import documents as render
 from kernel_contracts.verify.proving.render.report import dumps
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import Budget
 from tests.support.cli_runner import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -124,7 +125,7 @@ def mixed(tmp_path_factory) -> Cold:
 
 def _filled(where: cache.Cache, cold: Cold) -> pathlib.Path:
     """``where`` holding the cold run's entry; its path."""
-    k = cache.key(cold.contract, timeout_ms=5000)
+    k = cache.key(cold.contract, budget=Budget())
     where.directory.mkdir(mode=0o700)
     path = where.directory / f"{k.digest}.json"
     path.write_bytes(cold.entry)
@@ -162,24 +163,26 @@ def test_warm_reports_equal_cold_ones_and_z3_decides_again(where, mixed, hits, m
     assert {type(o.expr).__name__ for o in warm.obligations} == {"ExprText", "NoneType"}
 
 
-def test_a_changed_contract_timeout_or_source_is_a_miss(where, small, hits, tmp_path, monkeypatch):
+def test_a_changed_contract_budget_or_source_is_a_miss(where, small, hits, tmp_path, monkeypatch):
     assert not hits(small, where)
     assert hits(small, where)
     # one byte more in the file (a comment): another entry
     changed = _contract(tmp_path, SMALL + "# a comment\n")
     assert not hits(changed, where)
-    assert not hits(small, where, timeout_ms=4000)
+    assert not hits(small, where, budget=Budget(rlimit=3_000_000))
+    # the hang guard decides no verdict: it keys nothing
+    assert hits(small, where, budget=Budget(hang_guard_s=60.0))
     # a source file of a keyed package changes: every key changes
     pkg = tmp_path / "pkg" / "extra_pkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("X = 1\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
     monkeypatch.setattr(cache, "PACKAGES", (*cache.PACKAGES, "extra_pkg"))
-    first = cache.key(small, timeout_ms=5000)
+    first = cache.key(small, budget=Budget())
     assert not hits(small, where)
     assert hits(small, where)
     (pkg / "__init__.py").write_text("X = 2\n", encoding="utf-8")
-    assert cache.key(small, timeout_ms=5000).digest != first.digest
+    assert cache.key(small, budget=Budget()).digest != first.digest
     assert not hits(small, where)
     (pkg / "new.py").write_text("", encoding="utf-8")  # a new file too
     assert not hits(small, where)
@@ -201,7 +204,7 @@ def _corruptions(raw: bytes, material: dict):
     yield "empty", b""
     yield "a byte flipped", raw[:-10] + bytes([raw[-10] ^ 1]) + raw[-9:]
     yield "not UTF-8", signed(entry)[:70] + b"\xff\xfe" + signed(entry)[70:]
-    yield "another key", signed({**entry, "key": {**material, "timeout_ms": 1}})
+    yield "another key", signed({**entry, "key": {**material, "solver_budget": {"z3_rlimit": 1}}})
     yield "another format", signed({**entry, "format": "x"})
     yield "no payload", signed({k: v for k, v in entry.items() if k != "payload"})
     yield "a list", signed([entry])
@@ -231,12 +234,12 @@ def _miss(c: cache.Cache, k: cache.Key) -> bool:
     payload = cache.load(c, k)
     if payload is None or replay.versions(payload) is None:
         return True
-    return replay.replay(payload, timeout_ms=5000) is None
+    return replay.replay(payload, budget=Budget()) is None
 
 
 def test_a_damaged_or_foreign_entry_is_a_miss(where, mixed, hits):
     path = _filled(where, mixed)
-    k = cache.key(mixed.contract, timeout_ms=5000)
+    k = cache.key(mixed.contract, budget=Budget())
     assert not _miss(where, k)
     material = json.loads(mixed.entry.partition(b"\n")[2])["key"]
     for name, data in _corruptions(mixed.entry, material):
@@ -266,13 +269,13 @@ def test_a_directory_others_may_write_is_not_used(where, small, hits):
 
 
 def test_an_unknown_verdict_is_never_stored(where, small):
-    done = run_module.run(small, cache=where, timeout_ms=1)
+    done = run_module.run(small, cache=where, budget=Budget(rlimit=1))
     assert [o.status for o in done.obligations] == [Status.UNKNOWN]
     assert _entries(where) == []
 
 
 def test_code_that_may_differ_from_its_files_stores_nothing(small, tmp_path, monkeypatch):
-    k = cache.key(small, timeout_ms=5000)
+    k = cache.key(small, budget=Budget())
     for started in (None, 0.0):  # a process that does not write; sources newer than its start
         assert not cache.store(cache.Cache(tmp_path / "c", started), k, {"x": 1})
     assert not (tmp_path / "c").exists()
@@ -301,7 +304,7 @@ print(sum(cache.store(c, k, payload) for _ in range(10)))
 
 
 def test_concurrent_writers_leave_one_whole_entry(small, tmp_path):
-    k = cache.key(small, timeout_ms=5000)
+    k = cache.key(small, budget=Budget())
     args = [json.dumps([str(tmp_path / "c"), k.material, k.stamps, t]) for t in range(4)]
     writers = [
         subprocess.Popen([sys.executable, "-c", _WRITER, a], stdout=subprocess.PIPE, cwd=ROOT)

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from kernel_contracts.contracts import load
 from kernel_contracts.verify.cli.commands import main
 from kernel_contracts.verify.proving.check.recheck import ReportUnreadable, check_data, check_report
 
@@ -41,26 +42,68 @@ MEASURED = CONTRACT.replace("check-me", "measure-me").replace(
     "statistical:\n  - {id: S1, metric: tv, statistic: quantile, q: 0.99, max: 0.01, "
     "confidence: 0.95, min_samples: 1000}\nruntime:",
 )
-# an emulation measures every metric exactly (a log bounds tv and logit_drift only from below)
+# an emulation measures every metric exactly (a log bounds tv and logit_drift only from below);
+# the contract that declares it is the measured one's with this evidence section
+EMULATE = "evidence:\n  emulate: {model: tiny-lm, prompts: 50, max_new_tokens: 100, seed: 0}\n"
+RUNTIME = {
+    "sequences": 50,
+    "batch_size": {"recorded": 50, "min": 50, "max": 50},
+    "sequence_length": {"recorded": 50, "exact": 50, "min": 164, "max": 164},
+    "clauses": [{"clause": "R1", "condition": "batch_size", "outside": 0, "inside": 50}],
+}
 SOURCE = {
     "kind": "emulate",
-    "label": "emulate:tiny-lm/h100-fp8",
     "fingerprint": "sha256:" + "ab" * 32,
+    "config_sha256": "cd" * 32,
+    "checkpoint_sha256": "ef" * 32,
+    "model": "tiny-lm",
+    "prompts": 50,
+    "max_new_tokens": 100,
+    "seed": 0,
+    "train": "fp32",
+    "inference": "h100-fp8",
+    "tokens": 5000,
+    "batch_size": 50,
+    "sequence_length": 164,
+    "sweep": {"settings": 1, "swept": True},
+    "runtime": RUNTIME,
+    "label": "emulate:tiny-lm/h100-fp8@batch50,length164",
 }
+# R1's batch-size range makes the emulation one setting of a runtime sweep
+SWEEP = [{"source": SOURCE["label"], "batch_size": 50, "sequence_length": 164, "tokens": 5000}]
+ASSUMPTIONS = [
+    "tokens are treated as independent draws from the measured distribution",
+    "each clause and slice is bounded at its own confidence (no multiple-testing correction)",
+]
 
 
-def _measured(report: dict) -> dict:
-    """``report`` (of MEASURED, proofs only) as if a log had been measured: N1 violated (max
-    0.03 > 0.02), S1 held (upper bound 0.008 ≤ 0.01 on 5000 tokens, at the order statistics
-    of the ranks that n, q and confidence give)."""
+def _measured(report: dict, root) -> dict:
+    """``report`` (of MEASURED, proofs only) as if its contract declared an emulation (its file
+    ``measured.yaml`` in ``root`` is rewritten so) and the emulation had been measured: N1
+    violated (max 0.03 > 0.02), S1 held (upper bound 0.008 ≤ 0.01 on 5000 tokens, at the order
+    statistics of the ranks that n, q and confidence give), R1 held on its 50 sequences."""
     r = copy.deepcopy(report)
-    r["evidence"] = {"sources": [SOURCE], "assumptions": ["tokens are independent draws"]}
+    path = root / "measured.yaml"
+    path.write_text(MEASURED + EMULATE)
+    canonical = load(str(path)).source.canonical
+    r["contract"].update(
+        canonical=canonical,
+        canonical_sha256=hashlib.sha256(canonical.encode()).hexdigest(),
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+    )
+    r["evidence"] = {
+        "sources": [copy.deepcopy(SOURCE)],
+        "assumptions": list(ASSUMPTIONS),
+        "sweep": copy.deepcopy(SWEEP),
+    }
     common = {"fingerprint": SOURCE["fingerprint"], "source": SOURCE["label"]}
     r["clauses"][0].update(status="violated", samples=5000, value=0.03, bound=0.03,
                            reason="max logit_drift over 5000 tokens is 0.03", **common)  # fmt: skip
     r["clauses"][1].update(status="held", samples=5000, value=0.004, bound=0.008, lower=0.003,
                            basis={"value_rank": 4950, "bound_rank": 4962, "lower_rank": 4938},
                            reason="order-statistic bound", **common)  # fmt: skip
+    r["clauses"][2].update(status="held", samples=50, reason="kv_cache agree with the kernel "
+                           "spec; batch_size: all 50 sequences inside [1, 64]")  # fmt: skip
     r["status"], r["exit_code"] = "violated", 1
     # both guarantees rest on N1, which the evidence violates
     r["support"] = [
@@ -86,7 +129,7 @@ def reports(tmp_path_factory):
             out[name] = json.loads((root / f"{name}.json").read_text())
     finally:
         os.chdir(cwd)
-    out["measured"] = _measured(out["measured"])
+    out["measured"] = _measured(out["measured"], root)
     out["root"] = root
     out["elsewhere"] = tmp_path_factory.mktemp("elsewhere")  # no contract file, no report
     return out
@@ -283,6 +326,18 @@ def _forge_held(r):
     r["status"], r["exit_code"] = "held", 0
 
 
+def _envelope(r) -> dict:
+    return r["evidence"]["sources"][0]["runtime"]
+
+
+def _relabel(r):
+    """The source named another emulation, and every verdict naming it too."""
+    label = "emulate:tiny-lm/h100-fp8-fast-accum@batch50,length164"
+    r["evidence"]["sources"][0]["label"] = r["evidence"]["sweep"][0]["source"] = label
+    for c in r["clauses"][:2]:
+        c["source"] = label
+
+
 MEASURED_MUTATIONS = {
     "violated to held": _forge_held,
     "held on too few samples": lambda r: r["clauses"][1].update(samples=999),
@@ -300,6 +355,16 @@ MEASURED_MUTATIONS = {
     "value infinite": lambda r: r["clauses"][0].update(value=float("inf")),
     "violated without a reason": lambda r: r["clauses"][0].update(reason=""),
     "evidence removed": _set(("evidence",), None),
+    "emulation model": lambda r: r["evidence"]["sources"][0].update(model="tiny-lm-2"),
+    "emulation label": _relabel,
+    "emulation field removed": lambda r: r["evidence"]["sources"][0].pop("config_sha256"),
+    "emulation not swept": lambda r: r["evidence"].pop("sweep"),
+    "emulation of another setting": lambda r: r["evidence"]["sweep"][0].update(batch_size=64),
+    "settings of the sweep": lambda r: r["evidence"]["sources"][0]["sweep"].update(settings=16),
+    "emulation read as a log": lambda r: r["evidence"]["sources"][0].update(kind="logprobs"),
+    "samples of another count": lambda r: r["clauses"][0].update(samples=4000),
+    "tokens of the source": lambda r: r["evidence"]["sources"][0].update(tokens=4000),
+    "runtime envelope counts": lambda r: _envelope(r)["clauses"][0].update(inside=49),
     "overall status": _set(("status",), "held"),
 }
 

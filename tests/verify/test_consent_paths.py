@@ -94,7 +94,8 @@ def _refusal(folder, name: str, key: str) -> str:
 def _untouched(folder, name: str) -> None:
     assert not (folder / "imported.marker").exists()
     assert name not in sys.modules
-    # no file anywhere (a stage makes its --promotion-dir before it reads the contract)
+    # nothing anywhere: a stage's --promotion-dir, made before the contract is read, is gone
+    assert not (folder / "out" / "stages").exists()
     assert [p for p in (folder / "out").rglob("*") if not p.is_dir()] == []
 
 

@@ -142,8 +142,8 @@ def test_the_example_exports_its_proved_tis_cap_and_clip_range(yaml_texts, name)
     assert f"# contract: fp8-rollout-vs-fp32-train ({EXAMPLE})" in header
     assert "# guarantee G_pg_tis (pg_bias, estimator tis, cap 2.0): proved" in header
     assert "# guarantee G_clip (clip_budget, clip_epsilon 0.2): proved" in header
-    low, high = FRAMEWORKS[name].versions
-    assert f"# keys checked against: {name} {low} to {high}" in header
+    (low, high), main = FRAMEWORKS[name].versions, FRAMEWORKS[name].main[:8]
+    assert f"# keys checked against: {name} {low} to {high} and main@{main}" in header
     for key in _flat(EXPECTED[name]):  # each key names the guarantee it comes from
         source = "G_clip" if key.rsplit(".", 1)[-1] in CLIP_KEYS else "G_pg_tis"
         assert f"# {key} <- {source}" in header
@@ -166,7 +166,8 @@ def test_overrides_and_json_carry_the_same_settings(tmp_path, yaml_texts):
     assert doc["from"]["epsilon"] == ["G_clip"]
     assert doc["guarantees"]["G_pg_tis"]["status"] == "proved"
     assert doc["contract"]["sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
-    assert doc["framework"]["versions"] == {"min": "1.6", "max": "1.10"}
+    assert doc["framework"]["versions"] == {"min": "1.6", "max": "1.9"}
+    assert doc["framework"]["main"] == "f2cd57710ae345ea6428ae95363267fcf38a3dc8"
 
 
 def test_out_writes_the_stdout_text(tmp_path, yaml_texts):
@@ -399,12 +400,12 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
 
 COUNTERPARTS = {  # framework -> the estimators it carries out exactly
     "verl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "tis_mask", "dual_clip",
-             "tis_norm", "clip_budget"},
+             "tis_norm", "kl_reject", "clip_budget"},
     "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "clip_budget"},
     "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "tis_clip",
             "clip_budget"},
     "skyrl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "seq_outlier", "tis_mask",
-              "clip_budget"},
+              "dppo_tv", "dppo_kl", "clip_budget"},
 }  # fmt: skip
 
 
@@ -412,6 +413,7 @@ COUNTERPARTS = {  # framework -> the estimators it carries out exactly
 def test_every_shared_estimator_maps_or_is_refused_with_a_reason(name):
     params = {
         "cap": F(2), "band": (F(1, 2), F(2)), "threshold": F(1, 10), "clip_epsilon": F(1, 5),
+        "reject": "token_k2,seq_max_k3", "reject_threshold": "0.1,0.2",
     }  # fmt: skip
     mapped = set()
     for what in DRIVING:
@@ -479,7 +481,7 @@ def test_a_refuted_cap_exits_1_and_writes_nothing(tmp_path):
 
 
 def test_an_unknown_verdict_exits_1(tmp_path):
-    code, out, err = _run(EXAMPLE, "--to", "verl", "--timeout-ms", "1")
+    code, out, err = _run(EXAMPLE, "--to", "verl", "--solver-budget", "1")
     assert (code, out) == (1, "")
     assert "G_pg_tis (pg_bias, estimator tis, cap 2.0) is unknown, so no verl setting" in err
 

@@ -56,8 +56,13 @@ SKYRL_OFF_POLICY_CORRECTION = {
     "product_mask_low", "outlier_token_is_threshold_low", "outlier_token_is_threshold_high",
     "token_mask_is_threshold_low", "token_mask_is_threshold_high",
 }  # fmt: skip
-# the same file: the AlgorithmConfig clip keys
-SKYRL_ALGORITHM = {"eps_clip_low", "eps_clip_high", "clip_ratio_c"}
+# the same file: the AlgorithmConfig clip and policy-loss keys, DPPOConfig (skyrl-v0.3.0 too),
+# and SamplingParams' logprobs (the rollout log-probs DPPO compares with)
+SKYRL_ALGORITHM = {"eps_clip_low", "eps_clip_high", "clip_ratio_c", "policy_loss_type"}
+SKYRL_DPPO = {"dppo_type", "delta_low", "delta_high"}
+SKYRL_SAMPLING = {"logprobs"}
+# skyrl/train/config/config.py @ skyrl-v0.3.0 and a9564572: the values DPPOConfig.dppo_type takes
+SKYRL_DPPO_TYPES = {"binary_tv", "binary_kl"}
 
 KNOWN = {  # framework -> (key prefix, the fields under it)
     "nemo-rl": [("loss_fn.", NEMO_RL_LOSS_FN)],
@@ -65,10 +70,13 @@ KNOWN = {  # framework -> (key prefix, the fields under it)
     "verl": [("algorithm.rollout_correction.", VERL_ROLLOUT_CORRECTION),
              ("actor_rollout_ref.actor.", VERL_ACTOR)],
     "skyrl": [("trainer.algorithm.off_policy_correction.", SKYRL_OFF_POLICY_CORRECTION),
-              ("trainer.algorithm.", SKYRL_ALGORITHM)],
+              ("trainer.algorithm.dppo.", SKYRL_DPPO),
+              ("trainer.algorithm.", SKYRL_ALGORITHM),
+              ("generator.sampling_params.", SKYRL_SAMPLING)],
 }  # fmt: skip
 
-PARAMS = {"cap": F(2), "band": (F(1, 2), F(2)), "threshold": F(1, 10), "clip_epsilon": F(1, 5)}
+PARAMS = {"cap": F(2), "band": (F(1, 2), F(2)), "threshold": F(1, 10), "clip_epsilon": F(1, 5),
+          "reject": "token_k1,seq_sum_k2", "reject_threshold": "0.5_2.0,0.3"}  # fmt: skip
 
 
 def _every_setting(name: str) -> list[tuple[str, object]]:
@@ -102,8 +110,11 @@ def test_every_written_key_is_a_field_of_the_framework_config(name):
 def test_the_mode_strings_are_the_frameworks_own():
     nemo = {v for k, v in _every_setting("nemo-rl") if k.endswith("_sampling_type")}
     trl = {v for k, v in _every_setting("trl") if k == "vllm_importance_sampling_mode"}
+    dppo = {v for k, v in _every_setting("skyrl") if k.endswith(".dppo_type")}
     assert nemo and nemo <= NEMO_RL_TIS_TYPES
     assert trl and trl <= TRL_MODES
+    assert dppo == SKYRL_DPPO_TYPES
+    assert {v for k, v in _every_setting("skyrl") if k.endswith("policy_loss_type")} == {"dppo"}
     assert not any(k == "vllm_importance_sampling_cap" for k, _ in _every_setting("trl"))
 
 
@@ -129,30 +140,39 @@ def test_the_checked_releases_are_accepted_at_both_ends(name):
 @pytest.mark.parametrize(
     ("name", "release"),
     [("verl", "0.7"), ("verl", "0.11"), ("trl", "1.5.2"), ("trl", "2.0"), ("nemo-rl", "0.5"),
-     ("skyrl", "1.0")],
+     ("skyrl", "1.0"),
+     # unreleased: the main branches read (0.10.0.dev, 1.10.0.dev0) are not these releases
+     ("verl", "0.10"), ("trl", "1.10"), ("nemo-rl", "0.8"), ("skyrl", "0.4"),
+     # a main-branch commit other than the one read
+     ("verl", "main@f2cd5771"), ("trl", "main@1dda039b"), ("skyrl", "main@a9564572e0")],
 )  # fmt: skip
 def test_a_release_outside_the_checked_range_is_refused(tmp_path, name, release):
     target = tmp_path / "out.yaml"
     code, out, err = run_cli(
         "export", EXAMPLE, "--to", name, "--check-version", release, "--out", target
     )
-    low, high = FRAMEWORKS[name].versions
+    (low, high), main = FRAMEWORKS[name].versions, FRAMEWORKS[name].main[:8]
     assert (code, out) == (2, "")
     assert err == (
         f"--check-version {release}: the {name} settings were checked against {name} {low} to "
-        f"{high} only (their keys, values and meaning); nothing is written for {name} {release}\n"
+        f"{high} and main@{main} only (their keys, values and meaning); nothing is written for "
+        f"{name} {release}\n"
     )
     assert not target.exists()
 
 
 @pytest.mark.parametrize(
-    "release", ["0.x", "1", "v0.9", "0.9.0.dev0", "0..9", "09.1", "0.9 ", "", "0.9-rc1", "1e3"]
-)
+    "release",
+    ["0.x", "1", "v0.9", "0.9.0.dev0", "0..9", "09.1", "0.9 ", "", "0.9-rc1", "1e3", "main",
+     "main@", "main@1dda03", "main@1DDA039B", "main@1dda039b9c6311889a9c9a26040677e1254814f9a",
+     "master@1dda039b"],
+)  # fmt: skip
 def test_a_malformed_release_is_refused(release):
     code, out, err = run_cli("export", EXAMPLE, "--to", "verl", "--check-version", release)
     assert (code, out) == (2, "")
     assert err == (
-        f"--check-version {release}: not a release number; write it as X.Y (e.g. 0.9) or X.Y.Z\n"
+        f"--check-version {release}: not a release number; write it as X.Y (e.g. 0.9) or "
+        "X.Y.Z, or main@COMMIT for the checked commit of the main branch\n"
     )
 
 
@@ -160,3 +180,23 @@ def test_the_version_check_comes_before_the_contract_is_read(tmp_path):
     missing = tmp_path / "missing.yaml"
     code, _, err = run_cli("export", missing, "--to", "trl", "--check-version", "1.0")
     assert code == 2 and err.startswith("--check-version 1.0: the trl settings")
+
+
+# the latest release of each framework, read from its tags (verl v0.9.0, TRL v1.9.0, NeMo-RL
+# v0.7.0, SkyRL skyrl-v0.3.0), and the main-branch commit whose code was read
+LATEST = {"verl": ("0.9", "1dda039b9c6311889a9c9a26040677e1254814f9"),
+          "trl": ("1.9", "f2cd57710ae345ea6428ae95363267fcf38a3dc8"),
+          "nemo-rl": ("0.7", "7ea279abfbeb698b092856d0dab61e7cf39bc909"),
+          "skyrl": ("0.3", "a9564572eb8e91076be43c1bd5e4615e3de17265")}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORKS))
+def test_only_released_versions_and_the_read_main_commit_are_accepted(name):
+    latest, main = LATEST[name]
+    assert FRAMEWORKS[name].versions[1] == latest
+    assert FRAMEWORKS[name].main == main
+    plain = run_cli("export", EXAMPLE, "--to", name)
+    for token in (f"main@{main[:7]}", f"main@{main[:8]}", f"main@{main}"):
+        assert run_cli("export", EXAMPLE, "--to", name, "--check-version", token) == plain
+    checked = f"# keys checked against: {name} {FRAMEWORKS[name].versions[0]} to {latest} and "
+    assert checked + f"main@{main[:8]}\n" in plain[1]

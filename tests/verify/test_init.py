@@ -36,7 +36,7 @@ def test_the_starter_contract_proves_as_written(tmp_path, setup):
     # the export it leads to, or why the framework has no setting for the estimator
     assert f"--to {setup[1]}" in text or f"# {setup[1]} has no setting for" in text
     report = tmp_path / "r.json"
-    code, out, err = run_cli(path, "--json", report, "--timeout-ms", "20000")
+    code, out, err = run_cli(path, "--json", report)
     assert (code, err) == (0, ""), out
     obligations = json.loads(report.read_text(encoding="utf-8"))["obligations"]
     assert [o["status"] for o in obligations] == ["proved"] * 3

@@ -52,8 +52,8 @@ def _stat(cid: str, metric: str, statistic: str, maximum: str, extra: str = "") 
     )
 
 
-def _verdicts(text: str, timeout_ms: int = 3000):
-    return [discharge(d, timeout_ms=timeout_ms) for d in bounds.derive(loads(text))]
+def _verdicts(text: str):
+    return [discharge(d) for d in bounds.derive(loads(text))]
 
 
 def _cli(tmp_path, text: str) -> tuple[int, dict, str]:
@@ -344,7 +344,7 @@ def test_an_added_premise_never_leaves_a_refutation_that_violates_it(g, delta, e
     )
     threshold = repr(d.value / 2)
     one = _text(base + f"guarantees:\n  - {{id: G, {g}, max: {threshold}, from: [N1]}}\n")
-    assert _verdicts(one, 1500)[0].status is Status.REFUTED
+    assert _verdicts(one)[0].status is Status.REFUTED
     sections = {"numerical": base, "statistical": base + "statistical:\n", "runtime": base}
     body = sections[family] + (line if family != "runtime" else "runtime:\n" + line)
     from_ = "[E, N1]" if first else "[N1, E]"
@@ -352,7 +352,7 @@ def test_an_added_premise_never_leaves_a_refutation_that_violates_it(g, delta, e
         body + _SLICES + f"guarantees:\n  - {{id: G, {g}, max: {threshold}, from: {from_}}}\n"
     )
     (d,) = bounds.derive(loads(text))
-    (o,) = _verdicts(text, 1500)
+    (o,) = _verdicts(text)
     if o.status is not Status.REFUTED:
         return
     # a confirmed refutation rests on E, and its point satisfies E (and N1) exactly
@@ -427,7 +427,7 @@ def test_extreme_parameters_give_a_verdict_under_verify_and_synth(tmp_path, guar
     )
     path = tmp_path / "c.yaml"
     path.write_text(text, encoding="utf-8")
-    for argv in ([str(path), "--quiet", "--timeout-ms", "1000"], ["synth", str(path)]):
+    for argv in ([str(path), "--quiet", "--solver-budget", "1000000"], ["synth", str(path)]):
         out, err = io.StringIO(), io.StringIO()
         code = main(argv, stdout=out, stderr=err)
         assert code in (0, 1, 3) and "internal error" not in err.getvalue(), err.getvalue()

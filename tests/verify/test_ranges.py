@@ -107,7 +107,7 @@ def test_sequence_tv_past_the_kink_is_proved(maximum):
     # Bretagnolle–Huber route gives 0.960513 (it could not be encoded before)
     d = _derivation(maximum=maximum)
     assert d.route == "sequence_tv_bretagnolle_huber"
-    o = discharge(d, timeout_ms=10000)
+    o = discharge(d)
     assert o.status is Status.PROVED, o.reason
     assert o.bound == pytest.approx(0.960513, abs=1e-6)
 
@@ -115,7 +115,7 @@ def test_sequence_tv_past_the_kink_is_proved(maximum):
 def test_pinsker_past_the_kink_is_proved():
     d = _derivation(L="16", delta="0.1", maximum="0.25")  # √(16·K(0.2)/2) = 0.19866
     assert d.route == "sequence_tv_pinsker"
-    o = discharge(d, timeout_ms=10000)
+    o = discharge(d)
     assert o.status is Status.PROVED, o.reason
 
 
@@ -128,7 +128,7 @@ def test_a_tightened_query_re_checks(tmp_path):
     from kernel_contracts.verify.proving.runner import run
 
     text = _HEAD.format(T="1.0", L="512", delta="0.1", quantity="sequence_tv", max="0.99")
-    data = json.loads(dumps(run(loads(text, str(tmp_path / "gone.yaml")), timeout_ms=10000)))
+    data = json.loads(dumps(run(loads(text, str(tmp_path / "gone.yaml")))))
     (o,) = data["obligations"]
     assert o["status"] == "proved" and "range_arg." in o["smtlib"][0]["text"]
     result = check_data(data, report_dir=str(tmp_path))

@@ -91,8 +91,8 @@ def test_bfloat16_log_probs_get_float32_weights(router):
 
 
 def test_a_loop_that_imported_jax_first_still_gets_its_proved_cap(tmp_path):
-    """The solver process of such a loop comes from a fork server whose start-up re-imports
-    the loop's main module: it must not eat the obligations' time budget."""
+    """The solver process of such a loop is a fresh interpreter (no fork beside JAX's threads):
+    its start-up must not cost the obligations their verdicts."""
     script = tmp_path / "loop.py"
     script.write_text(
         "import jax.numpy as jnp\n"
@@ -100,7 +100,7 @@ def test_a_loop_that_imported_jax_first_still_gets_its_proved_cap(tmp_path):
         "from kernel_contracts.verify.pipeline import routing\n"
         "if __name__ == '__main__':\n"
         f"    c = contracts.load({str(ROOT / 'examples' / 'routing_loop.yaml')!r})\n"
-        "    r = routing.prepare(c, timeout_ms=2000)\n"
+        "    r = routing.prepare(c)\n"
         "    print(r.cap, r.cap_guarantee)\n"
     )
     run = subprocess.run(

@@ -10,6 +10,7 @@ import pytest
 from kernel_contracts import contracts
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving import synth
+from kernel_contracts.verify.proving.solve.budget import Budget
 
 CONTRACT = """\
 contract: 1
@@ -29,14 +30,15 @@ def contract():
 
 
 def _discharge_proving_below(limit):
-    """A stand-in for the solver: unknown (as a time-out reads) above ``limit``, else proved."""
+    """A stand-in for the solver: unknown (as a spent budget reads) above ``limit``, else
+    proved."""
     real = synth.discharge
 
-    def discharge(d, *, timeout_ms):
-        ob = real(d, timeout_ms=timeout_ms)
+    def discharge(d, *, budget):
+        ob = real(d, budget=budget)
         (v,) = d.variables
         if v.hi > limit:
-            return dataclasses.replace(ob, status=Status.UNKNOWN, reason="z3: timeout")
+            return dataclasses.replace(ob, status=Status.UNKNOWN, reason="budget spent")
         return ob
 
     return discharge
@@ -50,24 +52,24 @@ def test_the_loosest_value_proved_is_printed_as_is(contract):
 
 def test_a_value_just_below_the_loosest_is_proved_and_said_so(contract, monkeypatch):
     monkeypatch.setattr(synth, "discharge", _discharge_proving_below(synth.Fraction("0.0199")))
-    (s,) = synth.synthesize(contract, timeout_ms=700)
+    (s,) = synth.synthesize(contract, budget=Budget(rlimit=700_000))
     assert s.status is Status.PROVED and s.value == synth.Fraction("0.0198")
     assert s.note == (
         "token_tv ≤ 0.01 proved with delta_N1 ≤ 0.0198 (the loosest value, 0.02, was not "
-        "proved within 700 ms)"
+        "proved within a solver budget of 700000)"
     )
     assert "max: 0.0198" in synth.render((s,))
 
 
 def test_no_value_proved_says_which_budget_or_value_to_set(contract, monkeypatch):
     monkeypatch.setattr(synth, "discharge", _discharge_proving_below(0))
-    (s,) = synth.synthesize(contract, timeout_ms=700)
+    (s,) = synth.synthesize(contract, budget=Budget(rlimit=700_000))
     assert s.status is Status.UNKNOWN
     assert s.note == (
         "the chain's bound allows delta_N1 ≤ 0.02, but neither that value nor one up to 10% "
-        "below it was proved within 700 ms per try; run synth again with a larger budget "
-        "(--timeout-ms 5000), or set this clause's max below 0.02 and run python -m verify on "
-        "the contract"
+        "below it was proved within a solver budget of 700000 per try; run synth again with a "
+        "larger budget (--solver-budget 2800000), or set this clause's max below 0.02 and run "
+        "python -m verify on the contract"
     )
     assert "z3" not in synth.render((s,))
 
@@ -79,8 +81,8 @@ def test_the_solver_message_on_a_lost_core_is_plain_words(monkeypatch):
 
     real = smt._z3_run
 
-    def run(text, timeout_ms):  # the second run, the one recording the premises, times out
-        solver, result = real(text, timeout_ms)
+    def run(text, rlimit):  # the second run, the one recording the premises, gives up
+        solver, result = real(text, rlimit)
         return solver, (z3.unknown if smt._CORE_OPTION in text else result)
 
     monkeypatch.setattr(smt, "_z3_run", run)
@@ -89,7 +91,7 @@ def test_the_solver_message_on_a_lost_core_is_plain_words(monkeypatch):
     assert answer.answer == "unknown"
     assert answer.reason == (
         "z3 proved the query, but answered unknown when repeating the proof to record which "
-        "premises it used (a larger --timeout-ms may settle it)"
+        "premises it used, within 2000 resource units (a larger --solver-budget may settle it)"
     )
 
 
@@ -100,10 +102,10 @@ def test_the_long_horizon_unknown_points_to_synth():
     text = CONTRACT.replace("vocab_size: 256}", "vocab_size: 151936, max_new_tokens: 4096}")
     text = text.replace("quantity: token_tv, max: 0.0100", "quantity: sequence_tv, max: 0.1")
     (d,) = bounds.derive(contracts.loads(text))
-    o = discharge(d, timeout_ms=3000)
+    o = discharge(d)
     assert o.status is Status.UNKNOWN and "not attained" in o.reason
     assert o.reason.endswith(
         "; python -m verify synth on this contract gives the largest premise max that proves it"
     )
-    (s,) = synth.synthesize(contracts.loads(text), timeout_ms=3000)
+    (s,) = synth.synthesize(contracts.loads(text))
     assert s.status is Status.PROVED and s.value < synth.Fraction("0.02")

@@ -53,9 +53,10 @@ def _check(argv, stdout, stderr, t_start: float) -> int:
 
 def _synth(argv, stdout, stderr, t_start: float) -> int:
     args = PARSERS["synth"](stdout, stderr).parse_args(argv)
+    from kernel_contracts.verify.proving.solve.budget import from_args
     from kernel_contracts.verify.proving.synth import synth_main
 
-    return synth_main(args.contract, args.timeout_ms, stdout=stdout, stderr=stderr)
+    return synth_main(args.contract, from_args(args), stdout=stdout, stderr=stderr)
 
 
 def _schema(argv, stdout, stderr, t_start: float) -> int:

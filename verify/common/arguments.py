@@ -1,11 +1,11 @@
 """Every parser of ``python -m verify``, built in one place from shared parts.
 
 ``Parser`` writes to the given streams and raises ``Stop`` instead of exiting. The shared
-parents (``contract``, ``reports``, ``evidence``, ``timeout``, ``model``) add the options
+parents (``contract``, ``reports``, ``evidence``, ``solver``, ``model``) add the options
 several commands take, in the order each command lists them; ``PARSERS`` maps each command
 (``""`` for the main one) to the function that builds its parser. The argument types
-(``positive``, ``count``, ``seconds``, ``traffic_share``) write the message a usage error
-shows.
+(``positive``, ``count``, ``seconds``, ``traffic_share``, ``rlimit``) write the message a usage
+error shows.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = [
     "init_parser",
     "number",
     "positive",
+    "rlimit",
     "seconds",
     "temperature",
     "traffic_share",
@@ -69,6 +70,17 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {value}")
+    return value
+
+
+RLIMIT_MAX = 2**32 - 1  # z3 takes its rlimit as an unsigned 32-bit integer
+
+
+def rlimit(text: str) -> int:
+    """``--solver-budget``: a positive integer that z3 takes as its rlimit."""
+    value = positive(text)
+    if value > RLIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {RLIMIT_MAX}: {value}")
     return value
 
 
@@ -134,8 +146,21 @@ def evidence(p: Parser, help: str | None = None) -> None:
                    help=help)  # fmt: skip
 
 
-def timeout(p: Parser, help: str | None = "time budget per obligation (default 5000)") -> None:
-    p.add_argument("--timeout-ms", type=positive, default=5000, metavar="N", help=help)
+# the defaults of verify.proving.solve.budget (a test keeps them equal): z3 resource units per
+# obligation, and the hang guard's milliseconds per solver call
+SOLVER_BUDGET, HANG_GUARD_MS = 4_000_000, 300_000
+
+
+def solver(p: Parser) -> None:
+    """``--solver-budget`` (what decides verdicts) and ``--timeout-ms`` (the hang guard)."""
+    p.add_argument("--solver-budget", type=rlimit, default=SOLVER_BUDGET, metavar="N",
+                   help="solver budget per obligation in z3 resource units (rlimit), the same "
+                   f"on every machine under any load (default {SOLVER_BUDGET}); an obligation "
+                   "that spends it is unknown")  # fmt: skip
+    p.add_argument("--timeout-ms", type=positive, default=HANG_GUARD_MS, metavar="N",
+                   help="hang guard: wall-clock milliseconds after which one solver call is "
+                   f"stopped and its obligation reported unknown (default {HANG_GUARD_MS}); "
+                   "it only catches a solver that stops counting, the budget decides")  # fmt: skip
 
 
 def model(p: Parser, help: str) -> None:
@@ -173,7 +198,7 @@ def main_parser(out, err) -> Parser:
     contract(p)
     reports(p)
     evidence(p)
-    timeout(p)
+    solver(p)
     trust(p)
     p.add_argument("--quiet", action="store_true", help="print only the overall verdict")
     p.add_argument("--no-cache", action="store_true",
@@ -195,7 +220,7 @@ def check_parser(out, err) -> Parser:
 def synth_parser(out, err) -> Parser:
     p = Parser(prog="python -m verify synth", out=out, err=err)
     contract(p)
-    timeout(p, help=None)
+    solver(p)
     return p
 
 
@@ -221,9 +246,10 @@ def export_parser(out, err, *, frameworks: str) -> Parser:
     p.add_argument("--guarantee", metavar="ID", action="append", default=[],
                    help="export only this guarantee (repeatable)")  # fmt: skip
     p.add_argument("--check-version", metavar="X.Y",
-                   help="the framework release the settings are for: refused (exit 2) outside "
-                   "the releases the keys were checked against")  # fmt: skip
-    timeout(p)
+                   help="the framework release the settings are for (X.Y, X.Y.Z, or "
+                   "main@COMMIT for the main-branch commit that was read): refused (exit 2) "
+                   "outside the released versions the keys were checked against")  # fmt: skip
+    solver(p)
     evidence(p, help="log(s) to check the premises against (replaces the contract's "
              "evidence.logprobs path)")  # fmt: skip
     trust(p)

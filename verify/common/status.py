@@ -14,7 +14,7 @@ class Status(enum.IntEnum):
     SKIPPED = 0  # a clause not measured, with the reason why; it never hides a worse verdict
     PROVED = 1  # an obligation z3 proved (unsat of premises and negated claim)
     HELD = 2  # an evidence clause whose confidence bound is within its limit
-    UNKNOWN = 3  # an obligation neither proved nor refuted (timeout, no lemma, loose enclosure)
+    UNKNOWN = 3  # an obligation neither proved nor refuted (budget spent, no lemma, loose bound)
     INCONCLUSIVE = 4  # an evidence clause with too few samples to decide
     REFUTED = 5  # an obligation with a confirmed counterexample
     VIOLATED = 6  # an evidence clause whose measurement exceeds its limit

@@ -6,7 +6,8 @@ SMT-LIB2 text of every deciding query), never a verdict: a run that finds an ent
 decide every query in that run (``verify.proving.replay``). An entry is found by a key over
 everything its content depends on:
 
-- the contract file's bytes (sha256) and its canonical form, and the time budget per obligation;
+- the contract file's bytes (sha256) and its canonical form, and the solver budget (z3's and
+  cvc5's resource units; the wall-clock hang guard decides no verdict, so it is left out);
 - the bytes of every Python source file of the packages that derive it (``contracts``,
   ``bounds``, ``verify``), with their names;
 - the interpreter (version, build, implementation, platform) and the installed versions of the
@@ -152,15 +153,16 @@ def _installed() -> dict[str, list]:
     return {"distributions": sorted(dists), "modules": modules}
 
 
-def key(contract, *, timeout_ms: int) -> Key:
-    """The key of ``contract``'s entry for a run with ``timeout_ms`` per obligation."""
+def key(contract, *, budget) -> Key:
+    """The key of ``contract``'s entry for a run with ``budget`` (a
+    ``verify.proving.solve.budget.Budget``)."""
     sources, stamps = _sources()
     canonical = contract.source.canonical.encode("utf-8")
     material = {
         "format": FORMAT,
         "contract_sha256": contract.source.sha256,
         "canonical_sha256": hashlib.sha256(canonical).hexdigest(),
-        "timeout_ms": int(timeout_ms),
+        "solver_budget": {"z3_rlimit": budget.rlimit, "cvc5_rlimit_per": budget.cvc5_rlimit},
         "sources_sha256": sources,
         "python": [sys.version, sys.implementation.cache_tag, sys.platform, sys.byteorder],
         "installed": _installed(),

@@ -29,6 +29,8 @@ _SUPPORT = {"violated": "violated", "inconclusive": "unchecked"}
 class Stage(Protocol):
     """What a promotion stage adds to a run."""
 
+    written: bool  # set once the run has written the reports and the stage's files
+
     def usage(self) -> str | None:
         """Why the stage's options are unusable (before anything is read), or ``None``."""
 
@@ -43,6 +45,9 @@ class Stage(Protocol):
 
     def finish(self, stdout) -> int:
         """Write the stage's lines after the summary; returns the exit code."""
+
+    def abandon(self) -> None:
+        """Undo what ``usage`` made (a new directory, still empty): the run wrote nothing."""
 
 
 def _support_counts(support) -> list[tuple[str, int]]:
@@ -112,10 +117,11 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float, *, t
     from kernel_contracts.verify.proving import cache
     from kernel_contracts.verify.proving import runner as run
     from kernel_contracts.verify.proving.render.report import dumps
+    from kernel_contracts.verify.proving.solve.budget import from_args
 
     try:
         report = run.run(
-            contract, evidence_paths=args.evidence, timeout_ms=args.timeout_ms,
+            contract, evidence_paths=args.evidence, budget=from_args(args),
             quiet=args.quiet, stderr=stderr,
             cache=None if getattr(args, "no_cache", False) else _cache(cache, t_start),
             trust_code=trust_code,
@@ -144,6 +150,18 @@ def run_and_render(contract, args, stderr, t_start: float, t_import: float, *, t
 def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = None) -> int:
     """Verify the contract ``args`` name and write its reports (and ``stage``'s files);
     returns the exit code (the stage's, when one is given)."""
+    if stage is None:
+        return _verify(args, stdout, stderr, t_start, None)
+    try:
+        code = _verify(args, stdout, stderr, t_start, stage)
+    finally:
+        if not stage.written:
+            stage.abandon()
+    return code
+
+
+def _verify(args, stdout, stderr, t_start: float, stage: Stage | None) -> int:
+    """``verify_main`` without the stage's clean-up."""
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.consent import consent_problem, trusted
 
@@ -178,6 +196,8 @@ def verify_main(args, stdout, stderr, t_start: float, *, stage: Stage | None = N
             texts |= stage.texts(contract, texts["--json"])
         try:
             plan.write([texts[t.label] for t in plan.targets])
+            if stage is not None:
+                stage.written = True
         except outputs.OutputError as err:
             stderr.write(f"verify: {err}\n")
             return 2

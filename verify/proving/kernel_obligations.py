@@ -35,6 +35,7 @@ from kernel_contracts.contracts import Contract
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.obligations import Obligation, decimal, obligation_json
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import RAISE, Budget
 from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 __all__ = ["check_kernel_obligation", "kernel_obligations", "kernel_outlines"]
@@ -154,7 +155,9 @@ def _decide(c: intexact.Claim, base: Obligation, answer: smt.Answer) -> Obligati
     else:
         why = answer.reason or "no witness confirms the model"
         status, expected, cex = Status.UNKNOWN, "unsat", None
-        reason = f"z3 answered {answer.answer}: {why}"
+        reason = f"z3 answered {answer.answer}: {why}" + (
+            f"; {RAISE}" if answer.out_of_budget else ""
+        )
     record = QueryRecord(text, expected, answer.answer, box, 0, 0, answer.core, answer.time_ms)
     return replace(
         base,
@@ -163,6 +166,7 @@ def _decide(c: intexact.Claim, base: Obligation, answer: smt.Answer) -> Obligati
         unsat_core=tuple(sorted(set(answer.core) - {"goal"})),
         counterexample=cex,
         reason=reason,
+        rlimit=answer.rlimit,
     )
 
 
@@ -170,12 +174,16 @@ def _source(w: intexact.Witness) -> str:
     return f"witness: {intexact.describe(w)}"
 
 
-def kernel_obligations(contract: Contract, *, timeout_ms: int = 5000) -> tuple[Obligation, ...]:
-    """Decide the kernel obligations of ``contract`` (module docstring)."""
+def kernel_obligations(
+    contract: Contract, *, budget: Budget | None = None
+) -> tuple[Obligation, ...]:
+    """Decide the kernel obligations of ``contract``, each query with the whole ``budget``
+    (the default one when ``None``; module docstring)."""
+    budget = budget or Budget()
     out = []
     for c, base in zip(intexact.claims(contract), kernel_outlines(contract), strict=True):
         start = time.perf_counter()
-        answer = smt.z3_check(query(c), timeout_ms=timeout_ms)
+        answer = smt.z3_check(query(c), rlimit=budget.rlimit, guard_s=budget.hang_guard_s)
         done = _decide(c, base, answer)
         out.append(replace(done, time_ms=round((time.perf_counter() - start) * 1000, 3)))
     return tuple(out)
@@ -184,21 +192,22 @@ def kernel_obligations(contract: Contract, *, timeout_ms: int = 5000) -> tuple[O
 _FREE = ("time_ms",)
 
 
-def check_kernel_obligation(o: dict, contract: Contract, where: str, diff, notes, *, timeout_ms):
+def check_kernel_obligation(o: dict, contract: Contract, where: str, diff, notes, *, budget):
     """Re-check kernel obligation ``o`` of a report against ``contract``: every field re-derived
     (the query text, the bound, the witness) and the query re-run; returns the queries re-run.
 
     The verdict is recomputed from z3's answer now: proved ⇔ unsat; refuted ⇔ sat with the
     witness re-confirmed by exact integer arithmetic; the stored fields must then equal what
-    this run derives (times are free)."""
+    this run derives (times are free). Every query runs within ``budget`` (the report's)."""
     claim = {c.id: c for c in intexact.claims(contract)}.get(o.get("id"))
     if claim is None:
         diff(where, "names no int8 kernel obligation of the contract")
         return 0
     w = intexact.witness(claim)
-    got = smt.z3_check(query(claim), timeout_ms=timeout_ms)
+    limits = {"rlimit": budget.rlimit, "guard_s": budget.hang_guard_s}
+    got = smt.z3_check(query(claim), **limits)
     if got.answer == "unsat":
-        ok = smt.z3_core_suffices(query(claim), list(got.core), timeout_ms=timeout_ms)
+        ok = smt.z3_core_suffices(query(claim), list(got.core), **limits)
         if ok.answer != "unsat":
             diff(f"{where}.smtlib[0].core", "the core alone is not unsat")
     if w is not None and not _confirmed(claim, w):
@@ -221,7 +230,7 @@ def check_kernel_obligation(o: dict, contract: Contract, where: str, diff, notes
     extra = sorted(set(o) - set(expected))
     if extra:
         diff(where, f"fields no report has: {extra}")
-    cross = smt.cvc5_check(query(claim), timeout_ms=2000)
+    cross = smt.cvc5_check(query(claim), rlimit=budget.cvc5_rlimit, guard_s=budget.hang_guard_s)
     if cross is not None:
         if {cross.answer, got.answer} == {"sat", "unsat"}:
             diff(f"{where}.smtlib[0]", f"cvc5 answers {cross.answer}, z3 {got.answer}")

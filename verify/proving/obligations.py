@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from kernel_contracts.verify.common.status import Status
+from kernel_contracts.verify.proving.solve.budget import Budget
 from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 if TYPE_CHECKING:  # sympy and the bound chain load on first use: a cached run needs neither
@@ -112,6 +113,8 @@ class Obligation:
     notes: tuple[str, ...] = ()
     reason: str = ""
     time_ms: float = 0.0
+    # z3 resource units its queries spent (not in the report: ``bench/solver_budgets.py``)
+    rlimit: int = 0
 
 
 def rational(v: Fraction) -> str:
@@ -183,8 +186,9 @@ def outline(d: Derivation) -> Obligation:
     )
 
 
-def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obligation:
-    """Decide the obligation of derivation ``d`` (see ``verify.proving.solve.solver.prove``)."""
+def discharge(d: Derivation, *, budget: Budget | None = None, **solver_options) -> Obligation:
+    """Decide the obligation of derivation ``d`` within ``budget`` (the default one when
+    ``None``; see ``verify.proving.solve.solver.prove``)."""
     from kernel_contracts.verify.proving.solve import intervals
     from kernel_contracts.verify.proving.solve.solver import prove
 
@@ -199,9 +203,8 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
     except intervals.ExprError as err:
         reason = f"cannot evaluate the bound: {err}"
         return dataclasses.replace(base, reason=reason, time_ms=_ms(start))
-    left_ms = max(1, int(timeout_ms - (time.perf_counter() - start) * 1000))  # one budget
     outcome = prove(
-        d.expr, variables, dict(constants), Fraction(d.threshold), timeout_ms=left_ms,
+        d.expr, variables, dict(constants), Fraction(d.threshold), budget=budget or Budget(),
         title=f"obligation {d.guarantee}: {statement}", **solver_options,
     )  # fmt: skip
     status, cex, reason = outcome.status, outcome.counterexample, outcome.reason
@@ -223,6 +226,7 @@ def discharge(d: Derivation, *, timeout_ms: int = 5000, **solver_options) -> Obl
         counterexample=cex,
         reason=reason,
         time_ms=_ms(start),
+        rlimit=outcome.rlimit,
     )
 
 

@@ -20,8 +20,13 @@ piece of the box, degree, bits). The verdict is z3's answer in this run:
   that point's value interval, an exact evaluation of the bound;
 - an obligation with no bound derived is undecided as its derivation says, with no query.
 
+Each stored query is given what its derivation could give it at most (a guarantee's query the
+per-query allowance of the budget, a kernel query the whole budget); z3's answers within a
+budget of its resource units do not depend on time, and a query answered within fewer units is
+answered alike within more, so the replay agrees with a derivation in this run.
+
 Only runs whose every obligation was proved, refuted or had no bound are stored (``entry``
-returns ``None`` otherwise): an ``unknown`` depends on time and is never replayed.
+returns ``None`` otherwise): an ``unknown`` is never replayed.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from kernel_contracts.verify.proving.obligations import (
     rational,
 )
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import Budget
 from kernel_contracts.verify.proving.solve.solver import Counterexample, QueryRecord
 
 __all__ = ["Versions", "entry", "replay", "versions"]
@@ -190,19 +196,16 @@ def _first_candidate(box, model: Mapping[str, Fraction]):
     return tuple((s, hi) for s, _, _, hi in box), "upper corner of the piece"
 
 
-def _decide(base: Obligation, kind, status, queries, cex, timeout_ms: int) -> Obligation | None:
+def _decide(base: Obligation, kind, status, queries, cex, budget: Budget) -> Obligation | None:
     start = time.perf_counter()
-    deadline = start + timeout_ms / 1000
     records = []
+    limit = budget.allowance(budget.rlimit) if kind == GUARANTEE else budget.rlimit
+    limits = {"rlimit": limit, "guard_s": budget.hang_guard_s}
     for text, answer, box, degree, bits in queries:
-        left_ms = (deadline - time.perf_counter()) * 1000 - smt.KILL_GRACE_MS
-        if left_ms <= 1:
-            return None
-        limit = int(min(left_ms, max(250.0, timeout_ms / 4))) if kind == GUARANTEE else timeout_ms
         if answer == "unsat":  # one run with tracking gives the answer and core of two
-            got = smt.z3_check_tracked(text, timeout_ms=limit)
+            got = smt.z3_check_tracked(text, **limits)
         else:
-            got = smt.z3_check(text, timeout_ms=limit, want=[s for s, *_ in box])
+            got = smt.z3_check(text, want=[s for s, *_ in box], **limits)
         if got.answer != answer:
             return None  # z3 answers otherwise now: derive afresh
         if (
@@ -228,7 +231,7 @@ def _decide(base: Obligation, kind, status, queries, cex, timeout_ms: int) -> Ob
     )
 
 
-def replay(payload: Mapping, *, timeout_ms: int) -> tuple[Obligation, ...] | None:
+def replay(payload: Mapping, *, budget: Budget) -> tuple[Obligation, ...] | None:
     """The obligations of ``payload`` decided by z3 now (module docstring), or ``None``."""
     try:
         items = [(_outline(item), *_plan(item)) for item in payload["obligations"]]
@@ -239,7 +242,7 @@ def replay(payload: Mapping, *, timeout_ms: int) -> tuple[Obligation, ...] | Non
         if status == "unknown":
             out.append(base)
             continue
-        done = _decide(base, kind, status, queries, cex, timeout_ms)
+        done = _decide(base, kind, status, queries, cex, budget)
         if done is None:
             return None
         out.append(done)

@@ -20,6 +20,7 @@ from kernel_contracts.verify.common.support import Support, support
 from kernel_contracts.verify.proving.obligations import Obligation
 from kernel_contracts.verify.proving.render.report import ContractInfo, Report, python_version
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import Budget
 
 __all__ = [
     "NO_EVIDENCE_MODULE",
@@ -107,7 +108,7 @@ def _versions():
     return Versions(toolkit_version(), {"z3": smt.z3_version(), "cvc5": smt.cvc5_version()})
 
 
-def _derive_and_solve(contract: Contract, derive: Callable | None, timeout_ms: int, timing):
+def _derive_and_solve(contract: Contract, derive: Callable | None, budget: Budget, timing):
     """The obligations of ``contract``, derived and decided in this run; ``(obligations, how
     many come from guarantees)``."""
     from kernel_contracts.verify.proving.kernel_obligations import kernel_obligations
@@ -120,12 +121,10 @@ def _derive_and_solve(contract: Contract, derive: Callable | None, timeout_ms: i
         derive = bounds.derive
     derivations = derive(contract)
     t1 = time.perf_counter()
-    obligations: tuple[Obligation, ...] = tuple(
-        discharge(d, timeout_ms=timeout_ms) for d in derivations
-    )
+    obligations: tuple[Obligation, ...] = tuple(discharge(d, budget=budget) for d in derivations)
     # int8 kernels: the exactness preconditions of their integer accumulation, after the
     # guarantees (ids "<side>:int32", "<side>:fp32")
-    obligations += kernel_obligations(contract, timeout_ms=timeout_ms)
+    obligations += kernel_obligations(contract, budget=budget)
     timing["derive"] = _ms(t0, t1)
     timing["solve"] = _ms(t1, time.perf_counter())
     return obligations, len(derivations)
@@ -135,33 +134,33 @@ def _ms(t0: float, t1: float) -> float:
     return round((t1 - t0) * 1000, 3)
 
 
-def _obligations(contract: Contract, derive, timeout_ms: int, cache):
+def _obligations(contract: Contract, derive, budget: Budget, cache):
     """The decided obligations, the versions and the timing of the proofs part: rebuilt from the
     cache where it holds this contract and code (``derive`` is then the time to find and read
     the entry, ``solve`` z3's on its queries), else derived and decided, then stored (``derive``
     includes the look-up and the store). The timing has the same keys either way."""
     timing: dict[str, float] = {}
     if cache is None or derive is not None:
-        obligations, _ = _derive_and_solve(contract, derive, timeout_ms, timing)
+        obligations, _ = _derive_and_solve(contract, derive, budget, timing)
         return obligations, _versions(), timing
     from kernel_contracts.verify.proving import cache as caching
     from kernel_contracts.verify.proving import replay
 
     t0 = time.perf_counter()
     try:
-        key = caching.key(contract, timeout_ms=timeout_ms)
+        key = caching.key(contract, budget=budget)
     except (OSError, LookupError):  # sources that cannot be read cannot key an entry
         key = None
     payload = caching.load(cache, key) if key else None
     versions = replay.versions(payload) if payload else None
     t1 = time.perf_counter()
     if versions is not None:
-        obligations = replay.replay(payload, timeout_ms=timeout_ms)
+        obligations = replay.replay(payload, budget=budget)
         if obligations is not None:
             t2 = time.perf_counter()
             return obligations, versions, {"derive": _ms(t0, t1), "solve": _ms(t1, t2)}
     t2 = time.perf_counter()  # a miss, or z3 answered otherwise than the entry: derive afresh
-    obligations, guarantees = _derive_and_solve(contract, None, timeout_ms, timing)
+    obligations, guarantees = _derive_and_solve(contract, None, budget, timing)
     t3 = time.perf_counter()
     versions = _versions()
     stored = replay.entry(obligations, guarantees, versions)
@@ -175,7 +174,7 @@ def run(
     contract: Contract,
     *,
     evidence_paths: Sequence[str] = (),
-    timeout_ms: int = 5000,
+    budget: Budget | None = None,
     quiet: bool = True,
     stderr=None,
     derive: Callable | None = None,
@@ -186,8 +185,11 @@ def run(
     for a user model's module without ``trust_code`` (the user's consent to import it).
 
     ``cache`` (a ``verify.proving.cache.Cache``) lets the proofs part replay a stored derivation
-    (``verify.proving.replay``); it is not used with a ``derive`` of the caller's."""
-    obligations, versions, timing = _obligations(contract, derive, timeout_ms, cache)
+    (``verify.proving.replay``); it is not used with a ``derive`` of the caller's. ``budget``:
+    what the solvers may spend (``verify.proving.solve.budget``; the default one when ``None``),
+    recorded in the report."""
+    budget = budget or Budget()
+    obligations, versions, timing = _obligations(contract, derive, budget, cache)
     t2 = time.perf_counter()
     clauses, info = clause_verdicts(
         contract, evidence_paths, quiet=quiet, stderr=stderr, trust_code=trust_code
@@ -207,4 +209,5 @@ def run(
         escalation=decide(contract.escalation, verdicts),
         support=premises,
         timing={**timing, "evidence": _ms(t2, t3)},
+        budget=budget,
     )

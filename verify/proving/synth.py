@@ -3,8 +3,9 @@
 For each guarantee the chain is inverted (``bounds.loosest``: for each premise variable, the
 largest short rational such that the bound stays within the guarantee's max), the value is
 written as an exact decimal, and the obligation with that premise range is proved by z3 before
-anything is printed. When the loosest value is not proved within the time budget, a few
-short decimals up to 10% below it are tried, and the first one proved is printed with a note;
+anything is printed. When the loosest value is not proved within the solver budget (z3
+resource units, ``verify.proving.solve.budget``), a few short decimals up to 10% below it are
+tried, and the first one proved is printed with a note;
 when none is, the note says which budget to give or which value to set. The output is a YAML
 snippet to paste into the contract.
 """
@@ -19,6 +20,7 @@ from fractions import Fraction
 from kernel_contracts.contracts import Contract, NumericalClause
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.obligations import discharge
+from kernel_contracts.verify.proving.solve.budget import Budget
 
 __all__ = ["Synthesis", "synth_main", "synthesize"]
 
@@ -60,10 +62,12 @@ def _short(v: Fraction) -> Fraction:
     return v if d == 1 else Fraction(int(v * 10**9), 10**9)
 
 
-def synthesize(contract: Contract, *, timeout_ms: int = 5000) -> tuple[Synthesis, ...]:
-    """For each guarantee and premise variable: the loosest clause max, proved."""
+def synthesize(contract: Contract, *, budget: Budget | None = None) -> tuple[Synthesis, ...]:
+    """For each guarantee and premise variable: the loosest clause max, proved (each try within
+    ``budget``, the default one when ``None``)."""
     from kernel_contracts import bounds
 
+    budget = budget or Budget()
     out = []
     for d in bounds.derive(contract):
         if d.expr is None or not d.variables:
@@ -93,7 +97,7 @@ def synthesize(contract: Contract, *, timeout_ms: int = 5000) -> tuple[Synthesis
                     dataclasses.replace(w, hi=candidate) if w.name == v.name else w
                     for w in d.variables
                 )
-                ob = discharge(dataclasses.replace(d, variables=loosened), timeout_ms=timeout_ms)
+                ob = discharge(dataclasses.replace(d, variables=loosened), budget=budget)
                 if ob.status is Status.PROVED:
                     value, status = candidate, ob.status
                     note = f"{d.quantity} ≤ {float(d.threshold):.6g} proved with {v.name} ≤ "
@@ -101,11 +105,11 @@ def synthesize(contract: Contract, *, timeout_ms: int = 5000) -> tuple[Synthesis
                     if candidate != loosest:
                         note += (
                             f" (the loosest value, {decimal_text(loosest)}, was not proved "
-                            f"within {timeout_ms} ms)"
+                            f"within a solver budget of {budget.rlimit})"
                         )
                     break
             else:
-                note = _not_proved(v.name, loosest, timeout_ms)
+                note = _not_proved(v.name, loosest, budget.rlimit)
             out.append(Synthesis(d.guarantee, v.clause, family, value, status, note))
     return tuple(out)
 
@@ -116,7 +120,7 @@ _FALLBACKS = (Fraction(999, 1000), Fraction(99, 100), Fraction(9, 10))
 
 def _candidates(loosest: Fraction) -> list[Fraction]:
     """The loosest value, then a few short decimals a little below it (a value on the edge can
-    outlast the solver's time budget where a slightly smaller one is proved at once)."""
+    outlast the solver's budget where a slightly smaller one is proved at once)."""
     out = [loosest]
     for factor in _FALLBACKS:
         v = loosest * factor
@@ -127,12 +131,12 @@ def _candidates(loosest: Fraction) -> list[Fraction]:
     return out
 
 
-def _not_proved(name: str, loosest: Fraction, timeout_ms: int) -> str:
+def _not_proved(name: str, loosest: Fraction, rlimit: int) -> str:
     """What to do when neither the loosest value nor one a little below it was proved."""
     return (
         f"the chain's bound allows {name} ≤ {decimal_text(loosest)}, but neither that value nor "
-        f"one up to 10% below it was proved within {timeout_ms} ms per try; run synth again "
-        f"with a larger budget (--timeout-ms {max(4 * timeout_ms, 5000)}), or set this "
+        f"one up to 10% below it was proved within a solver budget of {rlimit} per try; run "
+        f"synth again with a larger budget (--solver-budget {4 * rlimit}), or set this "
         f"clause's max below {decimal_text(loosest)} and run python -m verify on the contract"
     )
 
@@ -153,13 +157,13 @@ def render(results: tuple[Synthesis, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def synth_main(path: str, timeout_ms: int, *, stdout, stderr) -> int:
+def synth_main(path: str, budget: Budget, *, stdout, stderr) -> int:
     """The ``synth`` command: 0 every value proved, 3 otherwise, 2 unusable contract."""
     from kernel_contracts.verify.common.inputs import load_contract
 
     contract = load_contract(path, stderr)
     if contract is None:
         return 2
-    results = synthesize(contract, timeout_ms=timeout_ms)
+    results = synthesize(contract, budget=budget)
     stdout.write(render(results))
     return 0 if results and all(s.status is Status.PROVED for s in results) else 3

@@ -17,6 +17,7 @@ from kernel_contracts.verify.pipeline.export.request import (
     Request,
     requests_of,
 )
+from kernel_contracts.verify.pipeline.export.table import export_table
 
 __all__ = [
     "FRAMEWORKS",
@@ -27,6 +28,7 @@ __all__ = [
     "Request",
     "Setting",
     "export_main",
+    "export_table",
     "plan",
     "prove",
     "render",

@@ -13,14 +13,19 @@ premise the evidence violates is refused; one that rests on a premise no evidenc
 written, and the premise is named.
 
 ``--check-version X.Y`` names the framework release the settings are for: a release outside
-the range the framework's keys were checked against (``Framework.versions``, also written in
-the output's provenance), or one that is not written ``X.Y`` or ``X.Y.Z``, is refused before
-anything else is read.
+the range of released versions the framework's keys were checked against
+(``Framework.versions``, also written in the output's provenance), or one that is not written
+``X.Y`` or ``X.Y.Z``, is refused before anything else is read; the main branch is accepted only
+as the commit that was read, ``main@<commit>`` (``Framework.main``). With a release named, an
+estimator the framework has only from a later release on (``Framework.since``) is refused.
 
 Exit codes: 0 written (and, with evidence, it held every premise); 1 a guarantee a setting
-rests on is refuted or unknown, or rests on a premise the evidence violates (nothing written);
+rests on is refuted or unknown (or the |log w| bound a clamped framework weight needs,
+``Framework.ratio_clamp``, is not proved), or rests on a premise the evidence violates
+(nothing written);
 2 unusable input, nothing written: a usage error (unknown framework or format, a malformed
-``--check-version``, or a release outside the checked range), a missing or
+``--check-version``, a release outside the checked range, or an estimator that release
+lacks), a missing or
 invalid contract, unusable evidence, an unusable output path, a guarantee the framework has
 no counterpart for, two guarantees that set one key differently, or no guarantee that maps to
 any setting; 3 written, but some premise of it stayed unchecked by the given evidence.
@@ -53,6 +58,7 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     from kernel_contracts.verify.pipeline.export.plan import plan, premises_of, prove
     from kernel_contracts.verify.pipeline.export.render import render
     from kernel_contracts.verify.pipeline.export.request import check_version
+    from kernel_contracts.verify.proving.solve.budget import from_args
 
     p = export_parser(stdout, stderr, frameworks=", ".join(FRAMEWORKS))
     args = p.parse_args(argv)
@@ -62,9 +68,10 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
     fmt = args.format or framework.formats[0]
     if fmt not in framework.formats:
         p.error(f"--format {fmt}: {framework.name} reads {' or '.join(framework.formats)}")
+    release = None
     if args.check_version is not None:
         try:
-            check_version(framework, args.check_version)
+            release = check_version(framework, args.check_version)
         except ExportError as err:
             stderr.write(f"{err}\n")
             return err.code
@@ -86,8 +93,8 @@ def export_main(argv: list[str], *, stdout, stderr) -> int:
             stderr.write(f"{problem}\n")
             return 2
         try:
-            export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)))
-            proved = prove(export, timeout_ms=args.timeout_ms)
+            export = plan(contract, framework, tuple(dict.fromkeys(args.guarantee)), release)
+            proved = prove(export, budget=from_args(args))
             unchecked = premises_of(export, tuple(args.evidence), trust_code=trust_code)
         except ExportError as err:
             stderr.write(f"{err}\n")

@@ -105,4 +105,13 @@ FRAMEWORK = Framework(
     formats=("yaml", "overrides"),
     settings=settings,
     versions=("0.6", "0.7"),
+    main="7ea279abfbeb698b092856d0dab61e7cf39bc909",
+    since={},
+    ratio_clamp={},
+    features={
+        "seq_is": "`sequence_level_importance_ratios`",
+        "seq_tis": "`sequence_level_importance_ratios` with `truncated_importance_sampling_ratio`",
+        "dual_clip": "`ratio_clip_c`",
+        "ppo_clip": "`ratio_clip_min/max`",
+    },
 )

@@ -3,10 +3,14 @@
 ``plan`` maps each driving guarantee (``verify.pipeline.export.request``) through the framework and
 merges the ``(key, value)`` pairs; it refuses, with every problem at once, a guarantee the
 framework has no counterpart for, a cap of 0, and two guarantees that set one key to different
-values (a run uses one estimator; ``--guarantee`` picks which). ``prove`` then discharges the
-obligations of exactly those guarantees (``bounds.derive``,
+values (a run uses one estimator; ``--guarantee`` picks which), and, when the release is named,
+an estimator the framework has only from a later release on (``Framework.since``). ``prove``
+then discharges the obligations of exactly those guarantees (``bounds.derive``,
 ``verify.proving.obligations.discharge``: z3 and sympy, never JAX) and names each one that is not
-``proved``. Messages are
+``proved``. Where the framework computes an estimator's weight from the log-ratio clamped to
+±R (``Framework.ratio_clamp``), the export also needs the guarantee's premises to prove
+|log w| ≤ R on every token (a ``token_log_ratio`` obligation with the same premises), so that
+the clamp never changes a weight. Messages are
 ``file:line:col: guarantees[i].key: message``, as contract errors are.
 """
 
@@ -14,15 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from fractions import Fraction
 
-from kernel_contracts.contracts import Contract
+from kernel_contracts.contracts import Contract, Guarantee
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.pipeline.export.request import (
+    MAIN,
     ExportError,
     Framework,
     NoCounterpart,
     Request,
     Value,
+    number,
+    parse_version,
     requests_of,
 )
 from kernel_contracts.verify.pipeline.export.scalars import scalar
@@ -68,9 +76,20 @@ def _same(a: Value, b: Value) -> bool:
     return type(a) is type(b) and a == b
 
 
-def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ()) -> Export:
+def _release(release: tuple[int, int]) -> str:
+    return "main" if release == MAIN else f"{release[0]}.{release[1]}"
+
+
+def plan(
+    contract: Contract,
+    framework: Framework,
+    wanted: tuple[str, ...] = (),
+    release: tuple[int, int] | None = None,
+) -> Export:
     """The settings ``framework`` needs for ``contract``'s driving guarantees (those named in
-    ``wanted``, or all). Raises ``ExportError`` (exit 2) naming every problem."""
+    ``wanted``, or all), for ``release`` of the framework when it is given (as
+    ``request.check_version`` returns it). Raises ``ExportError`` (exit 2) naming every
+    problem."""
     requests = requests_of(contract, wanted)
     if not requests:
         raise ExportError(
@@ -93,6 +112,13 @@ def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ())
             problems.append(f"{_key(contract, r, field)}: {framework.name} has no counterpart "
                             f"for {r.summary}: {why}")  # fmt: skip
             continue
+        first, why = framework.since.get(r.what, (None, ""))
+        if release is not None and first is not None and release < parse_version(first):
+            field = "estimator"
+            problems.append(f"{_key(contract, r, field)}: {framework.name} "
+                            f"{_release(release)} has no counterpart for {r.summary}: {why} "
+                            f"(from {framework.name} {first} on)")  # fmt: skip
+            continue
         for key, value in pairs:
             if key not in merged:
                 merged[key] = (value, [r.guarantee])
@@ -111,22 +137,25 @@ def plan(contract: Contract, framework: Framework, wanted: tuple[str, ...] = ())
     return Export(contract, framework, requests, settings)
 
 
-def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, str]]:
-    """Discharge the obligation of every guarantee ``export`` rests on: ``{id: (status,
+def prove(export: Export, *, budget=None) -> dict[str, tuple[Status, str]]:
+    """Discharge the obligation of every guarantee ``export`` rests on, within ``budget`` (a
+    ``verify.proving.solve.budget.Budget``; the default one when ``None``): ``{id: (status,
     reason)}``. Raises ``ExportError`` (exit 1) naming each one that is not ``proved``."""
     from kernel_contracts import bounds
     from kernel_contracts.verify.proving.obligations import decimal, discharge
 
     contract = export.contract
     ids = {r.guarantee for r in export.requests}
+    chosen = tuple(g for g in contract.guarantees if g.id in ids)
+    clamps = {r.guarantee: export.framework.ratio_clamp[r.what] for r in export.requests
+              if r.what in export.framework.ratio_clamp}  # fmt: skip
+    within = tuple(_log_ratio_within(g, clamps[g.id]) for g in chosen if g.id in clamps)
     # one guarantee's derivation reads the contract and that guarantee alone: derive only these
-    needed = dataclasses.replace(
-        contract, guarantees=tuple(g for g in contract.guarantees if g.id in ids)
-    )
+    needed = dataclasses.replace(contract, guarantees=chosen + within)
     found = {}
     for d in bounds.derive(needed):
-        if d.guarantee in ids:
-            o = discharge(d, timeout_ms=timeout_ms)
+        if d.guarantee in ids or d.guarantee in {g.id for g in within}:
+            o = discharge(d, budget=budget)
             detail = o.reason
             if o.bound_interval is not None:
                 bound = decimal(sum(o.bound_interval) / 2)
@@ -134,16 +163,39 @@ def prove(export: Export, *, timeout_ms: int = 5000) -> dict[str, tuple[Status, 
                                                  detail]))  # fmt: skip
             found[o.id] = (o.status, detail)
     problems = []
+    name = export.framework.name
     for r in export.requests:
         status, reason = found.get(r.guarantee, (Status.UNKNOWN, "no obligation was derived"))
         if status is not Status.PROVED:
             problems.append(
                 f"{_key(contract, r, 'id')}: {r.guarantee} ({r.summary}) is {status.label}, so "
-                f"no {export.framework.name} setting is written" + (f": {reason}" if reason else "")
+                f"no {name} setting is written" + (f": {reason}" if reason else "")
             )
+        elif r.guarantee in clamps:
+            bound = clamps[r.guarantee]
+            status, reason = found.pop(_within_id(r.guarantee), (Status.UNKNOWN, "not derived"))
+            if status is not Status.PROVED:
+                problems.append(
+                    f"{_key(contract, r, 'from')}: {name} computes the {r.what} weight from "
+                    f"the log-ratio clamped to [-{number(bound)}, {number(bound)}] and passes "
+                    "no gradient beyond it, so its weight equals the estimator's only where "
+                    f"|log w| <= {number(bound)}; the premises of {r.guarantee} do not prove "
+                    f"that on every token ({status.label}"
+                    + (f": {reason})" if reason else ")")
+                    + f", so no {name} setting is written"
+                )
     if problems:
         raise ExportError("\n".join(problems), code=1)
     return found
+
+
+def _within_id(gid: str) -> str:
+    return f"{gid}.log_ratio_within_clamp"
+
+
+def _log_ratio_within(g: Guarantee, bound: Fraction) -> Guarantee:
+    """A ``token_log_ratio`` guarantee on ``g``'s premises: |log w| ≤ ``bound`` per token."""
+    return Guarantee(_within_id(g.id), "token_log_ratio", float(bound), g.from_, assume=g.assume)
 
 
 def premises_of(

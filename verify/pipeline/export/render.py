@@ -1,7 +1,8 @@
 """An export as the text a framework reads: YAML, Hydra command-line overrides, or JSON.
 
 Every text opens with its provenance: the contract's name, path and sha256, the framework code
-the keys were taken from and the range of its releases they were checked against, each guarantee
+the keys were taken from, the range of its releases and the main-branch commit they were checked
+against, the first release that has each estimator a release before lacks, each guarantee
 the settings rest on with its verdict, and for each key the guarantees it comes from. YAML and
 overrides carry it as ``#`` comment lines; JSON, which has no comments, as the ``contract``,
 ``framework``, ``guarantees`` and ``from`` members beside ``settings`` (so a TRL config is
@@ -33,11 +34,23 @@ def _header(export: Export, proved: dict[str, tuple[Status, str]]) -> list[str]:
         f"keys as spelt in: {export.framework.source}",
         f"keys checked against: {export.framework.checked}",
     ]
+    lines += [f"needs: {need}" for need in _needs(export)]
     for r in export.requests:
         status = proved.get(r.guarantee, (Status.UNKNOWN, ""))[0]
         lines.append(f"guarantee {r.guarantee} ({r.summary}): {status.label}")
     lines += [f"{s.key} <- {', '.join(s.guarantees)}" for s in export.settings]
     return [f"# {line}" for line in lines]
+
+
+def _needs(export: Export) -> list[str]:
+    """E.g. ``skyrl 0.3 or later for dppo_tv (G4)``: each estimator an earlier release lacks."""
+    out = []
+    for r in export.requests:
+        first = export.framework.since.get(r.what)
+        if first is not None:
+            out.append(f"{export.framework.name} {first[0]} or later for {r.what} "
+                       f"({r.guarantee}): {first[1]}")  # fmt: skip
+    return out
 
 
 def _nested(export: Export) -> dict:
@@ -74,6 +87,8 @@ def _json(export: Export, proved: dict[str, tuple[Status, str]]) -> str:
             "name": export.framework.name,
             "source": export.framework.source,
             "versions": {"min": export.framework.versions[0], "max": export.framework.versions[1]},
+            "main": export.framework.main,
+            "needs": _needs(export),
         },
         "guarantees": {
             r.guarantee: {

@@ -1,18 +1,24 @@
 """What a contract's guarantees ask of a training framework, before any framework is named.
 
 A ``pg_bias`` guarantee with an estimator other than ``plain`` asks for that estimator's
-correction (``tis``, ``mis``, ``ppo_clip``, ``icepop``, ``seq_is``, ``seq_tis``, ``geo_mask``,
-``tv_mask``, ``kl_mask``, with the parameters it was proved for); a ``clip_budget`` guarantee
-asks for the PPO clip range ε it was proved for. Every other guarantee (the plain estimator
-included: it corrects nothing) drives no setting. Parameters are kept as the exact rationals
-the contract wrote (``contracts.exact``), and written back as the shortest decimal that reads
-as the same double (``number``).
+correction (``tis``, ``mis``, ``icepop``, ``dppo_tv``, ``kl_reject``, ..., with the parameters it
+was proved for: cap, band, threshold, clip range, and ``kl_reject``'s criteria); a
+``clip_budget`` guarantee asks for the PPO clip range ε it was proved for. Every other
+guarantee (the plain estimator included: it corrects nothing) drives no setting. Parameters
+are kept as the exact rationals the contract wrote (``contracts.exact``), and written back as
+the shortest decimal that reads as the same double (``number``).
+
+A framework's keys were read from its code over a range of its releases and at one commit of
+its main branch; ``check_version`` accepts a release in that range (``X.Y`` or ``X.Y.Z``) or
+that commit (``main@<commit>``), and returns the release for ``plan`` to check the estimators
+that a framework has only from some release on (``Framework.since``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -21,6 +27,7 @@ from kernel_contracts.contracts.fields import ESTIMATORS
 
 __all__ = [
     "DRIVING",
+    "MAIN",
     "ExportError",
     "Framework",
     "NoCounterpart",
@@ -36,7 +43,10 @@ __all__ = [
 # every estimator but plain (contracts.fields.ESTIMATORS), and the one non-estimator
 DRIVING = (*(name for name in ESTIMATORS if name != "plain"), "clip_budget")
 
-Value = str | bool | Fraction | None  # what a setting holds; a Fraction is written as a number
+# what a setting holds; a Fraction is written as a number with a point, an int without one
+Value = str | bool | int | Fraction | None
+# the release ``check_version`` returns for a checked main-branch commit: newer than any release
+MAIN = (sys.maxsize, 0)
 
 
 class ExportError(KernelContractsError, ValueError):
@@ -61,6 +71,8 @@ class Request:
     band: tuple[Fraction, Fraction] | None = None
     threshold: Fraction | None = None
     clip_epsilon: Fraction | None = None
+    reject: str | None = None  # kl_reject's criteria and thresholds (contracts.rejection)
+    reject_threshold: str | None = None
 
     @property
     def summary(self) -> str:
@@ -74,6 +86,8 @@ class Request:
             parts.append(f"band [{number(self.band[0])}, {number(self.band[1])}]")
         if self.threshold is not None:
             parts.append(f"threshold {number(self.threshold)}")
+        if self.reject is not None:
+            parts.append(f"reject {self.reject}, reject_threshold {self.reject_threshold}")
         return ", ".join([f"pg_bias, estimator {self.what}", *parts])
 
 
@@ -83,21 +97,34 @@ class Framework:
     ``(key, value)`` pairs or raises ``NoCounterpart``; ``formats`` are the output formats it
     reads, the first the default; ``source`` names the code the keys were taken from;
     ``versions`` is the range of the framework's releases, ``("X.Y", "X.Y")`` with both ends
-    included, whose code was read for every key and value the mapping writes."""
+    included (released versions only), and ``main`` the commit (40 hex digits) of its main
+    branch, whose code
+    was read for every key and value the mapping writes; ``since`` maps an estimator the
+    framework carries out only from some release on to that release and what earlier ones
+    lack; ``ratio_clamp`` maps an estimator whose weight the framework computes from the
+    log-ratio clamped to ±R, passing no gradient beyond, to R: it is exported only where the
+    guarantee's premises prove |log w| ≤ R (``plan.prove``); ``features`` maps an estimator
+    to the framework's own names for its nearest feature, for the docs table
+    (``verify.pipeline.export.table``)."""
 
     name: str
     source: str
     formats: tuple[str, ...]
     settings: Callable[[Request], tuple[tuple[str, Value], ...]]
     versions: tuple[str, str]
+    main: str
+    since: Mapping[str, tuple[str, str]]
+    ratio_clamp: Mapping[str, Fraction]
+    features: Mapping[str, str]
 
     @property
     def checked(self) -> str:
-        """E.g. ``verl 0.8 to 0.10``: the releases the keys were checked against."""
-        return f"{self.name} {self.versions[0]} to {self.versions[1]}"
+        """E.g. ``verl 0.8 to 0.9 and main@1dda039b``: what the keys were checked against."""
+        return f"{self.name} {self.versions[0]} to {self.versions[1]} and main@{self.main[:8]}"
 
 
 _VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?")
+_MAIN = re.compile(r"main@([0-9a-f]{7,40})")
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -106,20 +133,30 @@ def parse_version(text: str) -> tuple[int, int]:
     m = _VERSION.fullmatch(text)
     if m is None:
         raise ExportError(
-            f"--check-version {text}: not a release number; write it as X.Y (e.g. 0.9) or X.Y.Z"
+            f"--check-version {text}: not a release number; write it as X.Y (e.g. 0.9) or "
+            "X.Y.Z, or main@COMMIT for the checked commit of the main branch"
         )
     return int(m.group(1)), int(m.group(2))
 
 
-def check_version(framework: Framework, text: str) -> None:
-    """Raise ``ExportError`` (exit 2) unless release ``text`` lies in ``framework.versions``."""
-    low, high = (parse_version(v) for v in framework.versions)
-    if not low <= parse_version(text) <= high:
-        raise ExportError(
-            f"--check-version {text}: the {framework.name} settings were checked against "
-            f"{framework.checked} only (their keys, values and meaning); nothing is written "
-            f"for {framework.name} {text}"
-        )
+def check_version(framework: Framework, text: str) -> tuple[int, int]:
+    """The release ``text`` names (``MAIN`` for the checked main-branch commit, written
+    ``main@<commit>``, 7 to 40 hex digits); raises ``ExportError`` (exit 2) unless it lies
+    in ``framework.versions`` or names ``framework.main``."""
+    m = _MAIN.fullmatch(text)
+    if m is not None:
+        given = m.group(1)
+        if framework.main.startswith(given):
+            return MAIN
+    else:
+        low, high = (parse_version(v) for v in framework.versions)
+        if low <= parse_version(text) <= high:
+            return parse_version(text)
+    raise ExportError(
+        f"--check-version {text}: the {framework.name} settings were checked against "
+        f"{framework.checked} only (their keys, values and meaning); nothing is written "
+        f"for {framework.name} {text}"
+    )
 
 
 def number(v: Fraction | float) -> str:
@@ -145,6 +182,8 @@ def request_of(g: Guarantee) -> Request | None:
         band=None if band is None else (exact(band[0]), exact(band[1])),
         threshold=_exact(getattr(g, "threshold", None)),
         clip_epsilon=_exact(g.clip_epsilon),
+        reject=g.reject,
+        reject_threshold=g.reject_threshold,
     )
 
 

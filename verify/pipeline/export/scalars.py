@@ -2,8 +2,9 @@
 
 Scalars are written so that YAML 1.1 and 1.2 readers (PyYAML, OmegaConf) and Hydra's override
 grammar read them back as the same value: numbers as the shortest decimal of the double, with a
-``.`` in the mantissa (``1.0e-09``, not ``1e-09``, which YAML 1.1 reads as a string); strings
-quoted; ``null``, ``true`` and ``false`` for ``None`` and the booleans.
+``.`` in the mantissa (``1.0e-09``, not ``1e-09``, which YAML 1.1 reads as a string), integers
+(a count such as a number of log-probs) without one; strings quoted; ``null``, ``true`` and
+``false`` for ``None`` and the booleans.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def scalar(v: Value, *, quote: str = '"') -> str:
         return "true" if v else "false"
     if isinstance(v, Fraction):
         return _float_text(v)
+    if isinstance(v, int):
+        return str(v)
     if quote == "'":
         return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return json.dumps(v, ensure_ascii=False)

@@ -20,7 +20,27 @@ weight above e^20) and a cap or upper band end above e^20. Below, a kept weight 
 e^−20 ≈ 2.06e−9 is raised to e^−20 (by less than 2.1e−9). The token mask keeps
 ``low <= w <= high`` and needs both ends; masked tokens leave the loss through its loss mask,
 and the TIS weight multiplies what is left. The keys are checked against SkyRL 0.2 to 0.3
-(tags skyrl-v0.2.0, skyrl-v0.3.0 and the commit above).
+(tags skyrl-v0.2.0, skyrl-v0.3.0, the latest release) and main at a9564572.
+
+``dppo_tv`` and ``dppo_kl`` (τ) are ``policy_loss_type: dppo`` with ``dppo.dppo_type``
+``binary_tv`` or ``binary_kl`` and ``dppo.delta_low`` = ``dppo.delta_high`` = τ
+(``skyrl/backends/skyrl_train/utils/ppo_utils.py`` ``dppo_policy_loss`` @ skyrl-v0.3.0 and
+a9564572; SkyRL 0.2 has no DPPO loss: ``FRAMEWORK.since``). The loss's ratio and mask compare
+the policy with the rollout log-probs whenever the batch carries them, so the ratio is w at
+the batch's first step, and the mask drops a token with A > 0 whose π(y) − π'(y) exceeds
+``delta_high`` or with A < 0 whose π'(y) − π(y) exceeds ``delta_low`` (binary KL: where the
+sampled token's binary KL exceeds the delta and π(y) moves with A), as the estimator does.
+Without rollout log-probs it falls back to the old policy's, the training kernel's: the
+export sets ``generator.sampling_params.logprobs: 1`` so that they are returned, and every
+``off_policy_correction`` weight and mask off, which would multiply a second weight in. Two
+differences remain, each accounted for. The ratio is ``safe_exp_delta(..., clip=20.0)``, the
+exponential of the log-ratio clamped to [−20, 20], which passes no gradient beyond: the export
+also proves, from the guarantee's own premises, |log w| ≤ 20 on every token
+(``FRAMEWORK.ratio_clamp``), and writes nothing otherwise. The binary KL adds 1e−8 inside
+the log of the (1 − p) term, which raises it by less than 1e−8 where π(y) < π'(y) (and lowers
+it where π(y) > π'(y)); the export writes ``delta`` = τ + 1e−8 for ``binary_kl``, so SkyRL drops
+only tokens whose binary KL exceeds τ, a subset of those the estimator drops, and the
+estimator's bound, a step that is 0 only when nothing can be dropped, holds for it.
 
 ``seq_mask`` [lo, hi] is ``sequence_mask_metric: product`` (keeps ``low <= W <= high``) with
 the sequence TIS at hi, which truncates no kept W; ``seq_outlier`` [lo, hi] is
@@ -28,8 +48,8 @@ the sequence TIS at hi, which truncates no kept W; ``seq_outlier`` [lo, hi] is
 outside) with the token TIS at hi; ``tis_mask`` (c, [lo, hi]) is the token TIS at c with the
 token mask [lo, hi].
 
-No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``), ``dppo_tv``, ``dppo_kl`` and
-``dual_clip`` (the policy loss's ratio is taken against the old policy's log-probs), ``opsm``
+No counterpart: ``seq_is`` and ``geo_mask`` (``CLAMPED``), ``dual_clip`` (the policy loss's
+ratio is taken against the old policy's log-probs), ``opsm``
 (no setting reads the advantage), ``tv_mask`` and ``kl_mask``
 (``policy_loss_type: dppo`` with ``binary_tv`` / ``binary_kl`` replaces the whole loss with a
 trust region on the sampled token's probabilities, not a mask by the distributions' distance),
@@ -48,6 +68,8 @@ __all__ = ["CLAMPED", "FRAMEWORK", "settings"]
 
 OPC = "trainer.algorithm.off_policy_correction."
 ALGO = "trainer.algorithm."
+LOGPROBS = "generator.sampling_params.logprobs"
+KL_EPS = Fraction(1, 10**8)  # the 1e-8 SkyRL's binary KL adds inside its log
 CLAMP_TOP = Fraction(math.exp(20))  # the double nearest e^20, the greatest weight SkyRL computes
 CLAMPED = (
     "SkyRL computes every weight from the log-ratio clamped to [-20, 20], so it changes each "
@@ -109,7 +131,17 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _correction("token", token_clip=r.band[1], outlier=r.band)
     if r.what == "tis_mask":
         return _correction("token", token_clip=r.cap, token_mask=r.band)
-    if r.what in ("dppo_tv", "dppo_kl", "dual_clip"):
+    if r.what in ("dppo_tv", "dppo_kl"):
+        delta = r.threshold + (KL_EPS if r.what == "dppo_kl" else 0)
+        return (
+            *_correction(None),
+            (ALGO + "policy_loss_type", "dppo"),
+            (ALGO + "dppo.dppo_type", "binary_tv" if r.what == "dppo_tv" else "binary_kl"),
+            (ALGO + "dppo.delta_low", delta),
+            (ALGO + "dppo.delta_high", delta),
+            (LOGPROBS, 1),
+        )
+    if r.what == "dual_clip":
         raise NoCounterpart(
             "the policy loss's ratio is taken against the old policy's log-probs (the training "
             "kernel's); no setting makes the inference kernel the old policy"
@@ -141,9 +173,22 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
 
 FRAMEWORK = Framework(
     name="skyrl",
-    source="NovaSky-AI/SkyRL skyrl/train/config/config.py (OffPolicyCorrectionConfig), "
-    "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py@e9bca5e7",
+    source="NovaSky-AI/SkyRL skyrl/train/config/config.py@a9564572 (OffPolicyCorrectionConfig, "
+    "DPPOConfig), skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py@e9bca5e7, "
+    "skyrl/backends/skyrl_train/utils/ppo_utils.py@a9564572 (dppo_policy_loss)",
     formats=("yaml", "overrides"),
     settings=settings,
     versions=("0.2", "0.3"),
+    main="a9564572eb8e91076be43c1bd5e4615e3de17265",
+    since={
+        "dppo_tv": ("0.3", "policy_loss_type dppo is added in skyrl-v0.3.0"),
+        "dppo_kl": ("0.3", "policy_loss_type dppo is added in skyrl-v0.3.0"),
+    },
+    ratio_clamp={"dppo_tv": Fraction(20), "dppo_kl": Fraction(20)},
+    features={
+        "seq_is": "`tis_ratio_type: sequence` (W clamped to e^±20)",
+        "geo_mask": "`sequence_mask_metric: geometric`",
+        "dual_clip": "`policy_loss_type: dual_clip`, `clip_ratio_c`",
+        "ppo_clip": "`eps_clip_low/high`",
+    },
 )

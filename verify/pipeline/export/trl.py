@@ -1,7 +1,8 @@
 """TRL's spelling of the corrections: keyword arguments of ``GRPOConfig``.
 
 Keys and semantics are those of huggingface/trl ``trl/trainer/grpo_config.py`` and
-``trl/trainer/grpo_trainer.py`` @ f2cd5771 (1.10.0.dev0), unchanged since v1.6.0, which
+``trl/trainer/grpo_trainer.py`` @ f2cd5771 (main, 1.10.0.dev0), unchanged since v1.6.0 (and
+in every release since, to v1.9.0, the latest), which
 introduced the two bounds: ``vllm_importance_sampling_correction`` (bool),
 ``vllm_importance_sampling_mode`` (``token_truncate``: token weights clamped to
 [C_min, C_max]; ``token_mask``: token weights outside [C_min, C_max] set to 0;
@@ -114,5 +115,12 @@ FRAMEWORK = Framework(
     source="huggingface/trl trl/trainer/grpo_config.py@f2cd5771 (GRPOConfig)",
     formats=("yaml", "json"),
     settings=settings,
-    versions=("1.6", "1.10"),
+    versions=("1.6", "1.9"),
+    main="f2cd57710ae345ea6428ae95363267fcf38a3dc8",
+    since={},
+    ratio_clamp={},
+    features={
+        "dual_clip": "`delta` (two-sided clipping of the trainer's ratio)",
+        "ppo_clip": "`epsilon`, `epsilon_high`",
+    },
 )

@@ -1,7 +1,8 @@
 """verl's spelling of the corrections: ``algorithm.rollout_correction`` and the actor's clip.
 
 Keys and semantics are those of verl-project/verl at these commits (the repository formerly
-volcengine/verl), unchanged from v0.8.0 to 1dda039b (0.10.0.dev):
+volcengine/verl), unchanged from v0.8.0 through v0.9.0 (the latest release) to main at 1dda039b
+(0.10.0.dev):
 
 - ``verl/trainer/config/algorithm.py`` @ 0482624a: ``RolloutCorrectionConfig`` with
   ``rollout_is`` (``token`` | ``sequence`` | null), ``rollout_is_threshold`` (a number: TIS,
@@ -35,7 +36,8 @@ What the mapping relies on, read from that code:
   5e8 truncates nothing (dual clip switched off through ``clip_ratio_c``).
 - The IcePop threshold string ``"lower_upper"`` is read by verl from v0.8.0 on (the first
   release after it was added in March 2026; earlier releases take a number only), so the keys
-  are checked against verl 0.8 to 0.10 (``FRAMEWORK.versions``).
+  are checked against verl 0.8 to 0.9 and main at 1dda039b (``FRAMEWORK.versions``,
+  ``FRAMEWORK.main``).
 
 - ``seq_mask`` [lo, hi] is IcePop at sequence level (``rollout_is: sequence`` with
   ``"lo_hi"``); ``tis_norm`` (c) is token TIS at c with ``rollout_is_batch_normalize: true``;
@@ -47,10 +49,29 @@ What the mapping relies on, read from that code:
   the token, as the estimator does. The clamp passes no gradient beyond ±20 there, so a token
   with w < e^−20 and A > 0 loses its weight (under 2.1e−9) and one above e^20 is dropped by both.
 
+- ``kl_reject`` is verl's own rejection: ``rollout_rs`` and ``rollout_rs_threshold`` are the
+  contract's ``reject`` and ``reject_threshold`` strings (parsed alike: comma-separated
+  options, one threshold or one each, ``"b"`` alone for k1 meaning ``"1/b_b"``), with the token
+  IS weight untruncated (``rollout_is: token``, threshold 5e8 > e^20): verl multiplies the IS
+  weight by the rejection mask, so the weight is w where every option keeps the token. verl
+  judges each option on the log-ratio clamped to [−20, 20]. A token option (k1 with
+  e^−20 < a, b < e^20, i.e. −20 < log a, log b < 20; k2 with τ < 200 = 20²/2; k3 with
+  τ < 19 < e^−20 + 19) decides every token as on the exact log-ratio, and keeps only tokens with
+  |log w| < 20. A ``seq_max`` or ``seq_sum`` option of k2 or k3 with those τ also drops every
+  sequence holding a token with |log w| > 20, on the clamped and on the exact values alike (each
+  such token alone adds at least 200, or k3(−20) > 19), so with one of them in the chain every
+  option decides as on the exact values. Any other chain (``seq_mean_k*``, ``seq_sum_k1``, or an
+  option beyond those limits, without such a guard) is refused (``REJECT_CLAMPED``). These
+  option names and threshold strings are verl's from v0.7.1 on (v0.7.0 took ``token``,
+  ``sequence`` or ``geometric``), unchanged to 1dda039b but for v0.9.0's added check that a
+  k1 band's lower end is at most its upper end, which a contract's band always meets.
+
 No counterpart: ``seq_is``, ``geo_mask`` and ``ppo_clip`` (``CLAMPED``, above), ``tv_mask`` and
 ``kl_mask`` (verl's rejection options see only the sampled token's log-ratio, never the full
-distributions), ``dppo_tv`` and ``dppo_kl`` (those policy losses take their ratio against the
-training kernel's ``old_log_prob``; bypass mode takes ``ppo_clip`` or ``reinforce`` only),
+distributions), ``dppo_tv`` and ``dppo_kl`` (``core_algos.py``: those policy losses take their
+ratio against the training kernel's ``old_log_prob`` and truncate the kept ratio at
+``clip_ratio_c``, 3.0 by default; bypass mode, which makes the rollout the old policy, replaces
+the policy loss with its own, ``loss_type`` ``ppo_clip`` or ``reinforce``),
 ``opsm`` (no option reads the advantage) and ``seq_outlier`` (``seq_max_k2`` / ``seq_max_k3``
 bound (log w)²/2 or w − 1 − log w, not an arbitrary band).
 """
@@ -60,6 +81,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
 from kernel_contracts.verify.pipeline.export.request import (
     Framework,
     NoCounterpart,
@@ -68,7 +90,7 @@ from kernel_contracts.verify.pipeline.export.request import (
     number,
 )
 
-__all__ = ["CLAMPED", "FRAMEWORK", "settings"]
+__all__ = ["CLAMPED", "FRAMEWORK", "REJECT_CLAMPED", "settings"]
 
 RC = "algorithm.rollout_correction."
 ACTOR = "actor_rollout_ref.actor."
@@ -83,6 +105,15 @@ CLAMPED = (
     "sequence inside the band; ppo_clip: a token with A < 0; a cap or band end at or above "
     "e^20), and no lemma bounds the clamped estimator"
 )
+REJECT_CLAMPED = (
+    "verl judges each rollout_rs option on the log-ratio clamped to [-20, 20], so a sequence "
+    "sum or mean (seq_sum_k1, seq_mean_k*) or an option whose threshold lies beyond the clamp "
+    "can keep what the exact log-ratios drop, or the reverse, and a kept weight can exceed "
+    "e^20; it is exported only when every option is a token option inside the clamp (k1 band "
+    "within (e^-20, e^20), k2 threshold < 200, k3 threshold < 19) or the chain holds a seq_max "
+    "or seq_sum option of k2 or k3 inside it, which drops every sequence the clamp would change"
+)
+K2_LIMIT, K3_LIMIT = 200.0, 19.0  # k2(±20) = 200; k3(20) > k3(-20) = e^-20 + 19 > 19
 
 
 def _top(r: Request) -> Fraction:
@@ -102,6 +133,28 @@ def _decoupled(level: str | None, threshold: Value, rs: str | None = None, rs_th
         (RC + "bypass_mode", False),
     ]
     return tuple(pairs)
+
+
+def _inside(c: Criterion) -> bool:
+    """Whether option ``c`` decides every token or sequence as on the exact log-ratios, the
+    first time a log-ratio lies beyond ±20 included (verl compares with ``math.log`` of the same
+    doubles)."""
+    if c.k == 1:
+        return c.level == "token" and math.log(c.a) > -20 and math.log(c.b) < 20
+    if c.level == "seq_mean":
+        return False
+    return c.tau < (K2_LIMIT if c.k == 2 else K3_LIMIT)
+
+
+def _kl_reject(r: Request) -> tuple[tuple[str, Value], ...]:
+    try:
+        criteria = parse_rejection(r.reject, r.reject_threshold)
+    except RejectionError as err:  # a contract's guarantee was checked when it was loaded
+        raise NoCounterpart(str(err)) from None
+    guard = any(_inside(c) and c.level in ("seq_max", "seq_sum") for c in criteria)
+    if not (guard or all(_inside(c) for c in criteria)):
+        raise NoCounterpart(REJECT_CLAMPED)
+    return _decoupled("token", NO_TRUNCATION, r.reject, r.reject_threshold)
 
 
 def _icepop(lo: Fraction, hi: Fraction) -> str:
@@ -133,6 +186,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         if lo <= 0:
             raise NoCounterpart("a band from 0 needs the token_k1 upper bound 1/0")
         return _decoupled("token", r.cap, "token_k1", f"{number(1 / hi)}_{number(1 / lo)}")
+    if r.what == "kl_reject":
+        return _kl_reject(r)
     if r.what == "dual_clip":
         return (
             (RC + "rollout_is", None),
@@ -146,8 +201,9 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     if r.what in ("dppo_tv", "dppo_kl"):
         raise NoCounterpart(
             f"the {r.what} policy loss compares the current policy with old_log_prob (the "
-            "training kernel's), and bypass mode, which makes the rollout the old policy, takes "
-            "loss_type ppo_clip or reinforce only"
+            "training kernel's) and truncates the kept ratio at clip_ratio_c (3.0 by default), "
+            "and bypass mode, which makes the rollout the old policy, replaces the policy loss "
+            "with loss_type ppo_clip or reinforce"
         )
     if r.what == "opsm":
         raise NoCounterpart("no rollout_rs option reads the advantage")
@@ -181,5 +237,16 @@ FRAMEWORK = Framework(
     "verl/trainer/config/actor/actor.yaml@018f23b5",
     formats=("yaml", "overrides"),
     settings=settings,
-    versions=("0.8", "0.10"),
+    versions=("0.8", "0.9"),
+    main="1dda039b9c6311889a9c9a26040677e1254814f9",
+    since={},
+    ratio_clamp={},
+    features={
+        "seq_is": "`rollout_is: sequence` (W clamped to e^±20)",
+        "geo_mask": "`rollout_rs: seq_mean_k1`",
+        "seq_outlier": "`rollout_rs: seq_max_k2`, `seq_max_k3`",
+        "ppo_clip": "`clip_ratio_low/high`, in bypass mode",
+        "dppo_tv": "`policy_loss.loss_mode: dppo_tv`",
+        "dppo_kl": "`policy_loss.loss_mode: dppo_kl`",
+    },
 )

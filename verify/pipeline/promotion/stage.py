@@ -6,8 +6,8 @@ be in ``DIR``, re-check with its report and its whole chain
 (``verify.pipeline.promotion.chain.link``: a record whose report ``verify check`` refuses is
 refused), be made for this very contract file
 and have passed. Then the contract is verified as ``python -m verify`` does (``--evidence``,
-``--json``, ``--markdown``, ``--html`` and ``--timeout-ms`` as there), and two files are
-written together, all or nothing (``verify.common.outputs``; the run itself is
+``--json``, ``--markdown``, ``--html``, ``--solver-budget`` and ``--timeout-ms`` as there),
+and two files are written together, all or nothing (``verify.common.outputs``; the run itself is
 ``verify.proving.command.verify_main``): the report ``DIR/STAGE.report.json``
 and the record ``DIR/STAGE.json`` bound to it.
 
@@ -59,11 +59,20 @@ def _usage(args) -> str | None:
         return f"--traffic applies to the shadow and canary stages, not {args.stage}"
     if os.path.lexists(args.promotion_dir) and not os.path.isdir(args.promotion_dir):
         return f"--promotion-dir {args.promotion_dir}: not a directory"
-    try:  # a missing directory (and its missing parents) is created
-        os.makedirs(args.promotion_dir, exist_ok=True)
-    except OSError as err:
-        return f"--promotion-dir {args.promotion_dir}: cannot create it ({err.strerror})"
     return None
+
+
+def _missing(path: str) -> list[str]:
+    """The directories of ``path`` that do not exist yet, outermost first."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing[::-1]
 
 
 def _stage_problem(contract, args) -> tuple[str | None, tuple]:
@@ -101,9 +110,27 @@ class _Stage:
     def __init__(self, args):
         self.args = args
         self.previous, self.earlier, self.record = None, [], None
+        self.written, self.made = False, []
 
     def usage(self) -> str | None:
-        return _usage(self.args)
+        problem = _usage(self.args)
+        if problem:
+            return problem
+        missing = _missing(self.args.promotion_dir)
+        try:  # a missing directory (and its missing parents) is made, and unmade if unused
+            os.makedirs(self.args.promotion_dir, exist_ok=True)
+        except OSError as err:
+            return f"--promotion-dir {self.args.promotion_dir}: cannot create it ({err.strerror})"
+        self.made = missing
+        return None
+
+    def abandon(self) -> None:
+        for path in reversed(self.made):  # innermost first; a directory not empty stays
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+        self.made = []
 
     def targets(self) -> list[tuple[str, str]]:
         self.record_file = record_path(self.args.promotion_dir, self.args.stage)

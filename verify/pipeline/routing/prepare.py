@@ -25,8 +25,6 @@ from kernel_contracts.verify.pipeline.routing.arrays import RoutingError
 
 __all__ = ["Router", "prepare", "tis_guarantees"]
 
-_START_MS = 120_000  # the most a solver process may take to start
-
 
 @dataclass(frozen=True)
 class Router:
@@ -51,20 +49,14 @@ def tis_guarantees(contract: Contract) -> tuple[Guarantee, ...]:
     )
 
 
-def _derived(contract: Contract, ids: set[str], timeout_ms: int) -> dict[str, tuple]:
+def _derived(contract: Contract, ids: set[str], budget) -> dict[str, tuple]:
     from kernel_contracts import bounds
     from kernel_contracts.verify.proving.obligations import discharge
-    from kernel_contracts.verify.proving.solve import smt
 
     out = {}
-    if ids:
-        # start the solver process before any obligation's clock runs: in a loop that has
-        # imported JAX it comes from a fork server, whose start-up (re-importing the loop's
-        # main module) would otherwise eat the time budget and leave a provable cap unknown
-        smt.z3_check("(check-sat)", timeout_ms=_START_MS)
     for d in bounds.derive(contract):
         if d.guarantee in ids:
-            o = discharge(d, timeout_ms=timeout_ms)
+            o = discharge(d, budget=budget)
             out[o.id] = (o.status, o.reason)
     return out
 
@@ -78,7 +70,7 @@ def _from_report_object(contract: Contract, report) -> dict[str, tuple]:
     return {o.id: (o.status, o.reason) for o in report.obligations}
 
 
-def _from_report_file(contract: Contract, path: str, timeout_ms: int) -> dict[str, tuple]:
+def _from_report_file(contract: Contract, path: str) -> dict[str, tuple]:
     from kernel_contracts.verify.proving.check.recheck import (
         ReportUnreadable,
         check_data,
@@ -93,8 +85,7 @@ def _from_report_file(contract: Contract, path: str, timeout_ms: int) -> dict[st
     stored = data.get("contract") if isinstance(data, dict) else None
     if not isinstance(stored, dict) or stored.get("canonical_sha256") != canonical:
         raise RoutingError([f"report: {path} is not a report of this contract ({contract.name!r})"])
-    result = check_data(data, report_dir=os.path.dirname(os.path.abspath(path)),
-                        timeout_ms=timeout_ms)  # fmt: skip
+    result = check_data(data, report_dir=os.path.dirname(os.path.abspath(path)))
     if not result.ok:
         raise RoutingError(
             [f"report: {path} does not re-check ({len(result.differences)} difference(s), the "
@@ -132,15 +123,18 @@ def prepare(
     *,
     report=None,
     tis_guarantee: str | None = None,
-    timeout_ms: int = 5000,
+    budget=None,
 ) -> Router:
     """Settle ``contract``'s cap and guarantee verdicts for ``verify.pipeline.routing.route``.
 
     ``report``: a ``verify.Report`` of this contract or the path of a report file (re-checked
     in full); without one, the guarantees needed are derived and discharged here.
     ``tis_guarantee`` names the TIS guarantee whose cap to use; by default the first proved one,
-    in contract order. Raises ``RoutingError`` when Π can fire ``tis_correct`` (or a guarantee
-    is named) and no proved cap exists, or when the report is unusable.
+    in contract order. ``budget``: what the solvers may spend deriving them
+    (``verify.proving.solve.budget.Budget``; the default one when ``None``); a report file is
+    re-checked with the budget it records. Raises ``RoutingError`` when Π can fire
+    ``tis_correct`` (or a guarantee is named) and no proved cap exists, or when the report is
+    unusable.
     """
     from kernel_contracts.verify.proving.render.report import Report
 
@@ -154,10 +148,10 @@ def prepare(
     if needs_cap:
         wanted |= {g.id for g in tis_guarantees(contract)}
     if report is None:
-        statuses, origin = _derived(contract, wanted, timeout_ms), "derived here"
+        statuses, origin = _derived(contract, wanted, budget), "derived here"
     elif isinstance(report, (str, os.PathLike)):
         path = os.fspath(report)
-        statuses, origin = _from_report_file(contract, path, timeout_ms), path
+        statuses, origin = _from_report_file(contract, path), path
     elif isinstance(report, Report):
         statuses, origin = _from_report_object(contract, report), "report"
     else:

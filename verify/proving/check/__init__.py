@@ -2,8 +2,10 @@
 
 ``recheck`` rebuilds the contract from the report's canonical form and re-derives everything
 else; ``parts`` re-checks clause verdicts, escalation decisions and the re-derivable fields of
-obligations; ``query`` re-runs one obligation's queries; ``recompute`` is an independent route
-to a report's numbers through mpmath's interval type.
+obligations; ``sources`` the evidence sources against the contract and their own fields;
+``same_data`` the verdicts drawn from one source's tokens against each other; ``query``
+re-runs one obligation's queries; ``recompute`` is an independent route to a report's numbers
+through mpmath's interval type.
 """
 
 from kernel_contracts.verify.proving.check.recheck import (

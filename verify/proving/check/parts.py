@@ -1,5 +1,6 @@
-"""Re-checking a report's clause verdicts, escalation decisions and obligations' re-derivable
-fields against the contract rebuilt from the report's canonical form (part of ``verify check``).
+"""Re-checking a report's clause verdicts, escalation decisions, premise support and
+obligations' re-derivable fields against the contract rebuilt from the report's canonical form
+(part of ``verify check``).
 
 Every helper reports differences through ``diff(where, message)``.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "check_escalation",
     "check_keys",
     "check_outline",
+    "check_support",
     "clause_keys",
 ]
 
@@ -314,3 +316,18 @@ def check_escalation(decisions, rules, verdicts, diff) -> None:
             if got.get(key) != value:
                 diff(f"escalation[{i}].{key}", f"{_short(got.get(key))} but recomputed "
                      f"{_short(value)}")  # fmt: skip
+
+
+def check_support(recorded, contract, evidence, clause_statuses, diff) -> list[Status]:
+    """Recompute the premise support (``verify.common.support``) from the report's clause verdicts;
+    it is listed exactly when evidence was given. Returns its statuses."""
+    from kernel_contracts.verify.common.support import support, support_json
+
+    given = evidence is not None or bool(contract.evidence.emulate or contract.evidence.logprobs)
+    want = []
+    if given:
+        want = support(((g.id, tuple(g.from_)) for g in contract.guarantees), clause_statuses)
+    if recorded != [support_json(s) for s in want]:
+        diff("support", f"{recorded!r} but the clause verdicts give "
+             f"{[support_json(s) for s in want]!r}")  # fmt: skip
+    return [s.status for s in want]

@@ -21,9 +21,8 @@ from kernel_contracts.verify.proving.obligations import decimal, float_or_none
 from kernel_contracts.verify.proving.solve import smt
 from kernel_contracts.verify.proving.solve.encoding import EncodeError, encode
 
-__all__ = ["CVC5_TIMEOUT_MS", "check_obligation"]
+__all__ = ["check_obligation"]
 
-CVC5_TIMEOUT_MS = 2000
 _REL = Fraction(1, 2**100)
 _QUERY_KEYS = {"text", "expected", "answer", "box", "degree", "bits", "core", "time_ms"}
 _ANSWERS = (
@@ -89,7 +88,7 @@ def _first_line_difference(a: str, b: str) -> int:
     return min(len(a.splitlines()), len(b.splitlines())) + 1
 
 
-def _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, timeout_ms):
+def _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, budget):
     wq = f"{where}.smtlib[{k}]"
     if not isinstance(q, dict) or not isinstance(q.get("text"), str):
         diff(wq, "not a query with text")
@@ -114,7 +113,10 @@ def _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, t
     if text.text != q["text"]:
         line = _first_line_difference(text.text, q["text"])
         diff(f"{wq}.text", f"differs from the query regenerated from the report (line {line})")
-    got = smt.z3_check(q["text"], timeout_ms=timeout_ms)
+    # the most a run could give one guarantee query (verify.proving.solve.solver): z3 answers a
+    # query within more units as within fewer, so a recorded answer is answered alike
+    limits = {"rlimit": budget.allowance(budget.rlimit), "guard_s": budget.hang_guard_s}
+    got = smt.z3_check(q["text"], **limits)
     answer, expected = q.get("answer"), q.get("expected")
     if answer != "unknown" and got.answer != answer:
         diff(wq, f"recorded answer {answer}, z3 now answers {got.answer}")
@@ -128,11 +130,11 @@ def _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, t
         named = set(text.names)
         if not set(core) <= named:
             diff(f"{wq}.core", f"names no assertion of the query: {sorted(set(core) - named)}")
-        elif smt.z3_core_suffices(q["text"], core, timeout_ms=timeout_ms).answer != "unsat":
+        elif smt.z3_core_suffices(q["text"], core, **limits).answer != "unsat":
             diff(f"{wq}.core", "the core alone is not unsat")
     elif core:
         diff(f"{wq}.core", f"a core on a query answered {answer}")
-    cross = smt.cvc5_check(q["text"], timeout_ms=CVC5_TIMEOUT_MS)
+    cross = smt.cvc5_check(q["text"], rlimit=budget.cvc5_rlimit, guard_s=budget.hang_guard_s)
     if cross is not None:
         definite = {"sat", "unsat"}
         if cross.answer in definite and got.answer in definite and cross.answer != got.answer:
@@ -141,7 +143,7 @@ def _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, t
     return box, answer, expected, core
 
 
-def check_obligation(o, where, diff, notes, clause_max, *, timeout_ms):
+def check_obligation(o, where, diff, notes, clause_max, *, budget):
     """Re-check obligation ``o``; returns its status (or None) and the queries re-run."""
     label = o.get("status")
     if label not in ("proved", "refuted", "unknown"):
@@ -195,7 +197,7 @@ def check_obligation(o, where, diff, notes, clause_max, *, timeout_ms):
     if not set(used) <= set(premises):
         diff(f"{where}.premises", f"{premises} lacks {sorted(set(used) - set(premises))}")
     checked = [
-        _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, timeout_ms)
+        _check_query(q, k, o, tree, variables, constants, thr, where, diff, notes, budget)
         for k, q in enumerate(queries)
     ]
     union = sorted({n for c in checked if c for n in c[3]} - {"goal"})

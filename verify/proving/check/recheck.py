@@ -50,14 +50,16 @@ reason                                 empty on proved and refuted; for unknown,
 time_ms (obligation and query)         free
 clauses[] order, id, family, slice     re-derived from the contract
 runtime and observability clauses      re-derived (``verify.common.static_clauses``) from the
-                                       contract and the runtime observations the report's
-                                       sources hold
+                                       contract and the runtime envelopes of the sources,
+                                       checked against their extent (``check.envelope``)
 clauses without evidence               re-derived (skipped, with the run's reason), all fields
 measured clause metric, statistic,     re-derived from the clause
 threshold, confidence
 measured clause source, fingerprint    must name one of ``evidence.sources``
 measured clause samples, value         raw measured data (the evidence is not re-read): finite
-                                       numbers; a rate's value must be basis.count / samples
+                                       numbers; a rate's value must be basis.count / samples;
+                                       one token count per source and slice, slice all's the
+                                       source's tokens (``verify.proving.check.same_data``)
 measured clause bound, lower, basis    recomputed (``verify.proving.check.confidence``, with the
                                        functions the run used) and required equal: the
                                        Clopper–Pearson bounds from basis.count, the bounded-mean
@@ -69,13 +71,34 @@ skipped measured clause                re-derived: a skip is accepted only where
                                        kind cannot give the metric, or the slice selects on a
                                        column that kind of source does not record
                                        (``evidence.table.unmeasurable``, ``slice_columns``)
+numbers of verdicts on one source's     cross-checked (``verify.proving.check.same_data``):
+tokens (one column, one slice)         order statistics against exceedance counts, the maximum
+                                       and each other; counts across thresholds and against
+                                       slice all; a log's maximum |log w| against its
+                                       framework_metrics
 measured clause status                 recomputed from samples, the recomputed bound and
                                        lower bound, max and min_samples by
                                        ``verify.decide.verdicts``: exactly one verdict
 measured clause reason                 free text (required unless held)
-evidence                               free (descriptions of the sources), but a log source's
-                                       truncated-support shift decides whether log-ratio
-                                       verdicts may stay inconclusive
+evidence.sources[] kinds and fields    re-derived (``verify.proving.check.sources``): an
+                                       emulation source exactly when the contract declares
+                                       one, a log source when it declares logs (or undeclared,
+                                       from --evidence), each with the fields of its kind; an
+                                       emulation's settings and label from the contract
+log source fingerprint, label, totals  recomputed from its files[] (sha256, path, counts)
+truncated_support_shift                declared re-derived from the policy; corrected from
+                                       that and kept_mass_logged_tokens; detected by the
+                                       detection rule (``evidence.logs.shift``) on the recorded
+                                       sign_test_z, positive_share and median_shift;
+                                       estimated_log_kept_mass from those; tokens the source's;
+                                       positive_share a count over tokens. The statistics
+                                       themselves are raw; together they decide whether
+                                       log-ratio verdicts may stay inconclusive
+evidence.assumptions, evidence.sweep   re-derived (the run's assumptions; the swept sources)
+other evidence fields                  free (files[] details, framework metrics other than the
+                                       maximum |log w|, weight diagnostics, notes, an
+                                       emulation's hashes); a runtime envelope's extent and
+                                       its counts within what the extent allows are raw
 escalation[]                           recomputed (``verify.common.escalation.decide``), all
                                        fields
 support[]                              recomputed (``verify.common.support``) from the clause
@@ -100,13 +123,17 @@ from kernel_contracts.verify.proving.check.parts import (
     check_escalation,
     check_keys,
     check_outline,
+    check_support,
 )
 from kernel_contracts.verify.proving.check.query import check_obligation
+from kernel_contracts.verify.proving.check.same_data import check_same_data
+from kernel_contracts.verify.proving.check.sources import check_sources
 from kernel_contracts.verify.proving.kernel_obligations import (
     check_kernel_obligation,
     kernel_outlines,
 )
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import Budget, BudgetError
 
 __all__ = [
     "CheckResult",
@@ -121,7 +148,7 @@ __all__ = [
 FORMAT = "kernel-contracts/report/1"
 _TOP = frozenset(
     ("format", "status", "exit_code", "contract", "toolkit", "python", "solvers",
-     "obligations", "clauses", "evidence", "escalation", "support", "timing")
+     "solver_budget", "obligations", "clauses", "evidence", "escalation", "support", "timing")
 )  # fmt: skip
 _CONTRACT = frozenset(("path", "sha256", "canonical", "canonical_sha256", "name"))
 _LABELS = ("proved", "refuted", "unknown")
@@ -256,8 +283,9 @@ def _contract(data: dict, report_dir: str, diff, notes):
     return contract
 
 
-def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) -> CheckResult:
-    """Re-check report ``data`` (see the module docstring)."""
+def check_data(data: dict, *, report_dir: str = ".") -> CheckResult:
+    """Re-check report ``data`` (see the module docstring); every query is re-run within the
+    solver budget the report records (``_budget``)."""
     differences: list[str] = []
     notes: list[str] = []
 
@@ -272,6 +300,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         return done()
     _nonfinite(data, "", diff)
     check_keys(data, _TOP, "report", diff)
+    budget = _budget(data, diff)
     contract = _contract(data, report_dir, diff, notes)
     if contract is None:
         return done()  # nothing can be re-derived
@@ -298,8 +327,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
             label = o.get("status")
             if label in _LABELS:
                 verdicts.append((ids[i], Status.parse(label)))
-            queries += check_kernel_obligation(o, contract, where, diff, notes,
-                                               timeout_ms=timeout_ms)  # fmt: skip
+            queries += check_kernel_obligation(o, contract, where, diff, notes, budget=budget)
             continue
         d = derivations.get(ids[i]) if isinstance(ids[i], str) else None
         if not check_keys(o, OBLIGATION_KEYS, where, diff) or d is None:
@@ -322,7 +350,7 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
                     diff(f"{where}.{key}", f"{o.get(key)!r} but no bound was derived")
             continue
         try:
-            _, n = check_obligation(o, where, diff, notes, clause_max, timeout_ms=timeout_ms)
+            _, n = check_obligation(o, where, diff, notes, clause_max, budget=budget)
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
             diff(where, f"malformed ({type(err).__name__}: {err})")
             n = 0
@@ -332,9 +360,11 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
         diff("evidence", "not an object")
         evidence = None
     clause_statuses = check_clauses(data.get("clauses"), contract, evidence, diff)
+    check_sources(evidence, contract, diff)
+    check_same_data(data.get("clauses"), contract, evidence, diff)
     check_escalation(data.get("escalation"), contract.escalation,
                      verdicts + clause_statuses, diff)  # fmt: skip
-    supports = _check_support(data.get("support"), contract, evidence, clause_statuses, diff)
+    supports = check_support(data.get("support"), contract, evidence, clause_statuses, diff)
     overall = worst([s for _, s in verdicts + clause_statuses] + supports)
     if data.get("status") != overall.label:
         diff("status", f"{data.get('status')!r} but its parts give {overall.label!r}")
@@ -347,26 +377,22 @@ def check_data(data: dict, *, report_dir: str = ".", timeout_ms: int = 20000) ->
     return done(queries)
 
 
-def _check_support(recorded, contract, evidence, clause_statuses, diff) -> list[Status]:
-    """Recompute the premise support (``verify.common.support``) from the report's clause verdicts;
-    it is listed exactly when evidence was given. Returns its statuses."""
-    from kernel_contracts.verify.common.support import support, support_json
-
-    given = evidence is not None or bool(contract.evidence.emulate or contract.evidence.logprobs)
-    want = []
-    if given:
-        want = support(((g.id, tuple(g.from_)) for g in contract.guarantees), clause_statuses)
-    if recorded != [support_json(s) for s in want]:
-        diff("support", f"{recorded!r} but the clause verdicts give "
-             f"{[support_json(s) for s in want]!r}")  # fmt: skip
-    return [s.status for s in want]
+def _budget(data: dict, diff) -> Budget:
+    """The solver budget the report records (``solver_budget``); the default one when it is
+    missing (``check_keys`` says so) or malformed (a difference)."""
+    if "solver_budget" not in data:
+        return Budget()
+    try:
+        return Budget.from_json(data["solver_budget"])
+    except BudgetError as err:
+        diff("solver_budget", f"{err}; re-checked with the default budget")
+        return Budget()
 
 
-def check_report(path: str, *, timeout_ms: int = 20000) -> CheckResult:
+def check_report(path: str) -> CheckResult:
     """Re-check the report file at ``path``; raises ``ReportUnreadable`` (exit 2)."""
     data = load_report(path)
-    return check_data(data, report_dir=os.path.dirname(os.path.abspath(path)),
-                      timeout_ms=timeout_ms)  # fmt: skip
+    return check_data(data, report_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def check_main(path: str, *, stdout, stderr) -> int:

@@ -169,7 +169,7 @@ body{font:15px/1.5 system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0
 h1{font-size:1.6em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em}
 .wide{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.5em 0;width:100%}td,th{border:1px solid #d0d7de;
-padding:.25em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
+padding:.25em .35em;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
 .badge{color:#fff;border-radius:1em;padding:.05em .7em;font-weight:600;white-space:nowrap}
 .verdict{font-size:1.3em}pre{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:12px}
 dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.2em 1em}dt{font-weight:600}

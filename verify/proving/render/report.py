@@ -18,6 +18,7 @@ from kernel_contracts.verify.common.escalation import Decision, decision_json
 from kernel_contracts.verify.common.status import Status, worst
 from kernel_contracts.verify.common.support import Support, support_json
 from kernel_contracts.verify.proving.obligations import Obligation, obligation_json
+from kernel_contracts.verify.proving.solve.budget import Budget
 
 __all__ = [
     "FORMAT",
@@ -59,6 +60,8 @@ class Report:
     # what the evidence says of each guarantee's premises (``verify.common.support``); empty when
     # the run was given no evidence
     support: tuple[Support, ...] = ()
+    # what the solvers were allowed to spend, in their own units (``solver_budget``)
+    budget: Budget = field(default_factory=Budget)
 
     @property
     def status(self) -> Status:
@@ -102,6 +105,7 @@ def report_json(report: Report) -> dict:
         "toolkit": {"version": report.toolkit},
         "python": report.python,
         "solvers": dict(report.solvers),
+        "solver_budget": report.budget.json(),
         "obligations": [obligation_json(o) for o in report.obligations],
         "clauses": [clause_json(c) for c in report.clauses],
         "evidence": report.evidence,

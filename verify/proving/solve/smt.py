@@ -3,11 +3,16 @@
 Each call builds a fresh solver in a fresh context from the query's text alone, so what is
 solved is exactly what a report stores and what a re-checker re-runs.
 
-Both solvers' time limits are cooperative, and some nonlinear procedures never look at them
-(z3 on a degree-4096 polynomial ran for minutes past a 500 ms limit). So every call runs in a
-solver process of its own (:class:`_Worker`, started once and reused): a call that has not
-answered shortly after its limit has the process killed and answers ``unknown``; the next call
-starts a new process.
+Every call gets a budget in the solver's own deterministic units (z3's ``rlimit``, cvc5's
+``rlimit-per``; ``verify.proving.solve.budget``), so its answer does not depend on the machine or
+its load, and reports the units it spent (z3's statistic ``rlimit count``; a fresh context
+counts from zero). One fixed z3 procedure answers each query (``_z3_solver``): z3's own
+strategies switch tactics by the wall clock. Some nonlinear procedures never look at their
+limits (z3 on a degree-4096 polynomial ran for minutes past one), so every call also runs in a
+solver process of its own (:class:`_Worker`, started once and reused) under a hang guard: a
+call that has not answered within ``guard_s`` seconds of wall clock has the process killed and
+answers ``unknown`` with a reason that says so (``Answer.hang_guard``); the next call starts a
+new process.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kernel_contracts.verify.proving.solve.budget import DEFAULT_HANG_GUARD_S
+
 __all__ = [
-    "KILL_GRACE_MS",
     "Answer",
     "cvc5_check",
     "cvc5_version",
@@ -42,6 +48,9 @@ class Answer:
     model: dict[str, Fraction] = field(default_factory=dict)
     reason: str = ""
     time_ms: float = 0.0
+    rlimit: int = 0  # the solver's resource units this call spent (z3's rlimit count)
+    hang_guard: bool = False  # stopped by the wall-clock hang guard, not by its budget
+    out_of_budget: bool = False  # ``unknown`` because the call spent its resource units
 
 
 def z3_version() -> str:
@@ -80,46 +89,92 @@ def _bare(name: str) -> str:
 _CORE_OPTION = "(set-option :produce-unsat-cores true)"
 
 
-def _z3_run(text: str, timeout_ms: float):
+def _z3_solver(text: str, ctx):
+    """The solver for ``text``: with core tracking, or for a logic other than ``QF_NRA``, z3's
+    SMT core (it answers under the assumptions that track the named assertions); else the
+    procedure z3's own strategy for ``QF_NRA`` starts with (simplify, propagate values, nlsat:
+    first its simple check, then in full). z3's own strategies move between tactics after
+    seconds of wall clock (``try_for``) and by the memory the process holds, so their answers
+    could depend on the machine's load; these depend only on the text and the resource units."""
     import z3
 
-    solver = z3.Solver(ctx=z3.Context())
-    solver.set("timeout", max(1, int(timeout_ms)))
+    if _CORE_OPTION in text or "(set-logic QF_NRA)" not in text:
+        return z3.SimpleSolver(ctx=ctx)
+    nlsat = z3.Tactic("qfnra-nlsat", ctx)
+    simple = z3.Then(z3.With(nlsat, simple_check=True), z3.Tactic("fail-if-undecided", ctx))
+    tactic = z3.Then(
+        z3.Tactic("simplify", ctx), z3.Tactic("propagate-values", ctx), z3.OrElse(simple, nlsat)
+    )
+    return tactic.solver()
+
+
+def _z3_run(text: str, rlimit: int):
+    """A fresh z3 solver (``_z3_solver``) on ``text`` with ``rlimit`` resource units;
+    (solver, result)."""
+    import z3
+
+    solver = _z3_solver(text, z3.Context())
+    solver.set("rlimit", max(1, int(rlimit)))
     solver.from_string(text)
     return solver, solver.check()
 
 
-def z3_check(text: str, *, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
-    """Check ``text`` with z3 within ``timeout_ms``; on sat, the values of ``want``."""
-    return _guarded(_z3_check, text, timeout_ms, tuple(want))
+def _spent(solver) -> int:
+    """The resource units ``solver``'s context has counted (all of them this call's)."""
+    names = set(solver.statistics().keys())
+    return int(solver.statistics().get_key_value("rlimit count")) if "rlimit count" in names else 0
 
 
-def _z3_check(text: str, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
+def _unknown(solver, rlimit: int, spent: int, start: float) -> Answer:
+    """z3's ``unknown``, saying whether it spent its ``rlimit`` units (z3 then answers
+    "max. resource limit exceeded" or, from inside a tactic, "canceled")."""
+    why = solver.reason_unknown()
+    if spent >= rlimit or "resource limit" in why or why == "canceled":
+        reason = f"z3 spent its allowance of {rlimit} resource units (rlimit) on the query ({why})"
+        return Answer(
+            "unknown", reason=reason, time_ms=_ms(start), rlimit=spent, out_of_budget=True
+        )
+    return Answer("unknown", reason=f"z3: {why}", time_ms=_ms(start), rlimit=spent)
+
+
+def z3_check(
+    text: str, *, rlimit: int, guard_s: float = DEFAULT_HANG_GUARD_S, want: Sequence[str] = ()
+) -> Answer:
+    """Check ``text`` with z3 within ``rlimit`` resource units (each run); on sat, the values
+    of ``want``. ``guard_s``: the hang guard (module docstring)."""
+    return _guarded(_z3_check, text, guard_s, rlimit, tuple(want))
+
+
+def _z3_check(text: str, rlimit: int, want: Sequence[str] = ()) -> Answer:
     """``z3_check`` in this process.
 
     Tracking named assertions slows z3's nonlinear search, so the answer comes from the
     assertions without core tracking; an ``unsat`` is then re-derived with tracking on, for
-    its core (both runs see the same assertions).
+    its core (both runs see the same assertions, each with ``rlimit`` units; the answer counts
+    both runs' units).
     """
     import z3
 
     start = time.perf_counter()
+    spent = 0
     try:
-        solver, result = _z3_run(text.replace(_CORE_OPTION, ""), timeout_ms)
+        solver, result = _z3_run(text.replace(_CORE_OPTION, ""), rlimit)
+        spent = _spent(solver)
         if result == z3.unsat and _CORE_OPTION in text:
-            left = timeout_ms - (time.perf_counter() - start) * 1000
-            solver, again = _z3_run(text, max(left, 1))
+            solver, again = _z3_run(text, rlimit)
+            spent += _spent(solver)
             if again != z3.unsat:
                 reason = (
                     f"z3 proved the query, but answered {again} when repeating the proof to "
-                    "record which premises it used (a larger --timeout-ms may settle it)"
+                    f"record which premises it used, within {rlimit} resource units (a larger "
+                    "--solver-budget may settle it)"
                 )
-                return Answer("unknown", reason=reason, time_ms=_ms(start))
+                return Answer("unknown", reason=reason, time_ms=_ms(start), rlimit=spent)
     except z3.Z3Exception as err:
-        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+        return Answer("error", reason=f"z3: {err}", time_ms=_ms(start), rlimit=spent)
     if result == z3.unsat:
         core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
-        return Answer("unsat", core=core, time_ms=_ms(start))
+        return Answer("unsat", core=core, time_ms=_ms(start), rlimit=spent)
     if result == z3.sat:
         model = solver.model()
         wanted = {_bare(n) for n in want}
@@ -129,45 +184,47 @@ def _z3_check(text: str, timeout_ms: int, want: Sequence[str] = ()) -> Answer:
                 value = _z3_value(model[decl])
                 if value is not None:
                     values[decl.name()] = value
-        return Answer("sat", model=values, time_ms=_ms(start))
-    return Answer("unknown", reason=f"z3: {solver.reason_unknown()}", time_ms=_ms(start))
+        return Answer("sat", model=values, time_ms=_ms(start), rlimit=spent)
+    return _unknown(solver, rlimit, spent, start)
 
 
-def z3_check_tracked(text: str, *, timeout_ms: int) -> Answer:
+def z3_check_tracked(text: str, *, rlimit: int, guard_s: float = DEFAULT_HANG_GUARD_S) -> Answer:
     """``z3_check`` in one run, with the core tracking ``text`` asks for: for a query whose
     answer should be ``unsat`` (a cached derivation's, ``verify.proving.replay``), the answer and
     the core of ``z3_check``'s second run without its first. Anything but ``unsat`` is answered
     ``unknown`` (a model of a tracked run is not the one ``z3_check`` would give)."""
-    return _guarded(_z3_check_tracked, text, timeout_ms)
+    return _guarded(_z3_check_tracked, text, guard_s, rlimit)
 
 
-def _z3_check_tracked(text: str, timeout_ms: int) -> Answer:
+def _z3_check_tracked(text: str, rlimit: int) -> Answer:
     import z3
 
     start = time.perf_counter()
     try:
-        solver, result = _z3_run(text, timeout_ms)
+        solver, result = _z3_run(text, rlimit)
     except z3.Z3Exception as err:
         return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
+    spent = _spent(solver)
     if result == z3.unsat:
         core = tuple(sorted(_bare(str(c)) for c in solver.unsat_core()))
-        return Answer("unsat", core=core, time_ms=_ms(start))
+        return Answer("unsat", core=core, time_ms=_ms(start), rlimit=spent)
     reason = f"z3 answered {result} when repeating the proof to record which premises it used"
-    return Answer("unknown", reason=reason, time_ms=_ms(start))
+    return Answer("unknown", reason=reason, time_ms=_ms(start), rlimit=spent)
 
 
-def z3_core_suffices(text: str, core: Sequence[str], *, timeout_ms: int) -> Answer:
+def z3_core_suffices(
+    text: str, core: Sequence[str], *, rlimit: int, guard_s: float = DEFAULT_HANG_GUARD_S
+) -> Answer:
     """Re-check ``text`` keeping only the named assertions in ``core`` (expect ``unsat``)."""
-    return _guarded(_z3_core_suffices, text, timeout_ms, tuple(core))
+    return _guarded(_z3_core_suffices, text, guard_s, rlimit, tuple(core))
 
 
-def _z3_core_suffices(text: str, timeout_ms: int, core: Sequence[str]) -> Answer:
+def _z3_core_suffices(text: str, rlimit: int, core: Sequence[str]) -> Answer:
     import z3
 
     start = time.perf_counter()
-    ctx = z3.Context()
-    solver = z3.Solver(ctx=ctx)
-    solver.set("timeout", max(1, int(timeout_ms)))
+    solver = _z3_solver(text, z3.Context())
+    solver.set("rlimit", max(1, int(rlimit)))
     keep = set(core)
     lines = []
     for line in text.splitlines():
@@ -179,26 +236,27 @@ def _z3_core_suffices(text: str, timeout_ms: int, core: Sequence[str]) -> Answer
         result = solver.check()
     except z3.Z3Exception as err:
         return Answer("error", reason=f"z3: {err}", time_ms=_ms(start))
-    return Answer(str(result), time_ms=_ms(start))
+    return Answer(str(result), time_ms=_ms(start), rlimit=_spent(solver))
 
 
-def cvc5_check(text: str, *, timeout_ms: int) -> Answer | None:
-    """Check ``text`` with cvc5's own SMT-LIB2 parser; ``None`` if cvc5 is not installed."""
+def cvc5_check(text: str, *, rlimit: int, guard_s: float = DEFAULT_HANG_GUARD_S) -> Answer | None:
+    """Check ``text`` with cvc5's own SMT-LIB2 parser within ``rlimit`` of its resource units
+    (its option ``rlimit-per``); ``None`` if cvc5 is not installed."""
     from importlib.util import find_spec
 
     if find_spec("cvc5") is None:
         return None
-    return _guarded(_cvc5_check, text, timeout_ms)
+    return _guarded(_cvc5_check, text, guard_s, rlimit)
 
 
-def _cvc5_check(text: str, timeout_ms: int) -> Answer:
+def _cvc5_check(text: str, rlimit: int) -> Answer:
     import cvc5
 
     start = time.perf_counter()
     try:
         tm = cvc5.TermManager()
         solver = cvc5.Solver(tm)
-        solver.setOption("tlimit-per", str(max(1, int(timeout_ms))))
+        solver.setOption("rlimit-per", str(max(1, int(rlimit))))
         symbols = cvc5.SymbolManager(tm)
         parser = cvc5.InputParser(solver, symbols)
         parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, "query")
@@ -215,7 +273,15 @@ def _cvc5_check(text: str, timeout_ms: int) -> Answer:
         return Answer("error", reason=f"cvc5: {err}".splitlines()[0], time_ms=_ms(start))
     if answer not in ("sat", "unsat"):
         answer = "unknown"
-    return Answer(answer, time_ms=_ms(start))
+    return Answer(answer, time_ms=_ms(start), rlimit=_cvc5_spent(solver))
+
+
+def _cvc5_spent(solver) -> int:
+    """The resource units cvc5 counted (its statistic ``resource::resourceUnitsUsed``)."""
+    try:
+        return int(solver.getStatistics()["resource::resourceUnitsUsed"]["value"])
+    except Exception:  # a cvc5 without the statistic
+        return 0
 
 
 def _ms(start: float) -> float:
@@ -223,7 +289,6 @@ def _ms(start: float) -> float:
 
 
 # ---- the solver process ----------------------------------------------------------------------
-KILL_GRACE_MS = 250.0  # past its own limit, a call gets this long before its process is killed
 _START_S = 120.0  # the most a new solver process may take to import its solvers
 
 
@@ -354,18 +419,21 @@ def prestart() -> None:
         _worker = _Worker(wait=False)
 
 
-def _guarded(fn: Callable, text: str, timeout_ms: int, *rest) -> Answer:
-    """``fn(text, timeout_ms, *rest)`` in the solver process, ended if it overruns its limit."""
+def _guarded(fn: Callable, text: str, guard_s: float, *rest) -> Answer:
+    """``fn(text, *rest)`` in the solver process, ended if it overruns the hang guard."""
     global _worker
     start = time.perf_counter()
     if _worker is None or not _worker.alive():
         _worker = _Worker()
     _worker.wait_ready()
-    got = _worker.call(fn, (text, timeout_ms, *rest), (timeout_ms + KILL_GRACE_MS) / 1000)
+    got = _worker.call(fn, (text, *rest), guard_s)
     if got is None:
         _worker.stop()
         _worker = None
         name = "cvc5" if fn is _cvc5_check else "z3"
-        reason = f"{name}: no answer within its {timeout_ms} ms limit; the solver was stopped"
-        return Answer("unknown", reason=reason, time_ms=_ms(start))
+        reason = (
+            f"hang guard: {name} gave no answer within {guard_s:g} s of wall clock, so the "
+            "solver was stopped before its budget decided; --timeout-ms raises the guard"
+        )
+        return Answer("unknown", reason=reason, time_ms=_ms(start), hang_guard=True)
     return got

@@ -10,8 +10,15 @@ lemmas and ``f(v) > m``:
   when the lower end of that interval exceeds ``m`` is the claim ``refuted``, with that point
   as the confirmed counterexample. Otherwise the enclosures were too loose: the degree and the
   constants' precision are raised, then the piece is split in two, and the pieces retried;
-* a solver ``unknown`` (timeout, incompleteness) splits the piece too; when the time budget is
-  spent the verdict is ``unknown`` with the reason. Nothing else yields ``proved``.
+* a solver ``unknown`` (its allowance spent, incompleteness) splits the piece too; when the
+  budget is spent the verdict is ``unknown`` with the reason, which names ``--solver-budget``.
+  Nothing else yields ``proved``.
+
+The budget (``verify.proving.solve.budget``) is counted in z3's resource units, never in time:
+each query's units are taken from what is left, so the whole procedure (which pieces, which
+degrees, which verdict) is the same on any machine under any load. A call stopped by the
+wall-clock hang guard ends the obligation ``unknown`` with the guard's reason (its units were
+not counted, so nothing after it could be decided deterministically).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.solve import smt
+from kernel_contracts.verify.proving.solve.budget import RAISE, Budget
 
 if TYPE_CHECKING:  # the records load without sympy (a cached run builds them); prove needs it
     import sympy
@@ -76,6 +84,7 @@ class Outcome:
     reason: str
     attempts: int
     time_ms: float
+    rlimit: int = 0  # z3 resource units spent (deterministic, unlike ``time_ms``)
 
     @property
     def core(self) -> tuple[str, ...]:
@@ -121,31 +130,30 @@ def prove(
     constants: Mapping[str, Fraction],
     threshold: Fraction,
     *,
-    timeout_ms: int = 5000,
+    budget: Budget | None = None,
     steps: Sequence[Step] = DEFAULT_STEPS,
     max_pieces: int = 64,
     title: str = "",
 ) -> Outcome:
-    """Decide "``expr ≤ threshold`` on all of ``box``" (see the module docstring)."""
+    """Decide "``expr ≤ threshold`` on all of ``box``" within ``budget`` (the default one when
+    ``None``; see the module docstring)."""
     from kernel_contracts.verify.proving.solve.encoding import EncodeError, encode
 
+    budget = budget or Budget()
     start = time.perf_counter()
-    deadline = start + timeout_ms / 1000
     pending: list[tuple[Box, int]] = [(box, 0)]
     done: list[QueryRecord] = []
-    attempts, pieces, last = 0, 1, ""
+    attempts, pieces, last, spent = 0, 1, "", 0
 
     def finish(status, queries, reason="", cex=None) -> Outcome:
         ms = round((time.perf_counter() - start) * 1000, 3)
-        return Outcome(status, tuple(queries), cex, reason, attempts, ms)
+        return Outcome(status, tuple(queries), cex, reason, attempts, ms, spent)
 
     while pending:
         piece, level = pending.pop(0)
-        # a query may overrun its limit by the solver's kill grace: keep that inside the budget
-        left_ms = (deadline - time.perf_counter()) * 1000 - smt.KILL_GRACE_MS
-        if left_ms <= 1:
-            reason = f"time budget of {timeout_ms} ms spent with {len(pending) + 1} of "
-            reason += f"{pieces} pieces undecided ({last})"
+        left = budget.rlimit - spent
+        if left <= 0:
+            reason = budget.spent_reason(len(pending) + 1, pieces, last)
             return finish(Status.UNKNOWN, done, reason)
         step = steps[level]
         try:
@@ -156,8 +164,11 @@ def prove(
             return finish(Status.UNKNOWN, done, f"cannot encode the bound: {err}")
         attempts += 1
         # one query may not take the whole budget: a split may succeed where it stalls
-        per_query = min(left_ms, max(250.0, timeout_ms / 4))
-        got = smt.z3_check(query.text, timeout_ms=int(per_query), want=[s for s, *_ in piece])
+        got = smt.z3_check(
+            query.text, rlimit=budget.allowance(left), guard_s=budget.hang_guard_s,
+            want=[s for s, *_ in piece],
+        )  # fmt: skip
+        spent += got.rlimit
 
         def record(expected: str, q=query, got=got) -> QueryRecord:
             return QueryRecord(
@@ -174,6 +185,8 @@ def prove(
                     cex = Counterexample(tuple(point.items()), value, source)
                     return finish(Status.REFUTED, [record("sat")], cex=cex)
             last = f"sat at degree {step.degree}, counterexample not confirmed"
+        elif got.hang_guard:
+            return finish(Status.UNKNOWN, [*done, record("unsat")], got.reason)
         else:
             last = f"z3 answered {got.answer}: {got.reason}"
         if got.answer == "sat" and level + 1 < len(steps):
@@ -182,6 +195,7 @@ def prove(
         halves = _split(piece, box) if pieces < max_pieces else None
         if halves is None:
             reason = f"{last}; no further refinement (degree {step.degree}, {pieces} pieces)"
+            reason += f"; {RAISE}" if got.out_of_budget else ""
             return finish(Status.UNKNOWN, [*done, record("unsat")], reason)
         pieces += 1
         pending[:0] = [(halves[0], level), (halves[1], level)]
