@@ -131,10 +131,12 @@ class Interval(NamedTuple):
 # (estimator, parameter) -> the values the parameter may take; the estimator "" stands for
 # every estimator without an entry of its own. mis masks w > c, so its cap must exceed 1
 # (as dual_clip's ratio c, the lower bound of the surrogate for A < 0);
-# truncation takes any c >= 0 (c = 0 gives weight 0). A band (lo, hi) needs 0 <= lo < 1 < hi.
+# truncation takes any c >= 0 (c = 0 gives weight 0); tis_norm's bound is for c > 1.
+# A band (lo, hi) needs 0 <= lo < 1 < hi.
 _PARAM_RANGES = {
     ("mis", "cap"): Interval(1, None, lo_open=True),
     ("", "cap"): Interval(0),
+    ("tis_norm", "cap"): Interval(1, None, lo_open=True),
     ("", "clip_epsilon"): Interval(0, 1, lo_open=True, hi_open=True),
     ("dual_clip", "cap"): Interval(1, None, lo_open=True),
     ("tv_mask", "threshold"): Interval(0, 1, lo_open=True, hi_open=True),

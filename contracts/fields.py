@@ -72,7 +72,7 @@ QUANTITIES = (
 ESTIMATORS = (
     "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
     "kl_mask", "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
-    "kl_reject",
+    "kl_reject", "tis_clip", "tis_norm",
 )  # fmt: skip
 # estimator -> the parameter fields of a pg_bias guarantee it requires
 ESTIMATOR_PARAMS = MappingProxyType(
@@ -81,7 +81,8 @@ ESTIMATOR_PARAMS = MappingProxyType(
      "kl_mask": ("threshold",), "dppo_tv": ("threshold",), "dppo_kl": ("threshold",),
      "dual_clip": ("clip_epsilon", "cap"), "seq_mask": ("band",), "seq_outlier": ("band",),
      "tis_mask": ("cap", "band"), "opsm": ("threshold",),
-     "kl_reject": ("reject", "reject_threshold")}
+     "kl_reject": ("reject", "reject_threshold"), "tis_clip": ("band",),
+     "tis_norm": ("cap",)}
 )  # fmt: skip
 # quantity -> the optional fields a guarantee of it takes beyond id, quantity, max, from, assume
 QUANTITY_FIELDS = MappingProxyType(

@@ -255,10 +255,11 @@ _GUARANTEE = _obj(
         "score_norm": _num("G >= |grad log pi| per token (assumption).", exclusiveMinimum=0),
         "advantage": _num("A_max >= |A| (assumption).", exclusiveMinimum=0),
         "estimator": _enum("Policy-gradient estimator.", F.ESTIMATORS),
-        "cap": _num("Importance-ratio cap: c >= 0 for tis, seq_tis and tis_mask, c > 1 for mis "
-                    "and dual_clip.", minimum=0),
+        "cap": _num("Importance-ratio cap: c >= 0 for tis, seq_tis and tis_mask, c > 1 for "
+                    "mis, dual_clip and tis_norm.", minimum=0),
         "band": dict(_pair("Kept ratio band [lo, hi], 0 <= lo < 1 < hi, for icepop, geo_mask, "
-                           "seq_mask, seq_outlier and tis_mask.", {"type": "number"}, False),
+                           "seq_mask, seq_outlier and tis_mask; the clamp range of tis_clip.",
+                           {"type": "number"}, False),
                      prefixItems=[{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                                   {"type": "number", "exclusiveMinimum": 1}]),
         "threshold": _num("Divergence threshold: tv_mask and dppo_tv in (0, 1), kl_mask, "
@@ -280,6 +281,8 @@ _GUARANTEE = _obj(
                                     "reject_threshold")]
     + [{"if": {"properties": {"estimator": {"enum": ["mis", "dual_clip"]}},
                "required": ["estimator"]},
+        "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},
+       {"if": {"properties": {"estimator": {"const": "tis_norm"}}, "required": ["estimator"]},
         "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},
        {"if": {"properties": {"estimator": {"enum": ["tv_mask", "dppo_tv"]}},
                "required": ["estimator"]},

@@ -40,6 +40,8 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_tv,
 )
 from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.tis_clip import TIS_CLIP_LEMMAS
+from kernel_contracts.bounds.pg.tis_norm import TIS_NORM_LEMMAS
 from kernel_contracts.bounds.pg.witnesses import (
     band_dropped_mass,
     band_pair,
@@ -712,4 +714,6 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            (_TOK, _SUPPORT, "the statistical clause holds", "sequences of at most L tokens"),
            "an exceeding position can drop every position of its sequence (at most L of them); "
            "the others see only tokens within the level", "a bound"),
+    *TIS_CLIP_LEMMAS,
+    *TIS_NORM_LEMMAS,
 )  # fmt: skip

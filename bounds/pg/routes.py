@@ -41,6 +41,8 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_tv,
 )
 from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
+from kernel_contracts.bounds.pg.tis_norm import norm_form
 from kernel_contracts.bounds.premises import Fact
 from kernel_contracts.bounds.route import NoLemma, Route, combine
 from kernel_contracts.contracts import exact
@@ -84,6 +86,8 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "seq_outlier": _seq_outlier,
         "tis_mask": _tis_mask,
         "opsm": _opsm,
+        "tis_clip": _tis_clip,
+        "tis_norm": _tis_norm,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -511,6 +515,47 @@ def _tis_mask(ctx, GA) -> list[Route]:
     for f in ctx.premises.of("tv"):
         form = sympy.Min(1, t_tv(f.expr) + band_tv(f.expr, lo, hi))
         out.append(Route(f"{name}_tv", GA * form, (f,), (*f.chain, f"{name}_tv"),
+                         attained=False))  # fmt: skip
+    return out
+
+
+def _tis_clip(ctx, GA) -> list[Route]:
+    """ω = clip(w, lo, hi): the drift and ratio forms are the suprema (``bounds.pg.tis_clip``),
+    the TV form (1 + lo)·ε is approached by leaks. Without a per-token fact, a mean-TV fact
+    gives E[bias] ≤ G·A·(1 + lo)·E[TV] (the form is linear), and a tail fact
+    P(drift > level) ≤ ρ gives (1 − ρ)·D(level) + ρ·(1 + lo): a position past the level can cost
+    1 + lo, not the 1 of the masks' split."""
+    lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
+    lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
+    name = "pg_bias_tis_clip"
+    out = _per_token(ctx, GA, name, lambda s: clip_drift(s, lo, hi),
+                     lambda r: clip_ratio(r, lo, hi), lambda e: clip_tv(e, lo))  # fmt: skip
+    if not out:
+        split = "pg_bias_tis_clip_exceedance"
+        for f, rho, s in _tails(ctx):
+            chain = (*f.chain[: f.chain.index("token_tv_tanh")], split)
+            expr = GA * ((1 - rho) * clip_drift(s, lo, hi) + rho * (1 + lo))
+            out.append(Route(split, expr, (f,), chain, expectation=True, attained=True))
+        out += _mean_tv(ctx, GA, name, lambda e: clip_tv(e, lo), jensen_exact=True)
+    return out
+
+
+def _tis_norm(ctx, GA) -> list[Route]:
+    """ω = min(w, c)/m, m the batch mean: K + (1 − K)₊·D_tis with K = e^x − 1 for every batch
+    (``bounds.pg.tis_norm``); a bound, not attained. A TV premise leaves m unbounded: no route."""
+    cap = exact(_need(ctx, "cap", "cap: c > 1"))
+    if cap <= 1:
+        raise NoLemma(f"pg_bias with estimator 'tis_norm' needs cap: c > 1, got {cap}")
+    c = ctx.const("c", cap)
+    name = "pg_bias_tis_norm"
+    out = []
+    for f in ctx.premises.of("osc"):
+        s = f.expr / ctx.T
+        out.append(Route(name, GA * norm_form(s, tis_drift(s, c)), (f,), (*f.chain, name),
+                         attained=False))  # fmt: skip
+    for f in ctx.premises.of("ratio"):
+        form = norm_form(f.expr, tis_ratio(f.expr, c))
+        out.append(Route(f"{name}_ratio", GA * form, (f,), (*f.chain, f"{name}_ratio"),
                          attained=False))  # fmt: skip
     return out
 

@@ -40,6 +40,12 @@ by name (``ESTIMATOR_NAMES``):
 - ``opsm`` (``threshold`` δ > 0): a sequence with A < 0 whose mean of log(π'/π) over its
   tokens exceeds δ gets ω = 0; otherwise ω = w per token (the advantage is read per token, so
   a sequence-level advantage is given on each of its tokens).
+- ``tis_clip`` (``band`` (lo, hi), 0 ≤ lo < 1 < hi): ω = clip(w, lo, hi), truncated IS with a
+  floor (TRL's ``token_truncate`` with ``vllm_importance_sampling_clip_min``, NeMo-RL's ``tis``
+  with ``truncated_importance_sampling_ratio_min``); lo = 0 is ``tis`` at cap hi.
+- ``tis_norm`` (``cap`` c > 1): ω = min(w, c)/m, m the mean of min(w, c) over every real token
+  of the batch given (verl's token-level ``rollout_is`` with ``rollout_is_batch_normalize``);
+  where m ≤ 1e−8 the weights are left unnormalised, as verl does.
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code
@@ -322,6 +328,13 @@ def correction_weights(
     elif name == "icepop":
         lo, hi = p["band"]
         omega = jnp.where((w >= lo) & (w <= hi), w, 0.0)
+    elif name == "tis_clip":
+        lo, hi = p["band"]
+        omega = jnp.maximum(_capped_exp(lr, hi), lo)
+    elif name == "tis_norm":
+        capped = jnp.where(valid, _capped_exp(lr, p["cap"]), 0.0)
+        mean = jnp.sum(capped) / jnp.maximum(jnp.sum(valid), 1).astype(dtype)
+        omega = jnp.where(mean > 1e-8, capped / jnp.maximum(mean, 1e-8), capped)
     elif name in ("seq_is", "seq_tis"):
         log_seq = jnp.sum(lr, axis=1, keepdims=True)
         if name == "seq_is":

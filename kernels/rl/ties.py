@@ -89,6 +89,7 @@ _TIS = TieRule("value", "clamp(w, max=c)")
 _MIS = TieRule("ratio", "keeps w ≤ c")
 _ICEPOP = TieRule("ratio", "keeps lo ≤ w ≤ hi")
 _SEQ_TIS = TieRule("value", "clamp(W, max=c)")
+_TIS_CLIP = TieRule("value", "clamp(w, min=lo, max=hi)")
 _DUAL = TieRule(
     "loss",
     "A < 0: min(max(−A·w, −A·clip(w)), −A·c)",
@@ -117,6 +118,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_tis": _SEQ_TIS,
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "tis_mask": TieRule("k1", "keeps log(1/hi) ≤ −log w ≤ log(1/lo)"),
+                "tis_norm": TieRule("value", "clamp(w, max=c)/batch mean"),
                 "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ of log w in ±20"),
                 "dual_clip": dataclasses.replace(_DUAL, exported=True, source=VERL_LOSS),
                 "dppo_tv": TieRule(
@@ -143,6 +145,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_is": TieRule("value", "clamp(W, min=0)"),
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
+                "tis_clip": _TIS_CLIP,
             },
         ),
         "nemo-rl": _at(
@@ -153,6 +156,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "icepop": _ICEPOP,
                 "geo_mask": TieRule("ratio", "keeps lo ≤ exp(mean log w) ≤ hi"),
                 "dual_clip": _DUAL,
+                "tis_clip": dataclasses.replace(_TIS_CLIP, exported=False),
             },
         ),
         "skyrl": _at(
@@ -195,6 +199,8 @@ OURS: Mapping[str, TieRule] = _at(
         "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
         "opsm": TieRule("log", "drops A < 0 with mean(−log w) > δ"),
         "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
+        "tis_clip": _TIS_CLIP,
+        "tis_norm": TieRule("value", "min(w, c)/batch mean"),
     },
 )
 

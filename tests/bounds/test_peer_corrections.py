@@ -39,6 +39,7 @@ from kernel_contracts.bounds.pg.witnesses import (
 )
 from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
 from kernel_contracts.bounds.token import kl_tilt_sup
+from kernel_contracts.contracts.canonical import from_canonical
 from kernel_contracts.contracts.errors import KernelContractsError
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.obligations import discharge
@@ -308,7 +309,7 @@ PEERS = [
 def test_every_peer_estimator_is_read_derived_and_evaluated_alike():
     c = _contract([f"{e}, max: 100, from: [N1]" for e in PEERS], delta="0.1")
     assert c.guarantee("G2").cap == 1.1 and c.guarantee("G3").band == (0.5, 2.0)
-    assert contracts.canonical.from_canonical(c.source.canonical).guarantees == c.guarantees
+    assert from_canonical(c.source.canonical).guarantees == c.guarantees
     for g, d in zip(c.guarantees, bounds.derive(c), strict=True):
         assert d.expr is not None and set(d.chain) <= set(LEMMAS), (g.id, d.reason)
         params = {k: getattr(g, k) for k in ("cap", "clip_epsilon", "band", "threshold")}

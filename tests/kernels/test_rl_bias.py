@@ -36,6 +36,8 @@ PARAMS = {
     "tis_mask": {"cap": 1.05, "band": (0.9, 1.1)},
     "opsm": {"threshold": 0.05},
     "kl_reject": {"reject": "token_k2,seq_max_k3", "reject_threshold": "0.005,0.01"},
+    "tis_clip": {"band": (0.95, 1.05)},
+    "tis_norm": {"cap": 1.1},
 }
 T = 0.7
 

@@ -37,6 +37,8 @@ PARAMS = {
     "tis_mask": {"cap": 1.2, "band": (0.4, 3.0)},
     "opsm": {"threshold": 0.1},
     "kl_reject": {"reject": "token_k1,token_k3", "reject_threshold": "0.4_3.0,0.25"},
+    "tis_clip": {"band": (0.6, 1.5)},
+    "tis_norm": {"cap": 1.5},
 }
 
 
@@ -89,6 +91,10 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
         return min(w, prm["cap"]) if inside else 0
     if name == "opsm":
         return 0 if a < 0 and -mpmath.log(w) > prm["threshold"] else w
+    if name == "tis_clip":
+        return min(max(w, lo), hi)
+    if name == "tis_norm":  # before the division by the batch mean (the test divides)
+        return min(w, prm["cap"])
     if name == "kl_reject":  # k1 = −log w in [log 0.4, log 3]; k3 = w − 1 − log w ≤ 0.25
         k1, k3 = -mpmath.log(w), w - 1 - mpmath.log(w)
         keep = mpmath.log(0.4) <= k1 <= mpmath.log(3.0) and k3 <= 0.25
@@ -125,8 +131,11 @@ def test_every_estimator_at_certain_policies_follows_its_rule(name, ties):
     )
     assert not np.isnan(omega).any(), omega
     assert np.all(omega[:, 1] == 0.0)  # padding
-    for i, (tag, p, q, a) in enumerate(ROWS):
-        want = float(_rule(name, p, q, a))
+    wants = [float(_rule(name, p, q, a)) for _, p, q, a in ROWS]
+    if name == "tis_norm":  # the batch's mean of min(w, c) divides every weight
+        wants = [x / (sum(wants) / len(wants)) for x in wants]
+    for i, (tag, *_, a) in enumerate(ROWS):
+        want = wants[i]
         where = f"{name} at {tag}, A = {a}"
         if want == 0:
             assert omega[i, 0] == 0.0, where

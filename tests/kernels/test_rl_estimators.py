@@ -42,6 +42,8 @@ PARAMS = {
     "tis_mask": {"cap": 1.2, "band": (0.6, 2.0)},
     "opsm": {"threshold": 0.05},
     "kl_reject": {"reject": "token_k1,seq_mean_k2", "reject_threshold": "0.45_2.2,0.2"},
+    "tis_clip": {"band": (0.6, 2.0)},
+    "tis_norm": {"cap": 2.0},
 }
 
 
@@ -101,6 +103,12 @@ def _expected(name: str) -> np.ndarray:
                 k2 = sum(0.5 * math.log(W[b, u]) ** 2 for u in real) / len(real)
                 kept = math.log(0.45) <= -math.log(w) <= math.log(2.2) and k2 <= 0.2
                 out[b, t] = w if kept else 0.0
+            elif name == "tis_clip":
+                out[b, t] = min(max(w, 0.6), 2.0)
+            elif name == "tis_norm":  # divided by the batch mean below
+                out[b, t] = min(w, 2.0)
+    if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
+        out = out / (np.sum(out) / np.sum(MASK))
     return out
 
 

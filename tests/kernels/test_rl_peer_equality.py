@@ -289,3 +289,25 @@ def _verl_rejection(options: str, thresholds: str) -> np.ndarray:
 def test_kl_reject_equals_verl_chained_rejection(options, thresholds):
     got = ours("kl_reject", reject=options, reject_threshold=thresholds)
     _same(got, _verl_rejection(options, thresholds), W)
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.9, 1.1), (0.5, 2.0)])
+def test_tis_clip_equals_trl_token_truncate_and_nemo_rl_tis_with_a_floor(lo, hi):
+    # TRL (token_truncate): clamp(exp(old − sampling), min=clip_min, max=clip_max); NeMo-RL
+    # (tis, 0.7 on): clamp(exp(prev − generation), min=ratio_min, max=ratio); 0 on padding
+    got = ours("tis_clip", band=(lo, hi))
+    want = np.where(REAL, np.clip(W, lo, hi), 0.0)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+    assert np.any(REAL & np.less(W, lo)) and np.any(REAL & np.greater(W, hi))  # both ends bite
+
+
+@pytest.mark.parametrize(("eps_low", "eps_high"), [(1.0, 4.0), (0.1, 0.2)])
+def test_skyrl_cispo_anchored_on_the_rollout_is_tis_clip(eps_low, eps_high):
+    # SkyRL (main a9564572, cispo_anchor "rollout"): the loss −A·sg(clamp(r, 1 − ε_low,
+    # 1 + ε_high))·log π with r = exp(clamp(log π − log π_rollout, ±20)): its gradient's
+    # multiplier is our tis_clip at [max(0, 1 − ε_low), 1 + ε_high] (ε_low = 1, its default:
+    # no floor, the ratio's own e^−20 clamp aside)
+    lo, hi = max(0.0, 1 - eps_low), 1 + eps_high
+    r = np.exp(np.clip(LR, -20, 20))
+    skyrl = np.where(REAL, np.clip(r, 1 - eps_low, 1 + eps_high), 0.0)
+    np.testing.assert_allclose(ours("tis_clip", band=(lo, hi)), skyrl, rtol=2e-6, atol=1e-8)

@@ -226,6 +226,8 @@ PARAMS = {
     "seq_outlier": {"band": (0.5, 2.0)},
     "tis_mask": {"cap": 1.5, "band": (0.5, 2.0)},
     "opsm": {"threshold": 0.05},
+    "tis_clip": {"band": (0.5, 2.0)},
+    "tis_norm": {"cap": 2.0},
     "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
 }
 

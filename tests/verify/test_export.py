@@ -250,6 +250,8 @@ def _reference(r: Request, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
         return w * ((lo <= w) & (w <= hi)).all(-1, keepdims=True)
     if r.what == "tis_mask":
         return np.minimum(w, float(r.cap)) * ((lo <= w) & (w <= hi))
+    if r.what == "tis_clip":
+        return np.clip(w, lo, hi)
     if r.what == "opsm":
         return w * ~((adv < 0) & ((-logw).mean(-1, keepdims=True) > float(r.threshold)))
     if r.what == "dual_clip":
@@ -364,6 +366,8 @@ REQUESTS = [
     Request("G", "tis_mask", cap=F(3, 2), band=(F(1, 2), F(5, 2))),
     Request("G", "tis_mask", cap=F(3), band=(F(4, 5), F(2))),  # the cap above the band
     Request("G", "opsm", threshold=F(1, 10)),
+    Request("G", "tis_clip", band=(F(1, 2), F(3, 2))),
+    Request("G", "tis_clip", band=(F(0), F(3, 2))),
     Request("G", "dual_clip", clip_epsilon=F(1, 5), cap=F(3)),
 ]
 
@@ -387,14 +391,19 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
     got = SIMULATE[name](settings, logw, adv)
     want = _reference(request_, logw, adv)
     assert np.allclose(got, want, rtol=1e-12, atol=0)
+    if request_.what == "tis_clip":  # both ends clamp some token (the floor where lo > 0)
+        lo, hi = map(float, request_.band)
+        assert (want == hi).any() and (want == lo).any() == (lo > 0)
+        return
     assert 0 < np.count_nonzero(want) < want.size or request_.what in ("tis", "seq_tis", "seq_is")
 
 
 COUNTERPARTS = {  # framework -> the estimators it carries out exactly
     "verl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "tis_mask", "dual_clip",
-             "kl_reject", "clip_budget"},
+             "tis_norm", "kl_reject", "clip_budget"},
     "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "clip_budget"},
-    "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "clip_budget"},
+    "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "tis_clip",
+            "clip_budget"},
     "skyrl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "seq_outlier", "tis_mask",
               "dppo_tv", "dppo_kl", "clip_budget"},
 }  # fmt: skip

@@ -23,7 +23,10 @@ No counterpart: ``seq_is`` and ``seq_tis`` (``sequence_level_importance_ratios``
 it also turns the PPO ratio into the sequence's geometric mean (GSPO) and requires a
 sequence-level loss, so no setting applies W alone), ``ppo_clip`` (the PPO ratio is taken
 against ``prev_logprobs``, the training kernel's, and no setting makes the inference kernel
-the old policy), ``tv_mask`` and ``kl_mask`` (no mask compares the distributions).
+the old policy), ``tv_mask`` and ``kl_mask`` (no mask compares the distributions), ``tis_clip``
+(the ``tis`` type clamps to [``truncated_importance_sampling_ratio_min``,
+``truncated_importance_sampling_ratio``] from 0.7 on; 0.6 clamps from above only and ignores the
+lower key, so within the checked range 0.6 to 0.7 the setting would not do the same).
 """
 
 from __future__ import annotations
@@ -86,6 +89,13 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no loss_fn setting masks by the advantage")
+    if r.what == "tis_norm":
+        raise NoCounterpart("no loss_fn setting divides the importance weights by their batch mean")
+    if r.what == "tis_clip":
+        raise NoCounterpart(
+            "the tis type clamps from below at truncated_importance_sampling_ratio_min only "
+            "from 0.7; 0.6 ignores that key and clamps from above alone"
+        )
     raise NoCounterpart(f"no NeMo-RL mapping is known for estimator {r.what}")
 
 

@@ -148,6 +148,16 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no off_policy_correction setting reads the advantage")
+    if r.what == "tis_norm":
+        raise NoCounterpart(
+            "no off_policy_correction setting divides the weights by their batch mean"
+        )
+    if r.what == "tis_clip":
+        raise NoCounterpart(
+            "token TIS clamps from above only (token_tis_ratio_clip_high); the CISPO loss "
+            "anchored on the rollout (cispo_anchor: rollout, which clamps to [1 - "
+            "cispo_eps_clip_low, 1 + cispo_eps_clip_high]) is in no release up to 0.4"
+        )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
             "dppo's binary_tv and binary_kl replace the loss with a trust region on the sampled "

@@ -18,6 +18,7 @@ clamp of the log-ratio. The correction acts only when ``use_vllm`` is true.
 The mapping: ``tis`` is ``token_truncate`` with C_max = c; ``mis`` is ``token_mask`` with
 C_max = c; ``icepop`` [lo, hi] is ``token_mask`` with C_min = lo (None when lo = 0: a ratio is
 never below 0) and C_max = hi (TRL keeps C_min ≤ w ≤ C_max, the band's closed ends);
+``tis_clip`` [lo, hi] is ``token_truncate`` with C_min = lo (None for 0) and C_max = hi;
 ``seq_tis`` is ``sequence_truncate`` with C_max = c; ``seq_is`` is ``sequence_truncate`` with
 C_min = 0 and C_max = None, a clamp that changes nothing (TRL requires one bound for a truncate
 mode); ``seq_mask`` [lo, hi] is ``sequence_mask`` with C_min = lo (None for 0) and C_max = hi;
@@ -78,6 +79,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
     if r.what == "seq_mask":
         lo, hi = r.band
         return _mode("sequence_mask", hi, lo if lo > 0 else None)
+    if r.what == "tis_norm":
+        raise NoCounterpart("no setting divides the importance weights by their batch mean")
+    if r.what == "tis_clip":  # clamp(w, C_min, C_max); C_min appeared in 1.6 with the modes
+        lo, hi = r.band
+        return _mode("token_truncate", hi, lo if lo > 0 else None)
     if r.what == "opsm":  # untruncated token weights, and the advantage-aware sequence mask
         return _mode("token_truncate", None, Fraction(0), r.threshold)
     if r.what == "tis_mask":

@@ -40,7 +40,8 @@ What the mapping relies on, read from that code:
   ``FRAMEWORK.main``).
 
 - ``seq_mask`` [lo, hi] is IcePop at sequence level (``rollout_is: sequence`` with
-  ``"lo_hi"``); ``tis_mask`` (c, [lo, hi]) is token TIS at c with the rejection option
+  ``"lo_hi"``); ``tis_norm`` (c) is token TIS at c with ``rollout_is_batch_normalize: true``;
+  ``tis_mask`` (c, [lo, hi]) is token TIS at c with the rejection option
   ``token_k1``, which keeps log(lower) ≤ −log w ≤ log(upper), written ``"1/hi_1/lo"`` (each the
   double nearest the exact reciprocal; lo > 0); ``dual_clip`` (ε, c) is bypass mode
   (``old_log_prob`` = the rollout's, so the PPO ratio is w) with ``loss_type: ppo_clip`` and
@@ -206,6 +207,16 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no rollout_rs option reads the advantage")
+    if r.what == "tis_norm":  # token TIS at c, divided by the batch's mean weight
+        return tuple(
+            (k, True if k == RC + "rollout_is_batch_normalize" else v)
+            for k, v in _decoupled("token", r.cap)
+        )
+    if r.what == "tis_clip":
+        raise NoCounterpart(
+            "rollout_is truncates the weight from above only; a lower threshold masks the token "
+            "instead of raising its weight to the floor"
+        )
     if r.what == "seq_outlier":
         raise NoCounterpart(
             "seq_max_k2 and seq_max_k3 reject a sequence by its largest (log w)^2/2 or "
