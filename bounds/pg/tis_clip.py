@@ -133,48 +133,48 @@ def _expr(name: str, low: float) -> sympy.Expr:
     return (EXPR_NO_LOWER if low == 0 else EXPR)[name]
 
 
-def _w_drift(osc_: float, T_: float, lo_: float, hi_: float) -> Witness:
+def _w_drift(osc: float, T: float, lo: float, hi: float) -> Witness:
     """Two tokens, π'-mass q on the raised one, q at the best of the three stationary points."""
-    sv = osc_ / T_
-    params = {"osc": osc_, "T": T_, "lo": lo_, "hi": hi_}
-    bound = _bound(_expr("pg_bias_tis_clip", lo_), **params)
+    sv = osc / T
+    params = {"osc": osc, "T": T, "lo": lo, "hi": hi}
+    bound = _bound(_expr("pg_bias_tis_clip", lo), **params)
     if sv == 0:
         z = np.zeros(2)
         return Witness("pg_bias_tis_clip", params, 0.0, bound, {"z": z, "z_prime": z})
     e = math.exp(sv)
-    stationary = [math.sqrt(e / hi_), math.sqrt(2 * e / (hi_ + lo_))]
-    stationary += [math.sqrt(e / lo_)] if lo_ > 0 else []
+    stationary = [math.sqrt(e / hi), math.sqrt(2 * e / (hi + lo))]
+    stationary += [math.sqrt(e / lo)] if lo > 0 else []
     best = (-1.0, None)
     for m in stationary:
         q = min(max((min(e, max(1.0, m)) - 1) / math.expm1(sv), 1e-300), 1 - 1e-16)
-        z, zp = raised_pair(q, sv, T_)
-        got = clip_discrepancy(z, zp, T_, lo_, hi_)
+        z, zp = raised_pair(q, sv, T)
+        got = clip_discrepancy(z, zp, T, lo, hi)
         best = max(best, (got, (z, zp)), key=lambda t: t[0])
     achieved, (z, zp) = best
     return Witness("pg_bias_tis_clip", params, achieved, bound, {"z": z, "z_prime": zp})
 
 
-def _w_ratio(r_: float, lo_: float, hi_: float) -> Witness:
+def _w_ratio(r: float, lo: float, hi: float) -> Witness:
     """Two tokens with w = e^{±r}: π' = (1, e^r)/(1 + e^r), π = (e^r, 1)/(1 + e^r)."""
-    x = math.exp(r_)
+    x = math.exp(r)
     z = np.log(np.array([x / (1 + x), 1 / (1 + x)]))
     zp = np.log(np.array([1 / (1 + x), x / (1 + x)]))
-    params = {"r": r_, "lo": lo_, "hi": hi_}
-    bound = _bound(_expr("pg_bias_tis_clip_ratio", lo_), **params)
-    got = clip_discrepancy(z, zp, 1.0, lo_, hi_)
+    params = {"r": r, "lo": lo, "hi": hi}
+    bound = _bound(_expr("pg_bias_tis_clip_ratio", lo), **params)
+    got = clip_discrepancy(z, zp, 1.0, lo, hi)
     return Witness("pg_bias_tis_clip_ratio", params, got, bound, {"z": z, "z_prime": zp})
 
 
-def _w_tv(eps_: float, lo_: float, hi_: float, eta: float = 1e-12) -> Witness:
+def _w_tv(eps: float, lo: float, hi: float, eta: float = 1e-12) -> Witness:
     """π' puts ε on a token π keeps η·ε of (w → 0); π puts ε on one π' samples with η·ε
     (w → ∞); the rest is shared: E_π'|ω − w| → (1 + lo)·ε as η → 0."""
-    a = eta * eps_
-    p = np.array([a, eps_, 1 - eps_ - a])
-    q = np.array([eps_, a, 1 - eps_ - a])
+    a = eta * eps
+    p = np.array([a, eps, 1 - eps - a])
+    q = np.array([eps, a, 1 - eps - a])
     z, zp = np.log(p), np.log(q)
-    params = {"eps": eps_, "lo": lo_, "hi": hi_}
-    bound = _bound(_expr("pg_bias_tis_clip_tv", lo_), **params)
-    got = clip_discrepancy(z, zp, 1.0, lo_, hi_)
+    params = {"eps": eps, "lo": lo, "hi": hi}
+    bound = _bound(_expr("pg_bias_tis_clip_tv", lo), **params)
+    got = clip_discrepancy(z, zp, 1.0, lo, hi)
     return Witness("pg_bias_tis_clip_tv", params, got, bound, {"z": z, "z_prime": zp})
 
 

@@ -73,25 +73,25 @@ def _bound(expr: sympy.Expr, **values: float) -> float:
     return evaluate(expr, {k: v for k, v in {"G": 1.0, "A": 1.0, **values}.items() if k in names})
 
 
-def _w_drift(osc_: float, T_: float, cap: float) -> Witness:
-    sv = osc_ / T_
-    pairs = [raised_pair(q, sv, T_) for q in np.linspace(0.01, 0.99, 99)]
-    achieved, instance = _best(pairs, T_, cap)
-    params = {"osc": osc_, "T": T_, "c": cap}
+def _w_drift(osc: float, T: float, c: float) -> Witness:
+    sv = osc / T
+    pairs = [raised_pair(q, sv, T) for q in np.linspace(0.01, 0.99, 99)]
+    achieved, instance = _best(pairs, T, c)
+    params = {"osc": osc, "T": T, "c": c}
     return Witness("pg_bias_tis_norm", params, achieved, _bound(EXPR["pg_bias_tis_norm"], **params),
                    instance)  # fmt: skip
 
 
-def _w_ratio(r_: float, cap: float) -> Witness:
-    x = math.exp(r_)
+def _w_ratio(r: float, c: float) -> Witness:
+    x = math.exp(r)
     pairs = []
     for q in np.linspace(0.01, 0.99, 99):  # π' = (q, 1 − q), w = (x, ·) with E_π' w = 1
         hi_w = min(x, 1 / q - 1e-12)
         lo_w = (1 - q * hi_w) / (1 - q)
         if lo_w >= 1 / x:
             pairs.append((np.log([q * hi_w, (1 - q) * lo_w]), np.log([q, 1 - q])))
-    achieved, instance = _best(pairs, 1.0, cap)
-    params = {"r": r_, "c": cap}
+    achieved, instance = _best(pairs, 1.0, c)
+    params = {"r": r, "c": c}
     return Witness("pg_bias_tis_norm_ratio", params, achieved,
                    _bound(EXPR["pg_bias_tis_norm_ratio"], **params), instance)  # fmt: skip
 

@@ -131,3 +131,18 @@ def test_looser_forms_are_looser():
     for s in np.linspace(0, 5, 51):
         tight = math.tanh(s / 4)
         assert tight <= s / 4 + 1e-15 <= math.expm1(s) / 2 + 2e-15
+
+
+def test_every_witness_takes_its_values_by_the_symbols_names():
+    """A witness is called with the bound's values by name (the notebooks pass a table of
+    them): every parameter without a default is the name of a shared symbol."""
+    import inspect
+
+    from kernel_contracts.bounds import SYMBOLS
+
+    for name, lemma in LEMMAS.items():
+        if lemma.witness is None:
+            continue
+        params = inspect.signature(lemma.witness).parameters.values()
+        required = {p.name for p in params if p.default is inspect.Parameter.empty}
+        assert required <= set(SYMBOLS), (name, sorted(required - set(SYMBOLS)))
