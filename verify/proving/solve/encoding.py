@@ -107,6 +107,10 @@ def _exp_facts(enc: ExpEnclosure, x: str, y: str) -> str:
     return f"(=> {_within(x, enc.lo, enc.hi)} (and {' '.join(parts)}))"
 
 
+# the highest power written exactly (a chain of squarings); a higher one is enclosed
+EXACT_POWER = 16
+
+
 class _Writer:
     def __init__(self, env: Mapping[str, Interval], names: Mapping[str, str], degree, pieces, bits):
         self.env, self.names = env, names
@@ -185,8 +189,17 @@ class _Writer:
 
     def big_power(self, base: sympy.Expr, b: str, n: int, rng: Interval) -> str:
         """``b**n`` by repeated squaring through fresh names (low degree for the solver),
-        with the range of the result as a lemma."""
+        with the range of the result as a lemma. Above ``EXACT_POWER`` the power is a fresh name
+        known only by that range (its enclosure over the piece, outward-rounded; a piece split
+        in two narrows it): z3's nlsat stops counting its resource units on the squaring chain
+        of a high power, so the budget could no longer decide such a query, the clock would."""
         b = b if not b.startswith("(") else self.atom(base, b)
+        if n > EXACT_POWER:
+            p_lo, p_hi = intervals.evaluate(sympy.Pow(sympy.Symbol("_b"), n), {"_b": rng})
+            result = self.fresh("pow")
+            fact = f"(=> {_within(b, rng[0], rng[1])} {_within(result, p_lo, p_hi)})"
+            self.asserts.append((f"lemma_{result}", fact, f"{result} = ({base})**{n}, enclosed"))
+            return result
         result, square, k = None, b, n
         while True:
             if k & 1:
