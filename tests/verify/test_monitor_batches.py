@@ -15,20 +15,11 @@ import pytest
 from kernel_contracts.evidence.logs.batches import frame
 from kernel_contracts.evidence.logs.reader import read_jsonl_log
 from tests.support.cli_runner import run_cli
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "contracts" / "examples"
-SAMPLE = EXAMPLES / "rollout-sample.jsonl"
-LINES = SAMPLE.read_bytes().splitlines(keepends=True)  # 64 lines of 64 tokens
+from tests.support.monitor_contracts import LINES, monitor_contract
 
 
 def _contract(tmp_path, tokens: int = 100_000) -> pathlib.Path:
-    text = (EXAMPLES / "rollout-log.yaml").read_text(encoding="utf-8")
-    text = text.replace("path: rollout-sample.jsonl", f"path: {SAMPLE}")
-    text += f"observability:\n  - {{id: O1, log: [log_ratio], window_tokens: {tokens}}}\n"
-    path = tmp_path / "c.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return monitor_contract(tmp_path, tokens)
 
 
 def _batch(lines: list[bytes]) -> list[bytes]:

@@ -13,20 +13,11 @@ import shutil
 import pytest
 
 from tests.support.cli_runner import run_cli
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "contracts" / "examples"
-SAMPLE = EXAMPLES / "rollout-sample.jsonl"
-LINES = SAMPLE.read_bytes().splitlines(keepends=True)  # 64 lines of 64 tokens
+from tests.support.monitor_contracts import LINES, monitor_contract
 
 
 def _contract(tmp_path, tokens: int = 1000) -> pathlib.Path:
-    text = (EXAMPLES / "rollout-log.yaml").read_text(encoding="utf-8")
-    text = text.replace("path: rollout-sample.jsonl", f"path: {SAMPLE}")
-    text += f"observability:\n  - {{id: O1, log: [log_ratio], window_tokens: {tokens}}}\n"
-    path = tmp_path / "c.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return monitor_contract(tmp_path, tokens)
 
 
 def _records(first: int, last: int) -> list[bytes]:
