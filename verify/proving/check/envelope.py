@@ -24,6 +24,7 @@ envelope's own extent must still hold:
 from __future__ import annotations
 
 from kernel_contracts.evidence.envelope import CONDITIONS
+from kernel_contracts.verify.proving.check.values import is_count
 
 __all__ = ["check_envelope"]
 
@@ -31,23 +32,19 @@ _EXTENT = {"batch_size": ("recorded", "min", "max"),
            "sequence_length": ("recorded", "exact", "min", "max")}  # fmt: skip
 
 
-def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _shape(r, where: str, diff) -> bool:
     """The envelope's fields are there and are counts (min and max: counts or null)."""
     if not isinstance(r, dict) or set(r) != {"sequences", *CONDITIONS, "clauses"}:
         diff(where, f"not a runtime envelope: {sorted(r) if isinstance(r, dict) else r!r}")
         return False
-    ok = _count(r["sequences"]) and isinstance(r["clauses"], list)
+    ok = is_count(r["sequences"]) and isinstance(r["clauses"], list)
     for condition, keys in _EXTENT.items():
         e = r[condition]
         ok = ok and isinstance(e, dict) and set(e) == set(keys)
-        ok = ok and all(_count(e[k]) or (k in ("min", "max") and e[k] is None) for k in keys)
+        ok = ok and all(is_count(e[k]) or (k in ("min", "max") and e[k] is None) for k in keys)
     for c in r["clauses"] if isinstance(r["clauses"], list) else ():
         ok = ok and isinstance(c, dict) and set(c) == {"clause", "condition", "outside", "inside"}
-        ok = ok and _count(c.get("outside")) and _count(c.get("inside"))
+        ok = ok and is_count(c.get("outside")) and is_count(c.get("inside"))
     if not ok:
         diff(where, "not a runtime envelope: a field is missing or not a count")
     return ok
@@ -114,7 +111,7 @@ def check_envelope(s: dict, contract, where: str, diff) -> None:
     for i, (entry, (_, cond, (lo, hi))) in enumerate(zip(r["clauses"], declared, strict=True)):
         _counts(entry, r[cond], lo, hi, f"{where}.clauses[{i}]", diff)
     if s.get("kind") != "emulate":
-        if _count(s.get("sequences")) and r["sequences"] > s["sequences"]:
+        if is_count(s.get("sequences")) and r["sequences"] > s["sequences"]:
             diff(f"{where}.sequences", f"{r['sequences']} but the log holds {s['sequences']}")
         return
     n, batch, length = r["sequences"], r["batch_size"], r["sequence_length"]

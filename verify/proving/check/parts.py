@@ -57,14 +57,15 @@ CLAUSE_KEYS = frozenset(
 _NO_MODULE = "evidence measurement not available"  # verify.proving.runner.NO_EVIDENCE_MODULE
 
 
-def check_keys(value, allowed, where: str, diff) -> bool:
-    """``value`` must be an object with exactly the fields ``allowed``."""
+def check_keys(value, allowed, where: str, diff, *, owner: str = "report") -> bool:
+    """``value`` must be an object with exactly the fields ``allowed`` (an extra one is a field
+    "no ``owner`` has")."""
     if not isinstance(value, dict):
         diff(where, "not an object")
         return False
     extra, missing = sorted(set(value) - set(allowed)), sorted(set(allowed) - set(value))
     if extra:
-        diff(where, f"fields no report has: {extra}")
+        diff(where, f"fields no {owner} has: {extra}")
     if missing:
         diff(where, f"missing fields: {missing}")
     return not extra and not missing

@@ -28,12 +28,12 @@ Every difference names both fields it contradicts.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from kernel_contracts.evidence.table import clause_column
 from kernel_contracts.verify.proving.check.sources import source_index
+from kernel_contracts.verify.proving.check.values import is_real
 
 __all__ = ["check_same_data"]
 
@@ -53,10 +53,6 @@ class _Fact:
     value: float | int
 
 
-def _real(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _rank(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
@@ -68,7 +64,7 @@ def _facts(c: dict, clause, family: str, where: str) -> list[_Fact]:
     basis = basis if isinstance(basis, dict) else {}
     out: list[_Fact] = []
     if statistic == "max":
-        if _real(value):
+        if is_real(value):
             out.append(_Fact(f"{where}.value", where, "max", None, value))
     elif statistic == "exceed_rate":
         k = basis.get("count")
@@ -78,9 +74,9 @@ def _facts(c: dict, clause, family: str, where: str) -> list[_Fact]:
         ends = (("value", "value_rank", "upper"), ("bound", "bound_rank", "upper"),
                 ("lower", "lower_rank", "lower"))  # fmt: skip
         for key, rank, end in ends:
-            if _real(c.get(key)) and _rank(basis.get(rank)):
+            if is_real(c.get(key)) and _rank(basis.get(rank)):
                 out.append(_Fact(f"{where}.{key}", where, end, basis[rank], c[key]))
-    elif statistic == "mean" and _real(value):
+    elif statistic == "mean" and is_real(value):
         out.append(_Fact(f"{where}.value", where, "mean", None, value))
     return out
 
@@ -228,7 +224,7 @@ def _framework_max(sources, facts, index, diff) -> None:
         if not isinstance(shift, dict) or shift.get("corrected_with_log_kept_mass") is not False:
             continue
         logged = metrics.get(_FRAMEWORK_MAX) if isinstance(metrics, dict) else None
-        if not _real(logged):
+        if not is_real(logged):
             continue
         for f in facts.get((key, "all", "abs_log_ratio"), []):
             if f.what == "max" and f.value != logged:

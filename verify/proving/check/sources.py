@@ -29,12 +29,13 @@ Every helper reports differences through ``diff(where, message)``.
 from __future__ import annotations
 
 import hashlib
-import math
 
 from kernel_contracts.evidence.envelope import CONDITIONS
 from kernel_contracts.evidence.logs.shift import shift_corrected, shift_declared, shift_detected
 from kernel_contracts.verify.decide import ASSUMPTIONS
 from kernel_contracts.verify.proving.check.envelope import check_envelope
+from kernel_contracts.verify.proving.check.parts import check_keys
+from kernel_contracts.verify.proving.check.values import is_count, is_real
 
 __all__ = ["EMULATE_KEYS", "LOG_KEYS", "check_sources", "source_index"]
 
@@ -66,24 +67,9 @@ _TOTALS = (
 _EVIDENCE_KEYS = frozenset(("sources", "assumptions"))
 
 
-def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _real(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _keys(value, allowed, where: str, diff) -> bool:
-    if not isinstance(value, dict):
-        diff(where, "not an object")
-        return False
-    extra, missing = sorted(set(value) - set(allowed)), sorted(set(allowed) - set(value))
-    if extra:
-        diff(where, f"fields no {value.get('kind', 'such')} source has: {extra}")
-    if missing:
-        diff(where, f"missing fields: {missing}")
-    return not extra and not missing
+    kind = value.get("kind", "such") if isinstance(value, dict) else "such"
+    return check_keys(value, allowed, where, diff, owner=f"{kind} source")
 
 
 def source_index(evidence) -> dict[tuple, int]:
@@ -168,12 +154,12 @@ def _logged(s: dict, where: str, diff) -> None:
     for total, field in _TOTALS:
         parts = [f.get(field) for f in files]
         parts = [p.get("count") if isinstance(p, dict) else p for p in parts]
-        if all(_count(p) for p in parts) and s.get(total) != sum(parts):
+        if all(is_count(p) for p in parts) and s.get(total) != sum(parts):
             diff(f"{where}.{total}", f"{s.get(total)!r} but its files' {field} add up to "
                  f"{sum(parts)}")  # fmt: skip
     # log-probs read as 0 by the lower bounds: at most three a token (train, rollout, kept mass)
     clamped, tokens = s.get("clamped_logprobs"), s.get("tokens")
-    if not _count(clamped) or (_count(tokens) and clamped > 3 * tokens):
+    if not is_count(clamped) or (is_count(tokens) and clamped > 3 * tokens):
         diff(f"{where}.clamped_logprobs", f"{clamped!r}: not a count of at most three log-probs "
              f"for each of {tokens!r} tokens")  # fmt: skip
 
@@ -193,7 +179,7 @@ def _shift(s: dict, contract, where: str, diff) -> None:
              f"{declared} (logprobs {contract.policy.logprobs}, top_p {contract.policy.top_p}, "
              f"top_k {contract.policy.top_k})")  # fmt: skip
     logged = shift["kept_mass_logged_tokens"]
-    if _count(n) and _count(logged):
+    if is_count(n) and is_count(logged):
         corrected = shift_corrected(declared, n, logged)
         if shift["corrected_with_log_kept_mass"] is not corrected:
             diff(f"{where}.corrected_with_log_kept_mass",
@@ -203,7 +189,7 @@ def _shift(s: dict, contract, where: str, diff) -> None:
         diff(f"{where}.kept_mass_logged_tokens", f"{logged!r} (of {n!r} tokens): not counts")
         return
     z, share, median = shift["sign_test_z"], shift["positive_share"], shift["median_shift"]
-    if not all(map(_real, (z, share, median))):
+    if not all(map(is_real, (z, share, median))):
         diff(where, f"sign_test_z {z!r}, positive_share {share!r}, median_shift {median!r}: "
              "not finite numbers")  # fmt: skip
         return
