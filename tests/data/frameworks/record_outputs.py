@@ -1,0 +1,667 @@
+"""Record what the RL frameworks' own correction code gives on two batches (recorded.npz, .json).
+
+For each framework at one commit this script imports the framework's own functions and calls
+them on the same log-probs, masks and advantages, in the roles its trainer gives them:
+
+- verl 1dda039b: ``verl/trainer/ppo/rollout_corr_helper.py``
+  ``compute_rollout_correction_and_rejection_mask`` (decoupled mode: ``old_log_prob`` the
+  trainer's log-probs, ``rollout_log_prob`` the engine's), and ``verl/trainer/ppo/core_algos.py``
+  ``compute_policy_loss_vanilla`` (dual clip), ``compute_policy_loss_dppo_tv`` / ``_kl`` in
+  bypass mode (``old_log_prob`` = the engine's log-probs, ``log_prob`` the trainer's).
+- TRL f2cd5771: ``trl/trainer/grpo_trainer.py``. Its vLLM importance-sampling correction and the
+  metrics it logs are two blocks inside ``GRPOTrainer._generate_and_score_completions``; the
+  script reads the blocks from the file at run time and executes them with the trainer's
+  variables (``old_per_token_logps`` the trainer's, ``sampling_per_token_logps`` the engine's,
+  ``completion_mask``, ``tool_mask``) and a ``self`` carrying the options; ``accelerator.gather``
+  is the identity (one process) and ``nanmin``/``nanmax`` of one number are that number.
+  ``GRPOTrainer.get_off_policy_mask`` (opsm) is read and called the same way, with
+  ``per_token_logps`` the trainer's.
+- NeMo-RL 7ea279ab: ``nemo_rl/algorithms/loss/loss_functions.py`` ``ClippedPGLossFn``, with
+  ``prev_logprobs`` the trainer's log-probs, ``generation_logprobs`` the engine's and the
+  current log-probs equal to ``prev_logprobs`` (the first step after the old-log-prob pass);
+  for the dual clip ``prev_logprobs`` = ``generation_logprobs`` = the engine's log-probs and
+  the current ones the trainer's (the ratio is then w = π/π'), without the IS correction.
+- SkyRL a9564572: ``skyrl/backends/skyrl_train/utils/ppo_utils.py`` ``ppo_policy_loss``
+  (``policy_loss_type: regular`` with the off-policy correction; ``dual_clip``) and
+  ``dppo_policy_loss``, with ``old_log_probs`` the trainer's, ``rollout_logprobs`` the engine's
+  and ``log_probs`` (current) the trainer's.
+
+The weight ω of a token is the multiplier of ∇log π · A: where a function returns the weight
+and the mask (verl's ``rollout_is_weights`` and modified response mask, TRL's
+``importance_sampling_ratio``), ω is their product over the real tokens; for a loss, ω is
+obtained by autograd: −∂loss/∂log π divided by A and by the loss's normalisation (verl's and
+NeMo-RL's token mean: 1/number of real tokens; SkyRL's ``reduce_loss`` sums, its trainer scales
+the advantages for the reduction beforehand: 1). For verl's and TRL's masks without
+a weight (``rollout_rs`` alone, opsm) the mask itself is stored.
+
+Files: ``recorded.npz`` holds, for each batch ``b`` (``seeded``, ``edge``), the inputs
+``b/logp_train``, ``b/logp_inf``, ``b/mask``, ``b/adv`` (float32, B × T; NaN on padding in
+``edge``) and one output ``b/<case>`` per case; ``recorded.json`` names for each case the
+framework, its commit, the function, the options (the framework's own key names), the
+estimator and parameters of ours it corresponds to, what the output is, and the metrics the
+framework returned (``metrics/<batch>/<case>``). No framework code is stored.
+
+How to run. The frameworks need torch; the project does not depend on it. In a separate
+environment (``pip install torch numpy omegaconf pydantic loguru jaxtyping tensordict``), get
+each framework at its commit::
+
+    git clone https://github.com/verl-project/verl && git -C verl checkout 1dda039b
+    git clone https://github.com/huggingface/trl && git -C trl checkout f2cd5771
+    git clone https://github.com/NVIDIA-NeMo/RL nemo-rl && git -C nemo-rl checkout 7ea279ab
+    git clone https://github.com/NovaSky-AI/SkyRL && git -C SkyRL checkout a9564572
+
+and run from the repository root
+``python tests/data/frameworks/record_outputs.py --verl verl --trl trl --nemo-rl nemo-rl
+--skyrl SkyRL`` (or set ``VERL_SRC``, ``TRL_SRC``, ``NEMO_RL_SRC``, ``SKYRL_SRC``). The imports
+the functions do not use (ray, vllm, logging back-ends, image and model code) are replaced by
+inert stand-in modules; the functions themselves run as the framework wrote them. The batches
+are seeded: a rerun writes the same files. tests/kernels/test_rl_recorded_frameworks.py reads
+them without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import importlib.abc
+import importlib.machinery
+import json
+import math
+import os
+import pathlib
+import sys
+import types
+import typing
+
+import numpy as np
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+COMMITS = {"verl": "1dda039b", "trl": "f2cd5771", "nemo-rl": "7ea279ab", "skyrl": "a9564572"}
+CAP, LO, HI, EPS = 2.0, 0.5, 2.0, 0.2  # the thresholds every case uses
+TV, KL = 0.05, 0.02  # DPPO's thresholds
+REJECT = ("token_k1,seq_mean_k3,seq_max_k2", "0.5_2.0,0.002,0.08")
+
+
+# ---- stand-ins for the imports the functions do not use -----------------------------------
+class _Inert:
+    """Anything: callable (a decorator returns its function), indexable, a base class."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Inert()
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Inert()
+
+    def __getitem__(self, key):
+        return _Inert()
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+    def __iter__(self):
+        return iter(())
+
+    def __bool__(self):
+        return False
+
+    def __or__(self, other):
+        return _Inert()
+
+    __ror__ = __or__
+
+
+class _InertModule(types.ModuleType):
+    __path__: typing.ClassVar[list[str]] = []
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Inert()
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names):
+        self.names = tuple(names)
+
+    def find_spec(self, name, path, target=None):
+        if any(name == n or name.startswith(n + ".") for n in self.names):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _InertModule(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+def _bare_packages(root: pathlib.Path, *names: str) -> None:
+    """Packages whose ``__init__`` would import the whole framework: their folders, no init."""
+    for name in names:
+        module = types.ModuleType(name)
+        module.__path__ = [str(root.joinpath(*name.split(".")))]
+        sys.modules[name] = module
+
+
+UNUSED = (
+    "ray",
+    "vllm",
+    "codetiming",
+    "hydra",
+    "megatron",
+    "orjson",
+    "wandb",
+    "mlflow",
+    "swanlab",
+    "tensorboard",
+    "datasets",
+    "peft",
+    "accelerate",
+    "torchdata",
+    "pyarrow",
+    "pandas",
+    "sglang",
+    "liger_kernel",
+    "flash_attn",
+    "cachetools",
+    "cloudpickle",
+    "cloudpathlib",
+    "skyrl.train.config",
+    "nemo_rl.models",
+    "nemo_rl.distributed.model_utils",
+    "nemo_rl.distributed.batched_data_dict",
+    "nemo_rl.algorithms.x_token",
+    "nemo_rl.utils.logger",
+    "nemo_rl.data",
+)
+
+
+# ---- the batches ------------------------------------------------------------------------
+def _tie(lq: float, target: float) -> tuple[np.float32, np.float32]:
+    """Log-probs (lp, lq') in float32, lq' = lq or a few ulps from it, with exp(lp − lq') =
+    target exactly in torch's float32 (the ratio a framework compares with the threshold)."""
+    goal, q = np.float32(target), np.float32(lq)
+    for _ in range(16):
+        lp = np.float32(q + np.float32(math.log(target)))
+        for _ in range(8):
+            got = np.float32(torch.exp(torch.tensor(lp) - torch.tensor(q)).item())
+            if got == goal:
+                return lp, q
+            lp = np.nextafter(lp, np.float32(np.inf if got < goal else -np.inf), dtype=np.float32)
+        q = np.nextafter(q, np.float32(0.0), dtype=np.float32)
+    raise RuntimeError(f"no float32 tie at {target}")
+
+
+def seeded_batch():
+    rng = np.random.default_rng(38)
+    b, t = 16, 24
+    lengths = rng.integers(2, t + 1, b)
+    mask = (np.arange(t)[None] < lengths[:, None]).astype(np.float32)
+    x = rng.normal(-1.0, 2.0, (b, t))
+    step = rng.normal(0, 0.05, (b, t)) + rng.normal(0, 0.8, (b, t)) * (rng.random((b, t)) < 0.15)
+    lq = -np.logaddexp(0.0, -x)
+    lp = -np.logaddexp(0.0, -(x + step))
+    adv = np.repeat(rng.normal(0, 1, (b, 1)), t, axis=1)
+    return tuple(np.asarray(a, np.float32) for a in (lp, lq, mask, adv))
+
+
+def edge_batch():
+    """Rows (T = 8), each kind once with A = 1 and once with A = −1: ties at 2 and 0.5 and at
+    1 ± ε (w exactly the threshold in torch's float32), log-space ties (log w = ±float32(log 2)),
+    π = 1, π' = 1 and both, one-token rows at W = 2 and W = 0.5; then an empty row, a row with
+    mask gaps holding garbage, and NaN-padded copies of a tie row and a one-token row. Padding
+    holds 0.0 (as the engines pad) except in the rows marked NaN."""
+    t = 8
+    rows = []  # (trainer log-probs, engine log-probs, mask, advantage, padding)
+    for a in (1.0, -1.0):
+        ties = [_tie(-1.0, HI), _tie(-1.0, LO), _tie(-0.7, 1 + EPS), _tie(-0.15, 1 - EPS)]
+        lp, lq = [p for p, _ in ties] + [-0.3, -2.0], [q for _, q in ties] + [-0.3, -2.0]
+        rows.append((lp, lq, [1] * 6, a, 0.0))
+        # log w = ±float32(log 2) exactly (π = 1 or π' = 1), and one ulp above log 2, where
+        # w still rounds to 2 but −log w < float32(log(1/2))
+        ln2 = np.float32(math.log(2.0))
+        up = np.nextafter(ln2, np.float32(1.0), dtype=np.float32)
+        lp, lq = [0.0, -ln2, 0.0, -2.4, -0.45], [-ln2, 0.0, -up, -2.5, -0.4]
+        rows.append((lp, lq, [1] * 5, a, 0.0))
+        rows.append(([0.0, 0.0, -0.05, -1e-7, -0.2], [0.0, -0.05, 0.0, 0.0, -0.2], [1] * 5, a, 0.0))
+        for lq, target in ((-0.8, HI), (-0.6, LO)):
+            p, q = _tie(lq, target)
+            rows.append(([p], [q], [1], a, 0.0))
+    rows.append(([-0.5] * 3, [-0.5] * 3, [0, 0, 0], 1.0, 0.0))  # empty: no real token
+    gaps = [-0.4, 55.0, -1.1, -1e4, -0.2, -0.3]  # the masked ones hold garbage
+    rows.append((gaps, [-0.45, -60.0, -1.0, 3e3, -0.25, -0.3], [1, 0, 1, 0, 1, 1], -0.5, np.nan))
+    rows.append((*rows[0][:4], np.nan))
+    rows.append((*rows[8][:4], np.nan))
+    b = len(rows)
+    lp, lq = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
+    mask, adv = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
+    for i, (p, q, m, a, pad) in enumerate(rows):
+        n = len(p)
+        lp[i, :n], lq[i, :n], mask[i, :n], adv[i, :] = p, q, m, a
+        lp[i, n:], lq[i, n:] = pad, pad
+    return lp, lq, mask, adv
+
+
+# ---- the frameworks ---------------------------------------------------------------------
+class Cfg(dict):
+    """A config read both as ``cfg.key`` and ``cfg.get(key)`` (OmegaConf's surface)."""
+
+    __getattr__ = dict.get
+
+
+def _t(a):
+    return torch.tensor(np.asarray(a), dtype=torch.float32)
+
+
+def _omega_from_loss(loss_of, lp, adv, n_real):
+    """ω = −∂loss/∂log π · N / A on every token (NaN where A = 0)."""
+    x = _t(lp).requires_grad_(True)
+    loss = loss_of(x)
+    (g,) = torch.autograd.grad(loss, x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (-g.numpy().astype(np.float64) * n_real / adv).astype(np.float32)
+
+
+def _scalars(metrics):
+    out = {}
+    for k, v in metrics.items():
+        v = v.item() if isinstance(v, torch.Tensor) else v
+        if isinstance(v, int | float):
+            out[k] = float(v) if math.isfinite(v) else str(v)
+    return out
+
+
+def verl_cases(src, lp, lq, mask, adv):
+    sys.path.insert(0, str(src))
+    from verl.trainer.ppo import core_algos, rollout_corr_helper
+
+    fn = rollout_corr_helper.compute_rollout_correction_and_rejection_mask
+    is_cases = {
+        "tis": ({"cap": CAP}, "token", CAP, False, None),
+        "mis": ({"cap": CAP}, "token", f"1e-09_{CAP}", False, None),
+        "icepop": ({"band": [LO, HI]}, "token", f"{LO}_{HI}", False, None),
+        "seq_tis": ({"cap": CAP}, "sequence", CAP, False, None),
+        "seq_mask": ({"band": [LO, HI]}, "sequence", f"{LO}_{HI}", False, None),
+        "tis_norm": ({"cap": CAP}, "token", CAP, True, None),
+        "tis_mask": (
+            {"cap": CAP, "band": [LO, HI]},
+            "token",
+            CAP,
+            False,
+            ("token_k1", f"{1 / HI}_{1 / LO}"),
+        ),
+        "kl_reject": (
+            {"reject": REJECT[0], "reject_threshold": REJECT[1]},
+            None,
+            None,
+            False,
+            REJECT,
+        ),
+    }
+    for name, (params, level, threshold, normalize, rs) in is_cases.items():
+        options = {
+            "rollout_is": level,
+            "rollout_is_threshold": threshold,
+            "rollout_is_batch_normalize": normalize,
+            "rollout_rs": rs[0] if rs else None,
+            "rollout_rs_threshold": rs[1] if rs else None,
+        }
+        weights, new_mask, metrics = fn(_t(lp), _t(lq), _t(mask), **options)
+        keep = new_mask.numpy()
+        if weights is None:
+            out, what = keep * mask, "the modified response mask (ω = w on its 1s)"
+        else:
+            out = weights.batch["rollout_is_weights"].numpy() * keep * mask
+            what = "rollout_is_weights × modified response mask"
+        yield (
+            name,
+            params,
+            "rollout_corr_helper.compute_rollout_correction_and_rejection_mask",
+            (options, out, what, _scalars(metrics)),
+        )
+
+    n = float(mask.sum())
+    info = {"dp_size": 1, "batch_num_tokens": n, "global_batch_size": float(mask.shape[0])}
+    dual = Cfg(clip_ratio=EPS, clip_ratio_low=EPS, clip_ratio_high=EPS, clip_ratio_c=CAP)
+    dual["global_batch_info"] = info
+    loss = lambda x: core_algos.compute_policy_loss_vanilla(  # noqa: E731
+        _t(lq), x, _t(adv), _t(mask), "token-mean", dual
+    )[0]
+    yield (
+        "dual_clip",
+        {"clip_epsilon": EPS, "cap": CAP},
+        "core_algos.compute_policy_loss_vanilla",
+        (
+            {k: v for k, v in dual.items() if k != "global_batch_info"} | {"bypass_mode": True},
+            _omega_from_loss(loss, lp, adv, n),
+            "−∂loss/∂log π · N / A (autograd)",
+            {},
+        ),
+    )
+    for kind, delta in (("tv", TV), ("kl", KL)):
+        cfg = Cfg(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=1e9)
+        cfg["global_batch_info"] = info
+        f = getattr(core_algos, f"compute_policy_loss_dppo_{kind}")
+        loss = lambda x, f=f, cfg=cfg: f(_t(lq), x, _t(adv), _t(mask), "token-mean", cfg)[0]  # noqa: E731
+        yield (
+            f"dppo_{kind}",
+            {"threshold": delta},
+            f"core_algos.compute_policy_loss_dppo_{kind}",
+            (
+                {k: v for k, v in cfg.items() if k != "global_batch_info"} | {"bypass_mode": True},
+                _omega_from_loss(loss, lp, adv, n),
+                "−∂loss/∂log π · N / A (autograd)",
+                {},
+            ),
+        )
+
+
+def _trl_blocks(src):
+    """The IS-correction block and the metrics block of ``_generate_and_score_completions``
+    and the source of ``get_off_policy_mask``, compiled from TRL's file."""
+    path = pathlib.Path(src, "trl", "trainer", "grpo_trainer.py")
+    tree = ast.parse(path.read_text())
+    method = opsm = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "_generate_and_score_completions":
+            method = node
+        if isinstance(node, ast.FunctionDef) and node.name == "get_off_policy_mask":
+            opsm = node
+    test = "self.use_vllm and self.vllm_importance_sampling_correction"
+    blocks = [n for n in ast.walk(method) if isinstance(n, ast.If) and ast.unparse(n.test) == test]
+    compute = next(b for b in blocks if "torch.exp(logps_diff)" in ast.unparse(b))
+    log = next(b for b in blocks if "importance_sampling_ratio/min" in ast.unparse(b))
+    opsm.decorator_list = []
+
+    def code(node):
+        return compile(ast.Module([node], []), str(path), "exec")
+
+    return code(compute), code(log), code(opsm)
+
+
+def trl_cases(src, lp, lq, mask, adv):
+    compute, log, opsm_code = _trl_blocks(src)
+    modes = {
+        "tis": ({"cap": CAP}, "token_truncate", None, CAP),
+        "mis": ({"cap": CAP}, "token_mask", None, CAP),
+        "icepop": ({"band": [LO, HI]}, "token_mask", LO, HI),
+        "seq_tis": ({"cap": CAP}, "sequence_truncate", None, CAP),
+        "seq_mask": ({"band": [LO, HI]}, "sequence_mask", LO, HI),
+        "tis_clip": ({"band": [LO, HI]}, "token_truncate", LO, HI),
+    }
+    for name, (params, mode, lo, hi) in modes.items():
+        options = {
+            "vllm_importance_sampling_mode": mode,
+            "vllm_importance_sampling_clip_min": lo,
+            "vllm_importance_sampling_clip_max": hi,
+        }
+        metrics = collections.defaultdict(lambda: collections.defaultdict(list))
+        trainer = types.SimpleNamespace(
+            use_vllm=True,
+            vllm_importance_sampling_correction=True,
+            accelerator=types.SimpleNamespace(gather=lambda x: x),
+            _metrics=metrics,
+            **options,
+        )
+        scope = {
+            "self": trainer,
+            "torch": torch,
+            "math": math,
+            "mode": "train",
+            "device": "cpu",
+            "nanmin": lambda x: x,
+            "nanmax": lambda x: x,
+            "completion_mask": _t(mask).long(),
+            "tool_mask": None,
+            "old_per_token_logps": _t(lp),
+            "sampling_per_token_logps": _t(lq),
+        }
+        exec(compute, scope)
+        exec(log, scope)
+        ratio = scope["vllm_importance_sampling_ratio"].numpy()
+        out = np.broadcast_to(ratio, mask.shape) * mask
+        logged = {k: v[0] for k, v in metrics["train"].items()}
+        yield (
+            name,
+            params,
+            "GRPOTrainer._generate_and_score_completions (IS block)",
+            (options, out, "importance_sampling_ratio × completion_mask", _scalars(logged)),
+        )
+    scope = {"torch": torch}
+    exec(opsm_code, scope)
+    keep = scope["get_off_policy_mask"](
+        _t(adv[:, :1]), _t(lp), _t(lq), _t(mask), off_policy_threshold=KL
+    ).numpy()
+    yield (
+        "opsm",
+        {"threshold": KL},
+        "GRPOTrainer.get_off_policy_mask",
+        (
+            {"off_policy_mask_threshold": KL},
+            np.broadcast_to(keep, mask.shape) * mask,
+            "the off-policy mask × completion_mask (ω = w on its 1s)",
+            {},
+        ),
+    )
+
+
+def nemo_cases(src, lp, lq, mask, adv):
+    _bare_packages(src, "nemo_rl", "nemo_rl.algorithms", "nemo_rl.algorithms.loss")
+    sys.path.insert(0, str(src))
+    from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
+
+    def pad(a):  # the loss reads data[...][:, 1:]: one leading column
+        return torch.cat([torch.zeros(a.shape[0], 1), _t(a)], dim=1)
+
+    n = float(mask.sum())
+    base = {
+        "ratio_clip_min": EPS,
+        "ratio_clip_max": EPS,
+        "ratio_clip_c": None,
+        "reference_policy_kl_penalty": 0.0,
+        "token_level_loss": True,
+    }
+    cases = {
+        "tis": ({"cap": CAP}, "tis", CAP, None),
+        "tis_clip": ({"band": [LO, HI]}, "tis", HI, LO),
+        "mis": ({"cap": CAP}, "icepop", CAP, 0.0),
+        "icepop": ({"band": [LO, HI]}, "icepop", HI, LO),
+        "geo_mask": ({"band": [LO, HI]}, "seq-mask-tis", HI, LO),
+        "dual_clip": ({"clip_epsilon": EPS, "cap": CAP}, None, None, None),
+    }
+    for name, (params, kind, upper, lower) in cases.items():
+        dual = name == "dual_clip"
+        cfg = base | {
+            "use_importance_sampling_correction": not dual,
+            "truncated_importance_sampling_type": kind,
+            "truncated_importance_sampling_ratio": upper,
+            "truncated_importance_sampling_ratio_min": lower,
+            "ratio_clip_c": CAP if dual else None,
+        }
+        loss_fn = ClippedPGLossFn(ClippedPGLossConfig(**cfg))
+        prev = lq if dual else lp
+        data = {
+            "token_mask": pad(mask),
+            "sample_mask": torch.ones(mask.shape[0]),
+            "advantages": pad(adv),
+            "prev_logprobs": pad(prev),
+            "generation_logprobs": pad(lq),
+        }
+        seen = {}
+
+        def loss(x, loss_fn=loss_fn, data=data, seen=seen):
+            value, metrics = loss_fn(x, data, torch.tensor(mask.shape[0]), torch.tensor(n))
+            seen.update(metrics)
+            return value
+
+        omega = _omega_from_loss(loss, lp, adv, n)
+        yield (
+            name,
+            params,
+            "ClippedPGLossFn.__call__",
+            (cfg, omega, "−∂loss/∂log π · N / A (autograd)", _scalars(seen)),
+        )
+
+
+def skyrl_cases(src, lp, lq, mask, adv):
+    _bare_packages(
+        src,
+        "skyrl",
+        "skyrl.backends",
+        "skyrl.backends.skyrl_train",
+        "skyrl.backends.skyrl_train.utils",
+    )
+    sys.path.insert(0, str(src))
+    from skyrl.backends.skyrl_train.utils import ppo_utils
+
+    def correction(tis=None, token=None, seq=None, token_mask=None, product=None, outlier=None):
+        return Cfg(
+            tis_ratio_type=tis,
+            token_tis_ratio_clip_high=token,
+            sequence_tis_ratio_clip_high=seq,
+            sequence_mask_metric="product" if product else None,
+            product_mask_low=product[0] if product else None,
+            product_mask_high=product[1] if product else None,
+            geo_mask_low=None,
+            geo_mask_high=None,
+            token_mask_is_threshold_low=token_mask[0] if token_mask else None,
+            token_mask_is_threshold_high=token_mask[1] if token_mask else None,
+            outlier_token_is_threshold_low=outlier[0] if outlier else None,
+            outlier_token_is_threshold_high=outlier[1] if outlier else None,
+        )
+
+    cases = {
+        "tis": ({"cap": CAP}, "regular", correction("token", token=CAP)),
+        "mis": ({"cap": CAP}, "regular", correction("token", token=CAP, token_mask=(0.0, CAP))),
+        "icepop": ({"band": [LO, HI]}, "regular", correction("token", HI, token_mask=(LO, HI))),
+        "seq_tis": ({"cap": CAP}, "regular", correction("sequence", seq=CAP)),
+        "seq_mask": (
+            {"band": [LO, HI]},
+            "regular",
+            correction("sequence", seq=HI, product=(LO, HI)),
+        ),
+        "seq_outlier": ({"band": [LO, HI]}, "regular", correction("token", HI, outlier=(LO, HI))),
+        "tis_mask": (
+            {"cap": CAP, "band": [LO, HI]},
+            "regular",
+            correction("token", CAP, token_mask=(LO, HI)),
+        ),
+        "dual_clip": ({"clip_epsilon": EPS, "cap": CAP}, "dual_clip", correction()),
+        "dppo_tv": ({"threshold": TV}, "dppo", correction()),
+        "dppo_kl": ({"threshold": KL}, "dppo", correction()),
+    }
+    for name, (params, loss_type, corr) in cases.items():
+        delta = TV if name == "dppo_tv" else KL
+        config = Cfg(
+            policy_loss_type=loss_type,
+            eps_clip_low=EPS,
+            eps_clip_high=EPS,
+            clip_ratio_c=CAP,
+            loss_reduction="token_mean",
+            off_policy_correction=corr,
+            dppo=Cfg(
+                dppo_type="binary_tv" if name == "dppo_tv" else "binary_kl",
+                delta_low=delta,
+                delta_high=delta,
+            ),
+        )
+        dual = loss_type == "dual_clip"
+        old = lq if dual else lp  # dual clip: the ratio against the engine's log-probs
+        fn = ppo_utils.dppo_policy_loss if loss_type == "dppo" else ppo_utils.ppo_policy_loss
+        seen = {}
+
+        def loss(x, fn=fn, config=config, old=old, seen=seen, rollout=None if dual else lq):
+            rollout = None if rollout is None else _t(rollout)
+            value, metrics = fn(
+                x, _t(old), _t(adv), config, loss_mask=_t(mask), rollout_logprobs=rollout
+            )
+            seen.update(metrics)
+            return value
+
+        options = {k: v for k, v in config.items() if k != "off_policy_correction"}
+        options["off_policy_correction"] = dict(corr)
+        options["dppo"] = dict(config["dppo"])
+        yield (
+            name,
+            params,
+            f"ppo_utils.{fn.__name__}",
+            (
+                options,
+                _omega_from_loss(loss, lp, adv, 1.0),
+                "−∂loss/∂log π / A (autograd)",
+                _scalars(seen),
+            ),
+        )
+
+
+def _clamp_end_gradient() -> float:
+    """d clamp(x, 0.5, 2)/dx at x = 2 in this torch: 1 in torch 2.12 and before (pytorch
+    issue 184574 reports it on 2.12.0), 0 in 2.14.1 (the end now counts as clipped). The
+    dual-clip weights at w = 1 ± ε follow it."""
+    x = torch.tensor(2.0, requires_grad=True)
+    (g,) = torch.autograd.grad(torch.clamp(x, 0.5, 2.0), x)
+    return float(g)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for flag, env in (
+        ("verl", "VERL_SRC"),
+        ("trl", "TRL_SRC"),
+        ("nemo-rl", "NEMO_RL_SRC"),
+        ("skyrl", "SKYRL_SRC"),
+    ):
+        parser.add_argument(
+            f"--{flag}", default=os.environ.get(env), required=env not in os.environ
+        )
+    args = parser.parse_args(argv)
+    sys.meta_path.insert(0, _StandIns(UNUSED))
+    runs = (
+        ("verl", verl_cases, args.verl),
+        ("trl", trl_cases, args.trl),
+        ("nemo-rl", nemo_cases, args.nemo_rl),
+        ("skyrl", skyrl_cases, args.skyrl),
+    )
+    arrays, cases = {}, {}
+    for batch, make in (("seeded", seeded_batch), ("edge", edge_batch)):
+        lp, lq, mask, adv = make()
+        for key, value in zip(("logp_train", "logp_inf", "mask", "adv"), make(), strict=True):
+            arrays[f"{batch}/{key}"] = value
+        for framework, run, src in runs:
+            for name, params, function, (options, out, what, metrics) in run(
+                pathlib.Path(src).resolve(), lp, lq, mask, adv
+            ):
+                case = f"{framework}/{name}"
+                arrays[f"{batch}/{case}"] = np.asarray(out, np.float32)
+                cases.setdefault(
+                    case,
+                    {
+                        "framework": framework,
+                        "commit": COMMITS[framework],
+                        "function": function,
+                        "options": options,
+                        "estimator": name,
+                        "params": params,
+                        "output": what,
+                    },
+                )
+                cases[case].setdefault("metrics", {})[batch] = metrics
+    np.savez(HERE / "recorded.npz", **arrays)
+    meta = {
+        "thresholds": {"cap": CAP, "band": [LO, HI], "clip_epsilon": EPS, "tv": TV, "kl": KL},
+        "torch": torch.__version__,
+        "clamp_end_gradient": _clamp_end_gradient(),
+        "cases": cases,
+    }
+    (HERE / "recorded.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
