@@ -31,8 +31,10 @@ and the mask (verl's ``rollout_is_weights`` and modified response mask, TRL's
 ``importance_sampling_ratio``), ω is their product over the real tokens; for a loss, ω is
 obtained by autograd: −∂loss/∂log π divided by A and by the loss's normalisation (verl's and
 NeMo-RL's token mean: 1/number of real tokens; SkyRL's ``reduce_loss`` sums, its trainer scales
-the advantages for the reduction beforehand: 1). For verl's and TRL's masks without
-a weight (``rollout_rs`` alone, opsm) the mask itself is stored.
+the advantages for the reduction beforehand: 1). For TRL's off-policy mask (opsm),
+which has no weight of its own, the mask itself is stored. Each case uses the settings
+``verify export`` writes for the estimator (verl's ``kl_reject``: ``rollout_is`` token level at
+5e8, which truncates nothing, with the ``rollout_rs`` criteria).
 
 Files: ``recorded.npz`` holds, for each batch ``b`` (``seeded``, ``edge``), the inputs
 ``b/logp_train``, ``b/logp_inf``, ``b/mask``, ``b/adv`` (float32, B × T; NaN on padding in
@@ -297,10 +299,10 @@ def verl_cases(src, lp, lq, mask, adv):
             False,
             ("token_k1", f"{1 / HI}_{1 / LO}"),
         ),
-        "kl_reject": (
+        "kl_reject": (  # the export's importance part: token level, truncating nothing
             {"reject": REJECT[0], "reject_threshold": REJECT[1]},
-            None,
-            None,
+            "token",
+            5e8,
             False,
             REJECT,
         ),
@@ -315,11 +317,8 @@ def verl_cases(src, lp, lq, mask, adv):
         }
         weights, new_mask, metrics = fn(_t(lp), _t(lq), _t(mask), **options)
         keep = new_mask.numpy()
-        if weights is None:
-            out, what = keep * mask, "the modified response mask (ω = w on its 1s)"
-        else:
-            out = weights.batch["rollout_is_weights"].numpy() * keep * mask
-            what = "rollout_is_weights × modified response mask"
+        out = weights.batch["rollout_is_weights"].numpy() * keep * mask
+        what = "rollout_is_weights × modified response mask"
         yield (
             name,
             params,
