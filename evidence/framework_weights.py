@@ -22,22 +22,24 @@ token and W = Π w per sequence, all in float32 as the frameworks hold log-probs
   ``rollout_rs_seq_masked_fraction`` are the shares of tokens and of sequences it drops, and
   the ``rollout_is_*`` numbers are those of the weights before it. ``kl_reject`` keeps w
   itself, so its importance part is token level with a threshold that truncates nothing.
+  ``tis_norm`` (``rollout_is_batch_normalize``) logs those of ``tis``: before the division.
 - NeMo-RL ``is_oob_ratio``: under ``tis`` (``tis``) the share of tokens with w above the cap
   (the clipped ones); under ``icepop`` (``mis``, ``icepop``) the share of tokens outside the
   band; under ``seq-mask-tis`` (``geo_mask``) the share of sequences whose geometric mean
   exp(mean log w) lies outside it.
 - TRL ``sampling/importance_sampling_ratio/min``, ``/mean``, ``/max``: of its corrected
-  ratio (truncated or masked), over tokens in the token modes and over sequences, one W
-  each, in the sequence modes.
-- SkyRL: ``tis_token_clip_high_ratio`` and ``tis_seq_clip_high_ratio``, the shares of tokens
-  and of sequences whose ratio (clamped to e^±20) exceeds the TIS cap; ``token_mask_ratio``,
-  the share of tokens outside the token mask's band; ``product_sequence_mask_masked_ratio``,
-  the share of sequences whose W lies outside the band.
+  ratio (truncated, clamped to [lo, hi] for ``tis_clip``, or masked), over tokens in the
+  token modes and over sequences, one W each, in the sequence modes.
+- SkyRL: ``tis_token_clip_high_ratio``, the share of tokens whose ratio (clamped to e^±20)
+  exceeds the TIS cap among the tokens its token mask (``mis``, ``icepop``, ``tis_mask``) or
+  outlier mask (``seq_outlier``) leaves, 0 where it leaves none; ``tis_seq_clip_high_ratio``,
+  the share of sequences whose W exceeds the cap; ``token_mask_ratio``, the share of tokens
+  outside the token mask's band; ``product_sequence_mask_masked_ratio``, the share of
+  sequences whose W lies outside the band.
 
-A sequence with no tokens is counted where the framework counts it (verl's and SkyRL's
-per-sequence shares and maxima, TRL's sequence modes, NeMo-RL's sequences): its log W is 0, so
-its W is 1. Where verl's effective sample size would divide by zero (every weight 0) it is
-left out.
+Every ratio is exp in float32 correctly rounded, the nearest to torch's float32 exp (numpy's
+own float32 exp is an ulp off on many inputs, which moves a token sitting on a threshold
+across it).
 """
 
 from __future__ import annotations
@@ -107,10 +109,18 @@ class _Grid:
         return "share", (float(np.count_nonzero(hit)), float(hit.size + self.empty))
 
     def clamped_seq(self) -> np.ndarray:
-        return np.exp(np.clip(self.log_seq, -SAFETY_BOUND, SAFETY_BOUND))
+        return _exp32(np.clip(self.log_seq, -SAFETY_BOUND, SAFETY_BOUND))
 
     def clamped_tokens(self) -> np.ndarray:
-        return np.exp(np.clip(self.lr, -SAFETY_BOUND, SAFETY_BOUND))
+        return _exp32(np.clip(self.lr, -SAFETY_BOUND, SAFETY_BOUND))
+
+
+def _exp32(x: np.ndarray) -> np.ndarray:
+    """exp in float32, correctly rounded (through float64). torch's float32 exp gives the same
+    float on nearly every input; numpy's is an ulp off on many (exp(float32(log 2) + 1 ulp) is
+    2 in numpy, the next float above 2 in torch and here)."""
+    with np.errstate(over="ignore"):
+        return np.exp(np.asarray(x, np.float64)).astype(np.float32)
 
 
 def _inside(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -121,8 +131,8 @@ def _verl_setting(name: str, p: Mapping):
     """(level, upper, lower or None, rejection (name, params) or None), or None."""
     if name != "kl_reject" and not 0 < _top(name, p) < TOP:  # verl wants a positive threshold
         return None
-    if name in ("tis", "seq_tis"):
-        return ("token" if name == "tis" else "sequence"), float(p["cap"]), None, None
+    if name in ("tis", "tis_norm", "seq_tis"):  # tis_norm: verl logs before normalising
+        return ("sequence" if name == "seq_tis" else "token"), float(p["cap"]), None, None
     if name == "mis":
         return "token", float(p["cap"]), ICEPOP_FLOOR, None
     if name in ("icepop", "seq_mask"):
@@ -176,8 +186,7 @@ def _verl(name: str, p: Mapping, g: _Grid, weigh: Weigh) -> dict[str, Part]:
 
 
 def _nemo(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
-    with np.errstate(over="ignore"):
-        w = np.nan_to_num(np.exp(g.lr), nan=0.0, posinf=0.0, neginf=0.0)
+    w = np.nan_to_num(_exp32(g.lr), nan=0.0, posinf=0.0, neginf=0.0)
     if name == "tis":
         return {"is_oob_ratio": g.token_share(w > np.float32(p["cap"]))}
     if name in ("mis", "icepop"):
@@ -186,7 +195,7 @@ def _nemo(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
     if name == "geo_mask":
         lo, hi = _band(p)
         counts = g.valid.sum(axis=1)[g.rows].astype(np.float32)
-        geo = np.exp(g.log_seq / counts)
+        geo = _exp32(g.log_seq / counts)
         out_one = not (lo <= 1.0 <= hi)  # an empty row's geometric mean is exp(0) = 1
         hit = np.append(~_inside(geo, lo, hi), [out_one] * g.empty)
         return {"is_oob_ratio": ("share", (float(np.count_nonzero(hit)), float(hit.size)))}
@@ -194,15 +203,16 @@ def _nemo(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
 
 
 def _trl(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
-    with np.errstate(over="ignore"):
-        if name in ("tis", "mis", "icepop"):
-            ratio = np.exp(g.lr)[g.valid]
-        elif name in ("seq_tis", "seq_is", "seq_mask"):
-            ratio = np.append(np.exp(g.log_seq), np.ones(g.empty, np.float32))
-        else:
-            return {}
+    if name in ("tis", "mis", "icepop", "tis_clip"):
+        ratio = _exp32(g.lr)[g.valid]
+    elif name in ("seq_tis", "seq_is", "seq_mask"):
+        ratio = np.append(_exp32(g.log_seq), np.ones(g.empty, np.float32))
+    else:
+        return {}
     if name in ("tis", "seq_tis"):
         ratio = np.minimum(ratio, np.float32(p["cap"]))
+    elif name == "tis_clip":
+        ratio = np.clip(ratio, np.float32(_band(p)[0]), np.float32(_band(p)[1]))
     elif name in ("mis", "icepop", "seq_mask"):
         lo, hi = (-math.inf, float(p["cap"])) if name == "mis" else _band(p)
         ratio = np.where(_inside(ratio, lo, hi), ratio, np.float32(0.0))
@@ -222,6 +232,7 @@ def _skyrl(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
         "tis_mask",
         "seq_tis",
         "seq_mask",
+        "seq_outlier",
     ):
         return {}
     if name in ("seq_tis", "seq_mask"):
@@ -242,10 +253,16 @@ def _skyrl(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
         return out
     ratio = g.clamped_tokens()
     cap = float(p["cap"]) if name in ("tis", "mis", "tis_mask") else _band(p)[1]
-    out = {"tis_token_clip_high_ratio": g.token_share(ratio > np.float32(cap))}
-    if name != "tis":
+    out, left = {}, g.valid  # the tokens the token or outlier mask leaves to the TIS metric
+    if name == "seq_outlier":
+        outlier = (g.valid & ~_inside(ratio, *_band(p))).any(axis=1, keepdims=True)
+        left = g.valid & ~outlier
+    elif name != "tis":
         lo, hi = (0.0, cap) if name == "mis" else _band(p)
         out["token_mask_ratio"] = g.token_share(~_inside(ratio, lo, hi))
+        left = g.valid & _inside(ratio, lo, hi)
+    hits = np.count_nonzero(left & (ratio > np.float32(cap)))
+    out["tis_token_clip_high_ratio"] = ("share", (float(hits), float(np.count_nonzero(left))))
     return out
 
 
@@ -289,7 +306,9 @@ def finish(parts: Mapping[str, Part]) -> dict[str, float]:
         if key not in parts:
             continue
         kind, nums = parts[key]
-        if kind in ("share", "mean"):
+        if kind == "share":  # of no token: 0, as SkyRL's clamp(min=1) of the count gives
+            value = nums[0] / nums[1] if nums[1] > 0 else 0.0
+        elif kind == "mean":
             value = nums[0] / nums[1] if nums[1] > 0 else math.nan
         elif kind == "ess":  # verl: 1 / mean((ρ / (mean ρ + 1e-8))²)
             s1, s2, n = nums

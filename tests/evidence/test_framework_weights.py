@@ -26,6 +26,13 @@ RC = "rollout_corr/"
 TRL = "sampling/importance_sampling_ratio/"
 
 
+def _exp32(x):
+    """exp in float32 correctly rounded, the nearest to torch's float32 exp (numpy's own
+    float32 exp is an ulp off on many inputs, which moves a token across a threshold)."""
+    with np.errstate(over="ignore"):
+        return np.exp(np.asarray(x, np.float64)).astype(F32)
+
+
 def _mm(values, mask, axis=None):  # verl's and NeMo-RL's masked mean: Σ v·m / (Σ m + 1e-8)
     v = np.asarray(values, np.float64) * mask
     return v.sum(axis=axis) / (mask.sum(axis=axis) + 1e-8)
@@ -64,10 +71,10 @@ def _verl(old, roll, m, level, threshold, rejection=()):
     lr = (old - roll).astype(F32)
     upper, lower = threshold if isinstance(threshold, tuple) else (threshold, None)
     if level == "token":
-        raw = np.exp(np.clip(lr, -20, 20)) * m
+        raw = _exp32(np.clip(lr, -20, 20)) * m
     else:
         s = (lr * m).sum(axis=-1, keepdims=True, dtype=F32)
-        raw = np.broadcast_to(np.exp(np.clip(s, -20, 20)), lr.shape) * m
+        raw = np.broadcast_to(_exp32(np.clip(s, -20, 20)), lr.shape) * m
     if lower is None:
         w = np.minimum(raw, F32(upper))
     else:
@@ -93,14 +100,14 @@ def _verl(old, roll, m, level, threshold, rejection=()):
 def _nemo(old, roll, m, kind, hi, lo=None):
     m = m.astype(F32)  # torch keeps float32 when an int mask multiplies
     with np.errstate(over="ignore"):
-        w = np.nan_to_num(np.exp(old - roll), nan=0.0, posinf=0.0, neginf=0.0)
+        w = np.nan_to_num(_exp32(old - roll), nan=0.0, posinf=0.0, neginf=0.0)
     if kind == "tis":
         oob = (w > F32(hi)) | (w < F32(lo or 0.0))
         return {"is_oob_ratio": _mm(oob, m)}
     if kind == "icepop":
         return {"is_oob_ratio": _mm(~((w >= F32(lo)) & (w <= F32(hi))), m)}
     log_r = np.nan_to_num(old - roll, nan=0.0, posinf=0.0, neginf=0.0)  # seq-mask-tis
-    geo = np.exp(_mm(log_r, m, axis=-1).astype(F32))
+    geo = _exp32(_mm(log_r, m, axis=-1).astype(F32))
     kept = ((geo >= F32(lo)) & (geo <= F32(hi))).astype(np.float64)
     sample = np.ones(len(geo))
     return {"is_oob_ratio": ((1 - kept) * sample).sum() / (sample.sum() + 1e-8)}
@@ -115,7 +122,7 @@ def _trl(old, roll, m, mode, clip_max, clip_min=None):
     sequence = mode.startswith("sequence")
     logs = diff.sum(axis=-1, keepdims=True, dtype=F32) if sequence else diff
     with np.errstate(over="ignore"):
-        ratio = np.exp(logs)
+        ratio = _exp32(logs)
     if mode.endswith("truncate"):
         ratio = np.clip(ratio, clip_min, clip_max)
     else:
@@ -136,14 +143,16 @@ def _skyrl(old, roll, m, clip, mask_band=None, product_band=None, level="token")
     lr = (old - roll).astype(F32)
     out = {}
     if level == "token":
-        r = np.exp(np.clip(lr, -20, 20))
-        out["tis_token_clip_high_ratio"] = ((r > F32(clip)) & (m > 0)).sum() / n
+        r = _exp32(np.clip(lr, -20, 20))
+        left = m > 0  # compute_tis_ratio sees the loss mask after the token mask
         if mask_band is not None:
             inside = (r >= F32(mask_band[0])) & (r <= F32(mask_band[1]))
             out["token_mask_ratio"] = ((~inside) & (m > 0)).sum() / n
+            left = left & inside
+        out["tis_token_clip_high_ratio"] = ((r > F32(clip)) & left).sum() / max(left.sum(), 1)
         return out
     s = (lr * m).sum(axis=-1, dtype=F32)
-    big_w = np.exp(np.clip(s, -20, 20))
+    big_w = _exp32(np.clip(s, -20, 20))
     out["tis_seq_clip_high_ratio"] = (big_w > F32(clip)).sum() / len(big_w)
     if product_band is not None:
         inside = ~(big_w > F32(product_band[1])) & ~(big_w < F32(product_band[0]))
@@ -191,8 +200,8 @@ BATCHES = {"verl": _verl_arrays, "trl": _trl_arrays, "skyrl": _skyrl_arrays, "ed
 def _thresholds(old, roll, m):
     """Each cap and band end is the float32 weight of a token or sequence of the batch, so some
     token sits exactly on every threshold (a tie)."""
-    w = np.sort(np.exp((old - roll)[m > 0].astype(F32)))
-    big_w = np.sort(np.exp(((old - roll) * m).sum(axis=-1, dtype=F32))[m.sum(axis=-1) > 0])
+    w = np.sort(_exp32((old - roll)[m > 0].astype(F32)))
+    big_w = np.sort(_exp32(((old - roll) * m).sum(axis=-1, dtype=F32))[m.sum(axis=-1) > 0])
     geo = np.sort(
         np.exp(((old - roll) * m).sum(axis=-1) / np.maximum(m.sum(axis=-1), 1)).astype(F32)
     )
@@ -290,7 +299,7 @@ def test_each_framework_name_is_the_frameworks_number(batch):
 def test_the_edge_batch_puts_a_token_on_each_threshold_and_the_rules_bite():
     old, roll, m = _edge_arrays()
     t = _thresholds(old, roll, m)
-    w = np.exp((old - roll)[m > 0].astype(F32))
+    w = _exp32((old - roll)[m > 0].astype(F32))
     assert F32(t["cap"]) in w and F32(t["band"][0]) in w and F32(t["band"][1]) in w
     cases = dict(_expected(old, roll, m))
     tis_mask = cases[("tis_mask", (("cap", t["cap"]), ("band", t["band"])))]
@@ -323,7 +332,7 @@ def test_nemo_counts_truncated_tokens_under_tis_and_sequences_under_seq_mask_tis
     tis = ("tis", (("cap", t["cap"]),))
     geo = ("geo_mask", (("band", t["geo_band"]),))
     numbers, _ = _report(old, roll, m, (tis, geo))
-    w = np.exp((old - roll)[m > 0].astype(F32))
+    w = _exp32((old - roll)[m > 0].astype(F32))
     assert numbers[label(tis)]["is_oob_ratio"] == pytest.approx(np.mean(w > F32(t["cap"])))
     assert numbers[label(tis)]["masked_fraction"] == 0.0  # nothing masked, some truncated
     # per sequence, the empty row (geometric mean 1) counted: 7 sequences
