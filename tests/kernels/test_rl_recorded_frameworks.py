@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import pathlib
+from fractions import Fraction
 
 import jax.numpy as jnp
 import numpy as np
@@ -39,6 +40,8 @@ from kernel_contracts.evidence.framework_weights import FRAMEWORK_NAMES
 from kernel_contracts.evidence.weights import label, weight_diagnostics
 from kernel_contracts.kernels.rl import correction_weights
 from kernel_contracts.kernels.rl.ties import TIE_RULES
+from kernel_contracts.verify.pipeline.export import FRAMEWORKS
+from kernel_contracts.verify.pipeline.export.request import NoCounterpart, Request
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "frameworks"
 META = json.loads((DATA / "recorded.json").read_text())
@@ -105,11 +108,7 @@ def _w(batch):
 
 
 def _theirs(case, batch):
-    """The framework's ω: the recorded weight, or for a recorded mask, w on its 1s."""
-    out = ARRAYS[f"{batch}/{case}"].astype(np.float64)
-    if case == "trl/opsm":
-        out = out * _w(batch)
-    return out
+    return ARRAYS[f"{batch}/{case}"].astype(np.float64)
 
 
 def _nan_rows(batch):
@@ -198,8 +197,9 @@ def _estimator(case):
 def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
     lp, lq, mask, _ = _inputs(batch)
     rows, cols = np.nonzero(mask > 0)
-    estimators = tuple(dict.fromkeys(_estimator(case) for case in CASES))
-    numbers, _ = weight_diagnostics(
+    logging = [case for case, c in CASES.items() if set(c["metrics"][batch]) & set(FRAMEWORK_NAMES)]
+    estimators = tuple(dict.fromkeys(_estimator(case) for case in logging))
+    numbers, skipped = weight_diagnostics(
         estimators,
         (lp - lq)[rows, cols].astype(np.float64),
         lq[rows, cols].astype(np.float64),
@@ -207,13 +207,17 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
         sequences=mask.shape[0],
     )
     compared = 0
-    for case, c in CASES.items():
+    for case in logging:
+        c = CASES[case]
         logged = {k: v for k, v in c["metrics"][batch].items() if k in FRAMEWORK_NAMES}
         ours = numbers.get(label(_estimator(case)), {})
         ours = {k: v for k, v in ours.items() if k in LOGGED_BY[c["framework"]]}
         where = f"{_source(case)} on the {batch} batch"
         if case == "nemo-rl/tis_clip":  # not exported (0.6 ignores the lower key): no names
             assert ours == {} and "is_oob_ratio" in logged, where
+            continue
+        if case == "trl/opsm":  # a report weighs no estimator that reads the advantage
+            assert label(_estimator(case)) in skipped and logged, where
             continue
         assert set(ours) == set(logged), where
         for key, value in logged.items():
@@ -223,3 +227,68 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
             assert ours[key] == pytest.approx(value, rel=2e-6, abs=1e-9), (where, key)
             compared += 1
     assert compared >= 40
+    # the losses (dual clip, DPPO) log none of these names
+    assert {CASES[case]["estimator"] for case in set(CASES) - set(logging)} == {
+        "dual_clip",
+        "dppo_tv",
+        "dppo_kl",
+    }
+
+
+# export keys with no option in the recorded call: the call itself is what they select
+SELECTED_BY_THE_CALL = {
+    "algorithm.rollout_correction.loss_type",  # ppo_clip: compute_policy_loss_vanilla
+    "vllm_importance_sampling_correction",  # True: the IS block runs
+    "generator.sampling_params.logprobs",  # the engine's log-probs are given
+}
+
+
+def _request(case):
+    p = {k: v for k, v in _params(case).items()}
+    f = lambda v: None if v is None else Fraction(v)  # noqa: E731
+    band = p.get("band")
+    return Request(
+        guarantee="pg_bias",
+        what=CASES[case]["estimator"],
+        cap=f(p.get("cap")),
+        band=None if band is None else (f(band[0]), f(band[1])),
+        threshold=f(p.get("threshold")),
+        clip_epsilon=f(p.get("clip_epsilon")),
+        reject=p.get("reject"),
+        reject_threshold=p.get("reject_threshold"),
+    )
+
+
+def _option(options, key):
+    """The recorded option a dotted export key names: its longest tail found in ``options``
+    (nested for SkyRL's ``off_policy_correction.*`` and ``dppo.*``)."""
+    parts = key.split(".")
+    for start in range(len(parts)):
+        node = options
+        for part in parts[start:]:
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            return node
+    raise KeyError(key)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_case_ran_with_the_settings_verify_export_writes(case):
+    c = CASES[case]
+    exported = TIE_RULES[c["framework"]][c["estimator"]].exported
+    try:
+        pairs = FRAMEWORKS[c["framework"]].settings(_request(case))
+    except NoCounterpart:
+        assert not exported, case  # recorded as the framework's loss computes it, not exported
+        return
+    assert exported, case
+    for key, value in pairs:
+        if key in SELECTED_BY_THE_CALL:
+            continue
+        got = _option(c["options"], key)
+        if isinstance(value, Fraction):
+            assert got == pytest.approx(float(value), rel=1e-12), (case, key)
+        else:
+            assert got == value, (case, key)

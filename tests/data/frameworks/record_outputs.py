@@ -24,21 +24,23 @@ them on the same log-probs, masks and advantages, in the roles its trainer gives
 - SkyRL a9564572: ``skyrl/backends/skyrl_train/utils/ppo_utils.py`` ``ppo_policy_loss``
   (``policy_loss_type: regular`` with the off-policy correction; ``dual_clip``) and
   ``dppo_policy_loss``, with ``old_log_probs`` the trainer's, ``rollout_logprobs`` the engine's
-  and ``log_probs`` (current) the trainer's.
+  and ``log_probs`` (current) the trainer's; for the dual clip ``old_log_probs`` the engine's
+  and no rollout log-probs (the ratio is then w; the export refuses SkyRL's and NeMo-RL's dual
+  clip because their trainers pass the trainer's old log-probs there).
 
 The weight ω of a token is the multiplier of ∇log π · A: where a function returns the weight
 and the mask (verl's ``rollout_is_weights`` and modified response mask, TRL's
 ``importance_sampling_ratio``), ω is their product over the real tokens; for a loss, ω is
 obtained by autograd: −∂loss/∂log π divided by A and by the loss's normalisation (verl's and
 NeMo-RL's token mean: 1/number of real tokens; SkyRL's ``reduce_loss`` sums, its trainer scales
-the advantages for the reduction beforehand: 1). For TRL's off-policy mask (opsm),
-which has no weight of its own, the mask itself is stored. Each case uses the settings
+the advantages for the reduction beforehand: 1). TRL's opsm is the ratio times
+``get_off_policy_mask``'s mask, as ``_compute_loss`` applies both. Each case uses the settings
 ``verify export`` writes for the estimator (verl's ``kl_reject``: ``rollout_is`` token level at
 5e8, which truncates nothing, with the ``rollout_rs`` criteria).
 
 Files: ``recorded.npz`` holds, for each batch ``b`` (``seeded``, ``edge``), the inputs
-``b/logp_train``, ``b/logp_inf``, ``b/mask``, ``b/adv`` (float32, B × T; NaN on padding in
-``edge``) and one output ``b/<case>`` per case; ``recorded.json`` names for each case the
+``b/logp_train``, ``b/logp_inf``, ``b/mask``, ``b/adv`` (float32, B × T; NaN on the padding of
+some ``edge`` rows) and one output ``b/<case>`` per case; ``recorded.json`` names for each case the
 framework, its commit, the function, the options (the framework's own key names), the
 estimator and parameters of ours it corresponds to, what the output is, and the metrics the
 framework returned (``metrics/<batch>/<case>``). No framework code is stored.
@@ -316,6 +318,7 @@ def verl_cases(src, lp, lq, mask, adv):
             "rollout_rs_threshold": rs[1] if rs else None,
         }
         weights, new_mask, metrics = fn(_t(lp), _t(lq), _t(mask), **options)
+        options["bypass_mode"] = False  # decoupled: the trainer's log-probs are the old ones
         keep = new_mask.numpy()
         out = weights.batch["rollout_is_weights"].numpy() * keep * mask
         what = "rollout_is_weights × modified response mask"
@@ -338,7 +341,13 @@ def verl_cases(src, lp, lq, mask, adv):
         {"clip_epsilon": EPS, "cap": CAP},
         "core_algos.compute_policy_loss_vanilla",
         (
-            {k: v for k, v in dual.items() if k != "global_batch_info"} | {"bypass_mode": True},
+            {k: v for k, v in dual.items() if k != "global_batch_info"}
+            | {
+                "bypass_mode": True,
+                "rollout_is": None,
+                "rollout_rs": None,
+                "rollout_rs_threshold": None,
+            },
             _omega_from_loss(loss, lp, adv, n),
             "−∂loss/∂log π · N / A (autograd)",
             {},
@@ -394,12 +403,17 @@ def trl_cases(src, lp, lq, mask, adv):
         "seq_tis": ({"cap": CAP}, "sequence_truncate", None, CAP),
         "seq_mask": ({"band": [LO, HI]}, "sequence_mask", LO, HI),
         "tis_clip": ({"band": [LO, HI]}, "token_truncate", LO, HI),
+        "opsm": ({"threshold": KL}, "token_truncate", 0.0, None),  # untruncated w, and the mask
     }
+    scope = {"torch": torch}
+    exec(opsm_code, scope)
+    off_policy_mask = scope["get_off_policy_mask"]
     for name, (params, mode, lo, hi) in modes.items():
         options = {
             "vllm_importance_sampling_mode": mode,
             "vllm_importance_sampling_clip_min": lo,
             "vllm_importance_sampling_clip_max": hi,
+            "off_policy_mask_threshold": KL if name == "opsm" else None,
         }
         metrics = collections.defaultdict(lambda: collections.defaultdict(list))
         trainer = types.SimpleNamespace(
@@ -426,29 +440,15 @@ def trl_cases(src, lp, lq, mask, adv):
         exec(log, scope)
         ratio = scope["vllm_importance_sampling_ratio"].numpy()
         out = np.broadcast_to(ratio, mask.shape) * mask
+        function, what = "GRPOTrainer._generate_and_score_completions (IS block)", ""
+        if name == "opsm":  # _compute_loss multiplies the loss by the mask and the ratio
+            keep = off_policy_mask(_t(adv[:, :1]), _t(lp), _t(lq), _t(mask), KL).numpy()
+            out = out * keep
+            function += " and GRPOTrainer.get_off_policy_mask"
+            what = " × the off-policy mask"
         logged = {k: v[0] for k, v in metrics["train"].items()}
-        yield (
-            name,
-            params,
-            "GRPOTrainer._generate_and_score_completions (IS block)",
-            (options, out, "importance_sampling_ratio × completion_mask", _scalars(logged)),
-        )
-    scope = {"torch": torch}
-    exec(opsm_code, scope)
-    keep = scope["get_off_policy_mask"](
-        _t(adv[:, :1]), _t(lp), _t(lq), _t(mask), off_policy_threshold=KL
-    ).numpy()
-    yield (
-        "opsm",
-        {"threshold": KL},
-        "GRPOTrainer.get_off_policy_mask",
-        (
-            {"off_policy_mask_threshold": KL},
-            np.broadcast_to(keep, mask.shape) * mask,
-            "the off-policy mask × completion_mask (ω = w on its 1s)",
-            {},
-        ),
-    )
+        what = f"importance_sampling_ratio{what} × completion_mask"
+        yield name, params, function, (options, out, what, _scalars(logged))
 
 
 def nemo_cases(src, lp, lq, mask, adv):
@@ -466,6 +466,7 @@ def nemo_cases(src, lp, lq, mask, adv):
         "ratio_clip_c": None,
         "reference_policy_kl_penalty": 0.0,
         "token_level_loss": True,
+        "sequence_level_importance_ratios": False,
     }
     cases = {
         "tis": ({"cap": CAP}, "tis", CAP, None),
@@ -557,7 +558,8 @@ def skyrl_cases(src, lp, lq, mask, adv):
         "dppo_kl": ({"threshold": KL}, "dppo", correction()),
     }
     for name, (params, loss_type, corr) in cases.items():
-        delta = TV if name == "dppo_tv" else KL
+        # the export adds to the KL threshold the 1e-8 SkyRL's binary KL adds inside its log
+        delta = TV if name == "dppo_tv" else KL + 1e-8
         config = Cfg(
             policy_loss_type=loss_type,
             eps_clip_low=EPS,
