@@ -40,6 +40,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
+from kernel_contracts.bounds.pg.gspo import gspo_drift, gspo_ratio
 from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
 from kernel_contracts.bounds.pg.tis_norm import norm_form
@@ -88,6 +89,7 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "opsm": _opsm,
         "tis_clip": _tis_clip,
         "tis_norm": _tis_norm,
+        "gspo": _gspo,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -558,6 +560,17 @@ def _tis_norm(ctx, GA) -> list[Route]:
         out.append(Route(f"{name}_ratio", GA * form, (f,), (*f.chain, f"{name}_ratio"),
                          attained=False))  # fmt: skip
     return out
+
+
+def _gspo(ctx, GA) -> list[Route]:
+    """ω = s·1[not clipped], s the sequence's geometric-mean ratio: min(1 + e^x, e^x − 1 +
+    D_plain(x) + 1[e^x ≥ 1 + ε]) (``bounds.pg.gspo``); a bound, not attained. A TV premise
+    leaves s unbounded: no route."""
+    e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
+    eps = ctx.const("clip_epsilon", e)
+    never = lambda _: False  # noqa: E731
+    return _per_token(ctx, GA, "pg_bias_gspo", lambda s: gspo_drift(s, eps),
+                      lambda r: gspo_ratio(r, eps), None, never, never)  # fmt: skip
 
 
 def _seq_outlier(ctx, GA) -> list[Route]:

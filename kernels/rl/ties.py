@@ -98,6 +98,8 @@ _DUAL = TieRule(
 )
 _DPPO_TV = TieRule("prob", "drops π − π' > δ (A > 0), π' − π > δ (A < 0)", exported=False)
 _DPPO_KL = TieRule("prob", "drops binary KL > δ where π moves with A", exported=False)
+_GSPO = TieRule("ratio", "keeps s ≤ 1 + ε (A > 0), s ≥ 1 − ε (A < 0)", exported=False)
+_GSPO_10 = dataclasses.replace(_GSPO, test=_GSPO.test + ", log s ≤ 10")
 
 
 def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
@@ -133,6 +135,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                     exported=False,
                     source=VERL_LOSS,
                 ),
+                "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
             },
         ),
         "trl": _at(
@@ -146,6 +149,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
                 "tis_clip": _TIS_CLIP,
+                "gspo": _GSPO,
             },
         ),
         "nemo-rl": _at(
@@ -157,6 +161,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "geo_mask": TieRule("ratio", "keeps lo ≤ exp(mean log w) ≤ hi"),
                 "dual_clip": _DUAL,
                 "tis_clip": dataclasses.replace(_TIS_CLIP, exported=False),
+                "gspo": _GSPO,
             },
         ),
         "skyrl": _at(
@@ -172,6 +177,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
                 "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
                 "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
+                "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
             },
         ),
     }
@@ -201,6 +207,7 @@ OURS: Mapping[str, TieRule] = _at(
         "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
         "tis_clip": _TIS_CLIP,
         "tis_norm": TieRule("value", "min(w, c)/batch mean"),
+        "gspo": _GSPO,
     },
 )
 

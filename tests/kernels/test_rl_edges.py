@@ -39,6 +39,7 @@ PARAMS = {
     "kl_reject": {"reject": "token_k1,token_k3", "reject_threshold": "0.4_3.0,0.25"},
     "tis_clip": {"band": (0.6, 1.5)},
     "tis_norm": {"cap": 1.5},
+    "gspo": {"clip_epsilon": 0.2},
 }
 
 
@@ -68,7 +69,7 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
         return min(w, prm["cap"])
     if name == "mis":
         return w if w <= prm["cap"] else 0
-    if name in ("ppo_clip", "dual_clip"):
+    if name in ("ppo_clip", "dual_clip", "gspo"):  # one token: GSPO's s is w
         e = prm["clip_epsilon"]
         clipped = (a > 0 and w > 1 + e) or (a < 0 and w < 1 - e)
         clipped |= name == "dual_clip" and a < 0 and w > prm["cap"]

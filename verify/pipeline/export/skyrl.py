@@ -148,6 +148,12 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no off_policy_correction setting reads the advantage")
+    if r.what == "gspo":
+        raise NoCounterpart(
+            "the gspo loss takes the sequence ratio against the old policy's log-probs (the "
+            "training kernel's); the rollout's enter only through off_policy_correction, and "
+            "no gspo setting anchors on them (cispo_anchor is CISPO's alone)"
+        )
     if r.what == "tis_norm":
         raise NoCounterpart(
             "no off_policy_correction setting divides the weights by their batch mean"
@@ -190,5 +196,6 @@ FRAMEWORK = Framework(
         "geo_mask": "`sequence_mask_metric: geometric`",
         "dual_clip": "`policy_loss_type: dual_clip`, `clip_ratio_c`",
         "ppo_clip": "`eps_clip_low/high`",
+        "gspo": "`policy_loss_type: gspo`",
     },
 )
