@@ -83,7 +83,7 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
         return sympy.Min(*forms, C.seq_mask_tv(tv_l, lo, hi))
     if estimator == "seq_is":
         return sympy.Integer(0)
-    if estimator == "tis_clip":
+    if estimator in ("tis_clip", "cispo"):
         lo, hi = (_num(x) for x in p["band"])
         return clip_drift(_s, 0 if lo == 0 else lo, hi)
     if estimator == "tis_norm":
@@ -174,7 +174,7 @@ def pg_bias_supremum(
         return GA * float(kl > params["threshold"])
     if estimator == "seq_is":
         return 0.0
-    if estimator == "tis_clip":
+    if estimator in ("tis_clip", "cispo"):
         return GA * float(clip_sup(s, *params["band"]))
     if estimator == "tis_norm":
         return None  # a bound for every batch; bounds.pg.tis_norm's witnesses give lower ends

@@ -23,6 +23,7 @@ import sympy
 from kernel_contracts.bounds import measure
 from kernel_contracts.bounds._evaluate import evaluate
 from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds.pg.cispo import CISPO_LEMMAS
 from kernel_contracts.bounds.pg.closed_forms import (
     band_drift,
     band_ratio,
@@ -718,4 +719,5 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
     *TIS_CLIP_LEMMAS,
     *TIS_NORM_LEMMAS,
     *GSPO_LEMMAS,
+    *CISPO_LEMMAS,
 )  # fmt: skip

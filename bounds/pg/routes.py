@@ -90,6 +90,7 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "tis_clip": _tis_clip,
         "tis_norm": _tis_norm,
         "gspo": _gspo,
+        "cispo": lambda ctx, GA: _tis_clip(ctx, GA, "pg_bias_cispo"),
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -521,7 +522,7 @@ def _tis_mask(ctx, GA) -> list[Route]:
     return out
 
 
-def _tis_clip(ctx, GA) -> list[Route]:
+def _tis_clip(ctx, GA, name: str = "pg_bias_tis_clip") -> list[Route]:
     """ω = clip(w, lo, hi): the drift and ratio forms are the suprema (``bounds.pg.tis_clip``),
     the TV form (1 + lo)·ε is approached by leaks. Without a per-token fact, a mean-TV fact
     gives E[bias] ≤ G·A·(1 + lo)·E[TV] (the form is linear), and a tail fact
@@ -529,11 +530,10 @@ def _tis_clip(ctx, GA) -> list[Route]:
     1 + lo, not the 1 of the masks' split."""
     lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
     lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
-    name = "pg_bias_tis_clip"
     out = _per_token(ctx, GA, name, lambda s: clip_drift(s, lo, hi),
                      lambda r: clip_ratio(r, lo, hi), lambda e: clip_tv(e, lo))  # fmt: skip
     if not out:
-        split = "pg_bias_tis_clip_exceedance"
+        split = f"{name}_exceedance"
         for f, rho, s in _tails(ctx):
             chain = (*f.chain[: f.chain.index("token_tv_tanh")], split)
             expr = GA * ((1 - rho) * clip_drift(s, lo, hi) + rho * (1 + lo))

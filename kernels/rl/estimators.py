@@ -49,6 +49,9 @@ by name (``ESTIMATOR_NAMES``):
 - ``gspo`` (``clip_epsilon`` ε in (0, 1)): GSPO's sequence ratio s = exp(mean of log w over
   the sequence's real tokens) on every token, 0 where clipped (A > 0 and s > 1 + ε, or A < 0
   and s < 1 − ε) (``kernels.rl.gspo``).
+- ``cispo`` (``band`` (lo, hi)): CISPO anchored on the rollout, ω = sg(clip(w, lo, hi)) with
+  lo = 1 − ε_low, hi = 1 + ε_high: ``tis_clip``'s weight; ``ties="skyrl"`` (and ``"verl"``)
+  first clamps log w to [−20, 20] as their code does.
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code
@@ -332,9 +335,10 @@ def correction_weights(
     elif name == "icepop":
         lo, hi = p["band"]
         omega = jnp.where((w >= lo) & (w <= hi), w, 0.0)
-    elif name == "tis_clip":
+    elif name in ("tis_clip", "cispo"):
         lo, hi = p["band"]
-        omega = jnp.maximum(_capped_exp(lr, hi), lo)
+        clamped = jnp.clip(lr, -20.0, 20.0) if name == "cispo" and ties in ("verl", "skyrl") else lr
+        omega = jnp.maximum(_capped_exp(clamped, hi), lo)
     elif name == "tis_norm":
         capped = jnp.where(valid, _capped_exp(lr, p["cap"]), 0.0)
         mean = jnp.sum(capped) / jnp.maximum(jnp.sum(valid), 1).astype(dtype)

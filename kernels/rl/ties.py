@@ -99,6 +99,8 @@ _DUAL = TieRule(
 _DPPO_TV = TieRule("prob", "drops π − π' > δ (A > 0), π' − π > δ (A < 0)", exported=False)
 _DPPO_KL = TieRule("prob", "drops binary KL > δ where π moves with A", exported=False)
 _GSPO = TieRule("ratio", "keeps s ≤ 1 + ε (A > 0), s ≥ 1 − ε (A < 0)", exported=False)
+_CISPO = TieRule("value", "clamp(w, min=1 − ε_low, max=1 + ε_high)", exported=False)
+_CISPO_20 = dataclasses.replace(_CISPO, test="clamp(exp(clamp(log w, ±20)), 1 − ε_low, 1 + ε_high)")
 _GSPO_10 = dataclasses.replace(_GSPO, test=_GSPO.test + ", log s ≤ 10")
 
 
@@ -136,6 +138,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                     source=VERL_LOSS,
                 ),
                 "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
+                "cispo": dataclasses.replace(_CISPO_20, source=VERL_LOSS),
             },
         ),
         "trl": _at(
@@ -162,6 +165,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "dual_clip": _DUAL,
                 "tis_clip": dataclasses.replace(_TIS_CLIP, exported=False),
                 "gspo": _GSPO,
+                "cispo": _CISPO,
             },
         ),
         "skyrl": _at(
@@ -178,6 +182,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
                 "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
                 "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
+                "cispo": dataclasses.replace(_CISPO_20, exported=True, source=SKYRL_LOSS),
             },
         ),
     }
@@ -208,6 +213,7 @@ OURS: Mapping[str, TieRule] = _at(
         "tis_clip": _TIS_CLIP,
         "tis_norm": TieRule("value", "min(w, c)/batch mean"),
         "gspo": _GSPO,
+        "cispo": TieRule("value", "clamp(w, min=lo, max=hi)"),
     },
 )
 

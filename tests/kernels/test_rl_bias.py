@@ -39,6 +39,7 @@ PARAMS = {
     "tis_clip": {"band": (0.95, 1.05)},
     "tis_norm": {"cap": 1.1},
     "gspo": {"clip_epsilon": 0.1},
+    "cispo": {"band": (0.95, 1.05)},
 }
 T = 0.7
 

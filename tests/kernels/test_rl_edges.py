@@ -40,6 +40,7 @@ PARAMS = {
     "tis_clip": {"band": (0.6, 1.5)},
     "tis_norm": {"cap": 1.5},
     "gspo": {"clip_epsilon": 0.2},
+    "cispo": {"band": (0.6, 1.5)},
 }
 
 
@@ -92,7 +93,7 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
         return min(w, prm["cap"]) if inside else 0
     if name == "opsm":
         return 0 if a < 0 and -mpmath.log(w) > prm["threshold"] else w
-    if name == "tis_clip":
+    if name in ("tis_clip", "cispo"):
         return min(max(w, lo), hi)
     if name == "tis_norm":  # before the division by the batch mean (the test divides)
         return min(w, prm["cap"])

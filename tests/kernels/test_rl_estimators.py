@@ -45,6 +45,7 @@ PARAMS = {
     "tis_clip": {"band": (0.6, 2.0)},
     "tis_norm": {"cap": 2.0},
     "gspo": {"clip_epsilon": 0.2},
+    "cispo": {"band": (0.6, 2.0)},
 }
 
 
@@ -104,7 +105,7 @@ def _expected(name: str) -> np.ndarray:
                 k2 = sum(0.5 * math.log(W[b, u]) ** 2 for u in real) / len(real)
                 kept = math.log(0.45) <= -math.log(w) <= math.log(2.2) and k2 <= 0.2
                 out[b, t] = w if kept else 0.0
-            elif name == "tis_clip":
+            elif name in ("tis_clip", "cispo"):
                 out[b, t] = min(max(w, 0.6), 2.0)
             elif name == "tis_norm":  # divided by the batch mean below
                 out[b, t] = min(w, 2.0)

@@ -89,6 +89,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no loss_fn setting masks by the advantage")
+    if r.what == "cispo":
+        raise NoCounterpart(
+            "use_cispo takes the ratio against prev_logprobs (the training kernel's); no setting "
+            "makes the inference kernel the old policy"
+        )
     if r.what == "gspo":
         raise NoCounterpart(
             "the sequence ratio is taken against prev_logprobs (the training kernel's); the "
@@ -120,5 +125,6 @@ FRAMEWORK = Framework(
         "dual_clip": "`ratio_clip_c`",
         "ppo_clip": "`ratio_clip_min/max`",
         "gspo": "`sequence_level_importance_ratios` (PPO loss)",
+        "cispo": "`use_cispo`",
     },
 )

@@ -97,6 +97,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "geo_mask":
         raise NoCounterpart("no vllm_importance_sampling_mode uses the geometric mean")
+    if r.what == "cispo":
+        raise NoCounterpart(
+            "loss_type cispo takes the ratio against the trainer's old log-probs and clamps it "
+            "from above only, at epsilon_high itself; no setting makes vLLM's the old policy"
+        )
     if r.what == "gspo":
         raise NoCounterpart(
             "the sequence ratio is taken against the trainer's old log-probs; vLLM's enter only "
@@ -129,5 +134,6 @@ FRAMEWORK = Framework(
         "dual_clip": "`delta` (two-sided clipping of the trainer's ratio)",
         "ppo_clip": "`epsilon`, `epsilon_high`",
         "gspo": "`importance_sampling_level: sequence`",
+        "cispo": "`loss_type: cispo`",
     },
 )
