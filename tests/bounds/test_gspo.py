@@ -179,6 +179,9 @@ def test_exact_rational_sequence_laws_stay_below_the_ratio_bound(depth, position
             c = max(_cost(s_lo, w, eps, straddles), _cost(s_hi, w, eps, straddles))
             per[t] = per.get(t, Fraction(0)) + prob * c
     assert max(per.values()) <= bound, (max(per.values()), bound)
+    # the lemma's form at r = log K is at least this rational one (its step is a ramp below)
+    form = LEMMAS["pg_bias_gspo_ratio"].evaluate(G=1, A=1, r=math.log(K), clip_epsilon=float(eps))
+    assert form >= float(bound) * (1 - 1e-12), (form, bound)
 
 
 # ---- the weight is the gradient of verl's GSPO loss ------------------------------------------
