@@ -42,7 +42,14 @@ from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
 from kernel_contracts.bounds.pg.closed_forms import step_above
 from kernel_contracts.bounds.pg.witnesses import raised_pair
 
-__all__ = ["GSPO_LEMMAS", "gspo_drift", "gspo_form", "gspo_ratio", "sequence_discrepancy"]
+__all__ = [
+    "GSPO_LEMMAS",
+    "drift_law",
+    "gspo_drift",
+    "gspo_form",
+    "gspo_ratio",
+    "sequence_discrepancy",
+]
 
 Vector = Float[np.ndarray, "vocab"]
 osc, T, r, eps, G, A = (SYMBOLS[k] for k in ("osc", "T", "r", "clip_epsilon", "G", "A"))
@@ -97,7 +104,8 @@ def sequence_discrepancy(
     return float(np.sum(q0[:, None] * pk[None, :] * _cost(s, w0[:, None], clip_eps)))
 
 
-def _drift_law(q: float, sv: float) -> tuple[np.ndarray, np.ndarray]:
+def drift_law(q: float, sv: float) -> tuple[np.ndarray, np.ndarray]:
+    """The two-token tilt of range ``sv`` with π'-mass q on the raised token: (π', w)."""
     m = q * math.exp(sv) + 1 - q
     return np.array([q, 1 - q]), np.array([math.exp(sv) / m, 1 / m])
 
@@ -132,7 +140,7 @@ def _bound(expr: sympy.Expr, **values: float) -> float:
 def _w_drift(osc: float, T: float, clip_epsilon: float) -> Witness:
     """Two-token tilts of range s (π'-mass q on the raised token) at every position."""
     sv = osc / T
-    laws = [_drift_law(q, sv) for q in _QS]
+    laws = [drift_law(q, sv) for q in _QS]
     achieved, instance = _best(laws, clip_epsilon)
     z, zp = raised_pair(float(instance["law"][0][0]), sv, T)
     params = {"osc": osc, "T": T, "clip_epsilon": clip_epsilon}

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from kernel_contracts import bounds, contracts
 from kernel_contracts.bounds import LEMMAS
+from kernel_contracts.bounds.pg import gspo
 from kernel_contracts.contracts.errors import KernelContractsError
 from kernel_contracts.verify.common.status import Status
 from kernel_contracts.verify.proving.obligations import discharge
@@ -108,6 +109,17 @@ def test_every_sequence_law_enumerated_stays_below_the_drift_bound(depth, vocab,
     tree = _tree(np.random.default_rng(seed), depth, vocab, s)
     got = max(_discrepancies(tree, eps).values())
     assert within(got, _drift_bound(s * (1 + 1e-12), eps)), (got, depth, s, eps)
+
+
+@examples(40)
+@given(st.floats(1e-4, 1 - 1e-4), st.floats(1e-4, 1 - 1e-4), st.sampled_from([1, 2, 5, 64, 512]),
+       st.sampled_from([0.01, 0.1, 0.18, 0.25, 1.0, 4.0]),
+       st.sampled_from([0.05, 0.2, 0.9]))  # fmt: skip
+def test_long_sequences_of_extreme_two_point_tilts_stay_below_the_bound(q0, q1, L, s, eps):
+    # the witnesses' family, drawn: π'-mass near 0 or 1 on the raised token, up to 512 positions
+    law, other = (gspo.drift_law(q, s) for q in (q0, q1))
+    got = gspo.sequence_discrepancy(law, other, L, eps)
+    assert within(got, _drift_bound(s * (1 + 1e-12), eps)), (got, q0, q1, L, s, eps)
 
 
 def test_a_sequence_that_ends_early_can_have_a_mean_ratio_above_one():
