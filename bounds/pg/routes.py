@@ -108,6 +108,11 @@ def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") 
             f"{estimator}: per position, for sequences of at most L = {L} tokens ({where}); the "
             "worst position is the last of a full sequence",
         )
+    if estimator == "gspo":
+        return (
+            "gspo: per position against the token's w; its weight s, the geometric mean of w "
+            "over the sequence, reads every token of it, and the bound holds for any length",
+        )
     if estimator == "seq_mask":
         return (
             f"seq_mask weights whole sequences by W: the bias is per sequence, with the assumed "

@@ -1,9 +1,10 @@
 """GSPO anchored on the rollout (gspo, ω_t = s·1[not clipped], s the sequence's geometric-mean
 ratio): the bound min(1 + e^x, e^x − 1 + D_plain(x) + 1[e^x ≥ 1 + ε]) holds at every position of
 every sequence law enumerated (prefix-dependent laws, sequences that end early, the advantage's
-sign the worse per draw), in float64 and on exact rational laws with s enclosed by integer
-roots; it is a bound, not the supremum, so its obligations prove above it and never refute
-below it; the weight is the gradient of verl's GSPO loss; the DSL reads the estimator and every
+sign the worse per draw, which covers every framework's tie rule and verl's and SkyRL's zero
+above log s = 10), in float64 and on exact rational laws with s enclosed by integer roots; it
+is a bound, not the supremum, so its obligations prove above it and never refute below it;
+the weight is the gradient of verl's GSPO loss; the DSL reads the estimator and every
 export refuses with its reason.
 
 Measured gap (best enumerated sequence witness / bound, ε = 0.2): drift s = 0.05: 0.32,
