@@ -12,9 +12,10 @@ tilt keeps log w within its range; x = r from a log ratio): then log s ∈ [−x
 costs |s − w_t| ≤ |s − 1| + |1 − w_t| with |s − 1| ≤ e^x − 1 and E_π'|1 − w_t| = 2·TV ≤
 D_plain(x) (2·tanh(s/4) from a drift, 2·tanh(r/2) from a log ratio); a dropped one costs w_t,
 whose mean is at most E_π' w_t = 1, and a drop needs s > 1 + ε or s < 1 − ε, so e^x > 1 + ε
-(as 1/(1 − ε) > 1 + ε). Also |ω_t − w_t| ≤ ω_t + w_t with ω_t ≤ s ≤ e^x. So
+(as 1/(1 − ε) > 1 + ε). Whatever is dropped, ω_t ∈ {0, s} gives |ω_t − w_t| ≤
+max(w_t, |s − w_t|) = w_t + (s − 2w_t)₊ ≤ w_t + (e^x − 2e^{−x})₊. So
 
-    D ≤ min(1 + e^x, e^x − 1 + D_plain(x) + 1[e^x ≥ 1 + ε]).
+    D ≤ min(1 + (e^x − 2e^{−x})₊, e^x − 1 + D_plain(x) + 1[e^x ≥ 1 + ε]).
 
 E_π' s ≤ 1 (the geometric mean is at most the arithmetic one) holds for sequences of a fixed
 length only: where a token decides whether the sequence ends, E_π' s can exceed 1, so the
@@ -57,9 +58,9 @@ osc, T, r, eps, G, A = (SYMBOLS[k] for k in ("osc", "T", "r", "clip_epsilon", "G
 
 # ---- forms ---------------------------------------------------------------------------------
 def gspo_form(x: sympy.Expr, d_plain: sympy.Expr, clip_eps: sympy.Expr) -> sympy.Expr:
-    """min(1 + e^x, e^x − 1 + D_plain + 1[e^x ≥ 1 + ε]) (module docstring)."""
+    """min(1 + (e^x − 2e^{−x})₊, e^x − 1 + D_plain + 1[e^x ≥ 1 + ε]) (module docstring)."""
     k = sympy.exp(x)
-    return sympy.Min(1 + k, k - 1 + d_plain + step_above(k, 1 + clip_eps))
+    return sympy.Min(1 + sympy.Max(k - 2 / k, 0), k - 1 + d_plain + step_above(k, 1 + clip_eps))
 
 
 def gspo_drift(s: sympy.Expr, clip_eps: sympy.Expr) -> sympy.Expr:
@@ -171,15 +172,16 @@ _SEQ = (
 )
 _WHY = (
     "log s ∈ [−x, x]: a kept token costs |s − w| ≤ (e^x − 1) + |1 − w|, E_π'|1 − w| = 2·TV; "
-    "a dropped one w, of mean ≤ 1, and a drop needs e^x > 1 + ε; |ω − w| ≤ ω + w, ω ≤ e^x"
+    "a dropped one w, of mean ≤ 1, and a drop needs e^x > 1 + ε; and ω ∈ {0, s} gives "
+    "|ω − w| ≤ w + (s − 2w)₊ ≤ w + (e^x − 2e^{−x})₊"
 )
 _GAP = "a bound, not attained; the gap to the best enumerated sequence witness"
 
 GSPO_LEMMAS: tuple[Lemma, ...] = (
     Lemma("pg_bias_gspo", ("osc(Δ) ≤ osc",),
-          "bias ≤ G·A·min(1 + e^s, e^s − 1 + 2·tanh(s/4) + 1[e^s ≥ 1 + ε])",
+          "bias ≤ G·A·min(1 + (e^s − 2e^{−s})₊, e^s − 1 + 2·tanh(s/4) + 1[e^s ≥ 1 + ε])",
           (_TOK, _SUPPORT, _SEQ), EXPR["pg_bias_gspo"], _WHY, _GAP, _w_drift),
     Lemma("pg_bias_gspo_ratio", ("|log w| ≤ r",),
-          "bias ≤ G·A·min(1 + e^r, e^r − 1 + 2·tanh(r/2) + 1[e^r ≥ 1 + ε])",
+          "bias ≤ G·A·min(1 + (e^r − 2e^{−r})₊, e^r − 1 + 2·tanh(r/2) + 1[e^r ≥ 1 + ε])",
           (_TOK, _SUPPORT, _SEQ), EXPR["pg_bias_gspo_ratio"], _WHY, _GAP, _w_ratio),
 )  # fmt: skip

@@ -568,8 +568,8 @@ def _tis_norm(ctx, GA) -> list[Route]:
 
 
 def _gspo(ctx, GA) -> list[Route]:
-    """ω = s·1[not clipped], s the sequence's geometric-mean ratio: min(1 + e^x, e^x − 1 +
-    D_plain(x) + 1[e^x ≥ 1 + ε]) (``bounds.pg.gspo``); a bound, not attained. A TV premise
+    """ω = s·1[not clipped], s the sequence's geometric-mean ratio: min(1 + (e^x − 2e^{−x})₊,
+    e^x − 1 + D_plain(x) + 1[e^x ≥ 1 + ε]) (``bounds.pg.gspo``); a bound, not attained. A TV premise
     leaves s unbounded: no route."""
     e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
     eps = ctx.const("clip_epsilon", e)
