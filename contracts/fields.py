@@ -72,7 +72,7 @@ QUANTITIES = (
 ESTIMATORS = (
     "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
     "kl_mask", "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
-    "kl_reject", "tis_clip", "tis_norm",
+    "kl_reject", "tis_clip", "tis_norm", "gspo", "cispo",
 )  # fmt: skip
 # estimator -> the parameter fields of a pg_bias guarantee it requires
 ESTIMATOR_PARAMS = MappingProxyType(
@@ -82,7 +82,7 @@ ESTIMATOR_PARAMS = MappingProxyType(
      "dual_clip": ("clip_epsilon", "cap"), "seq_mask": ("band",), "seq_outlier": ("band",),
      "tis_mask": ("cap", "band"), "opsm": ("threshold",),
      "kl_reject": ("reject", "reject_threshold"), "tis_clip": ("band",),
-     "tis_norm": ("cap",)}
+     "tis_norm": ("cap",), "gspo": ("clip_epsilon",), "cispo": ("band",)}
 )  # fmt: skip
 # quantity -> the optional fields a guarantee of it takes beyond id, quantity, max, from, assume
 QUANTITY_FIELDS = MappingProxyType(

@@ -258,7 +258,8 @@ _GUARANTEE = _obj(
         "cap": _num("Importance-ratio cap: c >= 0 for tis, seq_tis and tis_mask, c > 1 for "
                     "mis, dual_clip and tis_norm.", minimum=0),
         "band": dict(_pair("Kept ratio band [lo, hi], 0 <= lo < 1 < hi, for icepop, geo_mask, "
-                           "seq_mask, seq_outlier and tis_mask; the clamp range of tis_clip.",
+                           "seq_mask, seq_outlier and tis_mask; the clamp range of tis_clip and "
+                           "cispo.",
                            {"type": "number"}, False),
                      prefixItems=[{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                                   {"type": "number", "exclusiveMinimum": 1}]),

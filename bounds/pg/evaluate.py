@@ -5,7 +5,7 @@ its premise is a logit-drift (oscillation) clause: pass ``osc`` = 2δ for a drif
 computed at 50 digits from the sympy form, so a plotted number and a proved bound agree.
 ``pg_bias_supremum`` is the exact supremum of the bias over the kernel pairs that premise
 allows (jumps included), where it is known; for ``seq_tis`` and ``seq_mask`` with L > 1 and
-``tis_mask`` with a cap below the band's top and ``tis_norm`` it is not, and the function
+``tis_mask`` with a cap below the band's top, ``tis_norm`` and ``gspo`` it is not, and the function
 returns ``None``
 (``bounds.pg.witnesses`` gives lower ends).
 """
@@ -19,6 +19,7 @@ import sympy
 
 from kernel_contracts.bounds._evaluate import evaluate
 from kernel_contracts.bounds.pg import closed_forms as C
+from kernel_contracts.bounds.pg.gspo import gspo_drift
 from kernel_contracts.bounds.pg.links import mis_drift, tis_drift
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_sup
 from kernel_contracts.bounds.pg.tis_norm import norm_form
@@ -82,11 +83,13 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
         return sympy.Min(*forms, C.seq_mask_tv(tv_l, lo, hi))
     if estimator == "seq_is":
         return sympy.Integer(0)
-    if estimator == "tis_clip":
+    if estimator in ("tis_clip", "cispo"):
         lo, hi = (_num(x) for x in p["band"])
         return clip_drift(_s, 0 if lo == 0 else lo, hi)
     if estimator == "tis_norm":
         return norm_form(_s, tis_drift(_s, _num(p["cap"])))
+    if estimator == "gspo":
+        return gspo_drift(_s, _num(p["clip_epsilon"]))
     if estimator == "seq_tis":
         c = _num(p["cap"])
         if c == 0:
@@ -171,10 +174,12 @@ def pg_bias_supremum(
         return GA * float(kl > params["threshold"])
     if estimator == "seq_is":
         return 0.0
-    if estimator == "tis_clip":
+    if estimator in ("tis_clip", "cispo"):
         return GA * float(clip_sup(s, *params["band"]))
     if estimator == "tis_norm":
         return None  # a bound for every batch; bounds.pg.tis_norm's witnesses give lower ends
+    if estimator == "gspo":
+        return None  # a bound; bounds.pg.gspo's sequence witnesses give lower ends
     if estimator == "seq_tis":
         return L * GA if params["cap"] == 0 else None
     raise ValueError(f"unknown estimator {estimator!r}")

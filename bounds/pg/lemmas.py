@@ -23,6 +23,7 @@ import sympy
 from kernel_contracts.bounds import measure
 from kernel_contracts.bounds._evaluate import evaluate
 from kernel_contracts.bounds.lemma import SYMBOLS, Lemma, Witness
+from kernel_contracts.bounds.pg.cispo import CISPO_LEMMAS
 from kernel_contracts.bounds.pg.closed_forms import (
     band_drift,
     band_ratio,
@@ -39,6 +40,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
+from kernel_contracts.bounds.pg.gspo import GSPO_LEMMAS
 from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
 from kernel_contracts.bounds.pg.tis_clip import TIS_CLIP_LEMMAS
 from kernel_contracts.bounds.pg.tis_norm import TIS_NORM_LEMMAS
@@ -716,4 +718,6 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            "the others see only tokens within the level", "a bound"),
     *TIS_CLIP_LEMMAS,
     *TIS_NORM_LEMMAS,
+    *GSPO_LEMMAS,
+    *CISPO_LEMMAS,
 )  # fmt: skip

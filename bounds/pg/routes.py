@@ -40,6 +40,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
+from kernel_contracts.bounds.pg.gspo import gspo_drift, gspo_ratio
 from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
 from kernel_contracts.bounds.pg.tis_norm import norm_form
@@ -88,6 +89,8 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "opsm": _opsm,
         "tis_clip": _tis_clip,
         "tis_norm": _tis_norm,
+        "gspo": _gspo,
+        "cispo": lambda ctx, GA: _tis_clip(ctx, GA, "pg_bias_cispo"),
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -104,6 +107,11 @@ def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") 
         return (
             f"{estimator}: per position, for sequences of at most L = {L} tokens ({where}); the "
             "worst position is the last of a full sequence",
+        )
+    if estimator == "gspo":
+        return (
+            "gspo: per position against the token's w; its weight s, the geometric mean of w "
+            "over the sequence, reads every token of it, and the bound holds for any length",
         )
     if estimator == "seq_mask":
         return (
@@ -519,7 +527,7 @@ def _tis_mask(ctx, GA) -> list[Route]:
     return out
 
 
-def _tis_clip(ctx, GA) -> list[Route]:
+def _tis_clip(ctx, GA, name: str = "pg_bias_tis_clip") -> list[Route]:
     """ω = clip(w, lo, hi): the drift and ratio forms are the suprema (``bounds.pg.tis_clip``),
     the TV form (1 + lo)·ε is approached by leaks. Without a per-token fact, a mean-TV fact
     gives E[bias] ≤ G·A·(1 + lo)·E[TV] (the form is linear), and a tail fact
@@ -527,11 +535,10 @@ def _tis_clip(ctx, GA) -> list[Route]:
     1 + lo, not the 1 of the masks' split."""
     lo_v, hi_v = _need(ctx, "band", "band: [lo, hi]")
     lo, hi, _, _ = _band_consts(ctx, lo_v, hi_v)
-    name = "pg_bias_tis_clip"
     out = _per_token(ctx, GA, name, lambda s: clip_drift(s, lo, hi),
                      lambda r: clip_ratio(r, lo, hi), lambda e: clip_tv(e, lo))  # fmt: skip
     if not out:
-        split = "pg_bias_tis_clip_exceedance"
+        split = f"{name}_exceedance"
         for f, rho, s in _tails(ctx):
             chain = (*f.chain[: f.chain.index("token_tv_tanh")], split)
             expr = GA * ((1 - rho) * clip_drift(s, lo, hi) + rho * (1 + lo))
@@ -558,6 +565,17 @@ def _tis_norm(ctx, GA) -> list[Route]:
         out.append(Route(f"{name}_ratio", GA * form, (f,), (*f.chain, f"{name}_ratio"),
                          attained=False))  # fmt: skip
     return out
+
+
+def _gspo(ctx, GA) -> list[Route]:
+    """ω = s·1[not clipped], s the sequence's geometric-mean ratio: min(1 + (e^x − 2e^{−x})₊,
+    e^x − 1 + D_plain(x) + 1[e^x ≥ 1 + ε]) (``bounds.pg.gspo``); a bound, not attained. A TV premise
+    leaves s unbounded: no route."""
+    e = exact(_need(ctx, "clip_epsilon", "clip_epsilon"))
+    eps = ctx.const("clip_epsilon", e)
+    never = lambda _: False  # noqa: E731
+    return _per_token(ctx, GA, "pg_bias_gspo", lambda s: gspo_drift(s, eps),
+                      lambda r: gspo_ratio(r, eps), None, never, never)  # fmt: skip
 
 
 def _seq_outlier(ctx, GA) -> list[Route]:

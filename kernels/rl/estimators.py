@@ -46,6 +46,12 @@ by name (``ESTIMATOR_NAMES``):
 - ``tis_norm`` (``cap`` c > 1): ω = min(w, c)/m, m the mean of min(w, c) over every real token
   of the batch given (verl's token-level ``rollout_is`` with ``rollout_is_batch_normalize``);
   where m ≤ 1e−8 the weights are left unnormalised, as verl does.
+- ``gspo`` (``clip_epsilon`` ε in (0, 1)): GSPO's sequence ratio s = exp(mean of log w over
+  the sequence's real tokens) on every token, 0 where clipped (A > 0 and s > 1 + ε, or A < 0
+  and s < 1 − ε) (``kernels.rl.gspo``).
+- ``cispo`` (``band`` (lo, hi)): CISPO anchored on the rollout, ω = sg(clip(w, lo, hi)) with
+  lo = 1 − ε_low, hi = 1 + ε_high: ``tis_clip``'s weight; ``ties="skyrl"`` (and ``"verl"``)
+  first clamps log w to [−20, 20] as their code does.
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code
@@ -79,6 +85,7 @@ from jaxtyping import Array, ArrayLike, Float
 from kernel_contracts.contracts.checks import param_range, valid_band
 from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
 from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
+from kernel_contracts.kernels.rl.gspo import LOG_CLAMP, gspo_weights
 from kernel_contracts.kernels.rl.ties import tie_rule
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
@@ -328,13 +335,17 @@ def correction_weights(
     elif name == "icepop":
         lo, hi = p["band"]
         omega = jnp.where((w >= lo) & (w <= hi), w, 0.0)
-    elif name == "tis_clip":
+    elif name in ("tis_clip", "cispo"):
         lo, hi = p["band"]
-        omega = jnp.maximum(_capped_exp(lr, hi), lo)
+        clamped = jnp.clip(lr, -20.0, 20.0) if name == "cispo" and ties in ("verl", "skyrl") else lr
+        omega = jnp.maximum(_capped_exp(clamped, hi), lo)
     elif name == "tis_norm":
         capped = jnp.where(valid, _capped_exp(lr, p["cap"]), 0.0)
         mean = jnp.sum(capped) / jnp.maximum(jnp.sum(valid), 1).astype(dtype)
         omega = jnp.where(mean > 1e-8, capped / jnp.maximum(mean, 1e-8), capped)
+    elif name == "gspo":
+        adv = _advantages(advantages, lr)
+        omega = gspo_weights(lr, valid, adv, p["clip_epsilon"], LOG_CLAMP.get(ties or ""))
     elif name in ("seq_is", "seq_tis"):
         log_seq = jnp.sum(lr, axis=1, keepdims=True)
         if name == "seq_is":

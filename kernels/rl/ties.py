@@ -98,6 +98,10 @@ _DUAL = TieRule(
 )
 _DPPO_TV = TieRule("prob", "drops π − π' > δ (A > 0), π' − π > δ (A < 0)", exported=False)
 _DPPO_KL = TieRule("prob", "drops binary KL > δ where π moves with A", exported=False)
+_GSPO = TieRule("ratio", "keeps s ≤ 1 + ε (A > 0), s ≥ 1 − ε (A < 0)", exported=False)
+_CISPO = TieRule("value", "clamp(w, min=1 − ε_low, max=1 + ε_high)", exported=False)
+_CISPO_20 = dataclasses.replace(_CISPO, test="clamp(exp(clamp(log w, ±20)), 1 − ε_low, 1 + ε_high)")
+_GSPO_10 = dataclasses.replace(_GSPO, test=_GSPO.test + ", log s ≤ 10")
 
 
 def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
@@ -133,6 +137,8 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                     exported=False,
                     source=VERL_LOSS,
                 ),
+                "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
+                "cispo": dataclasses.replace(_CISPO_20, source=VERL_LOSS),
             },
         ),
         "trl": _at(
@@ -146,6 +152,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
                 "tis_clip": _TIS_CLIP,
+                "gspo": _GSPO,
             },
         ),
         "nemo-rl": _at(
@@ -157,6 +164,8 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "geo_mask": TieRule("ratio", "keeps lo ≤ exp(mean log w) ≤ hi"),
                 "dual_clip": _DUAL,
                 "tis_clip": dataclasses.replace(_TIS_CLIP, exported=False),
+                "gspo": _GSPO,
+                "cispo": _CISPO,
             },
         ),
         "skyrl": _at(
@@ -172,6 +181,8 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
                 "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
                 "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
+                "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
+                "cispo": dataclasses.replace(_CISPO_20, exported=True, source=SKYRL_LOSS),
             },
         ),
     }
@@ -201,6 +212,8 @@ OURS: Mapping[str, TieRule] = _at(
         "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
         "tis_clip": _TIS_CLIP,
         "tis_norm": TieRule("value", "min(w, c)/batch mean"),
+        "gspo": _GSPO,
+        "cispo": TieRule("value", "clamp(w, min=lo, max=hi)"),
     },
 )
 

@@ -236,7 +236,7 @@ def test_exports_write_trls_two_clip_keys_and_refuse_the_others_with_the_reason(
     assert trl["vllm_importance_sampling_clip_max"] == Fraction(2)
     no_floor = dict(FRAMEWORKS["trl"].settings(Request("G", "tis_clip", band=(0, Fraction(2)))))
     assert no_floor["vllm_importance_sampling_clip_min"] is None
-    reasons = {"nemo-rl": "0.6 ignores", "verl": "from above only", "skyrl": "no release"}
+    reasons = {"nemo-rl": "0.6 ignores", "verl": "from above only", "skyrl": "from above only"}
     for name, why in reasons.items():
         with pytest.raises(NoCounterpart, match=why):
             FRAMEWORKS[name].settings(r)

@@ -39,6 +39,8 @@ PARAMS = {
     "kl_reject": {"reject": "token_k1,token_k3", "reject_threshold": "0.4_3.0,0.25"},
     "tis_clip": {"band": (0.6, 1.5)},
     "tis_norm": {"cap": 1.5},
+    "gspo": {"clip_epsilon": 0.2},
+    "cispo": {"band": (0.6, 1.5)},
 }
 
 
@@ -68,7 +70,7 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
         return min(w, prm["cap"])
     if name == "mis":
         return w if w <= prm["cap"] else 0
-    if name in ("ppo_clip", "dual_clip"):
+    if name in ("ppo_clip", "dual_clip", "gspo"):  # one token: GSPO's s is w
         e = prm["clip_epsilon"]
         clipped = (a > 0 and w > 1 + e) or (a < 0 and w < 1 - e)
         clipped |= name == "dual_clip" and a < 0 and w > prm["cap"]
@@ -91,7 +93,7 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
         return min(w, prm["cap"]) if inside else 0
     if name == "opsm":
         return 0 if a < 0 and -mpmath.log(w) > prm["threshold"] else w
-    if name == "tis_clip":
+    if name in ("tis_clip", "cispo"):
         return min(max(w, lo), hi)
     if name == "tis_norm":  # before the division by the batch mean (the test divides)
         return min(w, prm["cap"])

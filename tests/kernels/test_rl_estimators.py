@@ -44,6 +44,8 @@ PARAMS = {
     "kl_reject": {"reject": "token_k1,seq_mean_k2", "reject_threshold": "0.45_2.2,0.2"},
     "tis_clip": {"band": (0.6, 2.0)},
     "tis_norm": {"cap": 2.0},
+    "gspo": {"clip_epsilon": 0.2},
+    "cispo": {"band": (0.6, 2.0)},
 }
 
 
@@ -103,10 +105,13 @@ def _expected(name: str) -> np.ndarray:
                 k2 = sum(0.5 * math.log(W[b, u]) ** 2 for u in real) / len(real)
                 kept = math.log(0.45) <= -math.log(w) <= math.log(2.2) and k2 <= 0.2
                 out[b, t] = w if kept else 0.0
-            elif name == "tis_clip":
+            elif name in ("tis_clip", "cispo"):
                 out[b, t] = min(max(w, 0.6), 2.0)
             elif name == "tis_norm":  # divided by the batch mean below
                 out[b, t] = min(w, 2.0)
+            elif name == "gspo":  # the geometric mean, clipped at [0.8, 1.2] by A's sign
+                clipped = (a > 0 and geo > 1.2) or (a < 0 and geo < 0.8)
+                out[b, t] = 0.0 if clipped else geo
     if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
         out = out / (np.sum(out) / np.sum(MASK))
     return out

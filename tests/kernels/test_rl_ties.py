@@ -228,6 +228,8 @@ PARAMS = {
     "opsm": {"threshold": 0.05},
     "tis_clip": {"band": (0.5, 2.0)},
     "tis_norm": {"cap": 2.0},
+    "gspo": {"clip_epsilon": 0.2},
+    "cispo": {"band": (0.5, 2.0)},
     "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
 }
 

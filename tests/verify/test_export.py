@@ -250,7 +250,7 @@ def _reference(r: Request, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
         return w * ((lo <= w) & (w <= hi)).all(-1, keepdims=True)
     if r.what == "tis_mask":
         return np.minimum(w, float(r.cap)) * ((lo <= w) & (w <= hi))
-    if r.what == "tis_clip":
+    if r.what in ("tis_clip", "cispo"):
         return np.clip(w, lo, hi)
     if r.what == "opsm":
         return w * ~((adv < 0) & ((-logw).mean(-1, keepdims=True) > float(r.threshold)))
@@ -329,6 +329,11 @@ def _skyrl(s: dict, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
     o = {k.rsplit(".", 1)[1]: v for k, v in s.items() if "off_policy_correction" in k}
     safe = np.clip(logw, -20, 20)
     w, keep = np.exp(safe), np.ones(logw.shape, bool)
+    algo = {k.rsplit(".", 1)[1]: v for k, v in s.items() if ".cispo." in k}
+    if s.get("trainer.algorithm.policy_loss_type") == "cispo":  # anchored on the rollout
+        assert algo["cispo_anchor"] == "rollout" and o["tis_ratio_type"] is None
+        lo, hi = 1 - float(algo["cispo_eps_clip_low"]), 1 + float(algo["cispo_eps_clip_high"])
+        return np.clip(w, lo, hi)
     if o["token_mask_is_threshold_low"] is not None:
         keep &= (o["token_mask_is_threshold_low"] <= w) & (w <= o["token_mask_is_threshold_high"])
     if o["outlier_token_is_threshold_low"] is not None:
@@ -368,6 +373,7 @@ REQUESTS = [
     Request("G", "opsm", threshold=F(1, 10)),
     Request("G", "tis_clip", band=(F(1, 2), F(3, 2))),
     Request("G", "tis_clip", band=(F(0), F(3, 2))),
+    Request("G", "cispo", band=(F(1, 2), F(3, 2))),
     Request("G", "dual_clip", clip_epsilon=F(1, 5), cap=F(3)),
 ]
 
@@ -391,7 +397,7 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
     got = SIMULATE[name](settings, logw, adv)
     want = _reference(request_, logw, adv)
     assert np.allclose(got, want, rtol=1e-12, atol=0)
-    if request_.what == "tis_clip":  # both ends clamp some token (the floor where lo > 0)
+    if request_.what in ("tis_clip", "cispo"):  # both ends clamp (the floor where lo > 0)
         lo, hi = map(float, request_.band)
         assert (want == hi).any() and (want == lo).any() == (lo > 0)
         return
@@ -405,7 +411,7 @@ COUNTERPARTS = {  # framework -> the estimators it carries out exactly
     "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "tis_clip",
             "clip_budget"},
     "skyrl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "seq_outlier", "tis_mask",
-              "dppo_tv", "dppo_kl", "clip_budget"},
+              "dppo_tv", "dppo_kl", "cispo", "clip_budget"},
 }  # fmt: skip
 
 

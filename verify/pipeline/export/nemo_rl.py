@@ -89,6 +89,17 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no loss_fn setting masks by the advantage")
+    if r.what == "cispo":
+        raise NoCounterpart(
+            "use_cispo takes the ratio against prev_logprobs (the training kernel's); no setting "
+            "makes the inference kernel the old policy"
+        )
+    if r.what == "gspo":
+        raise NoCounterpart(
+            "the sequence ratio is taken against prev_logprobs (the training kernel's); the "
+            "inference kernel enters only through the importance-sampling correction (then "
+            "the sequence's W), and no setting makes it the old policy"
+        )
     if r.what == "tis_norm":
         raise NoCounterpart("no loss_fn setting divides the importance weights by their batch mean")
     if r.what == "tis_clip":
@@ -113,5 +124,7 @@ FRAMEWORK = Framework(
         "seq_tis": "`sequence_level_importance_ratios` with `truncated_importance_sampling_ratio`",
         "dual_clip": "`ratio_clip_c`",
         "ppo_clip": "`ratio_clip_min/max`",
+        "gspo": "`sequence_level_importance_ratios` (PPO loss)",
+        "cispo": "`use_cispo`",
     },
 )

@@ -80,6 +80,12 @@ def _release(release: tuple[int, int]) -> str:
     return "main" if release == MAIN else f"{release[0]}.{release[1]}"
 
 
+def _first(first: str) -> tuple[int, int]:
+    """The release a ``Framework.since`` entry names: ``X.Y``, or ``main`` for a feature that
+    only the checked main-branch commit has."""
+    return MAIN if first == "main" else parse_version(first)
+
+
 def plan(
     contract: Contract,
     framework: Framework,
@@ -113,7 +119,7 @@ def plan(
                             f"for {r.summary}: {why}")  # fmt: skip
             continue
         first, why = framework.since.get(r.what, (None, ""))
-        if release is not None and first is not None and release < parse_version(first):
+        if release is not None and first is not None and release < _first(first):
             field = "estimator"
             problems.append(f"{_key(contract, r, field)}: {framework.name} "
                             f"{_release(release)} has no counterpart for {r.summary}: {why} "

@@ -48,7 +48,9 @@ def _needs(export: Export) -> list[str]:
     for r in export.requests:
         first = export.framework.since.get(r.what)
         if first is not None:
-            out.append(f"{export.framework.name} {first[0]} or later for {r.what} "
+            main = f"main@{export.framework.main[:8]}"
+            when = main if first[0] == "main" else f"{first[0]} or later"
+            out.append(f"{export.framework.name} {when} for {r.what} "
                        f"({r.guarantee}): {first[1]}")  # fmt: skip
     return out
 

@@ -42,6 +42,13 @@ it where π(y) > π'(y)); the export writes ``delta`` = τ + 1e−8 for ``binary
 only tokens whose binary KL exceeds τ, a subset of those the estimator drops, and the
 estimator's bound, a step that is 0 only when nothing can be dropped, holds for it.
 
+``cispo`` [lo, hi] is ``policy_loss_type: cispo`` with ``cispo.cispo_anchor: rollout`` and
+``cispo_eps_clip_low`` = 1 − lo, ``cispo_eps_clip_high`` = hi − 1 (``compute_policy_loss_cispo``
+@ a9564572: the weight is the clamp of exp(log π − log π_rollout), the log-ratio clamped to ±20,
+so ``ratio_clamp`` as for DPPO), the rollout log-probs and every ``off_policy_correction`` off
+(SkyRL refuses TIS with the rollout anchor); the anchor is on the main branch only
+(``FRAMEWORK.since``: ``main``).
+
 ``seq_mask`` [lo, hi] is ``sequence_mask_metric: product`` (keeps ``low <= W <= high``) with
 the sequence TIS at hi, which truncates no kept W; ``seq_outlier`` [lo, hi] is
 ``outlier_token_is_threshold_low`` / ``_high`` (a sequence is dropped when one token's w lies
@@ -141,6 +148,16 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             (ALGO + "dppo.delta_high", delta),
             (LOGPROBS, 1),
         )
+    if r.what == "cispo":  # anchored on the rollout: ω = clip(w, 1 − ε_low, 1 + ε_high)
+        lo, hi = r.band
+        return (
+            *_correction(None),
+            (ALGO + "policy_loss_type", "cispo"),
+            (ALGO + "cispo.cispo_anchor", "rollout"),
+            (ALGO + "cispo.cispo_eps_clip_low", 1 - lo),
+            (ALGO + "cispo.cispo_eps_clip_high", hi - 1),
+            (LOGPROBS, 1),
+        )
     if r.what == "dual_clip":
         raise NoCounterpart(
             "the policy loss's ratio is taken against the old policy's log-probs (the training "
@@ -148,15 +165,20 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no off_policy_correction setting reads the advantage")
+    if r.what == "gspo":
+        raise NoCounterpart(
+            "the gspo loss takes the sequence ratio against the old policy's log-probs (the "
+            "training kernel's); the rollout's enter only through off_policy_correction, and "
+            "no gspo setting anchors on them (cispo_anchor is CISPO's alone)"
+        )
     if r.what == "tis_norm":
         raise NoCounterpart(
             "no off_policy_correction setting divides the weights by their batch mean"
         )
     if r.what == "tis_clip":
         raise NoCounterpart(
-            "token TIS clamps from above only (token_tis_ratio_clip_high); the CISPO loss "
-            "anchored on the rollout (cispo_anchor: rollout, which clamps to [1 - "
-            "cispo_eps_clip_low, 1 + cispo_eps_clip_high]) is in no release up to 0.4"
+            "token TIS clamps from above only (token_tis_ratio_clip_high); the same weight as "
+            "the CISPO loss anchored on the rollout is the estimator cispo (main branch only)"
         )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
@@ -183,12 +205,18 @@ FRAMEWORK = Framework(
     since={
         "dppo_tv": ("0.3", "policy_loss_type dppo is added in skyrl-v0.3.0"),
         "dppo_kl": ("0.3", "policy_loss_type dppo is added in skyrl-v0.3.0"),
+        "cispo": (
+            "main",
+            "cispo_anchor: rollout is on the main branch only, in no release up "
+            "to skyrl_train-v0.4.0",
+        ),
     },
-    ratio_clamp={"dppo_tv": Fraction(20), "dppo_kl": Fraction(20)},
+    ratio_clamp={"dppo_tv": Fraction(20), "dppo_kl": Fraction(20), "cispo": Fraction(20)},
     features={
         "seq_is": "`tis_ratio_type: sequence` (W clamped to e^±20)",
         "geo_mask": "`sequence_mask_metric: geometric`",
         "dual_clip": "`policy_loss_type: dual_clip`, `clip_ratio_c`",
         "ppo_clip": "`eps_clip_low/high`",
+        "gspo": "`policy_loss_type: gspo`",
     },
 )

@@ -51,6 +51,8 @@ def _cell(framework: Framework, what: str) -> str:
              if value is not None and value is not False]  # fmt: skip
     first = framework.since.get(what)
     since = f" ({framework.name} {first[0]} on)" if first else ""
+    if first and first[0] == "main":
+        since = f" ({framework.name} main only)"
     return ", ".join(shown) + since
 
 

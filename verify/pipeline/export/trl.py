@@ -97,6 +97,17 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "geo_mask":
         raise NoCounterpart("no vllm_importance_sampling_mode uses the geometric mean")
+    if r.what == "cispo":
+        raise NoCounterpart(
+            "loss_type cispo takes the ratio against the trainer's old log-probs and clamps it "
+            "from above only, at epsilon_high itself; no setting makes vLLM's the old policy"
+        )
+    if r.what == "gspo":
+        raise NoCounterpart(
+            "the sequence ratio is taken against the trainer's old log-probs; vLLM's enter only "
+            "through the separate vllm_importance_sampling_correction, and no setting makes them "
+            "the old policy"
+        )
     if r.what in ("tv_mask", "kl_mask"):
         raise NoCounterpart(
             "off_policy_mask_threshold masks negative-advantage sequences by a sampled-token KL "
@@ -122,5 +133,7 @@ FRAMEWORK = Framework(
     features={
         "dual_clip": "`delta` (two-sided clipping of the trainer's ratio)",
         "ppo_clip": "`epsilon`, `epsilon_high`",
+        "gspo": "`importance_sampling_level: sequence`",
+        "cispo": "`loss_type: cispo`",
     },
 )

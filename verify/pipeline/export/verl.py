@@ -207,6 +207,18 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "opsm":
         raise NoCounterpart("no rollout_rs option reads the advantage")
+    if r.what == "cispo":
+        raise NoCounterpart(
+            "the cispo policy loss takes the ratio against old_log_prob (the training kernel's), "
+            "and bypass mode, which makes the rollout the old policy, replaces the policy loss "
+            "with loss_type ppo_clip or reinforce"
+        )
+    if r.what == "gspo":
+        raise NoCounterpart(
+            "the gspo policy loss takes the sequence ratio against old_log_prob (the training "
+            "kernel's), and bypass mode, which makes the rollout the old policy, replaces the "
+            "policy loss with loss_type ppo_clip or reinforce"
+        )
     if r.what == "tis_norm":  # token TIS at c, divided by the batch's mean weight
         return tuple(
             (k, True if k == RC + "rollout_is_batch_normalize" else v)
@@ -248,5 +260,7 @@ FRAMEWORK = Framework(
         "ppo_clip": "`clip_ratio_low/high`, in bypass mode",
         "dppo_tv": "`policy_loss.loss_mode: dppo_tv`",
         "dppo_kl": "`policy_loss.loss_mode: dppo_kl`",
+        "gspo": "`policy_loss.loss_mode: gspo`",
+        "cispo": "`policy_loss.loss_mode: cispo`",
     },
 )
