@@ -4,14 +4,15 @@ One run on one GPU, at (size, size, size), 8192 by default: the ceilings (native
 ``jnp.dot`` with float32 results, float64 ``jnp.dot``, float32 ``jnp.dot`` at
 ``Precision.HIGHEST``) and each emulated preset through ``matmul(impl="pallas")`` (quantization,
 layout and output cast included), each as the median of ``--repeats`` timed calls after one
-untimed call, with its ratio to native bfloat16 and to the float64 dot. The float64 dot is what
-exact binary64 multiply-adds cost on this GPU; the e4m3 group sums can use them, the rounding
-chain cannot (see ``kernels._matmul.pallas_gpu``).
+untimed call, with its ratio to native bfloat16 and to its arithmetic floor
+(``bench_matmul_floor.py``): the floor's share of native bfloat16 at NVIDIA's published rates,
+compared once with the native rate measured here and once with the published one.
+``measure`` does the timing for ``gpu_acceptance.py`` too.
 
 Before timing, every timed arithmetic is checked bit for bit against the NumPy reference on
 small aligned and ragged shapes with split-K 1 and 3 (``--check-shape``): a timing of a kernel
 that computes other bits would mean nothing. ``--sweep`` also times the kernel's variants and
-block shapes for h100-fp8 and bf16.
+block shapes for h100-fp8 (the masked binary64 dots among them) and bf16.
 
     python bench/bench_matmul_gpu.py                 # 8192^3, under 2 minutes on an H200
     python bench/bench_matmul_gpu.py --size 4096 --sweep
