@@ -4,14 +4,15 @@ One run on one GPU, at (size, size, size), 8192 by default: the ceilings (native
 ``jnp.dot`` with float32 results, float64 ``jnp.dot``, float32 ``jnp.dot`` at
 ``Precision.HIGHEST``) and each emulated preset through ``matmul(impl="pallas")`` (quantization,
 layout and output cast included), each as the median of ``--repeats`` timed calls after one
-untimed call, with its ratio to native bfloat16 and to the float64 dot. The float64 dot is what
-exact binary64 multiply-adds cost on this GPU; the e4m3 group sums can use them, the rounding
-chain cannot (see ``kernels._matmul.pallas_gpu``).
+untimed call, with its ratio to native bfloat16 and to its arithmetic floor
+(``bench_matmul_floor.py``): the floor's share of native bfloat16 at NVIDIA's published rates,
+compared once with the native rate measured here and once with the published one.
+``measure`` does the timing for ``gpu_acceptance.py`` too.
 
 Before timing, every timed arithmetic is checked bit for bit against the NumPy reference on
 small aligned and ragged shapes with split-K 1 and 3 (``--check-shape``): a timing of a kernel
 that computes other bits would mean nothing. ``--sweep`` also times the kernel's variants and
-block shapes for h100-fp8 and bf16.
+block shapes for h100-fp8 (the masked binary64 dots among them) and bf16.
 
     python bench/bench_matmul_gpu.py                 # 8192^3, under 2 minutes on an H200
     python bench/bench_matmul_gpu.py --size 4096 --sweep
@@ -28,6 +29,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from bench_matmul_floor import NATIVE_BF16, floor_of
 from timing import median_ready
 
 from kernel_contracts.contracts import preset
@@ -40,16 +42,18 @@ PRESETS = ("h100-fp8", "h100-fp8-fast-accum", "bf16", "mxfp8")
 CHECK_SHAPES = ((256, 1024, 256), (200, 300, 130))  # aligned; ragged in every dimension
 # (preset, variant, block_m, block_n, num_warps, num_stages) timed by --sweep
 SWEEP = (
-    ("h100-fp8", "dot", 64, 64, 4, 2),
-    ("h100-fp8", "dot", 32, 64, 4, 2),
+    ("h100-fp8", "dot", 64, 64, 4, 2),  # the masked dots (the default before per-lane sums)
     ("h100-fp8", "fma64", 64, 64, 4, 1),
+    ("h100-fp8", "fma64", 128, 64, 4, 1),
+    ("h100-fp8", "fma64", 64, 128, 4, 1),
+    ("h100-fp8", "fma64", 64, 64, 2, 1),
     ("bf16", "fma32", 64, 64, 4, 1),
     ("bf16", "fma32", 128, 128, 4, 1),
     ("bf16", "fma32", 128, 64, 4, 1),
 )
 
 
-def variant_fn(spec, variant, block_m, block_n, num_warps, num_stages, splits=1):
+def variant_fn(spec, variant, block_m, block_n, num_warps, num_stages, splits=1, interpret=False):
     """``matmul`` with the GPU kernel's variant and blocks fixed (same steps as ``matmul``);
     call it inside ``jax.enable_x64``."""
 
@@ -59,7 +63,7 @@ def variant_fn(spec, variant, block_m, block_n, num_warps, num_stages, splits=1)
         wq, sw = quantize_rows(w.T, plan.inputs, plan.scaling)
         total = reduce_quantized_pallas_gpu(
             xq, sx, wq, sw, plan, variant=variant, block_m=block_m, block_n=block_n,
-            num_warps=num_warps, num_stages=num_stages, interpret=False,
+            num_warps=num_warps, num_stages=num_stages, interpret=interpret,
         )  # fmt: skip
         return cast_output(total, plan.output)
 
@@ -73,17 +77,19 @@ def same_bits(got, ref) -> int:
     return int((~equal).sum())
 
 
-def check(cases, rng, row) -> int:
+def check(cases, rng, row, *, interpret=False, shapes=CHECK_SHAPES) -> int:
     """Bit-exactness of each (label, preset, sweep configuration or None) against the
-    reference; None is ``matmul(impl="pallas")`` itself, checked on every shape and split,
-    a sweep configuration on the ragged shape with split-K 3."""
+    reference; None is ``matmul(impl="pallas")`` itself (the GPU kernel), checked on every
+    shape and split, a sweep configuration on the last (ragged) shape with split-K 3.
+    ``interpret=True`` runs the same kernels interpreted (a rehearsal off the GPU)."""
     failures = 0
-    operands = {s: (rng.standard_normal(s[:2]), rng.standard_normal(s[1:])) for s in CHECK_SHAPES}
+    operands = {s: (rng.standard_normal(s[:2]), rng.standard_normal(s[1:])) for s in shapes}
     refs = {}
+    impl = "pallas_gpu" if interpret else "pallas"
     for label, name, config in cases:
         spec = preset(name).matmul
-        runs = [(s, sp) for s in CHECK_SHAPES for sp in (1, 3)] if config is None else [
-            (CHECK_SHAPES[-1], 3)
+        runs = [(s, sp) for s in shapes for sp in (1, 3)] if config is None else [
+            (shapes[-1], 3)
         ]  # fmt: skip
         for shape, splits in runs:
             x, w = (a.astype(np.float32) for a in operands[shape])
@@ -94,10 +100,10 @@ def check(cases, rng, row) -> int:
             case = f"{label} {'x'.join(map(str, shape))} splits={splits}"
             try:
                 if config is None:
-                    got = matmul(x, w, spec, impl="pallas", splits=splits, interpret=False)
+                    got = matmul(x, w, spec, impl=impl, splits=splits, interpret=interpret)
                 else:
                     with jax.enable_x64(True):
-                        fn = variant_fn(spec, *config, splits=splits)
+                        fn = variant_fn(spec, *config, splits=splits, interpret=interpret)
                         got = fn(jnp.asarray(x), jnp.asarray(w))
                 bad = same_bits(got, ref)
                 result = "same bits" if not bad else f"DIFFERENT: {bad} of {ref.size}"
@@ -106,6 +112,79 @@ def check(cases, rng, row) -> int:
             failures += bool(bad)
             row("check", case, result)
     return failures
+
+
+def measure(size, repeats, presets, sweep, device, row, *, interpret=False):
+    """Time the ceilings, each preset's ``matmul`` on the GPU kernel and each sweep
+    configuration at (size, size, size) on ``device``, printing a row for each; the number
+    of kernels that failed to run, and the records: per row its seconds, TFLOP/s and ratio to
+    native bfloat16 (and, for a preset, to its arithmetic floor: ``bench_matmul_floor``).
+    ``interpret=True`` times the interpreted kernels (a rehearsal: its times mean nothing)."""
+    flops = 2.0 * size**3
+    rng = np.random.default_rng(1)
+    x = jax.device_put(rng.standard_normal((size, size)).astype(np.float32), device)
+    w = jax.device_put(rng.standard_normal((size, size)).astype(np.float32), device)
+    records, failures = {}, 0
+
+    def timed(f, *operands):
+        return median_ready(f, *operands, repeats=repeats)
+
+    def record(kind, case, t, floor=None):
+        rec = {"kind": kind, "seconds": t, "tflops": flops / t / 1e12}
+        text = f"{t * 1e3:.1f} ms, {rec['tflops']:.2f} TFLOP/s"
+        if "native bf16" in records:
+            rec["pct_native_bf16"] = 100 * records["native bf16"]["seconds"] / t
+            text += f", {rec['pct_native_bf16']:.2f} % of native bf16"
+        if floor is not None:  # the floor as a share of native: measured and published
+            rec["floor_pct_of_bf16"] = 100 * floor.fraction
+            rec["pct_floor_vs_measured_bf16"] = (
+                100 * rec["pct_native_bf16"] / rec["floor_pct_of_bf16"]
+            )
+            published = floor.fraction * 2 * NATIVE_BF16 / 1e12  # TFLOP/s
+            rec["pct_floor_vs_published_rates"] = 100 * rec["tflops"] / published
+            text += (
+                f", {rec['pct_floor_vs_measured_bf16']:.1f} % of the floor "
+                f"({rec['pct_floor_vs_published_rates']:.1f} % at published rates)"
+            )
+        records[case] = rec
+        row(kind, case, text)
+
+    def failed(kind, case, e):
+        nonlocal failures
+        failures += 1
+        records[case] = {"kind": kind, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+        row(kind, case, f"ERROR {records[case]['error'][:120]}")
+
+    native = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    record("ceiling", "native bf16", timed(native, xb, wb))
+    del xb, wb
+    highest = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+    record("ceiling", "float32 jnp.dot, Precision.HIGHEST", timed(highest, x, w))
+    with jax.enable_x64(True):
+        x64, w64 = x.astype(jnp.float64), w.astype(jnp.float64)
+        record("ceiling", "float64 jnp.dot", timed(jax.jit(jnp.dot), x64, w64))
+        del x64, w64
+
+    impl = "pallas_gpu" if interpret else "pallas"
+    for name in presets:
+        spec = preset(name).matmul
+        variant = choose_variant(make_plan(spec, size))
+        case = f"{name} (pallas, {variant})"
+        emu = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec, impl=impl, interpret=interpret))
+        try:
+            record("emulated", case, timed(emu, x, w), floor_of(name, variant))
+        except Exception as e:  # report and go on: this is a bench
+            failed("emulated", case, e)
+    for p, v, bm, bn, nw, ns in sweep:
+        fn = variant_fn(preset(p).matmul, v, bm, bn, nw, ns, interpret=interpret)
+        case = f"{p} {v} {bm}x{bn} warps={nw} stages={ns}"
+        try:
+            with jax.enable_x64(True):
+                record("sweep", case, timed(fn, x, w), floor_of(p, v))
+        except Exception as e:
+            failed("sweep", case, e)
+    return failures, records
 
 
 def main(argv=None, *, stdout=sys.stdout, stderr=sys.stderr) -> int:
@@ -149,53 +228,7 @@ def main(argv=None, *, stdout=sys.stdout, stderr=sys.stderr) -> int:
         cases += [(f"{c[0]} {c[1]} {c[2]}x{c[3]} w{c[4]} s{c[5]}", c[0], c[1:]) for c in sweep]
         failures += check(cases, rng, row)
 
-    size, flops = args.size, 2.0 * args.size**3
-    x = jax.device_put(rng.standard_normal((size, size)).astype(np.float32), gpus[0])
-    w = jax.device_put(rng.standard_normal((size, size)).astype(np.float32), gpus[0])
-
-    def timed(f, *operands):
-        return median_ready(f, *operands, repeats=args.repeats)
-
-    def rate(t, base=None):
-        text = f"{t * 1e3:.1f} ms, {flops / t / 1e12:.2f} TFLOP/s"
-        if base:
-            text += ", " + ", ".join(f"{100 * b / t:.2f} % of {name}" for name, b in base)
-        return text
-
-    native = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
-    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    t_bf16 = timed(native, xb, wb)
-    row("ceiling", "native bf16 jnp.dot (f32 results)", rate(t_bf16))
-    del xb, wb
-    highest = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
-    t_f32 = timed(highest, x, w)
-    row("ceiling", "float32 jnp.dot, Precision.HIGHEST", rate(t_f32, [("native", t_bf16)]))
-    with jax.enable_x64(True):
-        x64, w64 = x.astype(jnp.float64), w.astype(jnp.float64)
-        t_f64 = timed(jax.jit(jnp.dot), x64, w64)
-        del x64, w64
-    row("ceiling", "float64 jnp.dot", rate(t_f64, [("native", t_bf16)]))
-    base = [("native bf16", t_bf16), ("float64 dot", t_f64)]
-
-    for name in args.presets:
-        spec = preset(name).matmul
-        plan = make_plan(spec, size)
-        emu = jax.jit(lambda a, b, spec=spec: matmul(a, b, spec, impl="pallas", interpret=False))
-        try:
-            result = rate(timed(emu, x, w), base)
-        except Exception as e:
-            failures += 1
-            result = f"ERROR {type(e).__name__}: {str(e)[:120]}"
-        row("emulated", f"{name} (pallas, {choose_variant(plan)})", result)
-    for p, v, bm, bn, nw, ns in sweep:
-        fn = variant_fn(preset(p).matmul, v, bm, bn, nw, ns)
-        try:
-            with jax.enable_x64(True):
-                result = rate(timed(fn, x, w), base)
-        except Exception as e:
-            failures += 1
-            result = f"ERROR {type(e).__name__}: {str(e)[:120]}"
-        row("sweep", f"{p} {v} {bm}x{bn} warps={nw} stages={ns}", result)
+    failures += measure(args.size, args.repeats, args.presets, sweep, gpus[0], row)[0]
     out()
     if failures:
         out(f"{failures} FAILURES")

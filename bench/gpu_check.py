@@ -113,12 +113,14 @@ def differences(got, ref, where: str = "") -> list[str]:
     return [] if got == ref else [f"{where}: {got!r} != {ref!r}"]
 
 
-def check_matmul(gpu, rng, row) -> int:
+def check_matmul(gpu, rng, row, *, interpret=False, shapes=SHAPES, presets=tuple(PRESETS)) -> int:
+    """``interpret=True``: the GPU kernel interpreted (a rehearsal on a CPU)."""
     failures = 0
-    for name, kernel in PRESETS.items():
-        spec = kernel.matmul
-        impls = ("jax",) if spec.is_int8 else ("pallas", "jax")
-        for m, k, n in SHAPES:
+    for name in presets:
+        spec = preset(name).matmul
+        pallas = "pallas_gpu" if interpret else "pallas"
+        impls = ("jax",) if spec.is_int8 else (pallas, "jax")
+        for m, k, n in shapes:
             x = rng.standard_normal((m, k)).astype(np.float32)
             w = rng.standard_normal((k, n)).astype(np.float32)
             xg, wg = jax.device_put(x, gpu), jax.device_put(w, gpu)
@@ -127,7 +129,7 @@ def check_matmul(gpu, rng, row) -> int:
                 for impl in impls:
                     case = f"{name} {impl} {m}x{k}x{n} splits={splits}"
                     try:
-                        got = matmul(xg, wg, spec, impl=impl, splits=splits, interpret=False)
+                        got = matmul(xg, wg, spec, impl=impl, splits=splits, interpret=interpret)
                         ok, bad = same_bits(got, ref)
                         result = "same bits" if ok else f"DIFFERENT: {bad} of {ref.size} outputs"
                     except Exception as e:  # report and go on: this is a check script
@@ -137,14 +139,14 @@ def check_matmul(gpu, rng, row) -> int:
     return failures
 
 
-def check_forward(gpu, row) -> int:
+def check_forward(gpu, row, presets=tuple(PRESETS)) -> int:
     from kernel_contracts.kernels.model.tinylm import load_pretrained
     from kernel_contracts.kernels.ops import inference_ops
 
     failures = 0
     cpu = jax.devices("cpu")[0]
     tokens = np.random.default_rng(1).integers(0, 256, TOKENS).astype(np.int32)
-    for name in PRESETS:
+    for name in presets:
         model = load_pretrained(ops=inference_ops(preset(name), TOKENS[0]))
         forward = jax.jit(lambda t, model=model: model(t))
         try:
@@ -183,7 +185,7 @@ def check_verdicts(reference: dict, row) -> int:
     return failures
 
 
-def speed(gpu, rng, size: int, repeats: int, row) -> int:
+def speed(gpu, rng, size: int, repeats: int, row, *, interpret=False) -> int:
     with jax.default_device(gpu):
         x = jnp.asarray(rng.standard_normal((size, size)), jnp.float32)
         w = jnp.asarray(rng.standard_normal((size, size)), jnp.float32)
@@ -195,8 +197,11 @@ def speed(gpu, rng, size: int, repeats: int, row) -> int:
         failures = 0
         for name in ("h100-fp8", "bf16"):
             spec = preset(name).matmul
+            impl = "pallas_gpu" if interpret else "pallas"
             emu = jax.jit(
-                lambda a, b, spec=spec: matmul(a, b, spec, impl="pallas", interpret=False)
+                lambda a, b, spec=spec, impl=impl: matmul(
+                    a, b, spec, impl=impl, interpret=interpret
+                )
             )
             try:
                 t = timed(emu, x, w, repeats=max(1, repeats // 2))

@@ -5,7 +5,8 @@ groups; each window's operand slices are read from global memory as contiguous r
 accumulator tile stays in registers for the whole chunk. Three arithmetic variants compute the
 definition's bits (:mod:`kernels._matmul`), chosen by :func:`choose_variant`:
 
-* ``"dot"`` (e4m3 inputs, ``Plan.exact_group_sums``): the group sums on FP64 tensor cores.
+* ``"dot"`` (e4m3 inputs, ``Plan.exact_group_sums``, groups of 9 or more products): the
+  group sums on FP64 tensor cores.
   A sum of up to four e4m3 products is exact in binary64: each product is a multiple of
   ``2**-18`` of magnitude at most ``448**2 < 2**18`` (at most 8 significant bits, and the
   exponents of all of them lie in a 36-binade range), so a sum of four is a multiple of
@@ -16,10 +17,15 @@ definition's bits (:mod:`kernels._matmul`), chosen by :func:`choose_variant`:
   are masked to zero (``group`` slots padded to a power of two); a group of 16 or more
   products is one dot of its own. Each group sum is added to the accumulator in binary64 and
   rounded with integer operations, and each chunk is promoted in binary32, on CUDA cores.
+  The masked dots multiply :func:`dot_waste` products per useful one (4 for groups of 4),
+  more than the FP64 tensor cores gain over CUDA cores (twice the rate), so smaller groups
+  take ``"fma64"``.
 * ``"fma64"``: binary64 multiply-adds on CUDA cores, one outer product per K slot (a row of
   ``x.T`` and a row of ``w``, both contiguous loads), in the definition's order. Where the
   sums are exact (:func:`fused_exact`) each product goes straight into the accumulator
-  (``a + p1 + ... + pg`` has the same value as ``a + (p1 + ... + pg)`` then).
+  (``a + p1 + ... + pg`` has the same value as ``a + (p1 + ... + pg)`` then): per-lane
+  group sums, one multiply-add per product and nothing masked (e4m3 with small groups:
+  ``h100-fp8``, ``h100-fp8-fast-accum``).
 * ``"fma32"`` (``Plan.binary32_chain``): binary32 multiply-adds (``acc + x * w`` with the
   product exact, so fused or not it is rounded once), for bfloat16, float16 and FP8 inputs
   rounded after every product; for bfloat16 :func:`kernels._matmul.shared.binary32_exact`
@@ -59,6 +65,7 @@ __all__ = [
     "Variant",
     "allowed_variants",
     "choose_variant",
+    "dot_waste",
     "fused_exact",
     "reduce_quantized_pallas_gpu",
 ]
@@ -66,6 +73,9 @@ __all__ = [
 Variant = Literal["dot", "fma64", "fma32"]
 _DOT_K = 16  # the smallest K of a binary64 dot in Triton (MMAv2, m8n8k4 aggregated to k16)
 _FMA_WINDOW = 16  # products per thread and loop iteration on the multiply-add paths
+# FP64 tensor-core rate over FP64 CUDA-core rate on H100 and H200 (NVIDIA's H100 datasheet,
+# SXM: 67 and 34 TFLOPS; docs/kernels.md, "The arithmetic floor")
+FP64_TENSOR_TO_CUDA = 2.0
 # (block_m, block_n, num_warps, num_stages) per variant, from bench/bench_matmul_gpu.py at
 # 8192^3 on an H200: "dot" within 10 % for tiles from 32x64 to 128x64; "fma32" 2.2x faster at
 # 128x128 with 4 warps than at 64x64 (and 2.3x faster than with 8 warps); "fma64" at 128x128
@@ -100,12 +110,23 @@ def allowed_variants(plan: Plan) -> tuple[Variant, ...]:
     )
 
 
+def dot_waste(plan: Plan) -> float:
+    """Products the ``"dot"`` variant multiplies for each product of the definition: a group
+    of ``g`` slots padded to a power of two, in dots of at least ``_DOT_K`` slots whose other
+    groups' columns are masked to zero (``max(16, pow2(g)) / g``; 4 for ``group = 4``)."""
+    slots = 1 << (plan.group - 1).bit_length()
+    return max(_DOT_K, slots) / plan.group
+
+
 def choose_variant(plan: Plan) -> Variant:
     """The arithmetic the kernel uses for ``plan`` (module docstring). ``"fma32"`` for bfloat16
-    inputs is taken only where the data allow it (the wrapper checks)."""
+    inputs is taken only where the data allow it (the wrapper checks). Exact group sums go to
+    the binary64 dot only when it multiplies fewer than twice the useful products
+    (:func:`dot_waste` below :data:`FP64_TENSOR_TO_CUDA`, the rate ratio of FP64 tensor cores
+    to FP64 CUDA cores); otherwise per-lane group sums (``"fma64"``, fused) waste nothing."""
     if plan.binary32_chain:
         return "fma32"
-    if plan.exact_group_sums:
+    if plan.exact_group_sums and dot_waste(plan) < FP64_TENSOR_TO_CUDA:
         return "dot"
     return "fma64"
 

@@ -7,6 +7,8 @@ Blocks of 32 × 32 make several programs per grid axis and ragged edges on small
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,7 @@ from kernel_contracts.contracts import preset
 from kernel_contracts.kernels._matmul import make_plan, matmul
 from kernel_contracts.kernels._matmul.pallas_gpu import (
     choose_variant,
+    dot_waste,
     fused_exact,
     reduce_quantized_pallas_gpu,
 )
@@ -128,3 +131,46 @@ def test_a_variant_the_plan_does_not_allow_is_refused():
             reduce_quantized_pallas_gpu(z, s, z, s, plan, variant="dot", interpret=True)
         with pytest.raises(ValueError, match="block_m must be a power of two, got 48"):
             reduce_quantized_pallas_gpu(z, s, z, s, plan, block_m=48, interpret=True)
+
+
+def test_small_e4m3_groups_take_per_lane_sums_and_large_ones_the_dot():
+    # the masked binary64 dots multiply max(16, pow2(g)) / g products per useful one; below
+    # twice (the FP64 tensor-core to CUDA-core rate ratio) the dot, else per-lane sums
+    fp8 = make_plan(preset("h100-fp8").matmul, 8192)
+    assert (dot_waste(fp8), choose_variant(fp8), fused_exact(fp8)) == (4.0, "fma64", True)
+    assert choose_variant(make_plan(preset("h100-fp8-fast-accum").matmul, 8192)) == "fma64"
+    mx = make_plan(preset("mxfp8").matmul, 8192)
+    assert (dot_waste(mx), choose_variant(mx)) == (1.0, "dot")
+    e4m3 = partial(spec_of, "float8_e4m3fn", "per_tensor", 13, "toward_zero")
+    wastes = {g: dot_waste(make_plan(e4m3(g, 64), 256)) for g in (1, 3, 8, 9, 16, 17, 33)}
+    assert wastes == {1: 16.0, 3: 16 / 3, 8: 2.0, 9: 16 / 9, 16: 1.0, 17: 32 / 17, 33: 64 / 33}
+    chosen = {g: choose_variant(make_plan(e4m3(g, 64), 256)) for g in wastes}
+    assert chosen == {1: "fma64", 3: "fma64", 8: "fma64", 9: "dot", 16: "dot", 17: "dot", 33: "dot"}
+
+
+@pytest.mark.parametrize(
+    ("name", "m", "k", "n", "splits"),
+    [
+        ("h100-fp8", 1, 1, 1, 1),
+        ("h100-fp8-fast-accum", 1, 3, 2, 1),
+        ("h100-fp8", 3, 7, 1, 2),
+        ("h100-fp8-fast-accum", 2, 130, 3, 2),
+        ("h100-fp8", 33, 131, 5, 2),
+    ],
+    ids=["1x1x1", "k-below-a-group", "k-ragged", "k-past-a-window", "k-past-a-chunk"],
+)
+def test_per_lane_group_sums_on_ragged_edges(name, m, k, n, splits):
+    # K not a multiple of the group (nor of the 16-slot window or the 128 chunk), M and N far
+    # below a block, split-K; the small-group presets by their default variant
+    x, w = operands(17, m, k, n, exp_spread=6, specials=[np.nan] if m * k > 4 else [])
+    spec = preset(name).matmul
+    assert choose_variant(make_plan(spec, k, splits)) == "fma64"
+    assert_reference_bits(emulate(x, w, spec, splits), x, w, spec, splits)
+
+
+def test_per_lane_sums_with_an_odd_group_rounded_to_nearest():
+    # group 3 (the sums fused where exact), rounding to nearest, block scales of 8, K = 29
+    x, w = operands(23, 9, 29, 6, exp_spread=8)
+    spec = spec_of("float8_e4m3fn", "block:8", 9, "nearest_even", 3, 8, "bfloat16")
+    assert choose_variant(make_plan(spec, 29)) == "fma64"
+    assert_reference_bits(emulate(x, w, spec, 2), x, w, spec, 2)
