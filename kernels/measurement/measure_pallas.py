@@ -168,7 +168,7 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
             zm = jnp.where(valid, z, _NEG_INF)
             zpm = jnp.where(valid, zp, _NEG_INF)
             bad = valid & ((z != z) | (zp != zp))
-            nan = jnp.maximum(nan, jnp.max(jnp.where(bad, 1.0, 0.0), axis=1))
+            nan = jnp.maximum(nan, jnp.where(bad, 1.0, 0.0))  # per lane, as w_hi and w_lo
             # maxima, first indices, runner-up
             cm = jnp.max(zm, axis=1)
             new = cm > m
@@ -207,8 +207,8 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
             # the pivot d(i₁) moves with a new maximum: shift what is kept relative to it
             shift = (p_hi - n_hi) + (p_lo - n_lo)
             w = (d_hi - n_hi[:, None]) + (d_lo - n_lo[:, None])
-            w_hi = jnp.maximum(w_hi + shift, jnp.max(jnp.where(valid, w, _NEG_INF), axis=1))
-            w_lo = jnp.minimum(w_lo + shift, jnp.min(jnp.where(valid, w, jnp.inf), axis=1))
+            w_hi = jnp.maximum(w_hi + shift[:, None], jnp.where(valid, w, _NEG_INF))
+            w_lo = jnp.minimum(w_lo + shift[:, None], jnp.where(valid, w, jnp.inf))
             v = w * inv_t
             # π: online log-sum-exp and its summary
             e, le, top_t = _scaled_exp(zm, m_new, inv_t)
@@ -231,8 +231,14 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
         f = jnp.zeros((br,), jnp.float32)
         i = jnp.zeros((br,), jnp.int32)
         ninf = jnp.full((br,), _NEG_INF, jnp.float32)
-        start = (ninf, ninf, i, ninf, i, f, ninf, -ninf, f, f, f, f, f, f, f, f, f, f)
-        return lax.fori_loop(0, chunks, body, start)
+        lanes = jnp.full((br, ch), _NEG_INF, jnp.float32)
+        flags = jnp.zeros((br, ch), jnp.float32)
+        start = (ninf, ninf, i, ninf, i, flags, lanes, -lanes, f, f, f, f, f, f, f, f, f, f)
+        st = lax.fori_loop(0, chunks, body, start)
+        # the per-lane flag and extremes, reduced once per row: shifting every lane by the same
+        # amount and then taking the maximum rounds as shifting the maximum (rounding is monotone)
+        nan, w_hi, w_lo = jnp.max(st[5], axis=1), jnp.max(st[6], axis=1), jnp.min(st[7], axis=1)
+        return (*st[:5], nan, w_hi, w_lo, *st[8:])
 
     def tv_sweep(r0, m, p_hi, p_lo, c, kl):
         """Σ e·(−expm1(v − c − KL))₊: TV times S (the second read of the row), summed per lane
