@@ -1,7 +1,7 @@
 """Full-vocabulary measurement on a GPU: the Pallas kernel against a plain read pass.
 
     python bench/bench_measure_gpu.py [--tokens 32768] [--vocab 151936] [--repeat 5]
-                                      [--drift 0.01] [--sweep] [--jax]
+                                      [--drift 0.01] [--sweep] [--jax] [--dry-run]
 
 On random logits (z' = z + drift·N(0, 1), both float32 on the device: 2 × 19.9 GB at the
 default shape), in one run and interleaved, best of ``--repeat``:
@@ -19,6 +19,11 @@ flagged rows recomputed on the JAX path), against the float64 reference on sampl
 rows of every kind (peaked, flat, large drift, a large common drift, −inf on one or both sides,
 NaN, all −inf): it exits 1 if any column differs beyond the tests' tolerance. On a machine
 without a GPU it says so and exits 0 having measured nothing.
+
+``--dry-run`` rehearses every step on a tiny shape (``DRY_RUN``), with the kernel interpreted
+where there is no GPU (its figures then time the interpreter, not a GPU). A scripted run calls
+``measure_vs_read`` (the same keywords as the options), which prints the same lines and returns
+the figures as a dict.
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ def check(vocab: int, sample_rows: int, z, zp, y, temperature: float) -> bool:
     for key in worst_ref:
         if worst_ref[key] > 1.0 or worst_jax[key] > 1.0:
             print(f"  {key}: {worst_ref[key]:.3g} (float64), {worst_jax[key]:.3g} (JAX path)")
-    return ok
+    return bool(ok)
 
 
 def _timed(fn, *args) -> float:
@@ -127,41 +132,72 @@ def _timed(fn, *args) -> float:
     return time.perf_counter() - start
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=32768)
-    parser.add_argument("--vocab", type=int, default=151936)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--drift", type=float, default=0.01)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--sample-rows", type=int, default=32)
-    parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--jax", action="store_true")
-    args = parser.parse_args(argv)
+DRY_RUN = {"tokens": 24, "vocab": 700, "repeat": 1, "sample_rows": 4}  # interpret mode: tiny
 
+
+def _settings(sweep: bool) -> list[dict]:
+    from kernel_contracts.kernels.measurement.measure_pallas import GPU_OPTIONS
+
+    settings = [dict(GPU_OPTIONS)]
+    if sweep:
+        for chunk, warps, stages in ((4096, 8, 2), (2048, 4, 2), (1024, 4, 2), (2048, 8, 3)):
+            settings.append(
+                {**GPU_OPTIONS, "chunk": chunk, "num_warps": warps, "num_stages": stages}
+            )
+        settings.append({**GPU_OPTIONS, "programs": 264})
+    return settings
+
+
+def measure_vs_read(
+    *,
+    tokens: int = 32768,
+    vocab: int = 151936,
+    repeat: int = 5,
+    drift: float = 0.01,
+    temperature: float = 1.0,
+    sample_rows: int = 32,
+    sweep: bool = False,
+    with_jax: bool = False,
+    dry_run: bool = False,
+) -> dict:
+    """Check the Pallas measurement kernel's columns, then time it against a read pass of the
+    same arrays; print each line as it goes and return the figures (seconds, and shares of the
+    read pass) as a dict. The entry point for a scripted GPU run.
+
+    On a GPU the kernel is compiled through Triton. ``dry_run`` rehearses the same steps with
+    ``DRY_RUN``'s tiny shape (the other sizes ignored) on whatever device there is, the kernel
+    interpreted where that device is not a GPU: its figures then time the interpreter and say
+    nothing of a GPU. Without a GPU and without ``dry_run`` nothing is measured
+    (``measured`` is False). ``ok``: the columns agreed (a run that measured nothing is ok)."""
     import jax
     import jax.numpy as jnp
 
     from kernel_contracts.kernels import measure
-    from kernel_contracts.kernels.measurement.measure_pallas import GPU_OPTIONS, measure_rows
+    from kernel_contracts.kernels.measurement.measure_pallas import measure_rows
 
-    if jax.default_backend() != "gpu":
+    gpu = jax.default_backend() == "gpu"
+    result = {"device": jax.devices()[0].device_kind, "jax": jax.__version__, "gpu": gpu}
+    if not gpu and not dry_run:
         print(f"no GPU here (JAX backend: {jax.default_backend()}): nothing measured")
-        return 0
-    device = jax.devices()[0]
-    print(f"device: {device.device_kind}; jax {jax.__version__}")
-    n, v = args.tokens, args.vocab
+        return {**result, "measured": False, "ok": True}
+    if dry_run:
+        tokens, vocab, repeat = DRY_RUN["tokens"], DRY_RUN["vocab"], DRY_RUN["repeat"]
+        sample_rows = min(sample_rows, DRY_RUN["sample_rows"])
+    interpret = not gpu
+    mode = "compiled" if gpu else "INTERPRETED (a rehearsal: no GPU figure)"
+    print(f"device: {result['device']}; jax {result['jax']}; kernel {mode}")
+    n, v = tokens, vocab
     k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
     z = jax.random.normal(k1, (n, v), jnp.float32) * 3.0
-    zp = z + jax.random.normal(k2, (n, v), jnp.float32) * args.drift
+    zp = z + jax.random.normal(k2, (n, v), jnp.float32) * drift
     y = jax.random.randint(k3, (n,), 0, v, jnp.int32)
-    inv_t = jnp.float32(1.0 / args.temperature)
+    inv_t = jnp.float32(1.0 / temperature)
     jax.block_until_ready((z, zp, y))
     gb = 2 * n * v * 4 / 1e9
-    print(f"{n} x {v} float32, two arrays: {gb:.1f} GB; drift {args.drift}")
+    print(f"{n} x {v} float32, two arrays: {gb:.3g} GB; drift {drift}")
 
     t0 = time.perf_counter()
-    ok = check(v, args.sample_rows, z, zp, y, args.temperature)
+    ok = check(v, min(sample_rows, n), z, zp, y, temperature)
     print(
         f"check: {'columns agree' if ok else 'COLUMNS DIFFER'} ({time.perf_counter() - t0:.0f} s)"
     )
@@ -170,34 +206,29 @@ def main(argv=None) -> int:
         "row max": jax.jit(lambda a, b: jnp.max(a, axis=1) + jnp.max(b, axis=1)),
         "row sum": jax.jit(lambda a, b: jnp.sum(a, axis=1) + jnp.sum(b, axis=1)),
     }
-    settings = [dict(GPU_OPTIONS)]
-    if args.sweep:
-        for chunk, warps, stages in ((4096, 8, 2), (2048, 4, 2), (1024, 4, 2), (2048, 8, 3)):
-            settings.append(
-                {**GPU_OPTIONS, "chunk": chunk, "num_warps": warps, "num_stages": stages}
-            )
-        settings.append({**GPU_OPTIONS, "programs": 264})
     kernels = {}
-    for options in settings:
+    for options in _settings(sweep):
         name = ", ".join(f"{k}={val}" for k, val in options.items())
         if name in kernels:
             continue
+
+        def kernel(a, b, o=options):
+            return measure_rows(a, b, y, inv_t, interpret=interpret, **o)
+
         t0 = time.perf_counter()
         print(f"compiling {name}", flush=True)
         try:
-            _timed(
-                lambda a, b, o=options: measure_rows(a, b, y, inv_t, interpret=False, **o), z, zp
-            )
+            _timed(kernel, z, zp)
         except Exception as err:  # a setting the compiler refuses: reported, not timed
             print(f"{name}: failed ({type(err).__name__}: {str(err)[:200]})")
             continue
         print(f"compiled {name} ({time.perf_counter() - t0:.1f} s)")
-        kernels[name] = lambda a, b, o=options: measure_rows(a, b, y, inv_t, interpret=False, **o)
+        kernels[name] = kernel
     for fn in reads.values():
         _timed(fn, z, zp)
 
     best = {name: np.inf for name in [*reads, *kernels]}
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         for name, fn in [*reads.items(), *kernels.items()]:
             best[name] = min(best[name], _timed(fn, z, zp))
     read = min(best[name] for name in reads)
@@ -212,22 +243,66 @@ def main(argv=None) -> int:
             f"pallas [{name}]: {gb / t:.0f} GB/s, {100 * read / t:.1f} % of the read pass "
             f"({t * 1e3:.2f} ms)"
         )
-    top = min(kernels, key=lambda name: best[name])
-    print(f"best pallas setting: [{top}] {100 * read / best[top]:.1f} % of the read pass")
+    result.update(
+        measured=True,
+        shape=(n, v),
+        read_s=read,
+        kernel_s={name: best[name] for name in kernels},
+        share={name: read / best[name] for name in kernels},
+    )
+    if kernels:
+        top = min(kernels, key=lambda name: best[name])
+        print(f"best pallas setting: [{top}] {100 * read / best[top]:.1f} % of the read pass")
+        result["best"] = top
+    else:
+        ok = False
+        print("no setting compiled")
     t_full = min(
-        _timed(lambda a, b: measure(a, b, y, args.temperature, impl="pallas"), z, zp)
-        for _ in range(2)
+        _timed(lambda a, b: measure(a, b, y, temperature, impl="pallas"), z, zp) for _ in range(2)
     )
     print(
         f"kernels.measure(impl='pallas'), defaults, end to end: {gb / t_full:.0f} GB/s, "
         f"{100 * read / t_full:.1f} %"
     )
-    if args.jax:
-        fn = lambda a, b: measure(a, b, y, args.temperature, impl="jax")  # noqa: E731
+    result["end_to_end_share"] = read / t_full
+    if with_jax:
+        fn = lambda a, b: measure(a, b, y, temperature, impl="jax")  # noqa: E731
         _timed(fn, z, zp)
         t = _timed(fn, z, zp)
         print(f"kernels.measure(impl='jax'): {gb / t:.0f} GB/s, {100 * read / t:.1f} %")
-    return 0 if ok else 1
+        result["jax_share"] = read / t
+    result["ok"] = ok
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=32768)
+    parser.add_argument("--vocab", type=int, default=151936)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--drift", type=float, default=0.01)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--sample-rows", type=int, default=32)
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--jax", action="store_true")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"a rehearsal at {DRY_RUN['tokens']} x {DRY_RUN['vocab']}, interpreted off a GPU",
+    )
+    args = parser.parse_args(argv)
+    result = measure_vs_read(
+        tokens=args.tokens,
+        vocab=args.vocab,
+        repeat=args.repeat,
+        drift=args.drift,
+        temperature=args.temperature,
+        sample_rows=args.sample_rows,
+        sweep=args.sweep,
+        with_jax=args.jax,
+        dry_run=args.dry_run,
+    )
+    return 0 if result["ok"] else 1
 
 
 if __name__ == "__main__":

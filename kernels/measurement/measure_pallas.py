@@ -20,16 +20,19 @@ What one pass over a row's chunks carries, per row:
   G = α(G_a·e^{δ_a} + φ(δ_a)) + β(G_b·e^{δ_b} + φ(δ_b)) (the exponential analogue of Chan's
   merge of centred second moments). KL(π‖π') = log1p(G_π) and KL(π'‖π) = log1p(G_π').
 
-TV = Σ (π − π')₊ is not such a sum: whether a logit adds to it depends on the sign of
-v − c − KL(π‖π'), a threshold known only once the whole row has been read. The kernel therefore
-sweeps each row twice: the first sweep reads every logit of both arrays from memory once and
-computes every column except TV; the second reads the row again for TV alone. "Reads once"
-holds for memory when the second sweep hits the cache: the grid is persistent (``programs``
-programs, each walking its share of the rows one block at a time), so about programs ×
-block_rows × 8·vocab bytes lie between a logit's two reads; with that below the GPU's L2 cache
-the second read comes from the cache, not from memory. Measured on an H200 at 151936 logits per
-row, the kernel is bound by its arithmetic rather than by memory, and fewer programs (40, for
-the cache) ran slower than one per row block, the default, under which the second sweep mostly
+TV = Σ (π − π')₊ is not such a sum: whether a logit adds to it depends on the sign of v − c −
+KL(π‖π'), a threshold known only once the whole row has been read. The kernel therefore sweeps each
+row twice: the first sweep reads every logit of both arrays from memory once and computes every
+column except TV; the second reads the row again for TV alone, its terms summed per lane over the
+chunks and across the lanes once per row. No single read can serve TV: the part of it that the
+logits read so far contribute is, as a function of the final threshold (which later logits can still
+move), a curve with a kink at each of their values, which no fixed-size summary holds (see
+docs/measurement.md). "Reads once" holds for memory when the second sweep hits the cache: the grid
+is persistent (``programs`` programs, each walking its share of the rows one block at a time), so
+about programs × block_rows × 8·vocab bytes lie between a logit's two reads; with that below the
+GPU's L2 cache the second read comes from the cache, not from memory. Measured on an H200 at 151936
+logits per row, the kernel is bound by its arithmetic rather than by memory, and fewer programs (40,
+for the cache) ran slower than one per row block, the default, under which the second sweep mostly
 reads memory again: the logits are read twice from memory, not once.
 
 Rows that the fast formulas do not cover are flagged ``extreme``, as
@@ -165,7 +168,7 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
             zm = jnp.where(valid, z, _NEG_INF)
             zpm = jnp.where(valid, zp, _NEG_INF)
             bad = valid & ((z != z) | (zp != zp))
-            nan = jnp.maximum(nan, jnp.max(jnp.where(bad, 1.0, 0.0), axis=1))
+            nan = jnp.maximum(nan, jnp.where(bad, 1.0, 0.0))  # per lane, as w_hi and w_lo
             # maxima, first indices, runner-up
             cm = jnp.max(zm, axis=1)
             new = cm > m
@@ -204,8 +207,8 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
             # the pivot d(i₁) moves with a new maximum: shift what is kept relative to it
             shift = (p_hi - n_hi) + (p_lo - n_lo)
             w = (d_hi - n_hi[:, None]) + (d_lo - n_lo[:, None])
-            w_hi = jnp.maximum(w_hi + shift, jnp.max(jnp.where(valid, w, _NEG_INF), axis=1))
-            w_lo = jnp.minimum(w_lo + shift, jnp.min(jnp.where(valid, w, jnp.inf), axis=1))
+            w_hi = jnp.maximum(w_hi + shift[:, None], jnp.where(valid, w, _NEG_INF))
+            w_lo = jnp.minimum(w_lo + shift[:, None], jnp.where(valid, w, jnp.inf))
             v = w * inv_t
             # π: online log-sum-exp and its summary
             e, le, top_t = _scaled_exp(zm, m_new, inv_t)
@@ -228,22 +231,29 @@ def _kernel(inv_t_ref, z_ref, zp_ref, *out_refs, rows, vocab, block_rows, chunk,
         f = jnp.zeros((br,), jnp.float32)
         i = jnp.zeros((br,), jnp.int32)
         ninf = jnp.full((br,), _NEG_INF, jnp.float32)
-        start = (ninf, ninf, i, ninf, i, f, ninf, -ninf, f, f, f, f, f, f, f, f, f, f)
-        return lax.fori_loop(0, chunks, body, start)
+        lanes = jnp.full((br, ch), _NEG_INF, jnp.float32)
+        flags = jnp.zeros((br, ch), jnp.float32)
+        start = (ninf, ninf, i, ninf, i, flags, lanes, -lanes, f, f, f, f, f, f, f, f, f, f)
+        st = lax.fori_loop(0, chunks, body, start)
+        # the per-lane flag and extremes, reduced once per row: shifting every lane by the same
+        # amount and then taking the maximum rounds as shifting the maximum (rounding is monotone)
+        nan, w_hi, w_lo = jnp.max(st[5], axis=1), jnp.max(st[6], axis=1), jnp.min(st[7], axis=1)
+        return (*st[:5], nan, w_hi, w_lo, *st[8:])
 
     def tv_sweep(r0, m, p_hi, p_lo, c, kl):
-        """Σ e·(−expm1(v − c − KL))₊: TV times S (the second read of the row)."""
+        """Σ e·(−expm1(v − c − KL))₊: TV times S (the second read of the row), summed per lane
+        over the chunks and across the lanes once per row (no reduction per chunk)."""
 
-        def body(k, tv):
+        def body(k, lanes):
             z, zp, _, valid = load(r0, k)
             d_hi, d_lo = _two_sum_drift(z, zp)
             w = (d_hi - p_hi[:, None]) + (d_lo - p_lo[:, None])
             e, _, _ = _scaled_exp(jnp.where(valid, z, _NEG_INF), m, inv_t)
             r = (w * inv_t - c[:, None]) - kl[:, None]
-            part = jnp.where(e > 0, e * jnp.maximum(0.0, -jnp.expm1(r)), 0.0)
-            return tv + jnp.sum(part, axis=1)
+            return lanes + jnp.where(e > 0, e * jnp.maximum(0.0, -jnp.expm1(r)), 0.0)
 
-        return lax.fori_loop(0, chunks, body, jnp.zeros((br,), jnp.float32))
+        lanes = lax.fori_loop(0, chunks, body, jnp.zeros((br, ch), jnp.float32))
+        return jnp.sum(lanes, axis=1)
 
     def row_block(it, carry):
         b = jnp.minimum(pid + it * programs, blocks - 1)

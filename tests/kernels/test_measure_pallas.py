@@ -178,3 +178,26 @@ def test_program_has_no_erasable_casts():
         .as_text()
     )
     assert erasable_casts(text) == ()
+
+
+def test_decisions_equal_the_portable_path_bit_for_bit():
+    """Which token each kernel ranks first and the margin to the runner-up, on rows with ties
+    within and across chunks, signed zeros, logits masked by both kernels and a large common
+    drift: the same bits as ``impl="portable"`` (binary64, the same on every machine)."""
+    rng = np.random.default_rng(12)
+    z = rng.integers(-4, 5, size=(16, 4096)).astype(np.float32) * 0.5  # many ties
+    zp = (z + rng.integers(-1, 2, size=z.shape) * 0.25).astype(np.float32)
+    z[0, [7, 3000]] = zp[0, [3000, 7]] = 9.0  # ties across chunks on both sides: no flip
+    z[1, [1024, 1025]] = 9.0  # a tie at a chunk's start
+    z[2] = 0.0
+    z[2, 9] = -0.0  # signed zeros tie
+    z[3, :2048] = zp[3, :2048] = -np.inf  # masked by both in whole chunks
+    zp[4, 4095] = 30.0  # z' alone ranks the last logit first
+    z[5] = rng.normal(size=4096).astype(np.float32)
+    zp[5] = z[5] + np.float32(0.75) + (rng.normal(size=4096) * 1e-6).astype(np.float32)
+    y = rng.integers(0, 4096, 16)
+    got, _ = _pallas(z, zp, y, 0.8)
+    want = {k: np.asarray(v) for k, v in measure(z, zp, y, 0.8, impl="portable").items()}
+    for key in ("top1_flip", "margin"):
+        np.testing.assert_array_equal(got[key].view(np.int32), want[key].view(np.int32), key)
+    assert got["top1_flip"][0] == 0.0 and got["top1_flip"][4] == 1.0
