@@ -79,7 +79,7 @@ def measurement_benches(dry: bool) -> list[tuple[str, list[str]]]:
     THE ONE PLACE TO ADD A MEASUREMENT BENCHMARK (e.g. the single-pass kernel's): append its
     module and arguments here; its ``main(argv)`` is called and its output kept."""
     if dry:
-        return [("bench_measure_gpu", ["--tokens", "64", "--vocab", "1000", "--repeat", "1"])]
+        return [("bench_measure_gpu", ["--dry-run"])]
     return [("bench_measure_gpu", ["--repeat", "3"])]
 
 

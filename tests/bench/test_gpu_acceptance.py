@@ -41,7 +41,7 @@ def test_the_dry_run_rehearses_every_step(tmp_path):
     assert decode["K_inf"]["tokens_per_s"] > 0 and decode["plain"]["tokens_per_s"] > 0
     assert decode["K_inf"]["ops"] == "inference:h100-fp8@2"
     measured = report["steps"]["measurement"]["records"]["bench_measure_gpu"]
-    assert measured["exit_code"] == 0 and "no GPU" in measured["output"]
+    assert measured["exit_code"] == 0 and "INTERPRETED" in measured["output"]
     md = (tmp_path / "acceptance.md").read_text()
     assert md.startswith("# GPU acceptance run (dry run: times mean nothing)")
     assert md.count("| check | case | result |") == len(acceptance.STEPS)
