@@ -120,6 +120,7 @@ BAD = [
     (["--prompts", "blank.txt"], "verify measure: --prompts blank.txt: holds no prompts"),
     (["--presets", "h100-fp8,fp7"], "verify measure: unknown preset 'fp7'; known: fp32, bf16"),
     (["--train", "tf32"], "verify measure: unknown preset 'tf32'"),
+    (["--presets", "h100_fp8"], "unknown preset 'h100_fp8' (did you mean 'h100-fp8'?); known:"),
     (["--model", "gpt-9"], "verify measure: --model gpt-9: not a shipped model (tiny-lm)"),
     (["--model", "hf:nowhere", "--prompts", "prompts.txt"], "verify measure: --model hf:nowhere"),
     (["--model", "hf:ckpt"], "verify measure: --model hf:ckpt: a checkpoint needs --prompts"),

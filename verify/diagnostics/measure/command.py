@@ -34,6 +34,7 @@ DEFAULT_PRESETS = ("fp32", "bf16", "h100-fp8", "h100-fp8-fast-accum", "mxfp8")
 def measure_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``measure`` command on ``argv`` (the words after ``measure``)."""
     from kernel_contracts import contracts
+    from kernel_contracts.contracts.checks import VALUE_CUTOFF, did_you_mean
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import measure_parser
     from kernel_contracts.verify.common.inputs import prepare_outputs
@@ -43,7 +44,8 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
     presets = args.presets or list(DEFAULT_PRESETS)
     unknown = [p for p in [*presets, args.train] if p not in contracts.PRESETS]
     if unknown:
-        stderr.write(f"verify measure: unknown preset {unknown[0]!r}; known: "
+        hint = did_you_mean(unknown[0], contracts.PRESETS, VALUE_CUTOFF)
+        stderr.write(f"verify measure: unknown preset {unknown[0]!r}{hint}; known: "
                      f"{', '.join(contracts.PRESETS)}\n")  # fmt: skip
         return 2
     if not math.isfinite(args.temperature) or args.temperature <= 0:
