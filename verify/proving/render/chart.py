@@ -53,7 +53,7 @@ def bound_chart(o: Obligation) -> str:
     label = f"{o.id}: bound {_fmt(o.bound)} against threshold {_fmt(threshold)} ({o.status.label})"
     parts = [
         f'<svg class="bound-chart" role="img" width="{_W}" height="{_H}" '
-        f'viewBox="0 0 {_W} {_H}" xmlns="http://www.w3.org/2000/svg" '
+        f'viewBox="0 0 {_W} {_H}" '
         f'data-bound="{o.bound!r}" data-threshold="{threshold!r}">',
         f"<title>{html.escape(label)}</title>",
         f'<rect x="{_LEFT}" y="8" width="{span}" height="16" fill="#f6f8fa"/>',
