@@ -19,9 +19,11 @@ from kernel_contracts.contracts.errors import Problem
 
 __all__ = [
     "ID_PATTERN",
+    "VALUE_CUTOFF",
     "Checker",
     "Interval",
     "check_temperature",
+    "closest",
     "describe",
     "did_you_mean",
     "param_range",
@@ -49,14 +51,29 @@ def sub(key: str, name: str | int) -> str:
     return f"{key}.{name}" if key else name
 
 
-def did_you_mean(name: str, choices) -> str:
-    """`` (did you mean 'X'?)`` for the choice closest to ``name`` (letter case aside), or
-    ``""`` when none is close."""
+# How alike (difflib's ratio) a value must be to a choice to be offered as its spelling.
+# Stricter than for keys (0.6): a value that is another word must not be offered a choice of
+# different meaning (``median`` is 0.8 alike ``mean``, ``float8_e4m3fn`` 0.6 alike
+# ``float32``), while a slip of one or two characters is (``tiss``: ``tis`` 0.86,
+# ``h100_fp8``: ``h100-fp8`` 0.88).
+VALUE_CUTOFF = 0.85
+
+
+def closest(name: str, choices, cutoff: float = 0.6) -> str | None:
+    """The choice closest to ``name`` (letter case aside), or ``None`` when none is ``cutoff``
+    alike."""
     by_lower = {}
     for choice in sorted(choices):
         by_lower.setdefault(choice.lower(), choice)
-    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
-    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=cutoff)
+    return by_lower[close[0]] if close else None
+
+
+def did_you_mean(name: str, choices, cutoff: float = 0.6) -> str:
+    """`` (did you mean 'X'?)`` for the choice closest to ``name`` (letter case aside), or
+    ``""`` when none is close."""
+    close = closest(name, choices, cutoff)
+    return f" (did you mean '{close}'?)" if close else ""
 
 
 def show(value: object) -> str:
@@ -196,9 +213,7 @@ class Checker:
             return None
         for name in value:
             if name not in fields:
-                close = difflib.get_close_matches(name, sorted(fields), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                self.report(sub(key, name), f"unknown key{hint}")
+                self.report(sub(key, name), f"unknown key{did_you_mean(str(name), fields)}")
         for name in required:
             if name not in value:
                 self.report(sub(key, name), "missing required key")
@@ -286,7 +301,8 @@ class Checker:
             self.expected(key, "a string", value)
             return None
         if value not in options:
-            self.report(key, f"expected one of {', '.join(options)}; got {show(value)}")
+            hint = did_you_mean(value, options, VALUE_CUTOFF)
+            self.report(key, f"expected one of {', '.join(options)}; got {show(value)}{hint}")
             return None
         return value
 

@@ -78,7 +78,9 @@ def read_guarantee(
         ck.report(sub(key, "horizon"), "applies only to scope: sequence")
     if scope == "sequence" and "horizon" not in m and policy is not None:
         got["horizon"] = policy.max_new_tokens
-    if quantity == "pg_bias" and ("estimator" not in m or "estimator" in got):
+    # an estimator that could not be read is reported once: its parameters are not checked
+    # against it (a typo ``tiss`` would also make ``cap`` "apply only to" other estimators)
+    if quantity == "pg_bias" and ("estimator" not in m or got.get("estimator") is not None):
         _estimator_params(ck, m, key, got.get("estimator", "plain"))
     if got.get("reject") is not None and got.get("reject_threshold") is not None:
         try:

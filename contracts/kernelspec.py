@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernel_contracts.contracts.checks import Checker, show, sub
+from kernel_contracts.contracts.checks import VALUE_CUTOFF, Checker, did_you_mean, show, sub
 from kernel_contracts.contracts.fields import (
     ACCUMULATOR_DTYPES,
     EPILOGUE_ORDERS,
@@ -71,7 +71,8 @@ def _kernel(ck: Checker, value: object, key: str) -> KernelSpec | None:
         if name is not None and name not in PRESETS:
             ck.report(
                 sub(key, "preset"),
-                f"unknown preset {show(name)}; expected one of {', '.join(PRESETS)}",
+                f"unknown preset {show(name)}{did_you_mean(name, PRESETS, VALUE_CUTOFF)}; "
+                f"expected one of {', '.join(PRESETS)}",
             )
         elif name is not None:
             base = PRESETS[name]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kernel_contracts.contracts.checks import VALUE_CUTOFF, did_you_mean
 from kernel_contracts.contracts.errors import KernelContractsError
 
 __all__ = ["LEVELS", "Criterion", "RejectionError", "parse_rejection"]
@@ -74,7 +75,8 @@ def parse_rejection(reject: object, threshold: object) -> tuple[Criterion, ...]:
     unknown = [n for n in names if n not in _NAMES]
     if unknown:
         raise RejectionError(
-            f"unknown criterion {unknown[0]!r}; expected one of {', '.join(_NAMES)}"
+            f"unknown criterion {unknown[0]!r}{did_you_mean(unknown[0], _NAMES, VALUE_CUTOFF)}; "
+            f"expected one of {', '.join(_NAMES)}"
         )
     if len(set(names)) != len(names):
         raise RejectionError("each criterion may appear once")

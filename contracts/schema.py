@@ -183,7 +183,15 @@ _RUNTIME = _obj(
         "id": _ID,
         "batch_size": _pair("Batch sizes [lo, hi].", _RANGE_INT, False),
         "sequence_length": _pair("Sequence lengths [lo, hi].", _RANGE_INT, False),
-        "batch_invariant": {"type": "boolean", "description": "Results independent of batch."},
+        "batch_invariant": {
+            "type": "boolean",
+            "description": (
+                "Each sequence's result does not depend on the batch it is served in (the "
+                "inference kernel's reduction splits do not follow the batch size): true "
+                "needs kernels.inference.batching: fixed, and a dynamically batching kernel "
+                "violates the clause."
+            ),
+        },
         "kv_cache": _enum("KV-cache format required.", F.FORMATS),
         "hardware": {"type": "string", "minLength": 1, "description": "Hardware named."},
     },
@@ -274,7 +282,13 @@ _GUARANTEE = _obj(
                                        {"type": "number", "exclusiveMinimum": 0}],
                              "description": "kl_reject: one threshold, or one per criterion."},
         "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
-        "assume": _list("Assumptions taken.", {"enum": list(F.ASSUMPTIONS)}),
+        "assume": _list(
+            "Assumptions taken. support_overlap: every token either kernel can sample has "
+            "positive probability under the other, so each ratio w = pi_train/pi_inf is finite; "
+            "it holds for an untruncated softmax (top_p 1, top_k 0), and pg_bias guarantees "
+            "take it whether listed or not (the report notes it).",
+            {"enum": list(F.ASSUMPTIONS)},
+        ),
     },
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from kernel_contracts.contracts.model import (
 
 __all__ = [
     "Names",
+    "emulate_relative",
     "read_escalation",
     "read_evidence",
     "read_numerical",
@@ -330,6 +332,22 @@ def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] |
 HF_PREFIX = "hf:"
 # a user model's entry point: package.module:function (kernels.model.user_model defines the call)
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+def emulate_relative(ev: EmulateEvidence, base_dir: str) -> EmulateEvidence:
+    """``ev`` with its paths (an ``hf:`` folder, a prompt file, a params file) relative to
+    ``base_dir``, the contract's folder: how the canonical form and a report record them, so
+    that neither depends on where that folder lies (the checkpoint's digest identifies it)."""
+
+    def rel(path: str) -> str:
+        return os.path.relpath(os.path.join(base_dir, path), base_dir)
+
+    model = ev.model
+    if model.startswith(HF_PREFIX):
+        model = HF_PREFIX + rel(model[len(HF_PREFIX) :])
+    prompts = rel(ev.prompts) if isinstance(ev.prompts, str) else ev.prompts
+    params = rel(ev.params) if ev.params is not None else None
+    return dataclasses.replace(ev, model=model, prompts=prompts, params=params)
 
 
 def _user_model(ck: Checker, e: Mapping, ekey: str, base_dir: str, got: dict) -> None:

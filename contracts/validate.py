@@ -15,6 +15,7 @@ from kernel_contracts.contracts.kernelspec import read_kernels
 from kernel_contracts.contracts.model import Contract, Policy, Source
 from kernel_contracts.contracts.sections import (
     Names,
+    emulate_relative,
     read_escalation,
     read_evidence,
     read_numerical,
@@ -88,6 +89,11 @@ def validate(doc: Document, *, path: str, sha256: str, base_dir: str) -> Contrac
         logprobs = dataclasses.replace(contract.evidence.logprobs, path=written_logprobs)
         shown = dataclasses.replace(
             contract, evidence=dataclasses.replace(contract.evidence, logprobs=logprobs)
+        )
+    if contract.evidence.emulate is not None:  # and the model's paths relative to the folder
+        emulate = emulate_relative(contract.evidence.emulate, base_dir)
+        shown = dataclasses.replace(
+            shown, evidence=dataclasses.replace(shown.evidence, emulate=emulate)
         )
     source = Source(
         path=path,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
+from kernel_contracts.contracts.sections import emulate_relative
 from kernel_contracts.evidence.envelope import observe
 from kernel_contracts.evidence.table import (
     FULL_VOCAB,
@@ -442,15 +443,18 @@ def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> 
     ids, seq = np.unique(np.asarray(table["prompt"]), return_inverse=True)
     ends = np.zeros(ids.shape[0], np.int64)  # each sequence's length: its last position + 1
     np.maximum.at(ends, seq, np.asarray(table["position"], np.int64) + 1)
+    # the model's paths as the canonical form records them, relative to the contract's folder
+    # (the checkpoint's digest identifies the model)
+    shown_ev = emulate_relative(ev, emulated.model_directory(contract))
     config = {
-        "emulate": dataclasses.asdict(ev),
+        "emulate": dataclasses.asdict(shown_ev),
         "policy": dataclasses.asdict(contract.policy),
         "kernels": dataclasses.asdict(contract.kernels),
         "checkpoint_sha256": emulated.checkpoint_sha256(ev),
         "setting": {"batch_size": batch, "sequence_length": length},
     }
     config_sha = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-    label = f"emulate:{ev.model}/{contract.kernels.inference.preset}"
+    label = f"emulate:{shown_ev.model}/{contract.kernels.inference.preset}"
     if swept:
         label += f"@batch{served},length{int(ends.max()) if ends.size else length}"
     info = {
@@ -458,8 +462,8 @@ def _emulate_source(contract, emulated, stream, prefix, setting, trust_code) -> 
         "fingerprint": f"sha256:{data_sha}",
         "config_sha256": config_sha,
         "checkpoint_sha256": config["checkpoint_sha256"],
-        "model": ev.model,
-        "prompts": ev.prompts,
+        "model": shown_ev.model,
+        "prompts": shown_ev.prompts,
         "max_new_tokens": ev.max_new_tokens,
         "seed": ev.seed,
         "train": contract.kernels.train.preset,

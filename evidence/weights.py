@@ -1,9 +1,9 @@
 """Weight diagnostics of a log: what each correction of the contract does to its tokens.
 
 For every estimator a contract's ``pg_bias`` guarantees name (with the parameters they name),
-the weights ω of the log's tokens are computed by ``kernels.rl.correction_weights`` (the one
-definition of the estimators; this module loads JAX, on first use only, and only when the
-contract names an estimator) from the log ratio log w = ℓ − ℓ' of each sampled token, its
+the weights ω of the log's tokens are computed by ``kernels.rl.numpy_weights`` (the one
+definition of the estimators, ``kernels.rl.correction_weights``, computed by NumPy: a log's
+diagnostics load no JAX) from the log ratio log w = ℓ − ℓ' of each sampled token, its
 sequence, and log π'(y) = ℓ'. Over the n tokens and the S sequences that have tokens:
 
 - ``ess`` = (Σω)² / Σω², the effective sample size of the weights (Kish), and
@@ -26,7 +26,7 @@ truncated tokens under ``tis``).
 
 An estimator whose weights depend on what a sampled-token log does not record is not diagnosed,
 and the reason is given instead: the full-vocabulary divergences (``tv_mask``, ``kl_mask``:
-``correction_weights`` refuses to weigh without them), or the advantages (the weights are
+the weights refuse to be computed without them), or the advantages (the weights are
 computed with every advantage +1 and again with every advantage −1; when they differ, they
 depend on the advantage's sign). When they agree, no rule that reads only each token's or
 sequence's advantage sign could give other weights, so the diagnostics hold whatever the
@@ -112,11 +112,11 @@ def _pad(n: int, step: int) -> int:
 def _weights(
     name: str, params: Mapping, lr, lq, valid, sign: float, ties: str | None = None
 ) -> np.ndarray:
-    from kernel_contracts.kernels.rl import correction_weights
+    from kernel_contracts.kernels.rl.weight_rules import numpy_weights
 
     advantages = np.full(lr.shape, sign, np.float32)
     return np.asarray(
-        correction_weights(name, lr, valid, advantages, params=params, logp_inf=lq, ties=ties),
+        numpy_weights(name, lr, valid, advantages, params=params, logp_inf=lq, ties=ties),
         dtype=np.float64,
     )
 

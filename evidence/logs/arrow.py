@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from kernel_contracts.contracts.bounded import LIMITS, open_regular, size_text
 from kernel_contracts.evidence.logs.reader import LogError, LogTable, Reading, open_log
-from kernel_contracts.evidence.logs.schema import FORMATS, detect_format
+from kernel_contracts.evidence.logs.schema import FORMATS, detect_format, field_hints
 
 __all__ = ["BATCH_ROWS", "read_columnar_log"]
 
@@ -194,7 +194,7 @@ def _read_rows(reading: Reading, schema, total, batches, progress) -> int:
             known = "; ".join(f"{n}: {', '.join(f.required)}" for n, f in FORMATS.items())
             raise LogError(
                 f"{path}: the columns are none of the known field sets ({known}); its "
-                f"columns: {', '.join(schema.names[:8]) or 'none'}"
+                f"columns: {', '.join(schema.names[:8]) or 'none'}{field_hints(schema.names)}"
             )
         reading.fmt = FORMATS[name]
     required = frozenset(reading.fmt.required)

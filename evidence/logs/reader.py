@@ -34,7 +34,13 @@ from kernel_contracts.contracts.bounded import (
     size_text,
 )
 from kernel_contracts.evidence.logs.batches import Frames
-from kernel_contracts.evidence.logs.schema import FORMATS, LogFormat, detect_format
+from kernel_contracts.evidence.logs.schema import (
+    FORMATS,
+    LogFormat,
+    detect_format,
+    field_hints,
+    near_key,
+)
 
 # the record-level pieces are public for readers of growing logs (``verify.monitor``)
 __all__ = [
@@ -546,7 +552,8 @@ class Reading:
             else:
                 missing = [k for k in fmt.required if k not in record]
                 if missing:
-                    raise BadRecord(f"missing key '{missing[0]}' ({fmt.name} format)")
+                    near = near_key(missing[0], record)
+                    raise BadRecord(f"missing key '{missing[0]}' ({fmt.name} format){near}")
                 add_joined(record, fmt, self.builder, line, self.mismatches, vocab)
         except PositiveLogprob as bad:  # not rounding: nothing in this log can be trusted
             at = f":{line}" if self.unit == "line" else f": {self.unit} {line}"
@@ -711,4 +718,5 @@ def _no_usable(path: str, records: int, malformed, mismatches, unpaired, unit="l
 def unknown_fields(record: dict) -> str:
     keys = ", ".join(sorted(record)[:8]) or "none"
     known = "; ".join(f"{name}: {', '.join(f.required)}" for name, f in FORMATS.items())
-    return f"the record has none of the known field sets ({known}); its keys: {keys}"
+    hints = field_hints(record)
+    return f"the record has none of the known field sets ({known}); its keys: {keys}{hints}"

@@ -23,7 +23,17 @@ import os
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["FILE_FORMATS", "FORMATS", "LogFormat", "detect_format", "file_format_of"]
+from kernel_contracts.contracts.checks import VALUE_CUTOFF, closest
+
+__all__ = [
+    "FILE_FORMATS",
+    "FORMATS",
+    "LogFormat",
+    "detect_format",
+    "field_hints",
+    "file_format_of",
+    "near_key",
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,13 @@ class LogFormat:
     @property
     def required(self) -> tuple[str, ...]:
         return (self.ids, self.train, self.rollout)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every key this format reads."""
+        optional = (self.mask, self.sample, self.rollout_ids, self.log_kept_mass,
+                    self.position_offset, self.side, self.logprobs, self.batch_size)  # fmt: skip
+        return frozenset((*self.required, *self.prompt, *(n for n in optional if n)))
 
 
 FORMATS = MappingProxyType(
@@ -113,6 +130,24 @@ def detect_format(record: dict) -> str | None:
     if generic.side in record and generic.logprobs in record and generic.ids in record:
         return "generic"
     return None
+
+
+def field_hints(keys) -> str:
+    """``; did you mean ...`` naming, for each of ``keys`` that no format reads, the required
+    field of a format closest to it (``old_logprobs``: ``old_log_probs``); ``""`` when none is
+    close. For the message on a record or a table whose fields fit no format."""
+    known = frozenset().union(*(f.names for f in FORMATS.values()))
+    required = {name for f in FORMATS.values() for name in f.required}
+    unknown = sorted(k for k in keys if isinstance(k, str) and k not in known)
+    near = {key: closest(key, required, VALUE_CUTOFF) for key in unknown}
+    hints = [f"'{name}' for '{key}'" for key, name in near.items() if name]
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
+
+
+def near_key(missing: str, keys) -> str:
+    """``; the record has 'X'`` when one of ``keys`` is a slip away from the ``missing`` key."""
+    near = closest(missing, [k for k in keys if isinstance(k, str)], VALUE_CUTOFF)
+    return f"; the record has '{near}'" if near else ""
 
 
 # How a log's records are stored, and the file name endings that select each.

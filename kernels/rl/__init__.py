@@ -14,6 +14,7 @@ _EXPORTS = {
     "ESTIMATOR_NAMES": "kernel_contracts.kernels.rl.estimators",
     "correction_weights": "kernel_contracts.kernels.rl.estimators",
     "check_params": "kernel_contracts.kernels.rl.estimators",
+    "numpy_weights": "kernel_contracts.kernels.rl.weight_rules",
     "TIE_RULES": "kernel_contracts.kernels.rl.ties",
     "TieRule": "kernel_contracts.kernels.rl.ties",
     "tie_rule": "kernel_contracts.kernels.rl.ties",

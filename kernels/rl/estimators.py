@@ -59,7 +59,9 @@ Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.
 or −log w against log(1/hi) for verl's ``tis_mask``), and for the dual-clip losses the gradient
 PyTorch gives at −A·w = −A·c (w/2). An estimator the framework does not have is refused.
 
-Products over a sequence are sums of log-ratios; a weight is exponentiated only after capping
+The rules are written once, for any array namespace, in ``kernels.rl.weight_rules``
+(``numpy_weights`` there computes them without JAX). Products over a sequence are sums of
+log-ratios; a weight is exponentiated only after capping
 its logarithm, so long sequences neither overflow nor produce NaN. ``seq_is`` has no cap: its
 weight saturates at the largest finite number of the dtype. Padding (mask 0) gets ω = 0 and its
 log-ratio is ignored, whatever it holds.
@@ -73,8 +75,6 @@ References:
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -82,161 +82,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from kernel_contracts.contracts.checks import param_range, valid_band
-from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
-from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
-from kernel_contracts.kernels.rl.gspo import LOG_CLAMP, gspo_weights
-from kernel_contracts.kernels.rl.ties import tie_rule
+from kernel_contracts.kernels.rl.weight_rules import (
+    ESTIMATOR_NAMES,
+    PARAMS,
+    check_params,
+    weights,
+)
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
 
-# the estimator names, in the order of the DSL (``contracts.fields.ESTIMATORS``)
-ESTIMATOR_NAMES: tuple[str, ...] = ESTIMATORS
-
-# estimator -> the parameter keys it requires
-PARAMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {name: ESTIMATOR_PARAMS.get(name, ()) for name in ESTIMATORS}
-)
-
 _NO_PARAMS: Mapping[str, float | tuple] = MappingProxyType({})
-
-
-def _number(name: str, key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"estimator {name!r}: {key} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"estimator {name!r}: {key} must be finite, got {value!r}")
-    return value
-
-
-def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
-    """Validate an estimator's name and parameters; return them as plain floats and tuples.
-
-    Raises ValueError naming the estimator and the key when the name is unknown, a required
-    key is missing, an unknown key is given, or a value is out of its range.
-    """
-    if name not in PARAMS:
-        known = ", ".join(ESTIMATOR_NAMES)
-        raise ValueError(f"unknown estimator {name!r}; expected one of {known}")
-    need = PARAMS[name]
-    extra = sorted(set(params) - set(need))
-    if extra:
-        raise ValueError(f"estimator {name!r}: unexpected parameter(s) {', '.join(extra)}")
-    missing = [k for k in need if k not in params]
-    if missing:
-        raise ValueError(f"estimator {name!r}: missing parameter(s) {', '.join(missing)}")
-    out: dict[str, object] = {}
-    if name == "kl_reject":
-        try:
-            parse_rejection(params["reject"], params["reject_threshold"])
-        except RejectionError as err:
-            raise ValueError(f"estimator {name!r}: {err}") from None
-        return {"reject": params["reject"], "reject_threshold": str(params["reject_threshold"])}
-    for key in need:
-        value = params[key]
-        if key == "band":
-            if not isinstance(value, tuple | list) or len(value) != 2:
-                raise ValueError(f"estimator {name!r}: band must be a pair (lo, hi), got {value!r}")
-            lo, hi = _number(name, "band[0]", value[0]), _number(name, "band[1]", value[1])
-            if not valid_band(lo, hi):
-                raise ValueError(f"estimator {name!r}: band needs 0 <= lo < 1 < hi, got {value!r}")
-            out[key] = (lo, hi)
-            continue
-        v = _number(name, key, value)
-        allowed = param_range(name, key)
-        if v not in allowed:
-            raise ValueError(f"estimator {name!r}: {key} must be {allowed}, got {v!r}")
-        out[key] = v
-    return out
-
-
-def _capped_exp(log_value: Array, cap: float) -> Array:
-    """min(exp(log_value), cap) computed without forming exp of a large number."""
-    if cap == 0.0:
-        return jnp.zeros_like(log_value)
-    return jnp.exp(jnp.minimum(log_value, math.log(cap)))
-
-
-def _saturating_exp(log_value: Array) -> Array:
-    """exp, with the result capped at the dtype's largest finite number instead of inf."""
-    return jnp.minimum(jnp.exp(log_value), jnp.finfo(log_value.dtype).max)
-
-
-def _advantages(advantages, lr: Array) -> Array:
-    adv = jnp.asarray(advantages, lr.dtype)
-    if adv.shape != lr.shape:
-        raise ValueError(f"advantages shape {adv.shape} differs from {lr.shape}")
-    return adv
-
-
-def _binary_kl(lq: Array, lp: Array) -> Array:
-    """KL(Bernoulli(q) ‖ Bernoulli(p)) for q = e^lq, p = e^lp (lq, lp ≤ 0), never NaN.
-
-    Each term a·log(a/b) is 0 where a = 0 (whatever b, 0 included) and +inf where a > 0 = b.
-    1 − q and 1 − p are −expm1 of the logs, accurate where q or p rounds to 1."""
-    q, nq, n_p = jnp.exp(lq), -jnp.expm1(lq), -jnp.expm1(lp)
-    head = jnp.where(q > 0, q * (lq - lp), 0.0)  # lp = −inf: +inf
-    tail = jnp.where(nq > 0, nq * (jnp.log(nq) - jnp.log(n_p)), 0.0)  # 1 − p = 0: +inf
-    return head + tail
-
-
-def _dual_clip_autograd(w: Array, adv: Array, eps: float, cap: float) -> Array:
-    """ω of the dual-clip loss of verl, NeMo-RL and SkyRL under PyTorch's autograd: the
-    gradient of min(max(−A·w, −A·clip(w, 1 − ε, 1 + ε)), −A·c) (the min for A < 0 only) with
-    respect to log π, over −A. ``clamp`` passes the gradient on its closed range; ``maximum``
-    and ``minimum`` give each of two equal sides half of its own gradient. Where A = 0 the
-    gradient is 0 whatever ω, and ω = w."""
-    lo, hi = 1.0 - eps, 1.0 + eps
-    inside = ((w >= lo) & (w <= hi)).astype(w.dtype)  # the clipped side's share of w
-    l1, l2, l3 = -adv * w, -adv * jnp.clip(w, lo, hi), -adv * cap
-    share = jnp.where(l1 > l2, 1.0, jnp.where(l1 < l2, inside, 0.5 * (1.0 + inside)))
-    top = jnp.maximum(l1, l2)
-    dual = jnp.where(top < l3, share, jnp.where(top > l3, 0.0, 0.5 * share))
-    share = jnp.where(adv < 0, dual, share)
-    return jnp.where(adv == 0, w, share * w)
-
-
-def _dppo_dropped(
-    name: str,
-    tau: float,
-    lr: Float[ArrayLike, "batch time"],
-    advantages: Float[ArrayLike, "batch time"],
-    logp_inf: Float[ArrayLike, "batch time"] | None,
-) -> Array:
-    """Where DPPO's binary TV or KL mask drops a token: the divergence of the sampled token's
-    Bernoulli laws exceeds τ and the advantage pushes π(y) further from π'(y)."""
-    if logp_inf is None:
-        raise ValueError(f"estimator {name!r} needs logp_inf (log π_inf of the sampled tokens)")
-    adv = _advantages(advantages, lr)
-    lq = jnp.asarray(logp_inf, lr.dtype)
-    if lq.shape != lr.shape:
-        raise ValueError(f"logp_inf shape {lq.shape} differs from {lr.shape}")
-    lq = jnp.minimum(lq, 0.0)
-    lp = jnp.minimum(lq + lr, 0.0)
-    q, pr = jnp.exp(lq), jnp.exp(lp)
-    up, down = pr > q, pr < q
-    if name == "dppo_tv":
-        return ((adv > 0) & (pr - q > tau)) | ((adv < 0) & (q - pr > tau))
-    far = _binary_kl(lq, lp) > tau
-    return ((adv > 0) & up & far) | ((adv < 0) & down & far)
-
-
-def _kept(crit: Criterion, lr: Float[Array, "batch time"], valid: Array) -> Array:
-    """Where one rejection criterion keeps the token (padding holds log w = 0: k = 0)."""
-    k = {1: -lr, 2: 0.5 * lr * lr, 3: jnp.expm1(lr) - lr}[crit.k]
-    if crit.level == "token":
-        stat = k
-    elif crit.level == "seq_max":
-        stat = jnp.max(jnp.where(valid, k, 0.0), axis=1, keepdims=True)
-    else:
-        stat = jnp.sum(jnp.where(valid, k, 0.0), axis=1, keepdims=True)
-        if crit.level == "seq_mean":
-            n = jnp.sum(valid, axis=1, keepdims=True)
-            stat = stat / jnp.maximum(n, 1).astype(lr.dtype)
-    if crit.k == 1:
-        return (stat >= math.log(crit.a)) & (stat <= math.log(crit.b))
-    return stat <= crit.tau
 
 
 def correction_weights(
@@ -262,116 +117,8 @@ def correction_weights(
     an estimator that framework does not have). ``name``, ``params`` and ``ties`` are static
     (Python values); the arrays may be traced, so the function works under ``jax.jit``.
     """
-    p = check_params(name, params)
-    space = tie_rule(ties, name).space
-    log_ratio = jnp.asarray(log_ratio)
-    if not jnp.issubdtype(log_ratio.dtype, jnp.floating) or log_ratio.dtype.itemsize < 4:
-        log_ratio = log_ratio.astype(jnp.float32)  # 16-bit log-probs get float32 weights
-    dtype = log_ratio.dtype
-    if log_ratio.ndim != 2:
-        raise ValueError(f"log_ratio must have shape (batch, time), got {log_ratio.shape}")
-    mask = jnp.asarray(mask)
-    if mask.shape != log_ratio.shape:
-        raise ValueError(f"mask shape {mask.shape} differs from log_ratio shape {log_ratio.shape}")
-    valid = mask > 0
-    lr = jnp.where(valid, log_ratio, jnp.zeros((), dtype))
-    w = _saturating_exp(lr)
-
-    if name == "plain":
-        omega = jnp.ones_like(lr)
-    elif name == "tis":
-        omega = _capped_exp(lr, p["cap"])
-    elif name == "mis":
-        keep = w <= p["cap"] if space == "ratio" else lr <= math.log(p["cap"])
-        omega = jnp.where(keep, w, 0.0)
-    elif name in ("ppo_clip", "dual_clip"):
-        adv = _advantages(advantages, lr)
-        eps = p["clip_epsilon"]
-        clipped = ((adv > 0) & (w > 1.0 + eps)) | ((adv < 0) & (w < 1.0 - eps))
-        if name == "dual_clip":
-            clipped |= (adv < 0) & (w > p["cap"])
-        omega = jnp.where(clipped, 0.0, w)
-        if space == "loss":
-            omega = _dual_clip_autograd(w, adv, eps, p["cap"])
-    elif name in ("dppo_tv", "dppo_kl"):
-        omega = jnp.where(_dppo_dropped(name, p["threshold"], lr, advantages, logp_inf), 0.0, w)
-    elif name == "tis_mask":
-        lo, hi = p["band"]
-        if space == "k1":  # verl: token TIS with the token_k1 rejection "1/hi_1/lo"
-            if lo == 0:
-                raise ValueError(
-                    f"estimator 'tis_mask' with ties={ties!r}: a band from 0 has no token_k1 "
-                    "form (its upper threshold would be 1/0)"
-                )
-            keep = _kept(Criterion("token", 1, 1 / hi, 1 / lo, None), lr, valid)
-        else:
-            keep = (w >= lo) & (w <= hi)
-        omega = jnp.where(keep, _capped_exp(lr, p["cap"]), 0.0)
-    elif name == "seq_mask":
-        lo, hi = p["band"]
-        log_seq = jnp.sum(lr, axis=1, keepdims=True)
-        if space == "ratio":
-            big_w = _saturating_exp(log_seq)
-            keep, kept = (big_w >= lo) & (big_w <= hi), big_w
-        else:
-            log_lo = math.log(lo) if lo > 0 else -math.inf
-            keep = (log_seq >= log_lo) & (log_seq <= math.log(hi))
-            kept = _capped_exp(log_seq, hi)
-        omega = jnp.where(keep, jnp.broadcast_to(kept, lr.shape), 0.0)
-    elif name == "seq_outlier":
-        lo, hi = p["band"]
-        outside = valid & ((w < lo) | (w > hi))
-        omega = jnp.where(jnp.any(outside, axis=1, keepdims=True), 0.0, w)
-    elif name == "kl_reject":
-        keep = jnp.ones(lr.shape, bool)
-        for crit in parse_rejection(p["reject"], p["reject_threshold"]):
-            keep &= _kept(crit, lr, valid)
-        omega = jnp.where(keep, w, 0.0)
-    elif name == "opsm":
-        adv = _advantages(advantages, lr)
-        n = jnp.sum(valid, axis=1, keepdims=True)
-        mean_k1 = -jnp.sum(lr, axis=1, keepdims=True) / jnp.maximum(n, 1).astype(dtype)
-        omega = jnp.where((adv < 0) & (mean_k1 > p["threshold"]), 0.0, w)
-    elif name == "icepop":
-        lo, hi = p["band"]
-        omega = jnp.where((w >= lo) & (w <= hi), w, 0.0)
-    elif name in ("tis_clip", "cispo"):
-        lo, hi = p["band"]
-        clamped = jnp.clip(lr, -20.0, 20.0) if name == "cispo" and ties in ("verl", "skyrl") else lr
-        omega = jnp.maximum(_capped_exp(clamped, hi), lo)
-    elif name == "tis_norm":
-        capped = jnp.where(valid, _capped_exp(lr, p["cap"]), 0.0)
-        mean = jnp.sum(capped) / jnp.maximum(jnp.sum(valid), 1).astype(dtype)
-        omega = jnp.where(mean > 1e-8, capped / jnp.maximum(mean, 1e-8), capped)
-    elif name == "gspo":
-        adv = _advantages(advantages, lr)
-        omega = gspo_weights(lr, valid, adv, p["clip_epsilon"], LOG_CLAMP.get(ties or ""))
-    elif name in ("seq_is", "seq_tis"):
-        log_seq = jnp.sum(lr, axis=1, keepdims=True)
-        if name == "seq_is":
-            omega = jnp.broadcast_to(_saturating_exp(log_seq), lr.shape)
-        else:
-            omega = jnp.broadcast_to(_capped_exp(log_seq, p["cap"]), lr.shape)
-    elif name == "geo_mask":
-        lo, hi = p["band"]
-        n = jnp.sum(valid, axis=1, keepdims=True)
-        log_geo = jnp.sum(lr, axis=1, keepdims=True) / jnp.maximum(n, 1).astype(dtype)
-        if space == "ratio":
-            geo = jnp.exp(log_geo)
-            keep = (geo >= lo) & (geo <= hi)
-        else:
-            log_lo = math.log(lo) if lo > 0 else -math.inf
-            keep = (log_geo >= log_lo) & (log_geo <= math.log(hi))
-        omega = jnp.where(keep, w, 0.0)
-    else:  # tv_mask, kl_mask
-        div = token_tv if name == "tv_mask" else token_kl
-        if div is None:
-            arg = "token_tv" if name == "tv_mask" else "token_kl"
-            raise ValueError(f"estimator {name!r} needs {arg}")
-        div = jnp.asarray(div, dtype)
-        if div.shape != lr.shape:
-            raise ValueError(f"divergence shape {div.shape} differs from {lr.shape}")
-        omega = jnp.where(div > p["threshold"], 0.0, w)
-
-    omega = jnp.where(valid, omega, 0.0).astype(dtype)
+    omega = weights(
+        jnp, name, log_ratio, mask, advantages, params=params, token_tv=token_tv,
+        token_kl=token_kl, logp_inf=logp_inf, ties=ties,
+    )  # fmt: skip
     return jax.lax.stop_gradient(omega)

@@ -15,8 +15,12 @@ take exp of the mean unclamped.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from typing import Any
+
+from jaxtyping import Bool, Float
+
+# an array of either namespace (jax.numpy or numpy; this module imports no JAX)
+Array = Any
 
 __all__ = ["LOG_CLAMP", "gspo_weights"]
 
@@ -25,6 +29,7 @@ LOG_CLAMP = {"verl": 10.0, "skyrl": 10.0}
 
 
 def gspo_weights(
+    xp,
     lr: Float[Array, "batch time"],
     valid: Bool[Array, "batch time"],
     adv: Float[Array, "batch time"],
@@ -32,12 +37,13 @@ def gspo_weights(
     clamp_log: float | None = None,
 ) -> Float[Array, "batch time"]:
     """ω_t = s·1[not clipped] with s the geometric mean of w over each row's real tokens
-    (``lr`` holds 0 on padding); ``clamp_log`` zeroes the rows whose mean log w exceeds it."""
-    n = jnp.maximum(jnp.sum(valid, axis=1, keepdims=True), 1).astype(lr.dtype)
-    log_s = jnp.sum(jnp.where(valid, lr, 0.0), axis=1, keepdims=True) / n
-    s = jnp.minimum(jnp.exp(log_s), jnp.finfo(lr.dtype).max)
-    s = jnp.broadcast_to(s, lr.shape)
+    (``lr`` holds 0 on padding); ``clamp_log`` zeroes the rows whose mean log w exceeds it.
+    ``xp`` is the array namespace that computes (``jax.numpy`` or ``numpy``)."""
+    n = xp.maximum(xp.sum(valid, axis=1, keepdims=True), 1).astype(lr.dtype)
+    log_s = xp.sum(xp.where(valid, lr, 0.0), axis=1, keepdims=True) / n
+    s = xp.minimum(xp.exp(log_s), xp.finfo(lr.dtype).max)
+    s = xp.broadcast_to(s, lr.shape)
     clipped = ((adv > 0) & (s > 1.0 + eps)) | ((adv < 0) & (s < 1.0 - eps))
     if clamp_log is not None:
-        clipped |= jnp.broadcast_to(log_s > clamp_log, lr.shape)
-    return jnp.where(clipped, 0.0, s)
+        clipped |= xp.broadcast_to(log_s > clamp_log, lr.shape)
+    return xp.where(clipped, 0.0, s)

@@ -9,6 +9,7 @@ tensor.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from kernel_contracts.contracts import ContractError, loads
-from kernel_contracts.contracts.canonical import canonical_json, from_canonical
+from kernel_contracts.contracts.canonical import from_canonical
 from kernel_contracts.kernels.model.hf.checkpoint import folder_sha256, save_decoder
 from kernel_contracts.kernels.model.hf.config import parse_config
 from kernel_contracts.kernels.model.hf.decoder import Decoder
@@ -62,7 +63,12 @@ def test_hf_model_and_prompt_file_resolve_against_the_contract(folder):
     contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
     ev = contract.evidence.emulate
     assert (ev.model, ev.prompts) == (f"hf:{folder / 'ckpt'}", str(folder / "prompts.txt"))
-    assert from_canonical(canonical_json(contract)).evidence == contract.evidence
+    # the canonical form records them relative to the contract's folder, and reads back
+    rebuilt = from_canonical(contract.source.canonical)
+    assert rebuilt.source.canonical == contract.source.canonical
+    assert rebuilt.evidence.emulate == dataclasses.replace(
+        ev, model="hf:ckpt", prompts="prompts.txt"
+    )
 
 
 def test_a_prompt_file_needs_an_hf_model():
@@ -84,10 +90,19 @@ def test_hf_contract_runs_end_to_end_without_consent(folder):
     doc = json.loads(report.read_text())
     assert [c["status"] for c in doc["clauses"]] == ["held"]
     source = doc["evidence"]["sources"][0]
-    assert source["label"] == f"emulate:hf:{folder / 'ckpt'}/fp32"
+    # the model's paths relative to the contract's folder, the checkpoint known by its digest:
+    # the report says nothing of where the folder lies
+    assert source["label"] == "emulate:hf:ckpt/fp32"
+    assert (source["model"], source["prompts"]) == ("hf:ckpt", "prompts.txt")
+    assert '"model":"hf:ckpt"' in doc["contract"]["canonical"]
+    assert doc["contract"].pop("path") == str(folder / "c.yaml")  # as the command line gave it
+    assert str(folder) not in json.dumps(doc)
     # three prompts (the blank line skipped) cut to the shortest, five tokens; two new each
     assert source["tokens"] == 6 and source["sequence_length"] == 7
     assert source["checkpoint_sha256"] == folder_sha256(str(folder / "ckpt"))
+    for where in (folder, folder.parent):  # re-checked beside the contract and elsewhere
+        code, out, err = run_cli("check", report, cwd=where)
+        assert code == 0, out + err
 
 
 @pytest.mark.parametrize(

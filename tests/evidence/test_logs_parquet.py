@@ -233,3 +233,19 @@ def test_a_decimal_column_is_named_as_such(tmp_path):
     rows = [GOOD | {"train_logprobs": [decimal.Decimal("-0.5"), decimal.Decimal("-0.25")]}]
     with pytest.raises(LogError, match=r"'train_logprobs'\[0\] is a Decimal: log-probabilities"):
         read_log(_parquet(tmp_path / "log.parquet", rows), "generic")
+
+
+def test_a_column_one_slip_from_a_field_gets_a_hint(tmp_path):
+    rows = [{"responses": [1, 2], "old_logprobs": [-0.5, -0.25], "rollout_log_probs": [-0.5, -0.5]}]
+    path = _parquet(tmp_path / "log.parquet", rows)
+    with pytest.raises(LogError) as err:
+        read_log(path, None)
+    assert str(err.value).endswith(
+        "its columns: responses, old_logprobs, rollout_log_probs; did you mean 'old_log_probs' "
+        "for 'old_logprobs'?"
+    )
+    with pytest.raises(LogError) as err:  # the format declared: each row names the key it has
+        read_log(path, "verl")
+    assert "row 1: missing key 'old_log_probs' (verl format); the record has 'old_logprobs'" in (
+        str(err.value)
+    )

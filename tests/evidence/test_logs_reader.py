@@ -482,3 +482,15 @@ def test_a_log_of_non_objects_names_the_bad_lines(tmp_path):
         "object (got list); line 2: invalid JSON: nested too deeply to read (a record is one "
         "flat object)"
     )
+
+
+def test_a_key_one_slip_from_a_field_gets_a_hint(tmp_path):
+    path = tmp_path / "x.jsonl"
+    record = {"responses": [1], "old_logprobs": [-0.5], "rollout_log_probs": [-0.5], "reward": 1}
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(LogError) as err:
+        read_log(path, None)
+    assert str(err.value).endswith(
+        "its keys: old_logprobs, responses, reward, rollout_log_probs; "
+        "did you mean 'old_log_probs' for 'old_logprobs'?"
+    )

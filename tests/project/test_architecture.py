@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import json
 import pathlib
 import re
 import subprocess
@@ -671,12 +672,45 @@ def test_the_evidence_package_imports_no_jax():
         "from kernel_contracts.verify.proving import check\n"
         "from kernel_contracts.verify.pipeline import monitor, routing\n"
         "from kernel_contracts.verify.common import support\n"
+        "from kernel_contracts.kernels.rl import weight_rules\n"  # a log's weights
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert len(modules) > 8 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+_LOG_RUN = """
+import io, sys
+from kernel_contracts.verify.cli.commands import main
+code = main(["c.yaml", "--json", "r.json", "--quiet"], stdout=io.StringIO(), stderr=sys.stderr)
+print(code, sorted(m for m in sys.modules if m == "jax" or m.startswith("jax.")))
+"""
+_ESTIMATORS = """
+guarantees:
+  - {id: G1, quantity: pg_bias, score_norm: 5.0, advantage: 1.0, estimator: tis, cap: 2.0,
+     max: 10.0, from: [N_is_cap]}
+  - {id: G2, quantity: pg_bias, score_norm: 5.0, advantage: 1.0, estimator: geo_mask,
+     band: [0.9, 1.1], max: 10.0, from: [N_is_cap]}
+"""
+
+
+def test_a_log_run_weighs_its_estimators_without_jax(tmp_path):
+    """The shipped log contract with two estimators: the log is read, its clauses decided and
+    its tokens weighed (the weight diagnostics in the report), and JAX is never imported."""
+    examples = ROOT / "contracts" / "examples"
+    text = (examples / "rollout-log.yaml").read_text(encoding="utf-8")
+    (tmp_path / "c.yaml").write_text(text + _ESTIMATORS, encoding="utf-8")
+    (tmp_path / "rollout-sample.jsonl").write_bytes(
+        (examples / "rollout-sample.jsonl").read_bytes()
+    )
+    out = subprocess.run([sys.executable, "-c", _LOG_RUN], capture_output=True, text=True,
+                         cwd=tmp_path, check=True)  # fmt: skip
+    assert out.stdout == "1 []\n", out.stdout + out.stderr  # S_tv is violated on purpose
+    (source,) = json.loads((tmp_path / "r.json").read_text())["evidence"]["sources"]
+    assert set(source["weight_diagnostics"]) == {"tis(cap=2.0)", "geo_mask(band=[0.9, 1.1])"}
+    assert source["weight_diagnostics"]["tis(cap=2.0)"]["ess_per_token"] > 0.9
 
 
 def test_no_decision_depends_on_the_platform():

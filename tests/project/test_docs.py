@@ -5,6 +5,7 @@ and to declare every option the page passes it."""
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
 import shlex
@@ -293,7 +294,8 @@ def _names_in(path: pathlib.Path, name: str) -> bool:
 
 
 def test_every_path_and_module_named_exists():
-    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    # the DSL key reference names key paths (kernels.train.preset), generated from the schema
+    pages = [ROOT / "README.md", *sorted(p for p in DOCS.glob("*.md") if p.name != "dsl-keys.md")]
     missing = []
     for page in pages:
         text = page.read_text(encoding="utf-8")
@@ -310,3 +312,16 @@ def test_every_path_and_module_named_exists():
             if rest and not _names_in(_module_file(parts[:k]), rest[0]):
                 missing.append(f"{page.name}: {dotted}")
     assert not missing, missing
+
+
+def test_the_dsl_key_reference_is_current():
+    """docs/dsl-keys.md is what docs/hooks/dsl_keys.py writes from the schema today (run it
+    after changing the schema), and it lists every key the schema knows."""
+    spec = importlib.util.spec_from_file_location("dsl_keys", DOCS / "hooks" / "dsl_keys.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (DOCS / "dsl-keys.md").read_text(encoding="utf-8")
+    assert page == module.render(), "run: python docs/hooks/dsl_keys.py"
+    for key in ("policy.temperature", "guarantees[].estimator", "runtime[].batch_invariant",
+                "evidence.emulate.model", "slices.<name>.token_prob"):  # fmt: skip
+        assert f"| `{key}` |" in page, key

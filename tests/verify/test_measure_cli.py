@@ -6,6 +6,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,8 +19,9 @@ from kernel_contracts.kernels.measurement.columns import MEASURED_COLUMNS
 from kernel_contracts.kernels.model.hf.checkpoint import save_decoder
 from kernel_contracts.kernels.model.hf.config import parse_config
 from kernel_contracts.kernels.model.hf.decoder import Decoder
+from kernel_contracts.verify.diagnostics.measure.prompts import prompt_rows
 from kernel_contracts.verify.diagnostics.measure.render import ProgressBar
-from kernel_contracts.verify.diagnostics.measure.run import length_slices, load_model, prompt_rows
+from kernel_contracts.verify.diagnostics.measure.run import length_slices, load_model
 
 CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -56,7 +60,12 @@ def test_drift_table_of_a_checkpoint_and_a_prompt_file(folder, cli):
         "--tokens", "tokens.csv", cwd=folder,
     )  # fmt: skip
     assert code == 0, err
-    assert err == ""  # no progress bar when standard error is not a terminal
+    # no progress bar when standard error is not a terminal; the prompts cut are counted
+    assert err == (
+        "verify measure: warning: prompts.txt: 2 of 3 prompts cut to 5 tokens (the longest had "
+        "7): a batch serves prompts of one length, so every prompt is cut to the shortest (at "
+        "most 32 tokens)\n"
+    )
     assert out.startswith("drift table: hf:ckpt, K_train fp32, prompts.txt (5 tokens each) + 3")
     rows = list(csv.DictReader(io.StringIO((folder / "t.csv").read_text())))
     doc = json.loads((folder / "t.json").read_text())
@@ -77,11 +86,12 @@ def test_drift_table_of_a_checkpoint_and_a_prompt_file(folder, cli):
     w = np.sort(np.abs([float(t["log_ratio"]) for t in tokens]))
     assert (row["abs_log_w_q50"], row["abs_log_w_max"]) == (w[4], w[-1])  # ceil(0.5 * 9) = 5th
     assert set(tokens[0]) == {"preset", "batch", "position", *MEASURED_COLUMNS}
+    assert doc["settings"]["prompts_cut"] == 2
 
 
 def test_shipped_model_prompts_and_length_slices():
     loaded = load_model("tiny-lm")
-    rows = prompt_rows(loaded, None, 3, 100, seed=0)
+    rows = prompt_rows(loaded, None, 3, 100, seed=0).rows
     assert rows.shape == (3, 28) and rows.dtype == np.int32  # the context (128) leaves 28
     slices = length_slices(np.array([0, 14, 15, 16, 31, 32, 100]))
     assert {k: v.nonzero()[0].tolist() for k, v in slices.items()} == {
@@ -120,9 +130,11 @@ BAD = [
     (["--prompts", "blank.txt"], "verify measure: --prompts blank.txt: holds no prompts"),
     (["--presets", "h100-fp8,fp7"], "verify measure: unknown preset 'fp7'; known: fp32, bf16"),
     (["--train", "tf32"], "verify measure: unknown preset 'tf32'"),
+    (["--presets", "h100_fp8"], "unknown preset 'h100_fp8' (did you mean 'h100-fp8'?); known:"),
     (["--model", "gpt-9"], "verify measure: --model gpt-9: not a shipped model (tiny-lm)"),
     (["--model", "hf:nowhere", "--prompts", "prompts.txt"], "verify measure: --model hf:nowhere"),
-    (["--model", "hf:ckpt"], "verify measure: --model hf:ckpt: a checkpoint needs --prompts"),
+    (["--model", "hf:nowhere"], "verify measure: --model hf:nowhere: nowhere/config.json: no such"),
+    (["--model", "hf:prompts.txt"], "verify measure: --model hf:prompts.txt: prompts.txt/config"),
     (["--new-tokens", "128"], "verify measure: --new-tokens 128: tiny-lm has a context of 128"),
     (["--temperature", "0"], "verify measure: --temperature must be positive, got 0.0"),
     (["--temperature", "nan"], "verify measure: --temperature must be positive, got nan"),
@@ -143,3 +155,43 @@ def test_bad_input_is_refused_with_exit_2(folder, cli, argv, message):
     lines = err.strip().splitlines()
     assert len(lines) == 1 or lines[0].startswith("usage:")  # one reason, or usage and reason
     assert sorted(p.name for p in folder.rglob("*")) == before
+
+
+def test_a_checkpoint_without_a_tokenizer_measures_windows_of_its_vocabulary(folder, cli, tmp_path):
+    bare = tmp_path / "bare"
+    shutil.copytree(folder / "ckpt", bare)
+    (bare / "tokenizer.json").unlink()
+    code, out, err = cli(
+        "measure", "--model", f"hf:{bare}", "--count", "3", "--seed", "4", "--presets",
+        "h100-fp8", "--batch", "2", "--new-tokens", "2", "--json", tmp_path / "t.json",
+    )  # fmt: skip
+    assert code == 0 and err == "", err
+    meta = json.loads((tmp_path / "t.json").read_text())["settings"]
+    assert meta["prompts"] == "3 windows drawn uniformly from the vocabulary (seed 4)"
+    assert (meta["prompt_tokens"], meta["prompts_cut"]) == (32, 0)  # context 40 leaves 38
+    assert "3 windows drawn uniformly from the vocabulary (seed 4) (32 tokens each)" in out
+    loaded = load_model(f"hf:{bare}")
+    rows = [prompt_rows(loaded, None, 3, 2, seed).rows for seed in (4, 4, 5)]
+    assert rows[0].shape == (3, 32) and rows[0].dtype == np.int32
+    assert rows[0].min() >= 0 and rows[0].max() < CONFIG["vocab_size"]
+    assert len(np.unique(rows[0])) > 16  # the whole vocabulary, not one token
+    np.testing.assert_array_equal(rows[0], rows[1])  # seeded
+    assert not np.array_equal(rows[0], rows[2])
+
+
+_NO_JAX = """
+import io, sys
+from kernel_contracts.verify.cli.commands import main
+err = io.StringIO()
+code = main(["measure", "--model", "hf:nowhere", "--count", "2"], stdout=io.StringIO(), stderr=err)
+print(code, "jax" in sys.modules, err.getvalue(), end="")
+"""
+
+
+def test_a_bad_checkpoint_folder_is_refused_before_jax_is_imported(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _NO_JAX], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120, check=False)  # fmt: skip
+    assert done.stderr == ""
+    assert done.stdout == (
+        "2 False verify measure: --model hf:nowhere: nowhere/config.json: no such file\n"
+    )

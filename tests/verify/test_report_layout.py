@@ -16,6 +16,7 @@ import pytest
 from kernel_contracts.verify.proving.render.evidence import (
     evidence_html,
     evidence_markdown,
+    name_html,
     number_tables,
 )
 from tests.support.cli_runner import run_cli
@@ -46,7 +47,7 @@ evidence:
   logprobs: {{path: {json.dumps(str(LOG))}, format: generic}}
 """
 READABLE_PX = 12  # no glyph of a formula smaller than this
-WIDTHS = (640,)  # narrower than the page's widest table and formula
+WIDTHS = (640, 1200)  # narrower than the page's widest table and formula; a desktop window
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_both_documents_show_every_framework_metric(reports):
     page = reports["html"].read_text(encoding="utf-8")
     for name, value in metrics.items():
         assert f"| {name} | {_shown(value)} |" in reports["md"]
-        assert f"<tr><td>{name}</td><td>{_shown(value)}</td></tr>" in page
+        assert f'<tr><td>{name_html(name)}</td><td class="n">{_shown(value)}</td></tr>' in page
     assert "4096 tokens, 64 sequences, 0 malformed lines" in reports["md"]
 
 
@@ -87,7 +88,8 @@ def test_both_documents_show_the_weight_diagnostics_of_every_estimator(reports):
     for estimator, row in weights.items():
         cells = [_shown(row.get(c)) for c in columns]
         assert f"| {estimator} | " + " | ".join(cells) + " |" in reports["md"]
-        assert f"<tr><td>{estimator}</td>" + "".join(f"<td>{c}</td>" for c in cells) in page
+        row = "".join(f'<td class="n">{c}</td>' for c in cells)
+        assert f"<tr><td>{name_html(estimator)}</td>{row}" in page
 
 
 def test_any_table_of_numbers_is_rendered_whatever_its_name():
@@ -117,7 +119,8 @@ def test_any_table_of_numbers_is_rendered_whatever_its_name():
     assert "- note: policy.vocab_size not given" in md and "text" not in md
     assert "- note: skipped: seq_is: needs whole sequences" in md
     page = "\n".join(evidence_html({"sources": [source]}))
-    assert "<tr><td>icepop</td><td>0.8</td><td>—</td><td>1.5</td><td>0.05</td></tr>" in page
+    cells = "".join(f'<td class="n">{v}</td>' for v in ("0.8", "—", "1.5", "0.05"))
+    assert f"<tr><td>icepop</td>{cells}</tr>" in page
     assert evidence_markdown(None)[-1] == "No evidence was given."
 
 
@@ -140,6 +143,9 @@ window.addEventListener('load', () => {
     scrollWidth: document.documentElement.scrollWidth,
     glyphs: leaves.map(e => parseFloat(getComputedStyle(e).fontSize)),
     tables: [...document.querySelectorAll('table')].map(t => t.getBoundingClientRect().right),
+    boxes: [...document.querySelectorAll('.wide')].map(b => b.getBoundingClientRect().right),
+    formulas: [...document.querySelectorAll('.formula')].map(
+      b => [b.scrollWidth - b.clientWidth, b.scrollHeight - b.clientHeight]),
   });
   document.body.appendChild(pre);
 });
@@ -170,10 +176,38 @@ def test_the_page_fits_its_window_with_readable_formulas(reports, tmp_path):
         got = json.loads(text.replace("&quot;", '"'))
         assert got["width"] == width
         assert got["scrollWidth"] <= width, got  # no horizontal overflow of the page
-        assert len(got["tables"]) == 4 and max(got["tables"]) <= width, got
+        # a table wider than the window (words are never broken to fit) scrolls in its box
+        assert len(got["tables"]) == 4 and max(got["boxes"]) <= width, got
+        if width >= 1200:  # on a desktop window the obligations and clauses fit, and no
+            assert max(got["tables"][:2]) <= width, got  # formula box needs a scrollbar
+            assert got["formulas"] and all(f == [0, 0] for f in got["formulas"]), got
         assert len(got["glyphs"]) > 50 and min(got["glyphs"]) >= READABLE_PX, got
     shot = tmp_path / "shot.png"  # the narrowest window, as a person would see it
     _run(browser, tmp_path, WIDTHS[0], f"--screenshot={shot}", reports["html"].as_uri())
     head = shot.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", head[16:24]) == (WIDTHS[0], 900)
+
+
+def test_the_html_page_has_its_chart_summary_and_premises_column(reports):
+    """Words break only between words, the obligations table has the Markdown's column of
+    premises used, each bound has its chart against its threshold, and the verdict is said in
+    words for the policy gradient."""
+    page = reports["html"].read_text(encoding="utf-8")
+    doc = json.loads(reports["json"])
+    css = page.split("<style>", 1)[1].split("</style>", 1)[0]
+    assert "anywhere" not in css and "break-all" not in css  # no mid-word break
+    assert "overflow-wrap:break-word" in css and "td.n{white-space:nowrap" in css
+    head = page.split("<h2>Obligations</h2>", 1)[1].split("</tr>", 1)[0]
+    assert "<th>premises used</th>" in head
+    bounded = [o for o in doc["obligations"] if o["bound"] is not None]
+    charts = page.split('<svg class="bound-chart"')[1:]
+    assert len(bounded) == len(doc["obligations"]) == 3 and len(charts) == 3
+    for o, chart in zip(bounded, charts, strict=True):
+        assert f'data-bound="{o["bound"]!r}"' in chart and "</svg>" in chart
+        assert 'class="threshold"' in chart and 'class="bound"' in chart
+        assert f"<title>{o['id']}: bound" in chart
+    assert "<script" not in page and "http://" not in page  # an inline SVG needs no xmlns
+    summary = page.split('<p class="summary">', 1)[1].split("</p>", 1)[0]
+    assert doc["status"] in ("violated", "inconclusive", "unknown", "refuted")
+    assert "policy gradient" in summary and "pg_bias" in summary and "sequence_tv" in summary

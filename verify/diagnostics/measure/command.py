@@ -10,9 +10,12 @@ TV, the 50/90/99 % quantiles and max of |log w| and the top-1 flip rate
 (``evidence.drift``: mergeable cells, so tables of several runs or hosts combine exactly).
 
 The model is the shipped ``tiny-lm`` (default) or a Hugging Face checkpoint folder,
-``--model hf:FOLDER``; prompts come from ``--prompts FILE`` (UTF-8, one per non-blank line;
-needed with a checkpoint) or, for the shipped model, ``--count`` held-out windows. A progress
-bar is drawn on standard error when it is a terminal.
+``--model hf:FOLDER`` (its ``config.json`` checked before JAX is imported); prompts come from
+``--prompts FILE`` (UTF-8, one per non-blank line, cut to the shortest with a warning that
+counts the prompts cut) or ``--count`` windows: the shipped model's held-out text, or tokens
+drawn uniformly (seeded) from a checkpoint's vocabulary, which needs no tokenizer
+(``verify.diagnostics.measure.prompts``). A progress bar is drawn on standard error when it
+is a terminal.
 
 Outputs: the table on standard output; ``--csv PATH`` the same table as CSV, ``--json PATH``
 the table with the run's settings, ``--tokens PATH`` one CSV row per generated token (preset,
@@ -34,16 +37,19 @@ DEFAULT_PRESETS = ("fp32", "bf16", "h100-fp8", "h100-fp8-fast-accum", "mxfp8")
 def measure_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``measure`` command on ``argv`` (the words after ``measure``)."""
     from kernel_contracts import contracts
+    from kernel_contracts.contracts.checks import VALUE_CUTOFF, did_you_mean
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import measure_parser
     from kernel_contracts.verify.common.inputs import prepare_outputs
-    from kernel_contracts.verify.diagnostics.measure.run import MeasureError, read_prompts
+    from kernel_contracts.verify.diagnostics.measure.prompts import MeasureError, read_prompts
+    from kernel_contracts.verify.diagnostics.measure.run import check_model
 
     args = measure_parser(stdout, stderr).parse_args(argv)
     presets = args.presets or list(DEFAULT_PRESETS)
     unknown = [p for p in [*presets, args.train] if p not in contracts.PRESETS]
     if unknown:
-        stderr.write(f"verify measure: unknown preset {unknown[0]!r}; known: "
+        hint = did_you_mean(unknown[0], contracts.PRESETS, VALUE_CUTOFF)
+        stderr.write(f"verify measure: unknown preset {unknown[0]!r}{hint}; known: "
                      f"{', '.join(contracts.PRESETS)}\n")  # fmt: skip
         return 2
     if not math.isfinite(args.temperature) or args.temperature <= 0:
@@ -56,6 +62,7 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
         return 2
     with target:
         try:
+            check_model(args.model)  # a bad folder is refused before JAX is imported
             if args.prompts is not None:
                 read_prompts(args.prompts)  # a bad file is refused before any model loads
             result = _run(args, presets, stderr)
@@ -80,16 +87,20 @@ def _run(args, presets: list[str], stderr) -> dict:
     import jax
 
     from kernel_contracts.evidence.drift import drift_cell
+    from kernel_contracts.verify.diagnostics.measure.prompts import cut_warning, prompt_rows
     from kernel_contracts.verify.diagnostics.measure.render import ProgressBar
     from kernel_contracts.verify.diagnostics.measure.run import (
         length_slices,
         load_model,
         measure_setting,
-        prompt_rows,
     )
 
     loaded = load_model(args.model)
-    prompts = prompt_rows(loaded, args.prompts, args.count, args.new_tokens, args.seed)
+    made = prompt_rows(loaded, args.prompts, args.count, args.new_tokens, args.seed)
+    warning = cut_warning(made)
+    if warning is not None:
+        stderr.write(f"verify measure: warning: {warning}\n")
+    prompts = made.rows
     bar = ProgressBar(stderr, len(presets) * len(args.batch) * len(prompts))
     table, tokens = {}, []
     for preset in presets:
@@ -109,8 +120,9 @@ def _run(args, presets: list[str], stderr) -> dict:
     bar.done()
     meta = {
         "model": args.model,
-        "prompts": args.prompts if args.prompts else f"{len(prompts)} held-out windows",
+        "prompts": made.source,
         "prompt_tokens": int(prompts.shape[1]),
+        "prompts_cut": made.cut,
         "presets": presets,
         "train": args.train,
         "new_tokens": args.new_tokens,

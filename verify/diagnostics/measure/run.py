@@ -1,11 +1,9 @@
 """The drift table's measurement: a model, its prompts, and each preset at each serving batch.
 
 ``load_model`` reads the shipped checkpoint by name or a Hugging Face checkpoint folder
-(``hf:FOLDER``, ``kernels.model.hf``); ``prompt_rows`` turns a prompt file (UTF-8, one prompt per
-non-blank line) into token rows: UTF-8 bytes for the byte-level shipped model, the folder's
-``tokenizer.json`` for a checkpoint; every prompt is cut to the shortest one's length (at most
-``PROMPT_TOKENS``), so that a batch holds sequences of one length. Without a prompt file the
-shipped model's held-out windows give the prompts.
+(``hf:FOLDER``, ``kernels.model.hf``), whose tokenizer is read only when a prompt file is
+encoded; ``check_model`` checks a folder's ``config.json`` without importing JAX, so that a bad
+path is refused at once. The prompts are made by ``verify.diagnostics.measure.prompts``.
 
 ``measure_setting`` runs one kernel pair, as ``kernels.emulation`` does: K_inf (the preset at
 a serving batch, dynamic reduction splits and paged low-precision KV cache) generates, K_train
@@ -27,25 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from kernel_contracts.contracts import KernelContractsError
-from kernel_contracts.contracts.bounded import LIMITS, NotRegularFile, read_file
+from kernel_contracts.verify.diagnostics.measure.prompts import MeasureError
 
 __all__ = [
-    "PROMPT_TOKENS",
     "Loaded",
-    "MeasureError",
+    "check_model",
     "length_slices",
     "load_model",
     "measure_setting",
-    "prompt_rows",
 ]
 
-PROMPT_TOKENS = 32  # the longest prompt kept
 _HF = "hf:"
-
-
-class MeasureError(KernelContractsError):
-    """An input of ``measure`` that cannot be used (the message names it)."""
 
 
 @dataclass(frozen=True)
@@ -60,26 +50,50 @@ class Loaded:
     windows: np.ndarray | None  # default prompts (the shipped model's held-out text)
 
 
+def check_model(name: str) -> None:
+    """``MeasureError`` when ``name`` is a checkpoint folder ``hf:FOLDER`` whose
+    ``config.json`` cannot be read or describes no decoder we run. Imports no JAX."""
+    if not name.startswith(_HF):
+        return
+    from kernel_contracts.kernels.model.hf.config import read_config
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+
+    try:
+        read_config(name[len(_HF) :])
+    except CheckpointError as err:
+        raise MeasureError(f"--model {name}: {err}") from None
+
+
+def _encoder(name: str, folder: str) -> Callable[[list[str]], list[list[int]]]:
+    """Encodes texts with the folder's tokenizer, read on first use (windows drawn from the
+    vocabulary need none)."""
+
+    def encode_texts(texts: list[str]) -> list[list[int]]:
+        from kernel_contracts.kernels.model.hf import CheckpointError, encode, read_tokenizer
+
+        try:
+            tokenizer = read_tokenizer(folder)
+        except CheckpointError as err:
+            raise MeasureError(f"--model {name}: {err}") from None
+        return encode(tokenizer, texts)
+
+    return encode_texts
+
+
 def load_model(name: str) -> Loaded:
     """The shipped model ``name`` or the checkpoint ``hf:FOLDER``; ``MeasureError`` if neither
     can be loaded (every problem of a checkpoint, at its file and key)."""
     if name.startswith(_HF):
-        from kernel_contracts.kernels.model.hf import (
-            CheckpointError,
-            encode,
-            load_decoder,
-            read_tokenizer,
-        )
+        from kernel_contracts.kernels.model.hf import CheckpointError, load_decoder
 
         folder = name[len(_HF) :]
         try:
             model = load_decoder(folder)
-            tokenizer = read_tokenizer(folder)
         except CheckpointError as err:
             raise MeasureError(f"--model {name}: {err}") from None
         c = model.config
         return Loaded(name, model, c.vocab_size, c.max_position_embeddings,
-                      lambda texts: encode(tokenizer, texts), None)  # fmt: skip
+                      _encoder(name, folder), None)  # fmt: skip
     from kernel_contracts.kernels.model.tinylm import CHECKPOINTS, load_pretrained, pretrained_extra
 
     if name not in CHECKPOINTS:
@@ -94,60 +108,6 @@ def load_model(name: str) -> Loaded:
         raise MeasureError(f"--model {name}: cannot load the shipped checkpoint: {err}") from None
     return Loaded(name, model, model.config.vocab, model.config.context,
                   lambda texts: [list(t.encode("utf-8")) for t in texts], windows)  # fmt: skip
-
-
-def read_prompts(path: str) -> list[str]:
-    """The non-blank lines of the UTF-8 file at ``path``; ``MeasureError`` naming the file (and
-    the line of an undecodable byte) when it cannot be read or holds no prompt."""
-    try:
-        data = read_file(path, LIMITS["prompts"])
-    except FileNotFoundError:
-        raise MeasureError(f"--prompts {path}: no such file") from None
-    except NotRegularFile as err:
-        raise MeasureError(f"--prompts {path}: is {err.kind}, not a prompt file") from None
-    except OSError as err:
-        raise MeasureError(f"--prompts {path}: cannot read: {err.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise MeasureError(f"--prompts {path}:{line}: not UTF-8 text ({err.reason})") from None
-    texts = [t for t in text.splitlines() if t.strip()]
-    if not texts:
-        raise MeasureError(f"--prompts {path}: holds no prompts (one per non-blank line)")
-    return texts
-
-
-def prompt_rows(loaded: Loaded, path: str | None, count: int, new_tokens: int, seed: int):
-    """Prompt token rows ``[prompts, length]`` from the file at ``path`` (or ``count`` held-out
-    windows of the shipped model), every row cut to one length that leaves room for
-    ``new_tokens`` in the model's context."""
-    room = loaded.context - new_tokens
-    if room < 1:
-        raise MeasureError(
-            f"--new-tokens {new_tokens}: {loaded.name} has a context of {loaded.context} "
-            "tokens, which must hold at least one prompt token more"
-        )
-    width = min(PROMPT_TOKENS, room)
-    if path is None:
-        if loaded.windows is None:
-            raise MeasureError(f"--model {loaded.name}: a checkpoint needs --prompts FILE")
-        from kernel_contracts.kernels.emulation import prompts_from
-
-        return prompts_from(loaded.windows, count, min(width, loaded.windows.shape[1]), seed)
-    texts = read_prompts(path)
-    ids = loaded.tokenize(texts)
-    empty = [n + 1 for n, row in enumerate(ids) if not row]
-    if empty:
-        raise MeasureError(f"--prompts {path}: prompt {empty[0]} encodes to no tokens")
-    width = min(width, *(len(row) for row in ids))
-    rows = np.asarray([row[:width] for row in ids], np.int64)
-    if rows.max() >= loaded.vocab:
-        raise MeasureError(
-            f"--prompts {path}: token id {int(rows.max())} lies outside the vocabulary of "
-            f"{loaded.name} [0, {loaded.vocab})"
-        )
-    return rows.astype(np.int32)
 
 
 def length_slices(position: np.ndarray) -> dict[tuple[int, int], np.ndarray]:

@@ -2,7 +2,9 @@
 
 Both render the same ``Report`` record as the JSON form. The HTML page has inline CSS and no
 external assets; formulas are shown as MathML (rendered natively by browsers) beside their
-plain text, and every verdict carries its colour.
+plain text, every verdict carries its colour, each bound is drawn against its threshold (an
+inline SVG, ``render.chart``), and a summary says what the verdict means for the policy
+gradient.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from kernel_contracts.verify.proving.obligations import (
     expr_text,
     rational,
 )
-from kernel_contracts.verify.proving.render.evidence import evidence_html, evidence_markdown
+from kernel_contracts.verify.proving.render.chart import bound_chart, verdict_summary
+from kernel_contracts.verify.proving.render.evidence import (
+    evidence_html,
+    evidence_markdown,
+    name_html,
+)
 from kernel_contracts.verify.proving.render.report import Report
 
 __all__ = ["to_html", "to_markdown"]
@@ -55,6 +62,11 @@ def _cex(o: Obligation) -> str:
         return ""
     point = ", ".join(f"{k} = {decimal(v, 12)} ({rational(v)})" for k, v in c.point)
     return f"{point}; bound there ≥ {decimal(c.value[0], 12)} ({c.source})"
+
+
+def _used(o: Obligation) -> str:
+    """The premises the proof used (its unsat core's premise names)."""
+    return ", ".join(n[8:] for n in o.unsat_core if n.startswith("premise_")) or "—"
 
 
 def _detail_lines(o: Obligation) -> list[tuple[str, str]]:
@@ -108,10 +120,9 @@ def to_markdown(report: Report) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for o in report.obligations:
-        used = ", ".join(n[8:] for n in o.unsat_core if n.startswith("premise_")) or "—"
         out.append(
             f"| {o.id} | {o.quantity} | **{o.status.label}** | {_num(o.bound)} | "
-            f"{_num(o.threshold)} | {used} | {o.time_ms:.1f} |"
+            f"{_num(o.threshold)} | {_used(o)} | {o.time_ms:.1f} |"
         )
     for o in report.obligations:
         out += ["", f"### {o.id}: {o.quantity} — {o.status.label}", ""]
@@ -159,21 +170,27 @@ def to_markdown(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
-# The page never scrolls sideways: tables take the page's width and wrap long words in their
-# cells; a table or formula still too wide scrolls inside its own box (.wide). Formulas keep a
-# readable size: a browser shrinks every nested script and fraction level by about 0.7, which
-# makes a long bound's innermost terms a few pixels high, so here only scripts shrink, once per
-# level, and never below 12px.
+# The page never scrolls sideways: tables take the page's width and wrap their cells between
+# words (a word is broken only when it alone is wider than its cell; numbers never break); a
+# table or formula still too wide scrolls inside its own box (.wide), which clips nothing
+# vertically and so shows a scrollbar only when the content is wider than the page. Formulas
+# keep a readable size: a browser shrinks every nested script and fraction level by about 0.7,
+# which makes a long bound's innermost terms a few pixels high, so here only scripts shrink,
+# once per level, and never below 12px.
 _CSS = """
 body{font:15px/1.5 system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em;color:#1f2328}
 h1{font-size:1.6em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em}
-.wide{max-width:100%;overflow-x:auto}
+.wide{max-width:100%;overflow-x:auto;overflow-y:hidden}.formula{padding:.4em 0}
 table{border-collapse:collapse;margin:.5em 0;width:100%}td,th{border:1px solid #d0d7de;
-padding:.25em .35em;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
+padding:.25em .35em;text-align:left;vertical-align:top;overflow-wrap:break-word;hyphens:none}
+th{background:#f6f8fa}td.n{white-space:nowrap;font-variant-numeric:tabular-nums}
+td.r{min-width:16em}table{font-size:14px}
 .badge{color:#fff;border-radius:1em;padding:.05em .7em;font-weight:600;white-space:nowrap}
-.verdict{font-size:1.3em}pre{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:12px}
+.verdict{font-size:1.3em}.summary{background:#f6f8fa;border-left:4px solid #d0d7de;padding:.5em 1em}
+pre{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:12px}
+svg.bound-chart{display:block;max-width:100%;height:auto;margin:.3em 0}
 dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.2em 1em}dt{font-weight:600}
-dd{margin:0;overflow-wrap:anywhere}code{font-size:.92em}
+dd{margin:0;overflow-wrap:break-word}code{font-size:.92em}
 math{font-size:18px;math-style:normal}math *{font-size:inherit}
 msub>:not(:first-child),msup>:not(:first-child),msubsup>:not(:first-child),
 munder>:not(:first-child),mover>:not(:first-child),munderover>:not(:first-child),
@@ -188,7 +205,9 @@ def _badge(label: str) -> str:
 
 def _mathml(o: Obligation) -> str:
     body = expr_mathml(o.expr) if o.expr is not None else None
-    return "" if body is None else f'<div class="wide"><math display="block">{body}</math></div>'
+    if body is None:
+        return ""
+    return f'<div class="wide formula"><math display="block">{body}</math></div>'
 
 
 def to_html(report: Report) -> str:
@@ -203,20 +222,24 @@ def to_html(report: Report) -> str:
         f"<title>{e(c.name)}: {s.label}</title><style>{_CSS}</style></head><body>",
         f"<h1>Kernel contract report: {e(c.name)}</h1>",
         f'<p class="verdict">Verdict: {_badge(s.label)} (exit code {s.exit_code})</p>',
+        f'<p class="summary">{verdict_summary(report)}</p>',
         f"<p>contract <code>{e(c.path)}</code>, sha256 <code>{e(c.sha256)}</code><br>",
         f"toolkit {e(report.toolkit)}, Python {e(report.python)}, {e(solvers)}</p>",
         '<h2>Obligations</h2><div class="wide"><table><tr><th>id</th><th>quantity</th>',
         "<th>verdict</th>",
-        "<th>bound</th><th>threshold</th><th>time (ms)</th></tr>",
+        "<th>bound</th><th>threshold</th><th>premises used</th><th>time (ms)</th></tr>",
     ]
     for o in report.obligations:
         out.append(
-            f"<tr><td>{e(o.id)}</td><td>{e(o.quantity)}</td><td>{_badge(o.status.label)}</td>"
-            f"<td>{_num(o.bound)}</td><td>{_num(o.threshold)}</td><td>{o.time_ms:.1f}</td></tr>"
+            f"<tr><td>{name_html(o.id)}</td><td>{name_html(o.quantity)}</td>"
+            f"<td>{_badge(o.status.label)}</td>"
+            f'<td class="n">{_num(o.bound)}</td><td class="n">{_num(o.threshold)}</td>'
+            f'<td>{e(_used(o))}</td><td class="n">{o.time_ms:.1f}</td></tr>'
         )
     out.append("</table></div>")
     for o in report.obligations:
         out.append(f"<h3>{e(o.id)}: {e(o.quantity)} {_badge(o.status.label)}</h3>")
+        out.append(bound_chart(o))
         out.append(_mathml(o))
         out.append("<dl>")
         out += [f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _detail_lines(o)]
@@ -233,10 +256,12 @@ def to_html(report: Report) -> str:
     out.append("<th>max</th><th>samples</th><th>reason</th></tr>")
     for r in report.clauses:
         out.append(
-            f"<tr><td>{e(r.id)}</td><td>{e(r.family)}</td><td>{e(r.slice)}</td>"
-            f"<td>{_badge(r.status.label)}</td><td>{e(r.metric)}</td><td>{e(r.statistic)}</td>"
-            f"<td>{_num(r.value)}</td><td>{_num(r.bound)}</td><td>{_num(r.threshold)}</td>"
-            f"<td>{r.samples}</td><td>{e(r.reason)}</td></tr>"
+            f"<tr><td>{name_html(r.id)}</td><td>{e(r.family)}</td><td>{name_html(r.slice)}</td>"
+            f"<td>{_badge(r.status.label)}</td><td>{name_html(r.metric)}</td>"
+            f"<td>{name_html(r.statistic)}</td>"
+            f'<td class="n">{_num(r.value)}</td><td class="n">{_num(r.bound)}</td>'
+            f'<td class="n">{_num(r.threshold)}</td><td class="n">{r.samples}</td>'
+            f'<td class="r">{e(r.reason)}</td></tr>'
         )
     out.append(f"</table></div><h2>Premises</h2><p>{e(_SUPPORT_TEXT)}</p><ul>")
     if not report.support:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["NumberTable", "evidence_html", "evidence_markdown", "number_tables"]
+__all__ = ["NumberTable", "evidence_html", "evidence_markdown", "name_html", "number_tables"]
 
 # the counts shown on a source's first line, when present, in this order
 _COUNTS = (
@@ -135,13 +135,22 @@ def evidence_html(evidence: Mapping | None) -> list[str]:
         if notes := _notes(source):
             out.append("<ul>" + "".join(f"<li>note: {e(n)}</li>" for n in notes) + "</ul>")
         for t in number_tables(source):
-            head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
+            head = "".join(f"<th>{name_html(c)}</th>" for c in t.columns)
             out.append(f'<h4>{e(t.title)}</h4><div class="wide"><table><tr><th>name</th>{head}')
             out.append("</tr>")
             for name, cells in t.rows:
-                row = "".join(f"<td>{_number(v)}</td>" for v in cells)
-                out.append(f"<tr><td>{e(name)}</td>{row}</tr>")
+                row = "".join(f'<td class="n">{_number(v)}</td>' for v in cells)
+                out.append(f"<tr><td>{name_html(name)}</td>{row}</tr>")
             out.append("</table></div>")
+    return out
+
+
+def name_html(text: str) -> str:
+    """A name for a table cell, escaped: it may wrap after an underscore or a slash
+    (``rollout_corr/rollout_is_mean``), never inside a word or a number."""
+    out = html.escape(text)
+    for mark in ("_", "/"):
+        out = out.replace(mark, f"{mark}<wbr>")
     return out
 
 
