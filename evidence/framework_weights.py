@@ -30,7 +30,9 @@ token and W = Π w per sequence, all in float32 as the frameworks hold log-probs
   geometric mean exp(mean log w) lies outside it.
 - TRL ``sampling/importance_sampling_ratio/min``, ``/mean``, ``/max``: of its corrected
   ratio (truncated, clamped to [lo, hi] for ``tis_clip``, or masked), over tokens in the
-  token modes and over sequences, one W each, in the sequence modes.
+  token modes and over sequences, one W each, in the sequence modes. For ``opsm`` (token
+  truncation at [0, none]) the ratio is w itself: TRL logs it before the off-policy mask, the
+  one part that reads the advantage.
 - SkyRL: ``tis_token_clip_high_ratio``, the share of tokens whose ratio (clamped to e^±20)
   exceeds the TIS cap among the tokens its token mask (``mis``, ``icepop``, ``tis_mask``) or
   outlier mask (``seq_outlier``) leaves, 0 where it leaves none; ``tis_seq_clip_high_ratio``,
@@ -207,7 +209,7 @@ def _nemo(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
 
 
 def _trl(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
-    if name in ("tis", "mis", "icepop", "tis_clip"):
+    if name in ("tis", "mis", "icepop", "tis_clip", "opsm"):  # opsm: w, clamped at 0 only
         ratio = _exp32(g.lr)[g.valid]
     elif name in ("seq_tis", "seq_is", "seq_mask"):
         ratio = np.append(_exp32(g.log_seq), np.ones(g.empty, np.float32))
