@@ -255,6 +255,28 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
     }
 
 
+# the AlgorithmConfig keys each SkyRL loss reads (skyrl a9564572, ppo_utils.py); the dual
+# clip also reads clip_ratio_c
+SKYRL_READS = {
+    "ppo_utils.ppo_policy_loss": {
+        "policy_loss_type",
+        "eps_clip_low",
+        "eps_clip_high",
+        "off_policy_correction",
+    },
+    "ppo_utils.dppo_policy_loss": {"policy_loss_type", "dppo", "off_policy_correction"},
+}
+
+
+def test_each_skyrl_case_records_only_the_options_its_loss_reads():
+    skyrl = {case: c for case, c in CASES.items() if c["framework"] == "skyrl"}
+    assert {c["function"] for c in skyrl.values()} == set(SKYRL_READS)
+    for case, c in skyrl.items():
+        dual = c["options"]["policy_loss_type"] == "dual_clip"
+        want = SKYRL_READS[c["function"]] | ({"clip_ratio_c"} if dual else set())
+        assert set(c["options"]) == want, case
+
+
 # export keys with no option in the recorded call: the call itself is what they select
 SELECTED_BY_THE_CALL = {
     "algorithm.rollout_correction.loss_type",  # ppo_clip: compute_policy_loss_vanilla

@@ -604,19 +604,20 @@ def skyrl_cases(src, lp, lq, mask, adv):
     for name, (params, loss_type, corr) in cases.items():
         # the export adds to the KL threshold the 1e-8 SkyRL's binary KL adds inside its log
         delta = TV if name == "dppo_tv" else KL + 1e-8
-        config = Cfg(
-            policy_loss_type=loss_type,
-            eps_clip_low=EPS,
-            eps_clip_high=EPS,
-            clip_ratio_c=CAP,
-            loss_reduction="token_mean",
-            off_policy_correction=corr,
-            dppo=Cfg(
+        # only the AlgorithmConfig keys the loss reads (a key left out reads as None): the
+        # PPO clip for ppo_policy_loss, clip_ratio_c for its dual clip, the dppo block for
+        # dppo_policy_loss, the off-policy correction for both
+        config = Cfg(policy_loss_type=loss_type, off_policy_correction=corr)
+        if loss_type == "dppo":
+            config["dppo"] = Cfg(
                 dppo_type="binary_tv" if name == "dppo_tv" else "binary_kl",
                 delta_low=delta,
                 delta_high=delta,
-            ),
-        )
+            )
+        else:
+            config.update(eps_clip_low=EPS, eps_clip_high=EPS)
+        if loss_type == "dual_clip":
+            config["clip_ratio_c"] = CAP
         dual = loss_type == "dual_clip"
         old = lq if dual else lp  # dual clip: the ratio against the engine's log-probs
         fn = ppo_utils.dppo_policy_loss if loss_type == "dppo" else ppo_utils.ppo_policy_loss
@@ -630,9 +631,7 @@ def skyrl_cases(src, lp, lq, mask, adv):
             seen.update(metrics)
             return value
 
-        options = {k: v for k, v in config.items() if k != "off_policy_correction"}
-        options["off_policy_correction"] = dict(corr)
-        options["dppo"] = dict(config["dppo"])
+        options = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
         yield (
             name,
             params,
