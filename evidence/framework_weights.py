@@ -24,12 +24,15 @@ token and W = Π w per sequence, all in float32 as the frameworks hold log-probs
   itself, so its importance part is token level with a threshold that truncates nothing.
   ``tis_norm`` (``rollout_is_batch_normalize``) logs those of ``tis``: before the division.
 - NeMo-RL ``is_oob_ratio``: under ``tis`` (``tis``) the share of tokens with w above the cap
-  (the clipped ones); under ``icepop`` (``mis``, ``icepop``) the share of tokens outside the
-  band; under ``seq-mask-tis`` (``geo_mask``) the share of sequences whose geometric mean
-  exp(mean log w) lies outside it.
+  (the clipped ones), and with ``truncated_importance_sampling_ratio_min`` (``tis_clip``, from
+  0.7) those above hi or below lo; under ``icepop`` (``mis``, ``icepop``) the share of tokens
+  outside the band; under ``seq-mask-tis`` (``geo_mask``) the share of sequences whose
+  geometric mean exp(mean log w) lies outside it.
 - TRL ``sampling/importance_sampling_ratio/min``, ``/mean``, ``/max``: of its corrected
   ratio (truncated, clamped to [lo, hi] for ``tis_clip``, or masked), over tokens in the
-  token modes and over sequences, one W each, in the sequence modes.
+  token modes and over sequences, one W each, in the sequence modes. For ``opsm`` (token
+  truncation at [0, none]) the ratio is w itself: TRL logs it before the off-policy mask, the
+  one part that reads the advantage.
 - SkyRL: ``tis_token_clip_high_ratio``, the share of tokens whose ratio (clamped to e^±20)
   exceeds the TIS cap among the tokens its token mask (``mis``, ``icepop``, ``tis_mask``) or
   outlier mask (``seq_outlier``) leaves, 0 where it leaves none; ``tis_seq_clip_high_ratio``,
@@ -189,6 +192,9 @@ def _nemo(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
     w = np.nan_to_num(_exp32(g.lr), nan=0.0, posinf=0.0, neginf=0.0)
     if name == "tis":
         return {"is_oob_ratio": g.token_share(w > np.float32(p["cap"]))}
+    if name == "tis_clip":  # the tis type with a floor: clamped from either side
+        lo, hi = _band(p)
+        return {"is_oob_ratio": g.token_share((w > np.float32(hi)) | (w < np.float32(lo)))}
     if name in ("mis", "icepop"):
         lo, hi = (0.0, float(p["cap"])) if name == "mis" else _band(p)
         return {"is_oob_ratio": g.token_share(~_inside(w, lo, hi))}
@@ -203,7 +209,7 @@ def _nemo(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
 
 
 def _trl(name: str, p: Mapping, g: _Grid) -> dict[str, Part]:
-    if name in ("tis", "mis", "icepop", "tis_clip"):
+    if name in ("tis", "mis", "icepop", "tis_clip", "opsm"):  # opsm: w, clamped at 0 only
         ratio = _exp32(g.lr)[g.valid]
     elif name in ("seq_tis", "seq_is", "seq_mask"):
         ratio = np.append(_exp32(g.log_seq), np.ones(g.empty, np.float32))

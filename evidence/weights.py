@@ -30,7 +30,9 @@ the weights refuse to be computed without them), or the advantages (the weights 
 computed with every advantage +1 and again with every advantage −1; when they differ, they
 depend on the advantage's sign). When they agree, no rule that reads only each token's or
 sequence's advantage sign could give other weights, so the diagnostics hold whatever the
-advantages were.
+advantages were. When they differ, a framework's numbers that read no advantage are still
+given: TRL logs ``sampling/importance_sampling_ratio/*`` for the ``opsm`` export from its ratio
+before the off-policy mask, which alone reads the advantage.
 """
 
 from __future__ import annotations
@@ -139,8 +141,10 @@ def _one(
     rows: int,
     width: int,
     empty: int,
-) -> dict[str, float] | str:
-    """The diagnostics of one estimator, or why a log cannot give them."""
+) -> tuple[str | None, dict[str, float]]:
+    """Why a log cannot give our diagnostics of one estimator (``None`` where it can), and
+    the numbers it gives: ours and the frameworks', or, where the weights depend on the
+    advantages, the frameworks' numbers that read none."""
     name, pairs = estimator
     params = dict(pairs)
     per = max(1, _CELLS // width)
@@ -148,6 +152,7 @@ def _one(
     top, clipped, masked = -math.inf, 0, 0
     seq_any, seq_all = 0, 0
     theirs: dict = {}
+    why: str | None = None
     for first in range(0, rows, per):
         last = min(rows, first + per)
         pick = (row >= first) & (row < last)
@@ -157,16 +162,22 @@ def _one(
         lq = np.zeros(shape, np.float32)
         valid = np.zeros(shape, np.float32)
         lr[r, c], lq[r, c], valid[r, c] = log_w[pick], rollout[pick], 1.0
+        weigh = _weigher(lq, valid)
+        part = chunk_parts(name, params, lr, valid > 0, empty if first == 0 else 0, weigh)
+        theirs = merge(theirs, part)
+        if why is not None:
+            continue
         try:
             up = _weights(name, params, lr, lq, valid, 1.0)
             down = _weights(name, params, lr, lq, valid, -1.0)
         except ValueError as err:  # e.g. tv_mask and kl_mask need token_tv, token_kl
-            return f"its weights need what a sampled-token log does not give ({err})"
+            return f"its weights need what a sampled-token log does not give ({err})", {}
         if not np.array_equal(up, down):
-            return (
+            why = (
                 "its weights depend on the advantages, which a log does not record (the "
                 "tokens' weights differ between all advantages +1 and all −1)"
             )
+            continue
         omega = up[r, c]
         s1 += float(omega.sum())
         s2 += float(np.dot(omega, omega))
@@ -183,9 +194,8 @@ def _one(
         counts = np.bincount(r, minlength=last - first)
         seq_any += int(np.count_nonzero(zeros > 0))
         seq_all += int(np.count_nonzero(zeros == counts))
-        weigh = _weigher(lq, valid)
-        part = chunk_parts(name, params, lr, valid > 0, empty if first == 0 else 0, weigh)
-        theirs = merge(theirs, part)
+    if why is not None:  # the frameworks' numbers that read no advantage (TRL's for opsm)
+        return why, finish(theirs)
     n = log_w.size
     out = {}
     if s2 > 0 and math.isfinite(s2):
@@ -198,7 +208,7 @@ def _one(
     out["seq_masked_fraction"] = seq_any / rows
     out["seq_rejected_fraction"] = seq_all / rows
     ours = {k: out[k] for k in OUR_NAMES if k in out and math.isfinite(out[k])}
-    return ours | finish(theirs)
+    return None, ours | finish(theirs)
 
 
 def weight_diagnostics(
@@ -210,7 +220,9 @@ def weight_diagnostics(
     sequences: int | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """``({label: {name: number}}, {label: why not})`` for ``estimators`` on the tokens given
-    by their log ratio log w, their log π'(y) and their sequence number (padding removed).
+    by their log ratio log w, their log π'(y) and their sequence number (padding removed). An
+    estimator whose weights depend on the advantages has a reason, and numbers only where a
+    framework logs some for its export that read no advantage (TRL's ratio for ``opsm``).
     A token whose log ratio or log π'(y) is not finite is left out (the clauses count it as a
     non-finite value). ``sequences``, the number of sequences the log holds (those with no
     token included), lets the frameworks' numbers count the empty ones where the framework
@@ -228,9 +240,9 @@ def weight_diagnostics(
     numbers: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
     for e in estimators:
-        got = _one(e, log_w, rollout, row, col, rows, width, empty)
-        if isinstance(got, str):
-            reasons[label(e)] = got
-        else:
+        why, got = _one(e, log_w, rollout, row, col, rows, width, empty)
+        if why is not None:
+            reasons[label(e)] = why
+        if got:
             numbers[label(e)] = got
     return numbers, reasons

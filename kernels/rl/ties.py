@@ -163,7 +163,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "icepop": _ICEPOP,
                 "geo_mask": TieRule("ratio", "keeps lo ≤ exp(mean log w) ≤ hi"),
                 "dual_clip": _DUAL,
-                "tis_clip": dataclasses.replace(_TIS_CLIP, exported=False),
+                "tis_clip": _TIS_CLIP,
                 "gspo": _GSPO,
                 "cispo": _CISPO,
             },

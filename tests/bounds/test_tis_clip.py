@@ -226,7 +226,7 @@ def test_the_rl_page_tis_clip_guarantee_is_read_and_proved():
     assert discharge(d).status is Status.PROVED, d.guarantee
 
 
-def test_exports_write_trls_two_clip_keys_and_refuse_the_others_with_the_reason():
+def test_exports_write_trls_and_nemo_rls_clip_keys_and_refuse_the_others_with_the_reason():
     from kernel_contracts.verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
 
     r = Request("G", "tis_clip", band=(Fraction(1, 2), Fraction(2)))
@@ -236,7 +236,12 @@ def test_exports_write_trls_two_clip_keys_and_refuse_the_others_with_the_reason(
     assert trl["vllm_importance_sampling_clip_max"] == Fraction(2)
     no_floor = dict(FRAMEWORKS["trl"].settings(Request("G", "tis_clip", band=(0, Fraction(2)))))
     assert no_floor["vllm_importance_sampling_clip_min"] is None
-    reasons = {"nemo-rl": "0.6 ignores", "verl": "from above only", "skyrl": "from above only"}
+    nemo = dict(FRAMEWORKS["nemo-rl"].settings(r))  # the tis type with a floor, 0.7 on
+    assert nemo["loss_fn.truncated_importance_sampling_type"] == "tis"
+    assert nemo["loss_fn.truncated_importance_sampling_ratio_min"] == Fraction(1, 2)
+    assert nemo["loss_fn.truncated_importance_sampling_ratio"] == Fraction(2)
+    assert FRAMEWORKS["nemo-rl"].since["tis_clip"][0] == "0.7"
+    reasons = {"verl": "from above only", "skyrl": "from above only"}
     for name, why in reasons.items():
         with pytest.raises(NoCounterpart, match=why):
             FRAMEWORKS[name].settings(r)

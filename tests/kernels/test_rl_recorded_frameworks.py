@@ -163,6 +163,29 @@ def test_the_frameworks_tie_rule_is_what_makes_the_dual_clip_equal():
     np.testing.assert_allclose(_ours("verl/dual_clip", "edge", ties=None)[tied], _w("edge")[tied])
 
 
+def test_verl_k1_drops_a_token_on_the_band_end_that_the_ratio_keeps():
+    # at [0.8, 1.25] a float32 log w beyond float32(log 1.25) (or below float32(log 0.8)) still
+    # has exp exactly 1.25 (0.8): the ratio test keeps it, verl's token_k1 (−log w against
+    # float32(log(1/hi)), float32(log(1/lo))) drops it; ours under ties="verl" drops it too
+    case = next(c for c in CASES if c.startswith("verl/tis_mask@"))
+    lo, hi = _params(case)["band"]
+    lp, lq, mask, _ = _inputs("edge")
+    lr = np.where(mask > 0, lp - lq, F32(0.0))
+    w32 = np.exp(lr.astype(np.float64)).astype(F32)  # exp correctly rounded, as torch's here
+    on_end = (mask > 0) & ((w32 == F32(hi)) | (w32 == F32(lo)))
+    k1_drops = (-lr < F32(math.log(1 / hi))) | (-lr > F32(math.log(1 / lo)))
+    for end in (hi, lo):
+        assert np.count_nonzero(on_end & k1_drops & (w32 == F32(end))) >= 2, end
+        assert np.count_nonzero(on_end & ~k1_drops & (w32 == F32(end))) >= 2, end
+    theirs = _theirs(case, "edge")
+    assert np.all(theirs[on_end & k1_drops] == 0), _source(case)
+    np.testing.assert_array_equal(theirs[on_end & ~k1_drops], w32[on_end & ~k1_drops])
+    np.testing.assert_array_equal(_ours(case, "edge")[on_end], theirs[on_end])
+    for ratio_rule in (None, "skyrl"):  # the ratio keeps every token on the band's end
+        kept = _ours(case, "edge", ties=ratio_rule)[on_end]
+        np.testing.assert_array_equal(kept, w32[on_end].astype(np.float64))
+
+
 def test_the_edge_batch_holds_every_edge():
     lp, lq, mask, adv = _inputs("edge")
     real = mask > 0
@@ -213,12 +236,9 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
         ours = numbers.get(label(_estimator(case)), {})
         ours = {k: v for k, v in ours.items() if k in LOGGED_BY[c["framework"]]}
         where = f"{_source(case)} on the {batch} batch"
-        if case == "nemo-rl/tis_clip":  # not exported (0.6 ignores the lower key): no names
-            assert ours == {} and "is_oob_ratio" in logged, where
-            continue
-        if case == "trl/opsm":  # a report weighs no estimator that reads the advantage
-            assert label(_estimator(case)) in skipped and logged, where
-            continue
+        if case == "trl/opsm":  # ours read the advantage; TRL's ratio numbers do not
+            assert label(_estimator(case)) in skipped, where
+            assert set(numbers[label(_estimator(case))]) <= set(LOGGED_BY["trl"]), where
         assert set(ours) == set(logged), where
         for key, value in logged.items():
             if value == "nan":  # TRL's sequence modes on NaN padding: no number to compare
@@ -233,6 +253,28 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
         "dppo_tv",
         "dppo_kl",
     }
+
+
+# the AlgorithmConfig keys each SkyRL loss reads (skyrl a9564572, ppo_utils.py); the dual
+# clip also reads clip_ratio_c
+SKYRL_READS = {
+    "ppo_utils.ppo_policy_loss": {
+        "policy_loss_type",
+        "eps_clip_low",
+        "eps_clip_high",
+        "off_policy_correction",
+    },
+    "ppo_utils.dppo_policy_loss": {"policy_loss_type", "dppo", "off_policy_correction"},
+}
+
+
+def test_each_skyrl_case_records_only_the_options_its_loss_reads():
+    skyrl = {case: c for case, c in CASES.items() if c["framework"] == "skyrl"}
+    assert {c["function"] for c in skyrl.values()} == set(SKYRL_READS)
+    for case, c in skyrl.items():
+        dual = c["options"]["policy_loss_type"] == "dual_clip"
+        want = SKYRL_READS[c["function"]] | ({"clip_ratio_c"} if dual else set())
+        assert set(c["options"]) == want, case
 
 
 # export keys with no option in the recorded call: the call itself is what they select

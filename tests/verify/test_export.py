@@ -297,9 +297,9 @@ def _nemo(s: dict, logw: np.ndarray, adv: np.ndarray) -> np.ndarray:
     kind = s["loss_fn.truncated_importance_sampling_type"]
     hi = float(s["loss_fn.truncated_importance_sampling_ratio"])
     w = np.exp(logw)
-    if kind == "tis":
-        return np.minimum(w, hi)
-    lo = float(s["loss_fn.truncated_importance_sampling_ratio_min"])
+    lo = float(s["loss_fn.truncated_importance_sampling_ratio_min"] or 0.0)
+    if kind == "tis":  # clamped to [min, max] (0.7 on; min None is 0)
+        return np.clip(w, lo, hi)
     if kind == "icepop":
         return w * ((lo <= w) & (w <= hi))
     g = np.exp(logw.mean(-1, keepdims=True))
@@ -407,7 +407,7 @@ def test_each_exported_setting_weights_tokens_as_its_estimator(name, request_):
 COUNTERPARTS = {  # framework -> the estimators it carries out exactly
     "verl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "tis_mask", "dual_clip",
              "tis_norm", "kl_reject", "clip_budget"},
-    "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "clip_budget"},
+    "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "tis_clip", "clip_budget"},
     "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "tis_clip",
             "clip_budget"},
     "skyrl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "seq_outlier", "tis_mask",

@@ -325,3 +325,35 @@ def test_the_table_marks_every_refused_counterpart():
     assert "not exported" in rows["dual_clip"][3]
     assert rows["dppo_tv"][3].endswith("(skyrl 0.3 on)")
     assert '`rollout_rs: "token_k1"`' in rows["kl_reject"][0]
+
+
+# --- tis_clip: NeMo-RL's tis type with truncated_importance_sampling_ratio_min, from 0.7 -----
+
+
+def test_nemo_rl_tis_clip_is_exported_from_0_7_and_refused_before(tmp_path):
+    path = _contract(tmp_path, "estimator: tis_clip, band: [0.5, 2.0], max: 0.05")
+    code, out, err = run_cli("export", path, *SLOW_OK, "--to", "nemo-rl")
+    assert (code, err) == (0, "")
+    loss = yaml.safe_load(out)["loss_fn"]
+    assert {k: v for k, v in loss.items() if k.startswith(("truncated", "use_imp"))} == {
+        "use_importance_sampling_correction": True,
+        "truncated_importance_sampling_type": "tis",
+        "truncated_importance_sampling_ratio": 2.0,
+        "truncated_importance_sampling_ratio_min": 0.5,
+    }
+    assert "# needs: nemo-rl 0.7 or later for tis_clip (G): the tis type clamps" in out
+    for release in ("0.7", "0.7.0", "main@7ea279ab"):
+        assert run_cli("export", path, *SLOW_OK, "--to", "nemo-rl", "--check-version", release) == (
+            0,
+            out,
+            "",
+        )
+    code, out, err = run_cli("export", path, *SLOW_OK, "--to", "nemo-rl", "--check-version", "0.6")
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "{id: G," in t)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"{path}:{line}:65: guarantees[0].estimator: nemo-rl 0.6 has no counterpart for "
+        "pg_bias, estimator tis_clip, band [0.5, 2.0]: the tis type clamps from below at "
+        "truncated_importance_sampling_ratio_min from v0.7.0; v0.6.0 ignores that key for tis "
+        "and clamps from above alone (from nemo-rl 0.7 on)\n"
+    )

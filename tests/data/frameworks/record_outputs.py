@@ -36,7 +36,10 @@ NeMo-RL's token mean: 1/number of real tokens; SkyRL's ``reduce_loss`` sums, its
 the advantages for the reduction beforehand: 1). TRL's opsm is the ratio times
 ``get_off_policy_mask``'s mask, as ``_compute_loss`` applies both. Each case uses the settings
 ``verify export`` writes for the estimator (verl's ``kl_reject``: ``rollout_is`` token level at
-5e8, which truncates nothing, with the ``rollout_rs`` criteria).
+5e8, which truncates nothing, with the ``rollout_rs`` criteria). One more verl case,
+``tis_mask@0.8_1.25``, runs ``tis_mask`` at the band [K1_LO, K1_HI], whose ends (unlike 0.5 and
+2) have float32 log-ratios that torch's exp rounds onto the end while ``token_k1`` drops them;
+the last two ``edge`` rows hold them.
 
 Files: ``recorded.npz`` holds, for each batch ``b`` (``seeded``, ``edge``), the inputs
 ``b/logp_train``, ``b/logp_inf``, ``b/mask``, ``b/adv`` (float32, B × T; NaN on the padding of
@@ -86,6 +89,10 @@ COMMITS = {"verl": "1dda039b", "trl": "f2cd5771", "nemo-rl": "7ea279ab", "skyrl"
 CAP, LO, HI, EPS = 2.0, 0.5, 2.0, 0.2  # the thresholds every case uses
 TV, KL = 0.05, 0.02  # DPPO's thresholds
 REJECT = ("token_k1,seq_mean_k3,seq_max_k2", "0.5_2.0,0.002,0.08")
+# a band whose ends have float32 log-ratios that torch's exp rounds onto the end while verl's
+# token_k1 (−log w against float32(log(1/hi)), float32(log(1/lo))) drops them; at 0.5 and 2 no
+# such log-ratio exists (one float32 log w rounds to each)
+K1_LO, K1_HI = 0.8, 1.25
 
 
 # ---- stand-ins for the imports the functions do not use -----------------------------------
@@ -203,6 +210,30 @@ def _tie(lq: float, target: float) -> tuple[np.float32, np.float32]:
     raise RuntimeError(f"no float32 tie at {target}")
 
 
+def _beyond(target: float, up: bool) -> np.float32:
+    """The float32 log-ratio farthest beyond log(target) (above it if ``up``) whose exp in
+    torch's float32 is still exactly ``target``."""
+    goal, step = np.float32(target), np.float32(np.inf if up else -np.inf)
+    x = np.float32(math.log(target))
+    while np.float32(torch.exp(torch.tensor(np.nextafter(x, step))).item()) == goal:
+        x = np.nextafter(x, step, dtype=np.float32)
+    if np.float32(torch.exp(torch.tensor(x)).item()) != goal:
+        raise RuntimeError(f"no float32 log-ratio rounds to {target}")
+    return x
+
+
+def _with_log_ratio(lq: float, x: np.float32) -> tuple[np.float32, np.float32]:
+    """Log-probs (lp, lq) in float32 whose float32 difference lp − lq is exactly ``x``."""
+    q = np.float32(lq)
+    lp = np.float32(q + x)
+    for _ in range(8):
+        got = np.float32(lp - q)
+        if got == x:
+            return lp, q
+        lp = np.nextafter(lp, np.float32(np.inf if got < x else -np.inf), dtype=np.float32)
+    raise RuntimeError(f"no float32 pair at log-ratio {x}")
+
+
 def seeded_batch():
     rng = np.random.default_rng(38)
     b, t = 16, 24
@@ -243,6 +274,12 @@ def edge_batch():
     rows.append((gaps, [-0.45, -60.0, -1.0, 3e3, -0.25, -0.3], [1, 0, 1, 0, 1, 1], -0.5, np.nan))
     rows.append((*rows[0][:4], np.nan))
     rows.append((*rows[8][:4], np.nan))
+    k1 = [np.float32(math.log(K1_HI)), _beyond(K1_HI, True)]
+    k1 += [np.float32(math.log(K1_LO)), _beyond(K1_LO, False)]
+    engine = (-0.3, -0.3125, -(2.0**-6), -(2.0**-7))  # lp − lq exact in float32 for these
+    pairs = [_with_log_ratio(q, x) for q, x in zip(engine, k1, strict=True)]
+    for a in (1.0, -1.0):
+        rows.append(([p for p, _ in pairs], [q for _, q in pairs], [1] * 4, a, 0.0))
     b = len(rows)
     lp, lq = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
     mask, adv = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
@@ -300,6 +337,13 @@ def verl_cases(src, lp, lq, mask, adv):
             CAP,
             False,
             ("token_k1", f"{1 / HI}_{1 / LO}"),
+        ),
+        f"tis_mask@{K1_LO}_{K1_HI}": (  # the band whose ends verl's k1 and the ratio disagree on
+            {"cap": CAP, "band": [K1_LO, K1_HI]},
+            "token",
+            CAP,
+            False,
+            ("token_k1", f"{1 / K1_HI}_{1 / K1_LO}"),
         ),
         "kl_reject": (  # the export's importance part: token level, truncating nothing
             {"reject": REJECT[0], "reject_threshold": REJECT[1]},
@@ -560,19 +604,20 @@ def skyrl_cases(src, lp, lq, mask, adv):
     for name, (params, loss_type, corr) in cases.items():
         # the export adds to the KL threshold the 1e-8 SkyRL's binary KL adds inside its log
         delta = TV if name == "dppo_tv" else KL + 1e-8
-        config = Cfg(
-            policy_loss_type=loss_type,
-            eps_clip_low=EPS,
-            eps_clip_high=EPS,
-            clip_ratio_c=CAP,
-            loss_reduction="token_mean",
-            off_policy_correction=corr,
-            dppo=Cfg(
+        # only the AlgorithmConfig keys the loss reads (a key left out reads as None): the
+        # PPO clip for ppo_policy_loss, clip_ratio_c for its dual clip, the dppo block for
+        # dppo_policy_loss, the off-policy correction for both
+        config = Cfg(policy_loss_type=loss_type, off_policy_correction=corr)
+        if loss_type == "dppo":
+            config["dppo"] = Cfg(
                 dppo_type="binary_tv" if name == "dppo_tv" else "binary_kl",
                 delta_low=delta,
                 delta_high=delta,
-            ),
-        )
+            )
+        else:
+            config.update(eps_clip_low=EPS, eps_clip_high=EPS)
+        if loss_type == "dual_clip":
+            config["clip_ratio_c"] = CAP
         dual = loss_type == "dual_clip"
         old = lq if dual else lp  # dual clip: the ratio against the engine's log-probs
         fn = ppo_utils.dppo_policy_loss if loss_type == "dppo" else ppo_utils.ppo_policy_loss
@@ -586,9 +631,7 @@ def skyrl_cases(src, lp, lq, mask, adv):
             seen.update(metrics)
             return value
 
-        options = {k: v for k, v in config.items() if k != "off_policy_correction"}
-        options["off_policy_correction"] = dict(corr)
-        options["dppo"] = dict(config["dppo"])
+        options = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
         yield (
             name,
             params,
@@ -648,7 +691,7 @@ def main(argv=None):
                         "commit": COMMITS[framework],
                         "function": function,
                         "options": options,
-                        "estimator": name,
+                        "estimator": name.partition("@")[0],
                         "params": params,
                         "output": what,
                     },

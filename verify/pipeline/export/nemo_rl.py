@@ -17,16 +17,16 @@ their untruncated token weights), ``sequence_level_importance_ratios``, and the 
 The weight is exp(prev_logprobs − generation_logprobs): the training kernel's log-probs over
 the inference kernel's, the contract's w, with no clamp of the log-ratio (a weight that
 overflows to inf is set to 0 by ``nan_to_num``). ``mis`` is ``icepop`` with lower bound 0 (the
-comparison is ``>=``, so nothing is dropped from below).
+comparison is ``>=``, so nothing is dropped from below). ``tis_clip`` ([lo, hi]) is the ``tis``
+type with ``truncated_importance_sampling_ratio_min`` lo: weights clamped to [lo, hi], from 0.7
+on (tag v0.7.0, and 7ea279ab); v0.6.0 reads the key only for ``icepop`` and ``seq-mask-tis`` and
+clamps ``tis`` from above alone, so a 0.6 export is refused (``FRAMEWORK.since``).
 
 No counterpart: ``seq_is`` and ``seq_tis`` (``sequence_level_importance_ratios`` applies W, but
 it also turns the PPO ratio into the sequence's geometric mean (GSPO) and requires a
 sequence-level loss, so no setting applies W alone), ``ppo_clip`` (the PPO ratio is taken
 against ``prev_logprobs``, the training kernel's, and no setting makes the inference kernel
-the old policy), ``tv_mask`` and ``kl_mask`` (no mask compares the distributions), ``tis_clip``
-(the ``tis`` type clamps to [``truncated_importance_sampling_ratio_min``,
-``truncated_importance_sampling_ratio``] from 0.7 on; 0.6 clamps from above only and ignores the
-lower key, so within the checked range 0.6 to 0.7 the setting would not do the same).
+the old policy), ``tv_mask`` and ``kl_mask`` (no mask compares the distributions).
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         return _truncation("icepop", r.cap, Fraction(0))
     if r.what == "icepop":
         return _truncation("icepop", r.band[1], r.band[0])
+    if r.what == "tis_clip":
+        return _truncation("tis", r.band[1], r.band[0])
     if r.what == "geo_mask":
         return _truncation("seq-mask-tis", r.band[1], r.band[0])
     if r.what in ("seq_is", "seq_tis"):
@@ -102,11 +104,6 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "tis_norm":
         raise NoCounterpart("no loss_fn setting divides the importance weights by their batch mean")
-    if r.what == "tis_clip":
-        raise NoCounterpart(
-            "the tis type clamps from below at truncated_importance_sampling_ratio_min only "
-            "from 0.7; 0.6 ignores that key and clamps from above alone"
-        )
     raise NoCounterpart(f"no NeMo-RL mapping is known for estimator {r.what}")
 
 
@@ -117,7 +114,13 @@ FRAMEWORK = Framework(
     settings=settings,
     versions=("0.6", "0.7"),
     main="7ea279abfbeb698b092856d0dab61e7cf39bc909",
-    since={},
+    since={
+        "tis_clip": (
+            "0.7",
+            "the tis type clamps from below at truncated_importance_sampling_ratio_min from "
+            "v0.7.0; v0.6.0 ignores that key for tis and clamps from above alone",
+        )
+    },
     ratio_clamp={},
     features={
         "seq_is": "`sequence_level_importance_ratios`",
