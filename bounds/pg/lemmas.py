@@ -40,6 +40,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_tv,
 )
 from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.sapo import SAPO_LEMMAS
 from kernel_contracts.bounds.pg.tis_clip import TIS_CLIP_LEMMAS
 from kernel_contracts.bounds.pg.tis_norm import TIS_NORM_LEMMAS
 from kernel_contracts.bounds.pg.witnesses import (
@@ -716,4 +717,5 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
            "the others see only tokens within the level", "a bound"),
     *TIS_CLIP_LEMMAS,
     *TIS_NORM_LEMMAS,
+    *SAPO_LEMMAS,
 )  # fmt: skip

@@ -46,6 +46,11 @@ by name (``ESTIMATOR_NAMES``):
 - ``tis_norm`` (``cap`` c > 1): ω = min(w, c)/m, m the mean of min(w, c) over every real token
   of the batch given (verl's token-level ``rollout_is`` with ``rollout_is_batch_normalize``);
   where m ≤ 1e−8 the weights are left unnormalised, as verl does.
+- ``sapo`` (``temperatures`` (τ_pos, τ_neg), each > 0): ω = w·sech²(τ(w − 1)/2), τ = τ_pos
+  where A > 0 and τ_neg where A ≤ 0: the gradient of SAPO's soft gate (4/τ)·σ(τ(r − 1)) with
+  the rollout as the old policy (``kernels.rl.sapo``). verl and SkyRL compute r from the
+  log-ratio clamped to ±20, whose gradient is 0 beyond: under their rules (``ties=``) a token
+  with |log w| > 20 gets ω = 0.
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code
@@ -79,6 +84,7 @@ from jaxtyping import Array, ArrayLike, Float
 from kernel_contracts.contracts.checks import param_range, valid_band
 from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
 from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
+from kernel_contracts.kernels.rl.sapo import sapo_gate_weight
 from kernel_contracts.kernels.rl.ties import tie_rule
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "correction_weights"]
@@ -128,6 +134,17 @@ def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
         return {"reject": params["reject"], "reject_threshold": str(params["reject_threshold"])}
     for key in need:
         value = params[key]
+        if key == "temperatures":
+            if not isinstance(value, tuple | list) or len(value) != 2:
+                raise ValueError(
+                    f"estimator {name!r}: temperatures must be a pair (tau_pos, tau_neg), "
+                    f"got {value!r}"
+                )
+            pair = tuple(_number(name, f"temperatures[{i}]", v) for i, v in enumerate(value))
+            if min(pair) <= 0:
+                raise ValueError(f"estimator {name!r}: temperatures must be > 0, got {value!r}")
+            out[key] = pair
+            continue
         if key == "band":
             if not isinstance(value, tuple | list) or len(value) != 2:
                 raise ValueError(f"estimator {name!r}: band must be a pair (lo, hi), got {value!r}")
@@ -247,7 +264,8 @@ def correction_weights(
     """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
 
     ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
-    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters only to ``ppo_clip``;
+    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters to ``ppo_clip``,
+    ``dual_clip``, ``dppo_*``, ``opsm`` and ``sapo``;
     ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
     full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
     log π_inf(y_t) at the sampled tokens. ``ties`` picks whose rule decides a token on a
@@ -335,6 +353,10 @@ def correction_weights(
         capped = jnp.where(valid, _capped_exp(lr, p["cap"]), 0.0)
         mean = jnp.sum(capped) / jnp.maximum(jnp.sum(valid), 1).astype(dtype)
         omega = jnp.where(mean > 1e-8, capped / jnp.maximum(mean, 1e-8), capped)
+    elif name == "sapo":
+        omega = sapo_gate_weight(w, _advantages(advantages, lr), *p["temperatures"])
+        if ties in ("verl", "skyrl"):  # exp of the log-ratio clamped to ±20: no gradient beyond
+            omega = jnp.where(jnp.abs(lr) > 20.0, 0.0, omega)
     elif name in ("seq_is", "seq_tis"):
         log_seq = jnp.sum(lr, axis=1, keepdims=True)
         if name == "seq_is":

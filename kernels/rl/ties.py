@@ -98,6 +98,9 @@ _DUAL = TieRule(
 )
 _DPPO_TV = TieRule("prob", "drops π − π' > δ (A > 0), π' − π > δ (A < 0)", exported=False)
 _DPPO_KL = TieRule("prob", "drops binary KL > δ where π moves with A", exported=False)
+# SAPO's gate is smooth: no threshold. Every framework's r is π_θ over the trainer's old
+# log-probs, never the rollout's, so none is exported (verify/pipeline/export, docs/rl.md)
+_SAPO_CLAMPED = TieRule("value", "4/τ·σ(τ(r − 1)), r = exp(clamp(log r, ±20))", exported=False)
 
 
 def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
@@ -133,6 +136,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                     exported=False,
                     source=VERL_LOSS,
                 ),
+                "sapo": dataclasses.replace(_SAPO_CLAMPED, source=VERL_LOSS),
             },
         ),
         "trl": _at(
@@ -146,6 +150,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
                 "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
                 "tis_clip": _TIS_CLIP,
+                "sapo": TieRule("value", "4/τ·σ(τ(r − 1))", exported=False),
             },
         ),
         "nemo-rl": _at(
@@ -172,6 +177,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
                 "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
                 "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
+                "sapo": dataclasses.replace(_SAPO_CLAMPED, source=SKYRL_LOSS),
             },
         ),
     }
@@ -201,6 +207,7 @@ OURS: Mapping[str, TieRule] = _at(
         "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ"),
         "tis_clip": _TIS_CLIP,
         "tis_norm": TieRule("value", "min(w, c)/batch mean"),
+        "sapo": TieRule("value", "w·sech²(τ(w − 1)/2)"),
     },
 )
 

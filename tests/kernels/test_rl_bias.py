@@ -38,6 +38,7 @@ PARAMS = {
     "kl_reject": {"reject": "token_k2,seq_max_k3", "reject_threshold": "0.005,0.01"},
     "tis_clip": {"band": (0.95, 1.05)},
     "tis_norm": {"cap": 1.1},
+    "sapo": {"temperatures": (1.0, 1.05)},
 }
 T = 0.7
 

@@ -44,6 +44,7 @@ PARAMS = {
     "kl_reject": {"reject": "token_k1,seq_mean_k2", "reject_threshold": "0.45_2.2,0.2"},
     "tis_clip": {"band": (0.6, 2.0)},
     "tis_norm": {"cap": 2.0},
+    "sapo": {"temperatures": (1.0, 1.5)},
 }
 
 
@@ -107,6 +108,10 @@ def _expected(name: str) -> np.ndarray:
                 out[b, t] = min(max(w, 0.6), 2.0)
             elif name == "tis_norm":  # divided by the batch mean below
                 out[b, t] = min(w, 2.0)
+            elif name == "sapo":  # r·f'(r) of the gate (4/τ)·σ(τ(r − 1)), τ by A's sign
+                tau = 1.0 if a > 0 else 1.5
+                sig = 1 / (1 + math.exp(-tau * (w - 1)))
+                out[b, t] = w * 4 * sig * (1 - sig)
     if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
         out = out / (np.sum(out) / np.sum(MASK))
     return out

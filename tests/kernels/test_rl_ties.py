@@ -229,6 +229,7 @@ PARAMS = {
     "tis_clip": {"band": (0.5, 2.0)},
     "tis_norm": {"cap": 2.0},
     "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
+    "sapo": {"temperatures": (1.0, 1.05)},
 }
 
 
