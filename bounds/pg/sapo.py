@@ -9,21 +9,17 @@ every advantage, so the worst case gives each token the larger one, t = max(τ_p
 
 so D = E_π'[w·h(w)] = E_π h(w), and h grows with |w − 1|. Each premise:
 
-- log ratio |log w| ≤ r: h(w) ≤ h₊ = h(e^r) where w ≥ 1 and h(w) ≤ h₋ = h(e^{−r}) where
-  w < 1 (1 − e^{−r} < e^r − 1, so h₋ ≤ h₊), and the π-mass M of {w ≥ 1} is at most
-  e^r/(1 + e^r) (the ratio premise caps π(S) at e^r·π'(S) and at 1 − e^{−r}·(1 − π'(S))), so
-  D ≤ h₋ + (h₊ − h₋)·M ≤ (e^r·h₊ + h₋)/(1 + e^r). Two tokens with w = e^{±r} (π'-masses
-  1/(1 + e^r) and e^r/(1 + e^r)) reach it: the supremum (``sapo_ratio_sup``). The obligation's
-  form raises it with tanh² u ≤ u² and caps it at 1 (D ≤ E_π' w = 1):
-  min(1, t²·(x − 1)²·(x² − x + 1)/(4x²)), x = e^r, equal to the supremum to first order as
-  r·t → 0 (0.99 of it at r = 0.2, t = 1.05) and a bound beyond; so not attained, and its
-  obligations never refute.
+- log ratio |log w| ≤ r: with x = e^r, φ(w) ≤ w·t²(w − 1)²/4 ≤ x·t²(w − 1)²/4 (tanh u ≤ u,
+  w ≤ x), and a law on [1/x, x] with mean 1 has E(w − 1)² ≤ (x − 1)(1 − 1/x) (Bhatia–Davis),
+  so D ≤ min(1, t²·(x − 1)²/4), D ≤ E_π' w = 1 besides. Equal to the supremum to first order
+  as r·t → 0 (two tokens with w = e^{±r} give t²r²/4 + o(r²)), a bound beyond: the supremum is
+  the concave envelope of φ at 1 over two-point laws {a ≤ 1 ≤ b}, which has no closed form
+  (for large t the best b lies inside the range, not at e^r); the witness searches a grid of
+  them. Not attained, so its obligations never refute.
 - logit drift of range s: log w ranges over an interval of width s, so |log w| ≤ s and the
-  ratio form at r = s bounds D. The supremum is max over m ∈ [1, e^s] of D(m), the two-point
-  law on the tilt's ends with mean m (each h is largest at the ends for a fixed m, as above),
-  which has no closed form; the witness finds it numerically. Measured: 0.25 of the form as
-  s → 0 (the drift's interval is half as wide as the ratio premise's), 0.77 at s = 3
-  (t = 1.05). Not attained.
+  ratio form at r = s bounds D. The witness is the best two-point law on the tilt's ends with
+  mean m ∈ [1, e^s] (a lower end of the supremum). Measured: 0.25 of the form as s → 0 (the
+  drift's interval of log w is half as wide as the ratio premise's). Not attained.
 - TV ≤ ε: φ(w) ≤ K₊·(w − 1)₊ + K₋·(1 − w)₊ with K₊ = sup_v (1 + v)/v·h(1 + v) ≤ 1 + t/2 and
   K₋ = sup_v (1 − v)/v·h(1 − v) ≤ t²/16 (tanh x ≤ min(1, x)), and both means are the TV:
   D ≤ min(1, (1 + t/4)²·ε), since also D ≤ E_π' w = 1. A bound: a leak to a token π' almost
@@ -37,8 +33,7 @@ discrepancy w, not w·h(w); their export would need |log w| ≤ 20 proved, as fo
 
 References:
     Gao et al., "Soft Adaptive Policy Optimization" (2025), arXiv:2511.20347.
-    Madansky, "Bounds on the expectation of a convex function of a multivariate random
-    variable" (1959) — extreme points of laws with a fixed mean.
+    Bhatia and Davis, "A better bound on the variance" (2000) — Var ≤ (M − μ)(μ − m).
 """
 
 from __future__ import annotations
@@ -60,7 +55,7 @@ __all__ = [
     "sapo_discrepancy",
     "sapo_drift_sup",
     "sapo_ratio",
-    "sapo_ratio_sup",
+    "sapo_ratio_best",
     "sapo_tv",
 ]
 
@@ -71,19 +66,21 @@ t_sym, G, A = SYMBOLS["tau_gate"], SYMBOLS["G"], SYMBOLS["A"]
 
 # ---- forms ---------------------------------------------------------------------------------
 def sapo_ratio(r_: sympy.Expr, t: sympy.Expr) -> sympy.Expr:
-    """A bound on E_π'|ω − w| when |log w| ≤ r: the supremum (e^r·h(e^r) + h(e^{−r}))/(1 + e^r)
-    with tanh² u ≤ u² and the whole at most 1: with x = e^r, (x·(x − 1)² + (x − 1)²/x²)/(1 + x)
-    = (x − 1)²·(x² − x + 1)/x², so min(1, t²·(x − 1)²·(x² − x + 1)/(4x²)). Equal to the
-    supremum to first order as r·t → 0 (one exp and a polynomial: z3 decides it; a tanh of an
-    exp it cannot, within a test's budget)."""
-    x = sympy.exp(r_)
-    return sympy.Min(1, t**2 * (x - 1) ** 2 * (x**2 - x + 1) / (4 * x**2))
+    """A bound on E_π'|ω − w| when |log w| ≤ r: min(1, t²·(e^r − 1)²/4) (module docstring)."""
+    return sympy.Min(1, t**2 * (sympy.exp(r_) - 1) ** 2 / 4)
 
 
-def sapo_ratio_sup(r_: float, t: float) -> float:
-    """The supremum (e^r·h(e^r) + h(e^{−r}))/(1 + e^r), h(w) = tanh²(t(w − 1)/2), in float64."""
+def sapo_ratio_best(r_: float, t: float, n: int = 201) -> tuple[float, float, float]:
+    """(E_π' w·h(w), a, b) of the best two-point law {a ≤ 1 ≤ b} ⊂ [e^{−r}, e^r] with mean 1
+    on an n × n grid: a lower end of the supremum, in float64."""
     x = math.exp(r_)
-    return (x * math.tanh(t * (x - 1) / 2) ** 2 + math.tanh(t * (1 - 1 / x) / 2) ** 2) / (1 + x)
+    a = np.linspace(1 / x, 1.0, n)[:, None]
+    b = np.linspace(1.0, x, n)[None, :]
+    gap = np.where(b - a > 0, b - a, 1.0)
+    q = np.where(b - a > 0, (1 - a) / gap, 0.0)  # π'-mass on b
+    d = q * b * np.tanh(t * (b - 1) / 2) ** 2 + (1 - q) * a * np.tanh(t * (a - 1) / 2) ** 2
+    i, j = np.unravel_index(int(np.argmax(d)), d.shape)
+    return float(d[i, j]), float(a[i, 0]), float(b[0, j])
 
 
 def sapo_tv(eps_: sympy.Expr, t: sympy.Expr) -> sympy.Expr:
@@ -143,10 +140,13 @@ def _w_drift(osc: float, T: float, tau_gate: float) -> Witness:
 
 
 def _w_ratio(r: float, tau_gate: float) -> Witness:
-    """Two tokens with w = e^{±r}: π' = (1, e^r)/(1 + e^r), π = (e^r, 1)/(1 + e^r)."""
-    x = math.exp(r)
-    z = np.log(np.array([x / (1 + x), 1 / (1 + x)]))
-    zp = np.log(np.array([1 / (1 + x), x / (1 + x)]))
+    """Two tokens with w = b and w = a, π'-mass (1 − a)/(b − a) on b: the best pair of
+    ``sapo_ratio_best``."""
+    _, lo_w, hi_w = sapo_ratio_best(r, tau_gate)
+    q = (1 - lo_w) / (hi_w - lo_w) if hi_w > lo_w else 0.5
+    p = np.array([q * hi_w, (1 - q) * lo_w])
+    z = np.log(np.where(p > 0, p, 1e-300))
+    zp = np.log(np.array([max(q, 1e-300), max(1 - q, 1e-300)]))
     params = {"r": r, "tau_gate": tau_gate}
     got = sapo_discrepancy(z, zp, 1.0, tau_gate)
     return Witness("pg_bias_sapo_ratio", params, got, _bound(EXPR["pg_bias_sapo_ratio"], **params),
@@ -184,8 +184,8 @@ _TOK = "per-token ‖∇ log π(y)‖ ≤ G and |A(y)| ≤ A (assumptions of the
 _SUPPORT = "support_overlap: π' > 0 wherever π > 0 (softmax logits are finite)"
 _GATE = ("ω = w·sech²(τ(w − 1)/2), τ = τ_pos (A > 0) or τ_neg (A ≤ 0); the rollout is the old "
          "policy; tau_gate = max(τ_pos, τ_neg)")  # fmt: skip
-_WHY = ("φ(w) = w·h(w) with h = tanh²(t(w − 1)/2) growing in |w − 1|: h ≤ h(e^{±r}) on each "
-        "side of 1, and π(w ≥ 1) ≤ e^r/(1 + e^r)")  # fmt: skip
+_WHY = ("φ(w) = w·tanh²(t(w − 1)/2) ≤ e^r·t²(w − 1)²/4 and E_π'(w − 1)² ≤ (e^r − 1)(1 − e^{−r}) "
+        "(Bhatia–Davis); φ ≤ w, E_π' w = 1")  # fmt: skip
 
 
 def _lemma(name, premises, conclusion, reference, tightness, witness, extra=()) -> Lemma:
@@ -195,16 +195,14 @@ def _lemma(name, premises, conclusion, reference, tightness, witness, extra=()) 
 
 SAPO_LEMMAS: tuple[Lemma, ...] = (
     _lemma("pg_bias_sapo", ("osc(Δ) ≤ osc",),
-           "bias ≤ G·A·min(1, t²(x − 1)²(x² − x + 1)/(4x²)), x = e^s, s = osc/T (the ratio "
-           "form at r = s)",
+           "bias ≤ G·A·min(1, t²(e^s − 1)²/4), s = osc/T (the ratio form at r = s)",
            _WHY + "; a drift of range s gives |log w| ≤ s",
            "a bound, not attained: the gap to the best two-point law on the tilt's ends",
            _w_drift),
     _lemma("pg_bias_sapo_ratio", ("|log w| ≤ r",),
-           "bias ≤ G·A·min(1, t²(x − 1)²(x² − x + 1)/(4x²)), x = e^r, t = tau_gate",
-           _WHY + "; then tanh² u ≤ u² and D ≤ 1",
-           "a bound, equal to the supremum to first order (two tokens with w = e^{±r} attain "
-           "the supremum)", _w_ratio),
+           "bias ≤ G·A·min(1, t²(e^r − 1)²/4), t = tau_gate", _WHY,
+           "a bound, equal to the supremum to first order in r·t: the gap to the best "
+           "two-point law of a grid", _w_ratio),
     _lemma("pg_bias_sapo_tv", ("TV(π, π') ≤ ε",), "bias ≤ G·A·min(1, (1 + tau_gate/4)²·ε)",
            "φ(w) ≤ (1 + t/2)·(w − 1)₊ + (t²/16)·(1 − w)₊ and φ(w) ≤ w; E_π'(w − 1)₊ = "
            "E_π'(1 − w)₊ = TV", "a bound, not attained: the gap to the best leak", _w_tv),

@@ -168,6 +168,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "the PPO ratio is taken against the old policy's log-probs (the training kernel's); "
             "no setting makes the inference kernel the old policy"
         )
+    if r.what == "sapo":
+        raise NoCounterpart(
+            "the gate's ratio is over the old policy's log-probs (the training kernel's); "
+            "sapo is not among the losses that skip that forward pass for the rollout's"
+        )
     raise NoCounterpart(f"no SkyRL mapping is known for estimator {r.what}")
 
 
@@ -190,5 +195,6 @@ FRAMEWORK = Framework(
         "geo_mask": "`sequence_mask_metric: geometric`",
         "dual_clip": "`policy_loss_type: dual_clip`, `clip_ratio_c`",
         "ppo_clip": "`eps_clip_low/high`",
+        "sapo": "`policy_loss_type: sapo`, `sapo.tau_pos/neg`",
     },
 )

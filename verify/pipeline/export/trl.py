@@ -107,6 +107,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "the PPO ratio is taken against the trainer's old log-probs; no setting makes "
             "vLLM's the old policy"
         )
+    if r.what == "sapo":
+        raise NoCounterpart(
+            "the gate's ratio is over the trainer's old log-probs (recomputed, or the current "
+            "ones detached); no setting makes vLLM's the old policy"
+        )
     raise NoCounterpart(f"no TRL mapping is known for estimator {r.what}")
 
 
@@ -122,5 +127,6 @@ FRAMEWORK = Framework(
     features={
         "dual_clip": "`delta` (two-sided clipping of the trainer's ratio)",
         "ppo_clip": "`epsilon`, `epsilon_high`",
+        "sapo": "`loss_type: sapo`, `sapo_temperature_pos/neg`",
     },
 )
