@@ -1,7 +1,8 @@
 """SAPO's soft gate on the rollout (sapo, ω = w·sech²(τ(w − 1)/2)): every form is a bound,
-met to first order by the ratio witness; the witnesses stay below their forms; no two-point law, random logit pair (hypothesis) or exact
-rational law beats a form; the DSL reads the estimator; its obligations prove above the form
-and, every route being a bound, answer unknown (never refuted) just below it.
+met to first order by the ratio witness; the witnesses stay below their forms; no two-point
+law, random logit pair (hypothesis) or exact rational law beats a form; the DSL reads the
+estimator; its obligations prove above the form and, every route being a bound, answer
+unknown (never refuted) just below it.
 
 Measured tightness (witness/bound, t = 1.05): see docs/rl.md (numbers from the witnesses at
 the lemmas' grid points).
@@ -57,7 +58,7 @@ def _h(w, t):
 @pytest.mark.parametrize("r", [1e-3, 0.2, 0.9, 3.0])
 def test_ratio_witness_stays_below_the_form_and_meets_it_to_first_order(r, t):
     w = LEMMAS["pg_bias_sapo_ratio"].witness(r=r, tau_gate=t)
-    best, a, b = sapo_ratio_best(r, t)
+    best, _, _ = sapo_ratio_best(r, t)
     assert w.achieved == pytest.approx(best, rel=1e-9, abs=1e-300)
     assert w.achieved <= w.bound * (1 + 1e-12)
     x = mpmath.exp(r)  # the two-point law on e^{±r}, at 30 digits, by its own formula
@@ -71,7 +72,7 @@ def test_the_best_ratio_law_can_lie_inside_the_range():
     """For a large t the concave envelope is reached with b < e^r: the two ends are not the
     supremum (why the ratio form is a bound, not a claimed supremum)."""
     r, t = 0.7, 8.0
-    best, a, b = sapo_ratio_best(r, t)
+    best, _, b = sapo_ratio_best(r, t)
     x = math.exp(r)
     ends = (x * math.tanh(t * (x - 1) / 2) ** 2 + math.tanh(t * (1 / x - 1) / 2) ** 2) / (1 + x)
     assert best > ends + 5e-6 and b < x * (1 - 1e-3)

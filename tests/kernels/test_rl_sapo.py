@@ -35,8 +35,10 @@ def test_sapo_weight_is_the_gradient_of_the_frameworks_gate(ties, clamp):
     adv = rng.choice([-1.5, -0.5, 0.5, 2.0], (8, 16))
     f32 = [jnp.asarray(x, jnp.float32) for x in (lp, lq, adv)]
     want = np.asarray(_framework_weight(*f32, 1.0, 1.05, clamp))
-    got = np.asarray(correction_weights("sapo", lr, np.ones_like(lr), adv,
-                                        params={"temperatures": (1.0, 1.05)}, ties=ties))  # fmt: skip
+    params = {"temperatures": (1.0, 1.05)}
+    got = np.asarray(
+        correction_weights("sapo", lr, np.ones_like(lr), adv, params=params, ties=ties)
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-12)
     assert (got[0, 1] == 0.0) == clamp  # log w = −25: 0 under the clamp, ≈ e^−25 without
     assert got[0, 0] == 0.0  # log w = 25: the gate is flat either way
