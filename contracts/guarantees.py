@@ -163,8 +163,11 @@ def _reject_threshold(ck: Checker, value, key) -> str | None:
 
 def _temperatures(ck: Checker, value, key) -> tuple[float, float] | None:
     """sapo's [τ_pos, τ_neg]: two positive numbers, in either order."""
-    if not isinstance(value, list) or len(value) != 2:
+    if not isinstance(value, list):
         ck.expected(key, "a list [tau_pos, tau_neg] of 2 numbers", value)
+        return None
+    if len(value) != 2:
+        ck.report(key, f"expected a list [tau_pos, tau_neg] of 2 numbers, got {len(value)} items")
         return None
     pair = ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
     return None if pair is None else (pair[0], pair[1])

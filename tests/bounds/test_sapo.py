@@ -211,7 +211,7 @@ def test_the_dsl_reads_sapo_and_derives_its_forms_with_the_larger_temperature():
     assert tv.value == pytest.approx(5 * (1 + 1.05 / 4) ** 2 * 0.1, rel=1e-12)
 
 
-@pytest.mark.parametrize("premise", ["N3", "N2"])
+@pytest.mark.parametrize("premise", ["N1", "N3", "N2"])
 def test_obligations_prove_above_the_form_and_never_refute_below(premise):
     line = "estimator: sapo, temperatures: [1.0, 1.05], max: {}, from: [" + premise + "]"
     (d,) = bounds.derive(pg_contract([line.format(100)], name="c", tv="0.1"))
