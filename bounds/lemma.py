@@ -48,6 +48,7 @@ SYMBOLS: Mapping[str, sympy.Symbol] = MappingProxyType(
         "lo": _pos("lo"),  # lower end of a kept ratio band (lo = 0 has its own constant form)
         "hi": _pos("hi"),  # upper end of a kept ratio band, hi > 1
         "tau": _pos("tau"),  # divergence threshold of a token mask
+        "tau_gate": _pos("tau_gate"),  # SAPO's gate temperature, the larger of τ_pos and τ_neg
     }
 )
 

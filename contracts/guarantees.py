@@ -4,7 +4,8 @@ Each quantity takes its own fields: ``reward_drift`` a ``reward_range`` [a, b] w
 ``pg_bias`` a ``score_norm`` G > 0, an ``advantage`` bound A_max > 0 and an ``estimator`` with its
 parameters (``tis`` and ``seq_tis`` a ``cap`` c ≥ 0, ``mis`` a ``cap`` c > 1, ``ppo_clip`` a
 ``clip_epsilon`` in (0, 1), ``icepop`` and ``geo_mask`` a ``band`` [lo, hi] with 0 ≤ lo < 1 < hi,
-``tv_mask`` a ``threshold`` in (0, 1), ``kl_mask`` a ``threshold`` > 0); ``clip_budget`` a
+``tv_mask`` a ``threshold`` in (0, 1), ``kl_mask`` a ``threshold`` > 0, ``sapo`` its two gate
+``temperatures`` [τ_pos, τ_neg], each > 0); ``clip_budget`` a
 ``clip_epsilon`` in (0, 1).
 Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``horizon`` is given.
 """
@@ -42,7 +43,8 @@ _PREMISE_FAMILIES = ("numerical", "statistical", "runtime")
 # how a missing estimator parameter is named in the message
 _PARAM_NAMES = {"cap": "a cap", "clip_epsilon": "clip_epsilon", "band": "a band",
                 "threshold": "a threshold", "reject": "reject (its criteria)",
-                "reject_threshold": "reject_threshold"}  # fmt: skip
+                "reject_threshold": "reject_threshold",
+                "temperatures": "temperatures [tau_pos, tau_neg]"}  # fmt: skip
 
 
 def read_guarantee(
@@ -118,6 +120,7 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
         "threshold": lambda v, k: _param(ck, v, k, got.get("estimator"), "threshold"),
         "reject": lambda v, k: ck.string(v, k),
         "reject_threshold": lambda v, k: _reject_threshold(ck, v, k),
+        "temperatures": lambda v, k: _temperatures(ck, v, k),
     }
     for field, read in readers.items():
         if field not in m:
@@ -158,6 +161,18 @@ def _reject_threshold(ck: Checker, value, key) -> str | None:
         number = ck.number(value, key, 0, lo_open=True)
         return None if number is None else show(number)
     return ck.string(value, key)
+
+
+def _temperatures(ck: Checker, value, key) -> tuple[float, float] | None:
+    """sapo's [τ_pos, τ_neg]: two positive numbers, in either order."""
+    if not isinstance(value, list):
+        ck.expected(key, "a list [tau_pos, tau_neg] of 2 numbers", value)
+        return None
+    if len(value) != 2:
+        ck.report(key, f"expected a list [tau_pos, tau_neg] of 2 numbers, got {len(value)} items")
+        return None
+    pair = ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
+    return None if pair is None else (pair[0], pair[1])
 
 
 def _band(ck: Checker, value, key) -> tuple[float, float] | None:

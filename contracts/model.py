@@ -364,6 +364,8 @@ class Guarantee:
     # kl_reject's criteria and thresholds, in verl's spelling (contracts.rejection)
     reject: str | None = field(default=None, metadata={"omit_if_none": True})
     reject_threshold: str | None = field(default=None, metadata={"omit_if_none": True})
+    # sapo's gate temperatures [τ_pos, τ_neg] (for A > 0 and A ≤ 0)
+    temperatures: tuple[float, float] | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

@@ -281,6 +281,10 @@ _GUARANTEE = _obj(
         "reject_threshold": {"anyOf": [{"type": "string", "minLength": 1},
                                        {"type": "number", "exclusiveMinimum": 0}],
                              "description": "kl_reject: one threshold, or one per criterion."},
+        "temperatures": {"type": "array", "minItems": 2, "maxItems": 2,
+                         "items": {"type": "number", "exclusiveMinimum": 0},
+                         "description": "sapo: gate temperatures [tau_pos, tau_neg] (A > 0, "
+                                        "A <= 0), each > 0."},
         "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
         "assume": _list(
             "Assumptions taken. support_overlap: every token either kernel can sample has "
@@ -293,7 +297,7 @@ _GUARANTEE = _obj(
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]
     + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold", "reject",
-                                    "reject_threshold")]
+                                    "reject_threshold", "temperatures")]
     + [{"if": {"properties": {"estimator": {"enum": ["mis", "dual_clip"]}},
                "required": ["estimator"]},
         "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},

@@ -438,6 +438,7 @@ args = {
     "lo": 0.9,
     "hi": 1.1,
     "tau": 0.001,
+    "tau_gate": 1.05,  # SAPO's gate temperature
     "kappa": 0.005,  # a mean KL (mean_kl_to_tv)
     "theta": 0.1,  # a signed log-ratio level exceeded with probability 0 (signed_ratio_to_tv)
 }

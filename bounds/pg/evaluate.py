@@ -5,9 +5,8 @@ its premise is a logit-drift (oscillation) clause: pass ``osc`` = 2δ for a drif
 computed at 50 digits from the sympy form, so a plotted number and a proved bound agree.
 ``pg_bias_supremum`` is the exact supremum of the bias over the kernel pairs that premise
 allows (jumps included), where it is known; for ``seq_tis`` and ``seq_mask`` with L > 1 and
-``tis_mask`` with a cap below the band's top, ``tis_norm`` and ``gspo`` it is not, and the function
-returns ``None``
-(``bounds.pg.witnesses`` gives lower ends).
+``tis_mask`` with a cap below the band's top, ``tis_norm``, ``gspo`` and ``sapo`` it is not,
+and the function returns ``None`` (``bounds.pg.witnesses`` gives lower ends).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from kernel_contracts.bounds._evaluate import evaluate
 from kernel_contracts.bounds.pg import closed_forms as C
 from kernel_contracts.bounds.pg.gspo import gspo_drift
 from kernel_contracts.bounds.pg.links import mis_drift, tis_drift
+from kernel_contracts.bounds.pg.sapo import sapo_ratio
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_sup
 from kernel_contracts.bounds.pg.tis_norm import norm_form
 from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
@@ -86,6 +86,8 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
     if estimator in ("tis_clip", "cispo"):
         lo, hi = (_num(x) for x in p["band"])
         return clip_drift(_s, 0 if lo == 0 else lo, hi)
+    if estimator == "sapo":  # the ratio form at r = s, a bound (bounds.pg.sapo)
+        return sapo_ratio(_s, max(_num(t) for t in p["temperatures"]))
     if estimator == "tis_norm":
         return norm_form(_s, tis_drift(_s, _num(p["cap"])))
     if estimator == "gspo":
@@ -176,6 +178,8 @@ def pg_bias_supremum(
         return 0.0
     if estimator in ("tis_clip", "cispo"):
         return GA * float(clip_sup(s, *params["band"]))
+    if estimator == "sapo":
+        return None  # no closed form; bounds.pg.sapo.sapo_drift_sup gives a lower end
     if estimator == "tis_norm":
         return None  # a bound for every batch; bounds.pg.tis_norm's witnesses give lower ends
     if estimator == "gspo":

@@ -42,6 +42,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
 )
 from kernel_contracts.bounds.pg.gspo import GSPO_LEMMAS
 from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.sapo import SAPO_LEMMAS
 from kernel_contracts.bounds.pg.tis_clip import TIS_CLIP_LEMMAS
 from kernel_contracts.bounds.pg.tis_norm import TIS_NORM_LEMMAS
 from kernel_contracts.bounds.pg.witnesses import (
@@ -720,4 +721,5 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
     *TIS_NORM_LEMMAS,
     *GSPO_LEMMAS,
     *CISPO_LEMMAS,
+    *SAPO_LEMMAS,
 )  # fmt: skip

@@ -42,6 +42,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
 )
 from kernel_contracts.bounds.pg.gspo import gspo_drift, gspo_ratio
 from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, tis_ratio
+from kernel_contracts.bounds.pg.sapo import sapo_ratio, sapo_tv
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
 from kernel_contracts.bounds.pg.tis_norm import norm_form
 from kernel_contracts.bounds.premises import Fact
@@ -54,6 +55,7 @@ __all__ = ["canonical", "pg_bias_notes", "pg_bias_routes"]
 Form = Callable[[sympy.Expr], sympy.Expr]
 Exact = Callable[[float], bool]  # whether the form is the supremum at this premise value
 _ALWAYS: Exact = lambda _: True  # noqa: E731
+_NEVER: Exact = lambda _: False  # noqa: E731
 
 
 def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
@@ -91,6 +93,7 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "tis_norm": _tis_norm,
         "gspo": _gspo,
         "cispo": lambda ctx, GA: _tis_clip(ctx, GA, "pg_bias_cispo"),
+        "sapo": _sapo,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -576,6 +579,23 @@ def _gspo(ctx, GA) -> list[Route]:
     never = lambda _: False  # noqa: E731
     return _per_token(ctx, GA, "pg_bias_gspo", lambda s: gspo_drift(s, eps),
                       lambda r: gspo_ratio(r, eps), None, never, never)  # fmt: skip
+
+
+def _sapo(ctx, GA) -> list[Route]:
+    """ω = w·sech²(τ(w − 1)/2) with the larger temperature t (``bounds.pg.sapo``): the ratio
+    form is the supremum; the drift form (the ratio form at r = s) and the TV form
+    min(1, (1 + t/4)²·ε) are bounds, never attained. Without a per-token fact: the exceedance
+    split (a position past the level costs at most 1) and the mean-TV form (concave)."""
+    temps = _need(ctx, "temperatures", "temperatures: [tau_pos, tau_neg]")
+    t = ctx.const("tau_gate", max(exact(x) for x in temps))
+    name = "pg_bias_sapo"
+    out = _per_token(ctx, GA, name, lambda s: sapo_ratio(s, t), lambda r: sapo_ratio(r, t),
+                     lambda e: sapo_tv(e, t), exact_s=_NEVER, exact_r=_NEVER)  # fmt: skip
+    out = [replace(r, attained=False) if r.name == f"{name}_tv" else r for r in out]
+    if not out:
+        out = _exceedance(ctx, GA, name, lambda s: sapo_ratio(s, t), exact_s=_NEVER)
+        out += _mean_tv(ctx, GA, name, lambda e: sapo_tv(e, t), jensen_exact=False)
+    return out
 
 
 def _seq_outlier(ctx, GA) -> list[Route]:

@@ -52,6 +52,11 @@ by name (``ESTIMATOR_NAMES``):
 - ``cispo`` (``band`` (lo, hi)): CISPO anchored on the rollout, ω = sg(clip(w, lo, hi)) with
   lo = 1 − ε_low, hi = 1 + ε_high: ``tis_clip``'s weight; ``ties="skyrl"`` (and ``"verl"``)
   first clamps log w to [−20, 20] as their code does.
+- ``sapo`` (``temperatures`` (τ_pos, τ_neg), each > 0): ω = w·sech²(τ(w − 1)/2), τ = τ_pos
+  where A > 0 and τ_neg where A ≤ 0: the gradient of SAPO's soft gate (4/τ)·σ(τ(r − 1)) with
+  the rollout as the old policy (``kernels.rl.sapo``). verl and SkyRL compute r from the
+  log-ratio clamped to ±20, whose gradient is 0 beyond: under their rules (``ties=``) a token
+  with |log w| > 20 gets ω = 0.
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code

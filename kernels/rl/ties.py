@@ -102,6 +102,9 @@ _GSPO = TieRule("ratio", "keeps s ≤ 1 + ε (A > 0), s ≥ 1 − ε (A < 0)", e
 _CISPO = TieRule("value", "clamp(w, min=1 − ε_low, max=1 + ε_high)", exported=False)
 _CISPO_20 = dataclasses.replace(_CISPO, test="clamp(exp(clamp(log w, ±20)), 1 − ε_low, 1 + ε_high)")
 _GSPO_10 = dataclasses.replace(_GSPO, test=_GSPO.test + ", log s ≤ 10")
+# SAPO's gate is smooth: no threshold. Every framework's r is π_θ over the trainer's old
+# log-probs, never the rollout's, so none is exported (verify/pipeline/export, docs/rl.md)
+_SAPO_CLAMPED = TieRule("value", "4/τ·σ(τ(r − 1)), r = exp(clamp(log r, ±20))", exported=False)
 
 
 def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
@@ -139,6 +142,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 ),
                 "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
                 "cispo": dataclasses.replace(_CISPO_20, source=VERL_LOSS),
+                "sapo": dataclasses.replace(_SAPO_CLAMPED, source=VERL_LOSS),
             },
         ),
         "trl": _at(
@@ -153,6 +157,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "opsm": TieRule("log", "keeps A ≥ 0 or mean(log π' − log π) ≤ δ"),
                 "tis_clip": _TIS_CLIP,
                 "gspo": _GSPO,
+                "sapo": TieRule("value", "4/τ·σ(τ(r − 1))", exported=False),
             },
         ),
         "nemo-rl": _at(
@@ -183,6 +188,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
                 "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
                 "cispo": dataclasses.replace(_CISPO_20, exported=True, source=SKYRL_LOSS),
+                "sapo": dataclasses.replace(_SAPO_CLAMPED, source=SKYRL_LOSS),
             },
         ),
     }
@@ -214,6 +220,7 @@ OURS: Mapping[str, TieRule] = _at(
         "tis_norm": TieRule("value", "min(w, c)/batch mean"),
         "gspo": _GSPO,
         "cispo": TieRule("value", "clamp(w, min=lo, max=hi)"),
+        "sapo": TieRule("value", "w·sech²(τ(w − 1)/2)"),
     },
 )
 

@@ -22,6 +22,7 @@ from kernel_contracts.contracts.checks import param_range, valid_band
 from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
 from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
 from kernel_contracts.kernels.rl.gspo import LOG_CLAMP, gspo_weights
+from kernel_contracts.kernels.rl.sapo import sapo_gate_weight
 from kernel_contracts.kernels.rl.ties import tie_rule
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "numpy_weights", "weights"]
@@ -74,6 +75,17 @@ def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
         return {"reject": params["reject"], "reject_threshold": str(params["reject_threshold"])}
     for key in need:
         value = params[key]
+        if key == "temperatures":
+            if not isinstance(value, tuple | list) or len(value) != 2:
+                raise ValueError(
+                    f"estimator {name!r}: temperatures must be a pair (tau_pos, tau_neg), "
+                    f"got {value!r}"
+                )
+            pair = tuple(_number(name, f"temperatures[{i}]", v) for i, v in enumerate(value))
+            if min(pair) <= 0:
+                raise ValueError(f"estimator {name!r}: temperatures must be > 0, got {value!r}")
+            out[key] = pair
+            continue
         if key == "band":
             if not isinstance(value, tuple | list) or len(value) != 2:
                 raise ValueError(f"estimator {name!r}: band must be a pair (lo, hi), got {value!r}")
@@ -195,7 +207,8 @@ def weights(
     """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
 
     ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
-    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters only to ``ppo_clip``;
+    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters to ``ppo_clip``,
+    ``dual_clip``, ``dppo_*``, ``opsm``, ``gspo`` and ``sapo``;
     ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
     full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
     log π_inf(y_t) at the sampled tokens. ``ties`` picks whose rule decides a token on a
@@ -285,6 +298,10 @@ def weights(
         capped = xp.where(valid, _capped_exp(xp, lr, p["cap"]), 0.0)
         mean = xp.sum(capped) / xp.maximum(xp.sum(valid), 1).astype(dtype)
         omega = xp.where(mean > 1e-8, capped / xp.maximum(mean, 1e-8), capped)
+    elif name == "sapo":
+        omega = sapo_gate_weight(xp, w, _advantages(xp, advantages, lr), *p["temperatures"])
+        if ties in ("verl", "skyrl"):  # exp of the log-ratio clamped to ±20: no gradient beyond
+            omega = xp.where(xp.abs(lr) > 20.0, 0.0, omega)
     elif name == "gspo":
         adv = _advantages(xp, advantages, lr)
         omega = gspo_weights(xp, lr, valid, adv, p["clip_epsilon"], LOG_CLAMP.get(ties or ""))

@@ -40,6 +40,7 @@ PARAMS = {
     "tis_norm": {"cap": 1.1},
     "gspo": {"clip_epsilon": 0.1},
     "cispo": {"band": (0.95, 1.05)},
+    "sapo": {"temperatures": (1.0, 1.05)},
 }
 T = 0.7
 

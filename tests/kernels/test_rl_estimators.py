@@ -46,6 +46,7 @@ PARAMS = {
     "tis_norm": {"cap": 2.0},
     "gspo": {"clip_epsilon": 0.2},
     "cispo": {"band": (0.6, 2.0)},
+    "sapo": {"temperatures": (1.0, 1.5)},
 }
 
 
@@ -112,6 +113,10 @@ def _expected(name: str) -> np.ndarray:
             elif name == "gspo":  # the geometric mean, clipped at [0.8, 1.2] by A's sign
                 clipped = (a > 0 and geo > 1.2) or (a < 0 and geo < 0.8)
                 out[b, t] = 0.0 if clipped else geo
+            elif name == "sapo":  # r·f'(r) of the gate (4/τ)·σ(τ(r − 1)), τ by A's sign
+                tau = 1.0 if a > 0 else 1.5
+                sig = 1 / (1 + math.exp(-tau * (w - 1)))
+                out[b, t] = w * 4 * sig * (1 - sig)
     if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
         out = out / (np.sum(out) / np.sum(MASK))
     return out

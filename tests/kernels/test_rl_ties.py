@@ -231,6 +231,7 @@ PARAMS = {
     "gspo": {"clip_epsilon": 0.2},
     "cispo": {"band": (0.5, 2.0)},
     "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
+    "sapo": {"temperatures": (1.0, 1.05)},
 }
 
 

@@ -190,6 +190,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "the PPO ratio is taken against the old policy's log-probs (the training kernel's); "
             "no setting makes the inference kernel the old policy"
         )
+    if r.what == "sapo":
+        raise NoCounterpart(
+            "the gate's ratio is over the old policy's log-probs (the training kernel's); "
+            "sapo is not among the losses that skip that forward pass for the rollout's"
+        )
     raise NoCounterpart(f"no SkyRL mapping is known for estimator {r.what}")
 
 
@@ -218,5 +223,6 @@ FRAMEWORK = Framework(
         "dual_clip": "`policy_loss_type: dual_clip`, `clip_ratio_c`",
         "ppo_clip": "`eps_clip_low/high`",
         "gspo": "`policy_loss_type: gspo`",
+        "sapo": "`policy_loss_type: sapo`, `sapo.tau_pos/neg`",
     },
 )

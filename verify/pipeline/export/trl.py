@@ -118,6 +118,11 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "the PPO ratio is taken against the trainer's old log-probs; no setting makes "
             "vLLM's the old policy"
         )
+    if r.what == "sapo":
+        raise NoCounterpart(
+            "the gate's ratio is over the trainer's old log-probs (recomputed, or the current "
+            "ones detached); no setting makes vLLM's the old policy"
+        )
     raise NoCounterpart(f"no TRL mapping is known for estimator {r.what}")
 
 
@@ -135,5 +140,6 @@ FRAMEWORK = Framework(
         "ppo_clip": "`epsilon`, `epsilon_high`",
         "gspo": "`importance_sampling_level: sequence`",
         "cispo": "`loss_type: cispo`",
+        "sapo": "`loss_type: sapo`, `sapo_temperature_pos/neg`",
     },
 )

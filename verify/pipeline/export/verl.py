@@ -239,6 +239,12 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "verl's rollout_rs options see only the sampled token's log-ratio, not the "
             "distributions a TV or KL mask compares"
         )
+    if r.what == "sapo":
+        raise NoCounterpart(
+            "the gate's ratio is over old_log_prob, the training kernel's (log_prob.detach() "
+            "on policy); bypass mode, which makes the rollout the old policy, replaces the "
+            "policy loss with ppo_clip or reinforce"
+        )
     raise NoCounterpart(f"no verl mapping is known for estimator {r.what}")
 
 
@@ -262,5 +268,6 @@ FRAMEWORK = Framework(
         "dppo_kl": "`policy_loss.loss_mode: dppo_kl`",
         "gspo": "`policy_loss.loss_mode: gspo`",
         "cispo": "`policy_loss.loss_mode: cispo`",
+        "sapo": "`policy_loss.loss_mode: sapo`, `tau_pos`, `tau_neg`",
     },
 )
