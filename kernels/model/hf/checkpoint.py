@@ -41,6 +41,7 @@ from kernel_contracts.kernels.ops import Ops
 __all__ = [
     "DTYPES",
     "INDEX",
+    "build_decoder",
     "SINGLE",
     "config_json",
     "folder_sha256",
@@ -294,11 +295,6 @@ def load_decoder(folder: str, ops: Ops | None = None):
     """The decoder stored in ``folder`` (on plain float32 ops unless ``ops`` is given).
 
     Raises ``CheckpointError`` with every problem of the folder."""
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from kernel_contracts.kernels.model.hf.decoder import Decoder
-
     config = read_config(folder)
     problems: list[CheckpointProblem] = []
 
@@ -308,10 +304,22 @@ def load_decoder(folder: str, ops: Ops | None = None):
     found = _read_tensors(folder, config, report)
     if problems:
         raise CheckpointError(problems)
+    return build_decoder(config, found, folder, ops)
+
+
+def build_decoder(config: DecoderConfig, found: dict[str, np.ndarray], source: str, ops=None):
+    """The decoder of ``config`` whose parameters are ``found`` (stored tensor name -> array in
+    our layout, as ``hf_tensors`` maps them); ``source`` names the checkpoint in the error a
+    missing tensor raises (a model is never built with a hole in it)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from kernel_contracts.kernels.model.hf.decoder import Decoder
+
     expected = hf_tensors(config)
     unread = sorted(set(expected) - set(found))
-    if unread:  # every one was reported above; a model is never built with a hole in it
-        raise CheckpointError([CheckpointProblem(folder, name, "not read") for name in unread])
+    if unread:
+        raise CheckpointError([CheckpointProblem(source, name, "not read") for name in unread])
     params = _nest({expected[name].path: jnp.asarray(a) for name, a in found.items()})
     abstract = nnx.eval_shape(lambda: Decoder(config))
     graphdef, state = nnx.split(abstract)
