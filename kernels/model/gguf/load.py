@@ -79,7 +79,7 @@ def hf_name(name: str) -> str | None:
     return f"model.layers.{int(m.group(1))}.{_LAYER[m.group(2)]}.{m.group(3)}"
 
 
-def unpermute(w: Float[np.ndarray, "rows *rest"], heads: int) -> Float[np.ndarray, "rows *rest"]:
+def unpermute(w: Float[np.ndarray, "rows ..."], heads: int) -> Float[np.ndarray, "rows ..."]:
     """The rows of a query or key projection (``heads`` heads) back in Hugging Face's rotary
     order, from the order llama.cpp's converter writes (the inverse of its ``permute``)."""
     rows = w.shape[0]
@@ -106,7 +106,8 @@ def _opened(path: str) -> Iterator[tuple[BinaryIO, Header]]:
         try:
             header = read_header(handle, os.fstat(handle.fileno()).st_size)
         except GGUFError as err:
-            raise CheckpointError([CheckpointProblem(path, "", f"cannot read as GGUF: {err}")])
+            problem = CheckpointProblem(path, "", f"cannot read as GGUF: {err}")
+            raise CheckpointError([problem]) from None
         except OSError as err:
             raise _refused(path, err) from None
         yield handle, header

@@ -41,8 +41,8 @@ from kernel_contracts.kernels.ops import Ops
 __all__ = [
     "DTYPES",
     "INDEX",
-    "build_decoder",
     "SINGLE",
+    "build_decoder",
     "config_json",
     "folder_sha256",
     "hf_tensors",
