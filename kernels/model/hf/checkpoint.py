@@ -47,7 +47,6 @@ __all__ = [
     "folder_sha256",
     "hf_tensors",
     "load_decoder",
-    "logits_function",
     "save_decoder",
 ]
 
@@ -321,27 +320,13 @@ def build_decoder(config: DecoderConfig, found: dict[str, np.ndarray], source: s
     if unread:
         raise CheckpointError([CheckpointProblem(source, name, "not read") for name in unread])
     params = _nest({expected[name].path: jnp.asarray(a) for name, a in found.items()})
-    abstract = nnx.eval_shape(lambda: Decoder(config))
+    abstract = nnx.eval_shape(lambda: Decoder(config, seed=None))
     graphdef, state = nnx.split(abstract)
     nnx.replace_by_pure_dict(state, params)
     model = nnx.merge(graphdef, state)
     if ops is not None:
         model.ops = ops
     return model
-
-
-def logits_function(folder: str):
-    """``(fn, params, config)`` of the checkpoint in ``folder``: ``fn(params, tokens)`` its
-    teacher-forced logits on plain float32 ops (the form ``kernels.diagnose.transform.on_kernel``
-    and ``kernels.localize`` take). Raises ``CheckpointError``."""
-    from flax import nnx
-
-    graphdef, params = nnx.split(load_decoder(folder))
-
-    def fn(params, tokens):
-        return nnx.merge(graphdef, params)(tokens)
-
-    return fn, params, read_config(folder)
 
 
 # ------------------------------------------------------------------------------ writing

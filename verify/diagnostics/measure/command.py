@@ -9,10 +9,10 @@ and length slice) gives the token count, the mean and max logit drift ‖Δ‖�
 TV, the 50/90/99 % quantiles and max of |log w| and the top-1 flip rate
 (``evidence.drift``: mergeable cells, so tables of several runs or hosts combine exactly).
 
-The model is the shipped ``tiny-lm`` (default) or a Hugging Face checkpoint folder,
-``--model hf:FOLDER``; prompts come from ``--prompts FILE`` (UTF-8, one per non-blank line;
-needed with a checkpoint) or, for the shipped model, ``--count`` held-out windows. A progress
-bar is drawn on standard error when it is a terminal.
+The model is the shipped ``tiny-lm`` (default), a Hugging Face checkpoint folder, ``--model
+hf:FOLDER``, or a GGUF file, ``--model gguf:FILE``; prompts come from ``--prompts FILE`` (UTF-8, one
+per non-blank line; needed with a checkpoint) or, for the shipped model, ``--count`` held-out
+windows. A progress bar is drawn on standard error when it is a terminal.
 
 Outputs: the table on standard output; ``--csv PATH`` the same table as CSV, ``--json PATH``
 the table with the run's settings, ``--tokens PATH`` one CSV row per generated token (preset,

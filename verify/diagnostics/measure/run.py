@@ -1,11 +1,11 @@
 """The drift table's measurement: a model, its prompts, and each preset at each serving batch.
 
-``load_model`` reads the shipped checkpoint by name or a Hugging Face checkpoint folder
-(``hf:FOLDER``, ``kernels.model.hf``); ``prompt_rows`` turns a prompt file (UTF-8, one prompt per
-non-blank line) into token rows: UTF-8 bytes for the byte-level shipped model, the folder's
-``tokenizer.json`` for a checkpoint; every prompt is cut to the shortest one's length (at most
-``PROMPT_TOKENS``), so that a batch holds sequences of one length. Without a prompt file the
-shipped model's held-out windows give the prompts.
+``load_model`` reads the shipped checkpoint by name, a Hugging Face checkpoint folder
+(``hf:FOLDER``, ``kernels.model.hf``) or a GGUF file (``gguf:FILE``, ``kernels.model.gguf``);
+``prompt_rows`` turns a prompt file (UTF-8, one prompt per non-blank line) into token rows: UTF-8
+bytes for the byte-level shipped model, the checkpoint's tokenizer for a checkpoint; every prompt is
+cut to the shortest one's length (at most ``PROMPT_TOKENS``), so that a batch holds sequences of one
+length. Without a prompt file the shipped model's held-out windows give the prompts.
 
 ``measure_setting`` runs one kernel pair, as ``kernels.emulation`` does: K_inf (the preset at
 a serving batch, dynamic reduction splits and paged low-precision KV cache) generates, K_train
@@ -29,6 +29,7 @@ import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
 from kernel_contracts.contracts.bounded import LIMITS, NotRegularFile, read_file
+from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES
 
 __all__ = [
     "PROMPT_TOKENS",
@@ -41,7 +42,6 @@ __all__ = [
 ]
 
 PROMPT_TOKENS = 32  # the longest prompt kept
-_HF = "hf:"
 
 
 class MeasureError(KernelContractsError):
@@ -61,20 +61,19 @@ class Loaded:
 
 
 def load_model(name: str) -> Loaded:
-    """The shipped model ``name`` or the checkpoint ``hf:FOLDER``; ``MeasureError`` if neither
-    can be loaded (every problem of a checkpoint, at its file and key)."""
-    if name.startswith(_HF):
-        from kernel_contracts.kernels.model.hf import (
-            CheckpointError,
-            encode,
-            load_decoder,
-            read_tokenizer,
+    """The shipped model ``name`` or the checkpoint ``hf:FOLDER`` or ``gguf:FILE``;
+    ``MeasureError`` if neither can be loaded (every problem of a checkpoint, at its file and
+    key)."""
+    if name.startswith(CHECKPOINT_PREFIXES):
+        from kernel_contracts.kernels.model.checkpoints import (
+            checkpoint_tokenizer,
+            load_checkpoint,
         )
+        from kernel_contracts.kernels.model.hf import CheckpointError, encode
 
-        folder = name[len(_HF) :]
         try:
-            model = load_decoder(folder)
-            tokenizer = read_tokenizer(folder)
+            model = load_checkpoint(name)
+            tokenizer = checkpoint_tokenizer(name)
         except CheckpointError as err:
             raise MeasureError(f"--model {name}: {err}") from None
         c = model.config
@@ -85,7 +84,7 @@ def load_model(name: str) -> Loaded:
     if name not in CHECKPOINTS:
         raise MeasureError(
             f"--model {name}: not a shipped model ({', '.join(sorted(CHECKPOINTS))}) and not "
-            "hf:FOLDER"
+            "hf:FOLDER or gguf:FILE"
         )
     try:
         model = load_pretrained(name)
