@@ -1,7 +1,7 @@
 """kernels.model.gguf: GGUF files (llama.cpp's format) as Hugging Face decoders.
 
 ``load_gguf(path)`` reads a GGUF file's metadata and tensors (F32, F16, BF16 and the block
-quantizations Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, dequantized to float32) into the
+quantizations Q8_0, Q4_0, Q4_1, Q4_K and Q6_K, dequantized to float32) into the
 :class:`kernels.model.hf.Decoder` of its architecture; ``read_gguf_tokenizer`` builds the
 tokenizer its metadata states and ``chat_template`` returns its chat template. Reads are bounded
 and checked as for checkpoint folders; nothing in a file is run. Public names are re-exported

@@ -20,7 +20,7 @@ from gguf.quants import dequantize as _dequantize
 
 __all__ = ["SUPPORTED", "TYPE_NAMES", "TypeInfo", "dequantize", "row_bytes"]
 
-_LOADED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+_LOADED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
 
 # every type id the format defines -> its name
 TYPE_NAMES = MappingProxyType({int(t): t.name for t in GGMLQuantizationType})
