@@ -19,6 +19,7 @@ import pytest
 
 from kernel_contracts.contracts import ContractError, loads
 from kernel_contracts.contracts.canonical import canonical_json, from_canonical
+from tests.evidence.test_hf_evidence import contract_text as hf_contract_text
 from tests.kernels.gguf_files import tokens, write_tiny
 from tests.support.cli_runner import run_cli
 
@@ -26,12 +27,7 @@ PROMPTS = "the the he 12\n the 1 2 hehe\n\nhe he he he he he\n"
 
 
 def contract_text(model: str = "gguf:tiny.gguf", prompts: str = "prompts.txt") -> str:
-    return (
-        "contract: 1\nname: gguf-model\nkernels:\n  train: {preset: fp32}\n"
-        "  inference: {preset: fp32}\nnumerical:\n  - {id: N1, metric: logit_drift, max: 1.0e-4}\n"
-        f'evidence:\n  emulate:\n    model: "{model}"\n    prompts: {prompts}\n'
-        "    max_new_tokens: 2\n    seed: 1\n"
-    )
+    return hf_contract_text(model, prompts)
 
 
 @pytest.fixture(scope="module")

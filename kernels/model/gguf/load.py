@@ -32,13 +32,14 @@ from typing import BinaryIO
 import numpy as np
 from jaxtyping import Float
 
-from kernel_contracts.contracts.bounded import LIMITS, UnsafeFile, open_regular
+from kernel_contracts.contracts.bounded import LIMITS, open_regular
 from kernel_contracts.kernels.model.gguf.header import GGUFError, Header, read_header, read_tensor
 from kernel_contracts.kernels.model.gguf.metadata import gguf_config, tokenizer_spec
 from kernel_contracts.kernels.model.gguf.quants import dequantize
 from kernel_contracts.kernels.model.hf.checkpoint import build_decoder, hf_tensors
 from kernel_contracts.kernels.model.hf.config import DecoderConfig
 from kernel_contracts.kernels.model.hf.errors import CheckpointError, CheckpointProblem
+from kernel_contracts.kernels.model.hf.files import refused
 
 __all__ = [
     "chat_template",
@@ -86,22 +87,13 @@ def unpermute(w: Float[np.ndarray, "rows ..."], heads: int) -> Float[np.ndarray,
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _refused(path: str, err: OSError) -> CheckpointError:
-    if isinstance(err, FileNotFoundError):
-        return CheckpointError([CheckpointProblem(path, "", "no such file")])
-    if isinstance(err, UnsafeFile):
-        return CheckpointError([CheckpointProblem(err.filename, "", err.strerror)])
-    why = err.strerror or type(err).__name__
-    return CheckpointError([CheckpointProblem(path, "", f"cannot read: {why}")])
-
-
 @contextmanager
 def _opened(path: str) -> Iterator[tuple[BinaryIO, Header]]:
     """The file ``path`` open after the checks, with its checked header."""
     try:
         handle = open_regular(path, LIMITS["weights"])
     except OSError as err:
-        raise _refused(path, err) from None
+        raise refused(path, "", err) from None
     with handle:
         try:
             header = read_header(handle, os.fstat(handle.fileno()).st_size)
@@ -109,7 +101,7 @@ def _opened(path: str) -> Iterator[tuple[BinaryIO, Header]]:
             problem = CheckpointProblem(path, "", f"cannot read as GGUF: {err}")
             raise CheckpointError([problem]) from None
         except OSError as err:
-            raise _refused(path, err) from None
+            raise refused(path, "", err) from None
         yield handle, header
 
 
