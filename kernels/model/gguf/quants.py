@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as _dequantize
+from jaxtyping import Float32, UInt8
 
 __all__ = ["SUPPORTED", "TYPE_NAMES", "TypeInfo", "dequantize", "row_bytes"]
 
@@ -52,7 +53,9 @@ def row_bytes(type_id: int, width: int) -> int:
     return width // info.block * info.nbytes
 
 
-def dequantize(raw: np.ndarray, type_id: int, width: int) -> np.ndarray:
+def dequantize(
+    raw: UInt8[np.ndarray, " nbytes"], type_id: int, width: int
+) -> Float32[np.ndarray, "rows width"]:
     """The float32 values ``[rows, width]`` of ``raw``, the uint8 bytes of whole rows of the
     supported type ``type_id``."""
     rows = raw.reshape(-1, row_bytes(type_id, width))
