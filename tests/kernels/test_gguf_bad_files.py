@@ -3,6 +3,7 @@ or tensor name, never a traceback; the command line exits 2."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -174,5 +175,22 @@ def test_missing_unexpected_and_misshapen_tensors(tmp_path):
 
 
 def test_not_a_file(tmp_path):
+    """Refused before a byte is read (contracts.bounded): a directory, a device, a FIFO."""
     assert _problems(tmp_path / "none.gguf") == [("", "no such file")]
     assert _problems(tmp_path) == [("", "is a directory, not a regular file")]
+    (tmp_path / "zero.gguf").symlink_to("/dev/zero")
+    assert _problems(tmp_path / "zero.gguf") == [("", "is a character device, not a regular file")]
+    os.mkfifo(tmp_path / "fifo.gguf")
+    assert _problems(tmp_path / "fifo.gguf") == [("", "is a FIFO (named pipe), not a regular file")]
+
+
+def test_a_header_over_its_limit_is_refused(tmp_path, good, monkeypatch):
+    import kernel_contracts.kernels.model.gguf.header as header
+
+    monkeypatch.setattr(header, "LIMITS", {"gguf_metadata": 1024})
+    path = tmp_path / "big.gguf"
+    path.write_bytes(good)
+    ((key, message),) = _problems(path, read_gguf_config)
+    assert (key, message) == ("", "cannot read as GGUF: tokenizer.ggml.tokens: 264 items of type "
+                               "8 cannot fit in the 423 bytes left under the header limit of "
+                               "1 KiB")  # fmt: skip

@@ -117,6 +117,13 @@ class _Cursor:
     def left(self) -> int:
         return self.limit - self.pos
 
+    def room(self) -> str:
+        """The bytes left, in words (the header limit named when it is the bound)."""
+        text = f"the {self.left()} bytes left"
+        if self.limit < self.size:
+            text += f" under the header limit of {size_text(LIMITS['gguf_metadata'])}"
+        return text
+
 
 def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0) -> Any:
     if vtype in _SCALARS:
@@ -132,9 +139,7 @@ def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0) -> Any:
     count = cur.scalar("<Q", f"the item count of {what}")
     least = {_STRING: 8, _ARRAY: 12}.get(itype) or struct.calcsize(_SCALARS.get(itype, ("<B",))[0])
     if count > cur.left() // least:
-        raise GGUFError(
-            f"{what}: {count} items of type {itype} cannot fit in the {cur.left()} bytes left"
-        )
+        raise GGUFError(f"{what}: {count} items of type {itype} cannot fit in {cur.room()}")
     if itype in _SCALARS:
         dtype = np.dtype(_SCALARS[itype][1])
         items = np.frombuffer(cur.take(count * dtype.itemsize, what), dtype).tolist()
@@ -181,7 +186,7 @@ def read_header(handle: BinaryIO, size: int) -> Header:
     n_tensors = cur.scalar("<Q", "the tensor count")
     n_kv = cur.scalar("<Q", "the metadata count")
     if n_kv > cur.left() // 12:
-        raise GGUFError(f"the metadata count {n_kv} cannot fit in the {cur.left()} bytes left")
+        raise GGUFError(f"the metadata count {n_kv} cannot fit in {cur.room()}")
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
         key = cur.string(f"metadata key {i}")
@@ -190,7 +195,7 @@ def read_header(handle: BinaryIO, size: int) -> Header:
             raise GGUFError(f"metadata key {key!r} appears twice")
         metadata[key] = _value(cur, vtype, key)
     if n_tensors > cur.left() // 24:
-        raise GGUFError(f"the tensor count {n_tensors} cannot fit in the {cur.left()} bytes left")
+        raise GGUFError(f"the tensor count {n_tensors} cannot fit in {cur.room()}")
     entries: dict[str, tuple[int, tuple[int, ...], int]] = {}
     for i in range(n_tensors):
         name = cur.string(f"the name of tensor {i}")
