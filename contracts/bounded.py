@@ -58,6 +58,7 @@ LIMITS = MappingProxyType(
         "tokenizer": 256 * _MIB,  # tokenizer.json
         "weights": 256 * _GIB,  # one safetensors file
         "safetensors_header": 64 * _MIB,  # the JSON header of a safetensors file
+        "gguf_metadata": 256 * _MIB,  # the header of a GGUF file: metadata and tensor infos
         "params": 64 * _GIB,  # a user model's .npz params file, its arrays unpacked
         "prompts": 64 * _MIB,  # a prompt file, one prompt a line
         "log": 4 * _TIB,  # a log (JSONL, Parquet, Arrow), read a record at a time

@@ -349,13 +349,13 @@ _EVIDENCE = _obj(
             "model": {"type": "string", "minLength": 1, "description":
                       "A shipped model name, an entry point package.module:function, or "
                       "hf:PATH, a Hugging Face checkpoint folder relative to the contract "
-                      "file."},
+                      "file, or gguf:PATH, a GGUF file relative to the contract file."},
             "params": {"type": ["string", "null"], "minLength": 1, "description":
                        "An entry point's parameters (.npz), relative to the contract file."},
             "prompts": {"anyOf": [
                 _int("Prompts.", minimum=1, maximum=2**32 - 1),
-                {"type": "string", "minLength": 1, "description": "An hf: model's prompt "
-                 "file (one prompt a line), relative to the contract file."},
+                {"type": "string", "minLength": 1, "description": "An hf: or gguf: "
+                 "model's prompt file (one prompt a line), relative to the contract file."},
             ]},
             "max_new_tokens": _int("Tokens per prompt.", minimum=1, maximum=2**32 - 1),
             "seed": _int("Random seed.", minimum=0, maximum=2**32 - 1),

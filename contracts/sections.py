@@ -330,6 +330,10 @@ def read_promotion(ck: Checker, value, key: str) -> tuple[PromotionStage, ...] |
 
 # a Hugging Face checkpoint folder as a model: hf:PATH (kernels.model.hf reads it; it runs no code)
 HF_PREFIX = "hf:"
+# a GGUF file as a model: gguf:PATH (kernels.model.gguf reads it; it runs no code)
+GGUF_PREFIX = "gguf:"
+# the checkpoint prefixes: a model spec that starts with one names files, read as data
+CHECKPOINT_PREFIXES = (HF_PREFIX, GGUF_PREFIX)
 # a user model's entry point: package.module:function (kernels.model.user_model defines the call)
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
@@ -358,16 +362,21 @@ def _user_model(ck: Checker, e: Mapping, ekey: str, base_dir: str, got: dict) ->
         if path is not None:
             got["params"] = os.path.normpath(os.path.join(base_dir, path))
     model = got.get("model")
-    hf = isinstance(model, str) and model.startswith(HF_PREFIX)
+    prefix = next((p for p in CHECKPOINT_PREFIXES if str(model).startswith(p)), None)
+    hf = isinstance(model, str) and prefix is not None
     if hf:
-        folder = model[len(HF_PREFIX) :]
-        if not folder.strip():
-            ck.report(sub(ekey, "model"), "hf: needs a checkpoint folder, hf:PATH")
+        path = model[len(prefix) :]
+        if not path.strip():
+            what = "checkpoint folder" if prefix == HF_PREFIX else "GGUF file"
+            ck.report(sub(ekey, "model"), f"{prefix} needs a {what}, {prefix}PATH")
         else:
-            got["model"] = HF_PREFIX + os.path.normpath(os.path.join(base_dir, folder))
+            got["model"] = prefix + os.path.normpath(os.path.join(base_dir, path))
     entry = isinstance(model, str) and ":" in model and not hf
     if isinstance(got.get("prompts"), str) and not hf:
-        ck.report(sub(ekey, "prompts"), "a prompt file needs an hf: model (its tokenizer reads it)")
+        ck.report(
+            sub(ekey, "prompts"),
+            "a prompt file needs an hf: or gguf: model (its tokenizer reads it)",
+        )
     if entry and ENTRY_POINT.match(model) is None:
         ck.report(
             sub(ekey, "model"),

@@ -13,9 +13,10 @@ held-out text; a user model (``model: "package.module:function"`` with ``params:
 (``model_directory``) only with the user's consent (``emulate_contract``'s ``trust_code``),
 whose prompts come from the params file's ``extra/prompts`` windows or, without them,
 uniformly from the vocabulary; or a Hugging Face checkpoint
-(``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`), for which ``prompts`` is a count of
+(``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`) or a GGUF file (``model: "gguf:FILE"``,
+see :mod:`kernels.model.gguf`), for which ``prompts`` is a count of
 prompts drawn uniformly from its vocabulary, or a text file of prompts (one a line, blank
-lines skipped) encoded by the folder's ``tokenizer.json``, served in the file's order; every
+lines skipped) encoded by the checkpoint's tokenizer, served in the file's order; every
 prompt is then cut to the shortest one's length (at most ``PROMPT_BYTES`` tokens), so each
 batch holds prompts of one length. Loading a checkpoint runs no code from its folder. The
 model's vocabulary (256 bytes for the shipped one) is what is measured, whatever
@@ -48,7 +49,7 @@ import numpy as np
 
 from kernel_contracts.contracts.bounded import LIMITS, UnsafeFile, open_regular, read_file
 from kernel_contracts.contracts.model import Contract, EmulateEvidence
-from kernel_contracts.contracts.sections import HF_PREFIX
+from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES
 from kernel_contracts.evidence.envelope import settings
 from kernel_contracts.kernels.emulation import (
     Decoding,
@@ -110,9 +111,9 @@ def _is_user(model: str) -> bool:
     return is_entry_point(model)
 
 
-def _hf_folder(model: str) -> str | None:
-    """The checkpoint folder an ``hf:FOLDER`` model names, or ``None``."""
-    return model[len(HF_PREFIX) :] if model.startswith(HF_PREFIX) else None
+def _checkpoint(model: str) -> str | None:
+    """The checkpoint spec (``hf:FOLDER``, ``gguf:FILE``) ``model`` is, or ``None``."""
+    return model if model.startswith(CHECKPOINT_PREFIXES) else None
 
 
 # -- prompts -------------------------------------------------------------------------------
@@ -141,17 +142,18 @@ def prompt_count(ev: EmulateEvidence) -> int:
     return len(_prompt_texts(ev.prompts)) if isinstance(ev.prompts, str) else ev.prompts
 
 
-def _encoded(path: str, folder: str, model: str, vocab: int, texts: list[str]) -> list[list[int]]:
-    """``texts`` (read from the prompt file ``path``) encoded by the checkpoint's tokenizer,
-    every id checked against the model's vocabulary."""
+def _encoded(path: str, checkpoint: str, vocab: int, texts: list[str]) -> list[list[int]]:
+    """``texts`` (read from the prompt file ``path``) encoded by the tokenizer of the checkpoint
+    spec ``checkpoint``, every id checked against the model's vocabulary."""
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_tokenizer
     from kernel_contracts.kernels.model.hf.errors import CheckpointError
-    from kernel_contracts.kernels.model.hf.tokenizer import encode, read_tokenizer
+    from kernel_contracts.kernels.model.hf.tokenizer import encode
     from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
 
     try:
-        ids = encode(read_tokenizer(folder), texts)
+        ids = encode(checkpoint_tokenizer(checkpoint), texts)
     except CheckpointError as err:
-        raise UserModelError(MODEL_KEY, f"{model}: {err}") from None
+        raise UserModelError(MODEL_KEY, f"{checkpoint}: {err}") from None
     top = max((max(row) for row in ids if row), default=-1)
     if top >= vocab:
         raise UserModelError(
@@ -162,13 +164,13 @@ def _encoded(path: str, folder: str, model: str, vocab: int, texts: list[str]) -
     return ids
 
 
-def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
+def _hf_rows(ev: EmulateEvidence, checkpoint: str, vocab: int) -> np.ndarray | None:
     """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
     if not isinstance(ev.prompts, str):
         return None
     from kernel_contracts.kernels.model.user_model import UserModelError
 
-    ids = _encoded(ev.prompts, folder, ev.model, vocab, _prompt_texts(ev.prompts))
+    ids = _encoded(ev.prompts, checkpoint, vocab, _prompt_texts(ev.prompts))
     width = min(len(row) for row in ids)
     if width == 0:
         line = next(i for i, row in enumerate(ids) if not row)
@@ -176,25 +178,25 @@ def _hf_rows(ev: EmulateEvidence, folder: str, vocab: int) -> np.ndarray | None:
     return np.asarray([row[:width] for row in ids], np.int32)
 
 
-def prompt_stream(path: str, folder: str, model: str, vocab: int) -> np.ndarray:
+def prompt_stream(path: str, checkpoint: str, vocab: int) -> np.ndarray:
     """The prompt file ``path`` as one stream of real text: its prompts joined by newlines and
-    encoded whole by the tokenizer of the checkpoint ``folder`` (``model`` names it in errors).
+    encoded whole by the tokenizer of the checkpoint spec ``checkpoint``.
     The diagnostic commands cut their token windows from it. Raises ``UserModelError`` at
     ``evidence.emulate.prompts`` for an unreadable or empty file or an id outside ``vocab``."""
-    (ids,) = _encoded(path, folder, model, vocab, ["\n".join(_prompt_texts(path))])
+    (ids,) = _encoded(path, checkpoint, vocab, ["\n".join(_prompt_texts(path))])
     return np.asarray(ids, np.int32)
 
 
 # -- the model on the contract's kernels -----------------------------------------------------
 
 
-def _hf_config(ev: EmulateEvidence, folder: str):
-    from kernel_contracts.kernels.model.hf.config import read_config
+def _hf_config(ev: EmulateEvidence, checkpoint: str):
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_config
     from kernel_contracts.kernels.model.hf.errors import CheckpointError
     from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
 
     try:
-        return read_config(folder)
+        return checkpoint_config(checkpoint)
     except CheckpointError as err:
         raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
 
@@ -211,10 +213,10 @@ def length_range(contract: Contract) -> tuple[int, int]:
     ``contract`` can run: a prompt of at least one token, within the model's context and its
     prompt windows (a user model without windows: prompts of at most ``PROMPT_TOKENS``)."""
     ev = _settings(contract)
-    folder = _hf_folder(ev.model)
-    if folder is not None:
-        config = _hf_config(ev, folder)
-        rows = _hf_rows(ev, folder, config.vocab_size)
+    checkpoint = _checkpoint(ev.model)
+    if checkpoint is not None:
+        config = _hf_config(ev, checkpoint)
+        rows = _hf_rows(ev, checkpoint, config.vocab_size)
         width = PROMPT_BYTES if rows is None else rows.shape[1]
         return _lengths(ev, width, config.max_position_embeddings)
     if _is_user(ev.model):
@@ -278,18 +280,17 @@ def _shipped(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
 
 
 def _hf(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
-    from kernel_contracts.kernels.model.hf.checkpoint import load_decoder
+    from kernel_contracts.kernels.model.checkpoints import load_checkpoint
     from kernel_contracts.kernels.model.hf.errors import CheckpointError
     from kernel_contracts.kernels.model.user_model import MODEL_KEY, UserModelError
 
-    folder = _hf_folder(ev.model)
     try:
-        model = load_decoder(folder)
+        model = load_checkpoint(ev.model)
     except CheckpointError as err:
         raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
     context, vocab = model.context, model.config.vocab_size
     pair = _on_decoder(contract, ev, batch, model, context)
-    rows = _hf_rows(ev, folder, vocab)
+    rows = _hf_rows(ev, ev.model, vocab)
     width = PROMPT_BYTES if rows is None else rows.shape[1]
     prompt_len = min(PROMPT_BYTES, width, context - ev.max_new_tokens)
     return _Served(pair, vocab, None, prompt_len, _lengths(ev, width, context), rows)
@@ -340,7 +341,7 @@ def emulate_contract(
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"evidence.emulate: batch size must be at least 1, got {batch_size}")
     batch = serving_batch(contract, count) if batch_size is None else batch_size
-    if _hf_folder(ev.model) is not None:
+    if _checkpoint(ev.model) is not None:
         served = _hf(contract, ev, batch)
     elif _is_user(ev.model):
         served = _user(contract, ev, batch, trust_code)
@@ -384,13 +385,13 @@ def _shipped_sha256(model: str) -> str | None:
 
 
 def _hf_sha256(model: str) -> str | None:
-    """sha256 of an ``hf:`` checkpoint folder's config and weights; ``None`` for another model."""
-    folder = _hf_folder(model)
-    if folder is None:
+    """sha256 of a checkpoint's files (an ``hf:`` folder's config and weights, a ``gguf:``
+    file); ``None`` for another model."""
+    if _checkpoint(model) is None:
         return None
-    from kernel_contracts.kernels.model.hf.checkpoint import folder_sha256
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_sha256
 
-    return folder_sha256(folder)
+    return checkpoint_sha256(model)
 
 
 def _file_sha256(path: str) -> str | None:
@@ -404,8 +405,8 @@ def _file_sha256(path: str) -> str | None:
 
 def checkpoint_sha256(ev: EmulateEvidence) -> str | None:
     """sha256 of the files of the model ``ev`` names: a user model's params file, an ``hf:``
-    folder's config and weights, or the shipped checkpoint file; ``None`` when there is none
-    or it cannot be read."""
+    folder's config and weights, a ``gguf:`` file, or the shipped checkpoint file; ``None``
+    when there is none or it cannot be read."""
     if ev.params is not None:
         return _file_sha256(ev.params)
     return _hf_sha256(ev.model) or _shipped_sha256(ev.model)

@@ -98,10 +98,10 @@ class UserModelError(KernelContractsError, ValueError):
 
 def is_entry_point(model: str) -> bool:
     """Whether ``model`` names an entry point (``module:function``) rather than a shipped model
-    or an ``hf:`` checkpoint folder."""
-    from kernel_contracts.contracts.sections import HF_PREFIX
+    or a checkpoint (``hf:`` folder, ``gguf:`` file)."""
+    from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES
 
-    return ":" in model and not model.startswith(HF_PREFIX)
+    return ":" in model and not model.startswith(CHECKPOINT_PREFIXES)
 
 
 @dataclass(frozen=True)

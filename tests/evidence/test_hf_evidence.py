@@ -75,7 +75,7 @@ def test_a_prompt_file_needs_an_hf_model():
     with pytest.raises(ContractError) as info:
         loads(contract_text(model="tiny-lm"), "c.yaml")
     assert str(info.value) == (
-        "c.yaml:11:5: evidence.emulate.prompts: a prompt file needs an hf: model (its "
+        "c.yaml:11:5: evidence.emulate.prompts: a prompt file needs an hf: or gguf: model (its "
         "tokenizer reads it)"
     )
 

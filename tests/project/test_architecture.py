@@ -40,6 +40,7 @@ SOLE_IMPORTER = {
     "transformers": "evidence",
     "safetensors": "kernels",
     "tokenizers": "kernels",
+    "gguf": "kernels",
 }
 # third-party module -> the only module of that package allowed to import it
 SOLE_MODULE = {
@@ -49,6 +50,7 @@ SOLE_MODULE = {
     "transformers": "evidence/hooks/trl.py",
     "safetensors": "kernels/model/hf/checkpoint.py",
     "tokenizers": "kernels/model/hf/tokenizer.py",
+    "gguf": "kernels/model/gguf/quants.py",
 }
 
 
@@ -617,7 +619,7 @@ def test_no_private_name_is_imported_from_another_module(package):
 
 def test_every_lazy_package_loads_through_the_one_helper():
     """No package ``__init__`` writes its own module ``__getattr__``: the lazy ones (``kernels``,
-    ``kernels.model.hf``, ``kernels.rl``, ``verify``) take theirs from
+    ``kernels.model.hf``, ``kernels.model.gguf``, ``kernels.rl``, ``verify``) take theirs from
     ``contracts.lazy.lazy_exports``."""
     own, shared = [], []
     for package in PACKAGES:
@@ -631,6 +633,7 @@ def test_every_lazy_package_loads_through_the_one_helper():
     assert own == []
     assert sorted(shared) == [
         "kernels/__init__.py",
+        "kernels/model/gguf/__init__.py",
         "kernels/model/hf/__init__.py",
         "kernels/rl/__init__.py",
         "verify/__init__.py",

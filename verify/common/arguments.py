@@ -164,7 +164,7 @@ def solver(p: Parser) -> None:
 
 
 def model(p: Parser, help: str) -> None:
-    p.add_argument("--model", metavar="NAME|module:function|hf:PATH", help=help)
+    p.add_argument("--model", metavar="NAME|module:function|hf:PATH|gguf:PATH", help=help)
     p.add_argument("--params", metavar="PATH", help="the entry point's params (.npz)")
     trust(p)
 
@@ -174,7 +174,7 @@ def trust(p: Parser) -> None:
                    help="allow importing and running the Python a contract names (evidence."
                    "emulate.model: package.module:function), as does "
                    "KERNEL_CONTRACTS_TRUST_CODE=1; without either, such a contract exits 2 "
-                   "before anything is imported (hf: checkpoints and shipped models need "
+                   "before anything is imported (hf: and gguf: checkpoints and shipped models need "
                    "no consent)")  # fmt: skip
 
 
@@ -189,7 +189,7 @@ def main_parser(out, err) -> Parser:
         description="Prove a kernel contract's guarantees and check its clauses. "
         "Other commands: check REPORT.json | synth CONTRACT.yaml | schema | monitor ... | "
         "export CONTRACT.yaml --to verl|nemo-rl|trl|skyrl | localize CONTRACT.yaml | "
-        "measure [--model NAME|hf:FOLDER] [--prompts FILE] | conformance CONTRACT.yaml | "
+        "measure [--model NAME|hf:FOLDER|gguf:FILE] [--prompts FILE] | conformance CONTRACT.yaml | "
         "init --framework NAME --vocab N",
         epilog=EXIT_CODES,
         out=out,
@@ -307,9 +307,9 @@ def measure_parser(out, err) -> Parser:
         out=out,
         err=err,
     )
-    p.add_argument("--model", default="tiny-lm", metavar="NAME|hf:FOLDER",
-                   help="the shipped model (default tiny-lm) or a Hugging Face checkpoint "
-                   "folder")  # fmt: skip
+    p.add_argument("--model", default="tiny-lm", metavar="NAME|hf:FOLDER|gguf:FILE",
+                   help="the shipped model (default tiny-lm), a Hugging Face checkpoint "
+                   "folder or a GGUF file")  # fmt: skip
     p.add_argument("--prompts", metavar="FILE",
                    help="UTF-8 prompts, one per non-blank line (default: held-out text of the "
                    "shipped model)")  # fmt: skip

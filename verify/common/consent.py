@@ -3,8 +3,8 @@
 ``evidence: emulate: {model: "package.module:function"}`` imports Python from the contract's
 folder and calls it. A contract may come from anyone (a pull request that a CI job checks), so
 such code is imported only when its user says so: ``--trust-code``, or the environment
-variable ``KERNEL_CONTRACTS_TRUST_CODE=1``. A shipped model name and an ``hf:`` checkpoint
-folder need no consent: loading them runs no code from the folder.
+variable ``KERNEL_CONTRACTS_TRUST_CODE=1``. A shipped model name, an ``hf:`` checkpoint
+folder and a ``gguf:`` file need no consent: loading them runs no code from them.
 
 Consent is a value, never a global. A command turns its flag and the environment into it once
 (``trusted``) and hands it down to the one place that imports a user's module,

@@ -42,11 +42,11 @@ __all__ = [
     "DTYPES",
     "INDEX",
     "SINGLE",
+    "build_decoder",
     "config_json",
     "folder_sha256",
     "hf_tensors",
     "load_decoder",
-    "logits_function",
     "save_decoder",
 ]
 
@@ -294,11 +294,6 @@ def load_decoder(folder: str, ops: Ops | None = None):
     """The decoder stored in ``folder`` (on plain float32 ops unless ``ops`` is given).
 
     Raises ``CheckpointError`` with every problem of the folder."""
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from kernel_contracts.kernels.model.hf.decoder import Decoder
-
     config = read_config(folder)
     problems: list[CheckpointProblem] = []
 
@@ -308,32 +303,30 @@ def load_decoder(folder: str, ops: Ops | None = None):
     found = _read_tensors(folder, config, report)
     if problems:
         raise CheckpointError(problems)
+    return build_decoder(config, found, folder, ops)
+
+
+def build_decoder(config: DecoderConfig, found: dict[str, np.ndarray], source: str, ops=None):
+    """The decoder of ``config`` whose parameters are ``found`` (stored tensor name -> array in
+    our layout, as ``hf_tensors`` maps them); ``source`` names the checkpoint in the error a
+    missing tensor raises (a model is never built with a hole in it)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from kernel_contracts.kernels.model.hf.decoder import Decoder
+
     expected = hf_tensors(config)
     unread = sorted(set(expected) - set(found))
-    if unread:  # every one was reported above; a model is never built with a hole in it
-        raise CheckpointError([CheckpointProblem(folder, name, "not read") for name in unread])
+    if unread:
+        raise CheckpointError([CheckpointProblem(source, name, "not read") for name in unread])
     params = _nest({expected[name].path: jnp.asarray(a) for name, a in found.items()})
-    abstract = nnx.eval_shape(lambda: Decoder(config))
+    abstract = nnx.eval_shape(lambda: Decoder(config, seed=None))
     graphdef, state = nnx.split(abstract)
     nnx.replace_by_pure_dict(state, params)
     model = nnx.merge(graphdef, state)
     if ops is not None:
         model.ops = ops
     return model
-
-
-def logits_function(folder: str):
-    """``(fn, params, config)`` of the checkpoint in ``folder``: ``fn(params, tokens)`` its
-    teacher-forced logits on plain float32 ops (the form ``kernels.diagnose.transform.on_kernel``
-    and ``kernels.localize`` take). Raises ``CheckpointError``."""
-    from flax import nnx
-
-    graphdef, params = nnx.split(load_decoder(folder))
-
-    def fn(params, tokens):
-        return nnx.merge(graphdef, params)(tokens)
-
-    return fn, params, read_config(folder)
 
 
 # ------------------------------------------------------------------------------ writing

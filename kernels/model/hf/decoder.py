@@ -51,8 +51,11 @@ __all__ = ["Attention", "Decoder", "DecoderLayer", "Linear", "Mlp", "RMSNorm"]
 _STD = 0.02
 
 
-def _normal(rng: np.random.Generator, shape) -> Array:
-    # numpy, not jax.random: no per-shape compilation when a model is built
+def _normal(rng: np.random.Generator | None, shape) -> Array:
+    # numpy, not jax.random: no per-shape compilation when a model is built; no generator:
+    # zeros, for a model whose parameters are about to be replaced (free under eval_shape)
+    if rng is None:
+        return jnp.zeros(shape, jnp.float32)
     return jnp.asarray((_STD * rng.standard_normal(shape)).astype(np.float32))
 
 
@@ -63,7 +66,9 @@ _INPUT_AXES = {"o_proj": 2}
 class Linear(nnx.Module):
     """A projection: ``kernel`` ``[in, *out]`` and, when ``bias``, ``bias`` ``[*out]``."""
 
-    def __init__(self, shape: tuple[int, ...], bias: bool, rng: np.random.Generator, *, out: int):
+    def __init__(
+        self, shape: tuple[int, ...], bias: bool, rng: np.random.Generator | None, *, out: int
+    ):
         self.kernel = nnx.Param(_normal(rng, shape))
         # the output axes are the last ``out`` axes of the kernel
         self.bias = nnx.Param(jnp.zeros(shape[-out:], jnp.float32)) if bias else None
@@ -77,7 +82,7 @@ class RMSNorm(nnx.Module):
 
 
 class Attention(nnx.Module):
-    def __init__(self, c: DecoderConfig, rng: np.random.Generator):
+    def __init__(self, c: DecoderConfig, rng: np.random.Generator | None):
         d, h, kv, hd = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.q_proj = Linear((d, h, hd), c.qkv_bias, rng, out=2)
         self.k_proj = Linear((d, kv, hd), c.qkv_bias, rng, out=2)
@@ -88,7 +93,7 @@ class Attention(nnx.Module):
 
 
 class Mlp(nnx.Module):
-    def __init__(self, c: DecoderConfig, rng: np.random.Generator):
+    def __init__(self, c: DecoderConfig, rng: np.random.Generator | None):
         d, f = c.hidden_size, c.intermediate_size
         self.gate_proj = Linear((d, f), c.mlp_bias, rng, out=1)
         self.up_proj = Linear((d, f), c.mlp_bias, rng, out=1)
@@ -96,7 +101,7 @@ class Mlp(nnx.Module):
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, c: DecoderConfig, rng: np.random.Generator):
+    def __init__(self, c: DecoderConfig, rng: np.random.Generator | None):
         self.input_layernorm = RMSNorm(c.hidden_size)
         self.self_attn = Attention(c, rng)
         self.post_attention_layernorm = RMSNorm(c.hidden_size)
@@ -173,11 +178,12 @@ class Decoder(nnx.Module):
 
     The layers run as one ``lax.scan`` over their stacked parameters, so each kernel is traced
     once per model, not once per layer. ``seed`` draws random weights (normal, std 0.02; norm
-    scales 1, biases 0) for a model that is not loaded from a checkpoint.
+    scales 1, biases 0) for a model that is not loaded from a checkpoint (``None``: zeros, for a
+    model whose parameters a checkpoint replaces).
     """
 
-    def __init__(self, config: DecoderConfig, *, seed: int = 0, ops: Ops | None = None):
-        rng = np.random.default_rng(seed)
+    def __init__(self, config: DecoderConfig, *, seed: int | None = 0, ops: Ops | None = None):
+        rng = None if seed is None else np.random.default_rng(seed)
         c = self.config = config
         self.ops = ops if ops is not None else plain_ops()
         self.embed_tokens = nnx.Param(_normal(rng, (c.vocab_size, c.hidden_size)))

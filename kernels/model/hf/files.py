@@ -15,10 +15,12 @@ from typing import Any, BinaryIO
 from kernel_contracts.contracts.bounded import LIMITS, UnsafeFile, inside, open_regular, read_file
 from kernel_contracts.kernels.model.hf.errors import CheckpointError, CheckpointProblem
 
-__all__ = ["open_in", "read_json", "read_text"]
+__all__ = ["open_in", "read_json", "read_text", "refused"]
 
 
-def _refused(path: str, key: str, err: OSError) -> CheckpointError:
+def refused(path: str, key: str, err: OSError) -> CheckpointError:
+    """The ``CheckpointError`` for the file ``path`` (at ``key``) that could not be opened:
+    missing, refused by ``contracts.bounded`` (at the path it names) or unreadable."""
     if isinstance(err, FileNotFoundError):
         return CheckpointError([CheckpointProblem(path, key, "no such file")])
     if isinstance(err, UnsafeFile):
@@ -34,7 +36,7 @@ def read_text(folder: str, name: str, kind: str, key: str = "") -> str:
     try:
         data = read_file(name, LIMITS[kind], folder=folder)
     except OSError as err:
-        raise _refused(path, key, err) from None
+        raise refused(path, key, err) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -61,4 +63,4 @@ def open_in(folder: str, name: str, kind: str, key: str = "") -> BinaryIO:
     try:
         return open_regular(inside(folder, name), LIMITS[kind])
     except OSError as err:
-        raise _refused(path, key, err) from None
+        raise refused(path, key, err) from None

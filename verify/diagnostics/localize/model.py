@@ -1,12 +1,13 @@
 """The model a diagnostic command runs: ``--model``/``--params``, else the contract's own.
 
 A shipped checkpoint name (``tiny-lm``), an entry point ``package.module:function`` with a
-params file (``kernels.model.user_model``) or a Hugging Face checkpoint folder ``hf:PATH``
-(``kernels.model.hf``; a ``--model`` path is relative to the working directory, a contract's to the
-contract). Without ``--model`` the contract's ``evidence.emulate`` model and params are used,
-and ``tiny-lm`` when it has none. Token windows come from the checkpoint's held-out text, the
-params file's ``extra/prompts`` or, for an ``hf:`` folder, the contract's prompt file
-(``evidence.emulate.prompts``) encoded whole by the folder's tokenizer; without any of them,
+params file (``kernels.model.user_model``), a Hugging Face checkpoint folder ``hf:PATH``
+(``kernels.model.hf``) or a GGUF file ``gguf:PATH`` (``kernels.model.gguf``; a ``--model``
+path is relative to the working directory, a contract's to the contract). Without ``--model``
+the contract's ``evidence.emulate`` model and params are used, and ``tiny-lm`` when it has
+none. Token windows come from the checkpoint's held-out text, the
+params file's ``extra/prompts`` or, for a checkpoint, the contract's prompt file
+(``evidence.emulate.prompts``) encoded whole by the checkpoint's tokenizer; without any of them,
 tokens are drawn uniformly from the vocabulary. ``Chosen.tokens`` says which.
 """
 
@@ -17,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernel_contracts.contracts import KernelContractsError
-from kernel_contracts.contracts.sections import HF_PREFIX
+from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES
 
 __all__ = ["UNIFORM", "Chosen", "ModelError", "choose_model", "token_rows"]
 
@@ -103,7 +104,7 @@ def _choose(contract, model: str | None, params: str | None, trust_code: bool) -
             raise ModelError(text) from None
         tokens = UNIFORM if um.windows is None else "the params file's prompts"
         return Chosen(model, um.fn, um.params, um.windows, None, um.vocab, tokens)
-    if model.startswith(HF_PREFIX):
+    if model.startswith(CHECKPOINT_PREFIXES):
         return _hf(contract, model, options["evidence.emulate.model"])
     if model not in CHECKPOINTS:
         raise ModelError(
@@ -120,12 +121,11 @@ def _choose(contract, model: str | None, params: str | None, trust_code: bool) -
 
 
 def _hf(contract, model: str, option: str | None) -> Chosen:
-    from kernel_contracts.kernels.model.hf.checkpoint import logits_function
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_logits_function
     from kernel_contracts.kernels.model.hf.errors import CheckpointError
 
-    folder = model[len(HF_PREFIX) :]
     try:
-        fn, params, config = logits_function(folder)
+        fn, params, config = checkpoint_logits_function(model)
     except CheckpointError as err:
         raise ModelError(
             f"{option or 'evidence.emulate.model'}: cannot load {model}: {err}"
@@ -138,7 +138,7 @@ def _hf(contract, model: str, option: str | None) -> Chosen:
     from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:
-        stream = prompt_stream(ev.prompts, folder, model, vocab)
+        stream = prompt_stream(ev.prompts, model, vocab)
     except UserModelError as err:
         raise ModelError(f"{contract.source.prefix(err.key)}{err}") from None
     tokens = f"the prompt file {ev.prompts}"

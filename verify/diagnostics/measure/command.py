@@ -9,13 +9,13 @@ and length slice) gives the token count, the mean and max logit drift ‖Δ‖�
 TV, the 50/90/99 % quantiles and max of |log w| and the top-1 flip rate
 (``evidence.drift``: mergeable cells, so tables of several runs or hosts combine exactly).
 
-The model is the shipped ``tiny-lm`` (default) or a Hugging Face checkpoint folder,
-``--model hf:FOLDER`` (its ``config.json`` checked before JAX is imported); prompts come from
-``--prompts FILE`` (UTF-8, one per non-blank line, cut to the shortest with a warning that
-counts the prompts cut) or ``--count`` windows: the shipped model's held-out text, or tokens
-drawn uniformly (seeded) from a checkpoint's vocabulary, which needs no tokenizer
-(``verify.diagnostics.measure.prompts``). A progress bar is drawn on standard error when it
-is a terminal.
+The model is the shipped ``tiny-lm`` (default), a Hugging Face checkpoint folder, ``--model
+hf:FOLDER`` (its ``config.json`` checked before JAX is imported), or a GGUF file, ``--model
+gguf:FILE``; prompts come from ``--prompts FILE`` (UTF-8, one per non-blank line, cut to the
+shortest with a warning that counts the prompts cut) or ``--count`` windows: the shipped model's
+held-out text, or tokens drawn uniformly (seeded) from a checkpoint's vocabulary, which needs no
+tokenizer (``verify.diagnostics.measure.prompts``). A progress bar is drawn on standard error
+when it is a terminal.
 
 Outputs: the table on standard output; ``--csv PATH`` the same table as CSV, ``--json PATH``
 the table with the run's settings, ``--tokens PATH`` one CSV row per generated token (preset,

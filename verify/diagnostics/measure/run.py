@@ -1,8 +1,9 @@
 """The drift table's measurement: a model, its prompts, and each preset at each serving batch.
 
-``load_model`` reads the shipped checkpoint by name or a Hugging Face checkpoint folder
-(``hf:FOLDER``, ``kernels.model.hf``), whose tokenizer is read only when a prompt file is
-encoded; ``check_model`` checks a folder's ``config.json`` without importing JAX, so that a bad
+``load_model`` reads the shipped checkpoint by name, a Hugging Face checkpoint folder
+(``hf:FOLDER``, ``kernels.model.hf``) or a GGUF file (``gguf:FILE``, ``kernels.model.gguf``),
+whose tokenizer is read only when a prompt file is encoded; ``check_model`` checks a folder's
+``config.json`` without importing JAX (and a GGUF file's header and metadata), so that a bad
 path is refused at once. The prompts are made by ``verify.diagnostics.measure.prompts``.
 
 ``measure_setting`` runs one kernel pair, as ``kernels.emulation`` does: K_inf (the preset at
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES
 from kernel_contracts.verify.diagnostics.measure.prompts import MeasureError
 
 __all__ = [
@@ -34,9 +36,6 @@ __all__ = [
     "load_model",
     "measure_setting",
 ]
-
-_HF = "hf:"
-
 
 @dataclass(frozen=True)
 class Loaded:
@@ -51,28 +50,30 @@ class Loaded:
 
 
 def check_model(name: str) -> None:
-    """``MeasureError`` when ``name`` is a checkpoint folder ``hf:FOLDER`` whose
-    ``config.json`` cannot be read or describes no decoder we run. Imports no JAX."""
-    if not name.startswith(_HF):
+    """``MeasureError`` when ``name`` is a checkpoint (``hf:FOLDER`` or ``gguf:FILE``) whose
+    configuration cannot be read or describes no decoder we run. A folder's ``config.json`` is
+    read without importing JAX."""
+    if not name.startswith(CHECKPOINT_PREFIXES):
         return
-    from kernel_contracts.kernels.model.hf.config import read_config
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_config
     from kernel_contracts.kernels.model.hf.errors import CheckpointError
 
     try:
-        read_config(name[len(_HF) :])
+        checkpoint_config(name)
     except CheckpointError as err:
         raise MeasureError(f"--model {name}: {err}") from None
 
 
-def _encoder(name: str, folder: str) -> Callable[[list[str]], list[list[int]]]:
-    """Encodes texts with the folder's tokenizer, read on first use (windows drawn from the
+def _encoder(name: str) -> Callable[[list[str]], list[list[int]]]:
+    """Encodes texts with the checkpoint's tokenizer, read on first use (windows drawn from the
     vocabulary need none)."""
 
     def encode_texts(texts: list[str]) -> list[list[int]]:
-        from kernel_contracts.kernels.model.hf import CheckpointError, encode, read_tokenizer
+        from kernel_contracts.kernels.model.checkpoints import checkpoint_tokenizer
+        from kernel_contracts.kernels.model.hf import CheckpointError, encode
 
         try:
-            tokenizer = read_tokenizer(folder)
+            tokenizer = checkpoint_tokenizer(name)
         except CheckpointError as err:
             raise MeasureError(f"--model {name}: {err}") from None
         return encode(tokenizer, texts)
@@ -81,25 +82,26 @@ def _encoder(name: str, folder: str) -> Callable[[list[str]], list[list[int]]]:
 
 
 def load_model(name: str) -> Loaded:
-    """The shipped model ``name`` or the checkpoint ``hf:FOLDER``; ``MeasureError`` if neither
-    can be loaded (every problem of a checkpoint, at its file and key)."""
-    if name.startswith(_HF):
-        from kernel_contracts.kernels.model.hf import CheckpointError, load_decoder
+    """The shipped model ``name`` or the checkpoint ``hf:FOLDER`` or ``gguf:FILE``;
+    ``MeasureError`` if neither can be loaded (every problem of a checkpoint, at its file and
+    key)."""
+    if name.startswith(CHECKPOINT_PREFIXES):
+        from kernel_contracts.kernels.model.checkpoints import load_checkpoint
+        from kernel_contracts.kernels.model.hf import CheckpointError
 
-        folder = name[len(_HF) :]
         try:
-            model = load_decoder(folder)
+            model = load_checkpoint(name)
         except CheckpointError as err:
             raise MeasureError(f"--model {name}: {err}") from None
         c = model.config
         return Loaded(name, model, c.vocab_size, c.max_position_embeddings,
-                      _encoder(name, folder), None)  # fmt: skip
+                      _encoder(name), None)  # fmt: skip
     from kernel_contracts.kernels.model.tinylm import CHECKPOINTS, load_pretrained, pretrained_extra
 
     if name not in CHECKPOINTS:
         raise MeasureError(
             f"--model {name}: not a shipped model ({', '.join(sorted(CHECKPOINTS))}) and not "
-            "hf:FOLDER"
+            "hf:FOLDER or gguf:FILE"
         )
     try:
         model = load_pretrained(name)

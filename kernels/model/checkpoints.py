@@ -1,0 +1,104 @@
+"""A checkpoint a model spec names: ``hf:FOLDER`` (a Hugging Face checkpoint folder,
+``kernels.model.hf``) or ``gguf:FILE`` (a GGUF file, ``kernels.model.gguf``).
+
+Both load as the same :class:`kernels.model.hf.Decoder`, with a ``tokenizers`` tokenizer; these
+functions take the spec and read the right files. Every one raises ``CheckpointError`` (each
+problem at its file and key) for a checkpoint that cannot be used, and ``ValueError`` for a spec
+that names no checkpoint.
+"""
+
+from __future__ import annotations
+
+from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES, GGUF_PREFIX, HF_PREFIX
+
+__all__ = [
+    "checkpoint_config",
+    "checkpoint_logits_function",
+    "checkpoint_path",
+    "checkpoint_sha256",
+    "checkpoint_tokenizer",
+    "is_checkpoint",
+    "load_checkpoint",
+]
+
+
+def is_checkpoint(model: str) -> bool:
+    """Whether the model spec ``model`` names a checkpoint (``hf:`` or ``gguf:``)."""
+    return model.startswith(CHECKPOINT_PREFIXES)
+
+
+def _split(spec: str) -> tuple[bool, str]:
+    """(whether it is a GGUF file, the path) of the checkpoint ``spec``."""
+    if spec.startswith(GGUF_PREFIX):
+        return True, spec[len(GGUF_PREFIX) :]
+    if spec.startswith(HF_PREFIX):
+        return False, spec[len(HF_PREFIX) :]
+    raise ValueError(f"{spec!r} names no checkpoint (hf:FOLDER or gguf:FILE)")
+
+
+def checkpoint_path(spec: str) -> str:
+    """The folder or file the checkpoint ``spec`` names."""
+    return _split(spec)[1]
+
+
+def checkpoint_config(spec: str):
+    """The ``DecoderConfig`` of the checkpoint ``spec``."""
+    gguf, path = _split(spec)
+    if gguf:
+        from kernel_contracts.kernels.model.gguf.load import read_gguf_config
+
+        return read_gguf_config(path)
+    from kernel_contracts.kernels.model.hf.config import read_config
+
+    return read_config(path)
+
+
+def checkpoint_tokenizer(spec: str):
+    """The tokenizer (``tokenizers.Tokenizer``) of the checkpoint ``spec``."""
+    gguf, path = _split(spec)
+    if gguf:
+        from kernel_contracts.kernels.model.gguf.load import read_gguf_tokenizer
+
+        return read_gguf_tokenizer(path)
+    from kernel_contracts.kernels.model.hf.tokenizer import read_tokenizer
+
+    return read_tokenizer(path)
+
+
+def load_checkpoint(spec: str, ops=None):
+    """The decoder of the checkpoint ``spec`` (on plain float32 ops unless ``ops`` is given)."""
+    gguf, path = _split(spec)
+    if gguf:
+        from kernel_contracts.kernels.model.gguf.load import load_gguf
+
+        return load_gguf(path, ops)
+    from kernel_contracts.kernels.model.hf.checkpoint import load_decoder
+
+    return load_decoder(path, ops)
+
+
+def checkpoint_logits_function(spec: str):
+    """``(fn, params, config)`` of the checkpoint ``spec``: ``fn(params, tokens)`` its
+    teacher-forced logits on plain float32 ops."""
+    from flax import nnx
+
+    model = load_checkpoint(spec)
+    graphdef, params = nnx.split(model)
+
+    def fn(params, tokens):
+        return nnx.merge(graphdef, params)(tokens)
+
+    return fn, params, model.config
+
+
+def checkpoint_sha256(spec: str) -> str | None:
+    """sha256 of the checkpoint ``spec``'s files (a folder's config and weights, a GGUF file's
+    bytes); ``None`` when one cannot be read or is refused."""
+    gguf, path = _split(spec)
+    if gguf:
+        from kernel_contracts.kernels.model.gguf.load import gguf_sha256
+
+        return gguf_sha256(path)
+    from kernel_contracts.kernels.model.hf.checkpoint import folder_sha256
+
+    return folder_sha256(path)
