@@ -37,6 +37,7 @@ __all__ = [
     "measure_setting",
 ]
 
+
 @dataclass(frozen=True)
 class Loaded:
     """A model on plain ops, what it can run, and how it reads prompt text."""
