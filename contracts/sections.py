@@ -339,16 +339,18 @@ ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-
 
 
 def emulate_relative(ev: EmulateEvidence, base_dir: str) -> EmulateEvidence:
-    """``ev`` with its paths (an ``hf:`` folder, a prompt file, a params file) relative to
-    ``base_dir``, the contract's folder: how the canonical form and a report record them, so
-    that neither depends on where that folder lies (the checkpoint's digest identifies it)."""
+    """``ev`` with its paths (an ``hf:`` folder or ``gguf:`` file, a prompt file, a params file)
+    relative to ``base_dir``, the contract's folder: how the canonical form and a report record
+    them, so that neither depends on where that folder lies (the checkpoint's digest identifies
+    it)."""
 
     def rel(path: str) -> str:
         return os.path.relpath(os.path.join(base_dir, path), base_dir)
 
     model = ev.model
-    if model.startswith(HF_PREFIX):
-        model = HF_PREFIX + rel(model[len(HF_PREFIX) :])
+    prefix = next((p for p in CHECKPOINT_PREFIXES if model.startswith(p)), None)
+    if prefix is not None:
+        model = prefix + rel(model[len(prefix) :])
     prompts = rel(ev.prompts) if isinstance(ev.prompts, str) else ev.prompts
     params = rel(ev.params) if ev.params is not None else None
     return dataclasses.replace(ev, model=model, prompts=prompts, params=params)

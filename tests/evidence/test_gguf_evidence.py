@@ -13,12 +13,13 @@ runs one end to end.)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
 
 from kernel_contracts.contracts import ContractError, loads
-from kernel_contracts.contracts.canonical import canonical_json, from_canonical
+from kernel_contracts.contracts.canonical import from_canonical
 from tests.evidence.test_hf_evidence import contract_text as hf_contract_text
 from tests.kernels.gguf_files import tokens, write_tiny
 from tests.support.cli_runner import run_cli
@@ -45,7 +46,12 @@ def test_gguf_model_and_prompt_file_resolve_against_the_contract(folder):
     contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
     ev = contract.evidence.emulate
     assert (ev.model, ev.prompts) == (f"gguf:{folder / 'tiny.gguf'}", str(folder / "prompts.txt"))
-    assert from_canonical(canonical_json(contract)).evidence == contract.evidence
+    # the canonical form records them relative to the contract's folder, and reads back
+    rebuilt = from_canonical(contract.source.canonical)
+    assert rebuilt.source.canonical == contract.source.canonical
+    assert rebuilt.evidence.emulate == dataclasses.replace(
+        ev, model="gguf:tiny.gguf", prompts="prompts.txt"
+    )
 
 
 def test_gguf_needs_a_path():
