@@ -325,7 +325,8 @@ def sequence_edge_batch():
         rows.append(([-0.5], [-10.5], a))  # log s = 10 exactly
         lrs = (25.0, -25.0, 20.0, -20.0)
         rows.append(([-0.5, -25.5, -0.5, -20.5, -0.3], [-25.5, -0.5, -20.5, -0.5, -0.4], a))
-        assert all(np.float32(p) - np.float32(q) == r for p, q, r in zip(*rows[-1][:2], lrs))
+        exact = zip(rows[-1][0][:4], rows[-1][1][:4], lrs, strict=True)
+        assert all(np.float32(p) - np.float32(q) == r for p, q, r in exact)
     b = len(rows)
     lp, lq = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
     mask, adv = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
@@ -536,7 +537,9 @@ def _trl_loss_block(src):
         if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "log_ratio"
     )
     test = "self.loss_type in ['grpo', 'sapo']"
-    end = next(i for i, n in enumerate(body) if isinstance(n, ast.If) and ast.unparse(n.test) == test)
+    end = next(
+        i for i, n in enumerate(body) if isinstance(n, ast.If) and ast.unparse(n.test) == test
+    )
     return compile(ast.Module(body[start : end + 1], []), str(path), "exec")
 
 
@@ -867,9 +870,7 @@ def skyrl_loss_cases(ppo_utils, no_correction, lp, lq, mask, adv):
         ),
         "cispo": (
             {"band": [1 - EPS, 1 + EPS]},
-            Cfg(
-                cispo=Cfg(cispo_anchor="rollout", cispo_eps_clip_low=EPS, cispo_eps_clip_high=EPS)
-            ),
+            Cfg(cispo=Cfg(cispo_anchor="rollout", cispo_eps_clip_low=EPS, cispo_eps_clip_high=EPS)),
             ppo_utils.compute_policy_loss_cispo,
         ),
         "sapo": (
