@@ -258,6 +258,43 @@ def test_the_edge_batch_holds_every_edge():
     assert np.any(adv[real] > 0) and np.any(adv[real] < 0)
 
 
+def test_the_seq_edge_batch_holds_every_edge_of_the_sequence_ratio_and_the_log_clamps():
+    lp, lq, mask, adv = _inputs("seq_edge")
+    real = mask > 0
+    s32, log_s = _s("seq_edge").astype(F32), _s("seq_edge", log=True)
+    lengths = np.broadcast_to(real.sum(axis=1, keepdims=True), real.shape)
+    for tie in (F32(1 + EPS), F32(1 - EPS)):
+        for a in (1.0, -1.0):
+            at = real & (s32 == tie) & (adv == a)
+            assert {1, 2} <= set(lengths[at].tolist()), (tie, a)  # one token and two
+            rows = np.nonzero(at.any(axis=1))[0]  # and a row whose tokens differ
+            assert any(len(set((lp - lq)[r][real[r]].tolist())) == 2 for r in rows), (tie, a)
+    lr = (lp - lq)[real]
+    for a in (1.0, -1.0):
+        assert np.any(real & (log_s > 10) & (adv == a)) and np.any(real & (log_s == 10))
+    assert {25.0, -25.0, 20.0, -20.0} <= set(lr.tolist())  # beyond the ±20 clamp and on it
+
+
+def test_trls_cispo_is_the_cap_at_epsilon_high_not_our_two_sided_clamp():
+    # TRL f2cd5771 loss_type "cispo": clamp(w, max=epsilon_high).detach(), the cap at
+    # epsilon_high itself and no lower clamp: it equals our tis at c = 1 + ε on every token,
+    # and differs from our cispo (clamp to [1 − ε, 1 + ε]) exactly where w < 1 − ε
+    case = "trl/cispo"
+    assert CASES[case]["options"]["epsilon_high"] == pytest.approx(1 + EPS)
+    differs = 0
+    for batch in BATCHES:
+        lp, lq, mask, adv = _inputs(batch)
+        real = mask > 0
+        tis = correction_weights("tis", lp - lq, mask, adv, params={"cap": 1 + EPS}, ties="trl")
+        theirs = _theirs(case, batch)
+        where = f"{_source(case)} on the {batch} batch"
+        np.testing.assert_allclose(np.asarray(tis)[real], theirs[real], rtol=2e-6, err_msg=where)
+        below = real & (_w(batch).astype(F32) < F32(1 - EPS))
+        np.testing.assert_allclose(_ours(case, batch)[below], 1 - EPS, rtol=2e-6)
+        differs += np.count_nonzero(below & (theirs < F32(1 - EPS)))
+    assert differs > 10
+
+
 def test_every_case_names_the_framework_commit_ties_py_read():
     for case, c in CASES.items():
         if case in NO_TIE_RULE:
