@@ -89,6 +89,8 @@ COMMITS = {"verl": "1dda039b", "trl": "f2cd5771", "nemo-rl": "7ea279ab", "skyrl"
 CAP, LO, HI, EPS = 2.0, 0.5, 2.0, 0.2  # the thresholds every case uses
 TV, KL = 0.05, 0.02  # DPPO's thresholds
 TAU_POS, TAU_NEG = 1.0, 1.05  # SAPO's temperatures
+# CISPO from 0 (ε_low = 1): there the ±20 clamp of log w before exp shows (exp(−20), not w)
+CISPO_FROM_0 = f"cispo@0_{1 + EPS}"
 # the rollout-anchored losses (gspo, cispo, sapo): what played the old policy
 ROLLOUT_ANCHOR = (
     "old log-probs = the engine's (rollout-anchored: r = w, the case our weight rule models); "
@@ -465,34 +467,43 @@ def verl_cases(src, lp, lq, mask, adv):
                 {},
             ),
         )
+
     # the rollout-anchored losses: old_log_prob = the engine's log-probs
-    actor = {"clip_ratio": EPS, "clip_ratio_low": EPS, "clip_ratio_high": EPS}
-    actor |= {"tau_pos": TAU_POS, "tau_neg": TAU_NEG}
-    config = core_algos.ActorConfig(
-        strategy="fsdp",
-        rollout_n=1,
-        ppo_micro_batch_size_per_gpu=1,
-        global_batch_info=info,
-        **actor,
-    )
+    def actor(low):
+        return core_algos.ActorConfig(
+            strategy="fsdp",
+            rollout_n=1,
+            ppo_micro_batch_size_per_gpu=1,
+            global_batch_info=info,
+            clip_ratio=EPS,
+            clip_ratio_low=low,
+            clip_ratio_high=EPS,
+            tau_pos=TAU_POS,
+            tau_neg=TAU_NEG,
+        )
+
+    clip_keys = ("clip_ratio_low", "clip_ratio_high")
     losses = {
-        "gspo": ({"clip_epsilon": EPS}, _per_sequence(mask), ("clip_ratio_low", "clip_ratio_high")),
-        "cispo": (
-            {"band": [1 - EPS, 1 + EPS]},
-            n,
-            ("clip_ratio_low", "clip_ratio_high", "loss_agg_mode"),
+        "gspo": ({"clip_epsilon": EPS}, _per_sequence(mask), clip_keys, EPS),
+        "cispo": ({"band": [1 - EPS, 1 + EPS]}, n, (*clip_keys, "loss_agg_mode"), EPS),
+        CISPO_FROM_0: ({"band": [0.0, 1 + EPS]}, n, (*clip_keys, "loss_agg_mode"), 1.0),
+        "sapo": (
+            {"temperatures": [TAU_POS, TAU_NEG]},
+            _per_sequence(mask),
+            ("tau_pos", "tau_neg"),
+            EPS,
         ),
-        "sapo": ({"temperatures": [TAU_POS, TAU_NEG]}, _per_sequence(mask), ("tau_pos", "tau_neg")),
     }
-    for name, (params, norm, keys) in losses.items():
+    for case, (params, norm, keys, low) in losses.items():
+        name, config = case.partition("@")[0], actor(low)
         f = getattr(core_algos, f"compute_policy_loss_{name}")
-        loss = lambda x, f=f: f(_t(lq), x, _t(adv), _t(mask), "token-mean", config)[0]  # noqa: E731
+        loss = lambda x, f=f, c=config: f(_t(lq), x, _t(adv), _t(mask), "token-mean", c)[0]  # noqa: E731
         what = "−∂loss/∂log π · N / A (autograd)"
         if name != "cispo":  # gspo and sapo aggregate seq-mean-token-mean whatever is asked
             what = "−∂loss/∂log π · n_i · B / A (autograd; n_i the row's tokens, B rows)"
         options = {"policy_loss.loss_mode": name} | {k: getattr(config, k) for k in keys}
         yield (
-            name,
+            case,
             params,
             f"core_algos.compute_policy_loss_{name}",
             (options, _omega_from_loss(loss, lp, adv, norm), what, {}, ROLLOUT_ANCHOR),
@@ -741,8 +752,10 @@ def nemo_cases(src, lp, lq, mask, adv):
             _per_sequence(mask),
         ),
         "cispo": ({"band": [1 - EPS, 1 + EPS]}, {"use_cispo": True}, n),
+        CISPO_FROM_0: ({"band": [0.0, 1 + EPS]}, {"use_cispo": True, "ratio_clip_min": 1.0}, n),
     }
-    for name, (params, extra, norm) in losses.items():
+    for case, (params, extra, norm) in losses.items():
+        name = case.partition("@")[0]
         cfg = base | {"use_importance_sampling_correction": False} | extra
         loss_fn = ClippedPGLossFn(ClippedPGLossConfig(**cfg))
         data = {
@@ -764,7 +777,7 @@ def nemo_cases(src, lp, lq, mask, adv):
             what = "−∂loss/∂log π · n_i · B / A (autograd; n_i the row's tokens, B rows)"
         omega = _omega_from_loss(loss, lp, adv, norm)
         anchor = ROLLOUT_ANCHOR.replace("old log-probs", "prev_logprobs and generation_logprobs")
-        yield name, params, "ClippedPGLossFn.__call__", (cfg, omega, what, {}, anchor)
+        yield case, params, "ClippedPGLossFn.__call__", (cfg, omega, what, {}, anchor)
 
 
 def skyrl_cases(src, lp, lq, mask, adv):
@@ -873,13 +886,19 @@ def skyrl_loss_cases(ppo_utils, no_correction, lp, lq, mask, adv):
             Cfg(cispo=Cfg(cispo_anchor="rollout", cispo_eps_clip_low=EPS, cispo_eps_clip_high=EPS)),
             ppo_utils.compute_policy_loss_cispo,
         ),
+        CISPO_FROM_0: (
+            {"band": [0.0, 1 + EPS]},
+            Cfg(cispo=Cfg(cispo_anchor="rollout", cispo_eps_clip_low=1.0, cispo_eps_clip_high=EPS)),
+            ppo_utils.compute_policy_loss_cispo,
+        ),
         "sapo": (
             {"temperatures": [TAU_POS, TAU_NEG]},
             Cfg(loss_reduction="sequence_mean", sapo=Cfg(tau_pos=TAU_POS, tau_neg=TAU_NEG)),
             ppo_utils.sapo_policy_loss,
         ),
     }
-    for name, (params, config, fn) in losses.items():
+    for case, (params, config, fn) in losses.items():
+        name = case.partition("@")[0]
         config = Cfg(policy_loss_type=name, off_policy_correction=no_correction) | config
         config = Cfg(config)
         rollout_anchor = name == "cispo"  # SkyRL's own option: old stays the trainer's
@@ -907,7 +926,7 @@ def skyrl_loss_cases(ppo_utils, no_correction, lp, lq, mask, adv):
                 "passes them (read only by the off-policy correction, off here)"
             )
         yield (
-            name,
+            case,
             params,
             f"ppo_utils.{fn.__name__}",
             (
