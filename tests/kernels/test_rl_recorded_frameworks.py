@@ -10,18 +10,26 @@ estimators, under the tie rule of the framework it exports to
 float32 rounding, with the same zeros; and ``evidence.weight_diagnostics`` must give each
 recorded metric of the framework's name. No torch here: only the recorded numbers.
 
-Two differences are the frameworks' and are stated, each exactly where it occurs:
+The differences are the frameworks' and are stated, each exactly where it occurs:
 
-- Dual clip at w = 1 ± ε exactly (float32). The recording ran torch 2.14.1, whose ``clamp``
-  gives its ends the gradient 0 (``clamp_end_gradient`` in the JSON), so the tied PPO sides
-  split to w/2. The frameworks pin torch 2.9.1 (verl) and 2.11.0 (NeMo-RL, SkyRL), whose
-  ``clamp`` passes the gradient at both ends (ω = w), the rule ours follows
-  (``kernels.rl.ties``). Re-recorded with such a torch, the two agree there too.
+- Dual clip at w = 1 ± ε exactly (float32), and likewise GSPO at s = 1 ± ε, verl's and SkyRL's
+  GSPO at log s = 10 and their SAPO at |log r| = 20 (the ends of their clamps). The recording
+  ran torch 2.14.1, whose ``clamp`` gives its ends the gradient 0 (``clamp_end_gradient`` in
+  the JSON), so the tied PPO sides split to w/2 (s/2), and a token on a log clamp's end gets
+  0. The frameworks pin torch 2.9.1 (verl) and 2.11.0 (NeMo-RL, SkyRL), whose ``clamp`` passes
+  the gradient at both ends (ω = w), the rule ours follows (``kernels.rl.ties``). Re-recorded
+  with such a torch, the two agree there too.
 - NaN on padding. TRL's sequence modes and off-policy mask and SkyRL's sequence TIS and
   product mask multiply the padding's log-probs by the mask before summing a row, and
   NaN · 0 = NaN: a NaN-padded row gets NaN weights (TRL's opsm: a NaN mean, so the row is
   dropped where A < 0). Ours ignores what padding holds. The frameworks need finite padding,
-  which their own trainers give (0.0 from the engines).
+  which their own trainers give (0.0 from the engines). GSPO's sequence mean is NaN too (0 in
+  verl and SkyRL, whose clamp of log s passes no gradient at NaN).
+- TRL's CISPO caps w at ``epsilon_high`` from above only: our ``tis`` at that cap, not our
+  ``cispo`` (which clamps from below too), so it has no tie rule and no export.
+
+The rollout-anchored losses (``gspo``, ``cispo``, ``sapo``) were recorded with the old log-probs
+set to the engine's (r = w), and are also compared on the ``seq_edge`` batch.
 """
 
 from __future__ import annotations

@@ -28,6 +28,16 @@ them on the same log-probs, masks and advantages, in the roles its trainer gives
   and no rollout log-probs (the ratio is then w; the export refuses SkyRL's and NeMo-RL's dual
   clip because their trainers pass the trainer's old log-probs there).
 
+The rollout-anchored losses (our ``gspo``, ``cispo``, ``sapo``): verl's
+``compute_policy_loss_gspo``/``_cispo``/``_sapo``, TRL's ``_compute_loss`` (its statements from the
+log-ratio to the normalised loss, read and executed as the IS block is) with
+``importance_sampling_level: sequence`` or ``loss_type: cispo``/``sapo``, NeMo-RL's
+``ClippedPGLossFn`` with ``sequence_level_importance_ratios`` or ``use_cispo``, SkyRL's
+``gspo_policy_loss``, ``compute_policy_loss_cispo`` and ``sapo_policy_loss``, each with the old
+log-probs set to the engine's (r = w, what our weight rule models; each case's ``anchor`` in the
+JSON says so), except SkyRL's cispo, which runs with its own ``cispo_anchor: rollout``. A third
+batch, ``seq_edge``, holds the ties of GSPO's sequence ratio and the log clamps (±10, ±20).
+
 The weight ω of a token is the multiplier of ∇log π · A: where a function returns the weight
 and the mask (verl's ``rollout_is_weights`` and modified response mask, TRL's
 ``importance_sampling_ratio``), ω is their product over the real tokens; for a loss, ω is
