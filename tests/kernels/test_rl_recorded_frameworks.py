@@ -339,6 +339,19 @@ def test_trls_cispo_is_the_cap_at_epsilon_high_not_our_two_sided_clamp():
     assert differs > 10
 
 
+def test_each_rollout_anchored_case_says_what_played_the_old_policy():
+    anchored = {case: c for case, c in CASES.items() if c["estimator"] in ANCHORED}
+    assert {c["framework"] for c in anchored.values()} == set(TIE_RULES)
+    for case, c in anchored.items():
+        assert "the engine's" in c["anchor"] and "r = w" in c["anchor"], case
+    for case in ("skyrl/cispo", "skyrl/cispo@0_1.2"):  # SkyRL's own rollout anchor
+        assert CASES[case]["options"]["cispo"]["cispo_anchor"] == "rollout", case
+    assert {c["estimator"] for c in anchored.values() if c["framework"] == "nemo-rl"} == {
+        "gspo",
+        "cispo",
+    }  # NeMo-RL has no SAPO
+
+
 def test_every_case_names_the_framework_commit_ties_py_read():
     for case, c in CASES.items():
         if case in NO_TIE_RULE:
