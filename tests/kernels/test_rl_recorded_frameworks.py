@@ -10,18 +10,26 @@ estimators, under the tie rule of the framework it exports to
 float32 rounding, with the same zeros; and ``evidence.weight_diagnostics`` must give each
 recorded metric of the framework's name. No torch here: only the recorded numbers.
 
-Two differences are the frameworks' and are stated, each exactly where it occurs:
+The differences are the frameworks' and are stated, each exactly where it occurs:
 
-- Dual clip at w = 1 ± ε exactly (float32). The recording ran torch 2.14.1, whose ``clamp``
-  gives its ends the gradient 0 (``clamp_end_gradient`` in the JSON), so the tied PPO sides
-  split to w/2. The frameworks pin torch 2.9.1 (verl) and 2.11.0 (NeMo-RL, SkyRL), whose
-  ``clamp`` passes the gradient at both ends (ω = w), the rule ours follows
-  (``kernels.rl.ties``). Re-recorded with such a torch, the two agree there too.
+- Dual clip at w = 1 ± ε exactly (float32), and likewise GSPO at s = 1 ± ε, verl's and SkyRL's
+  GSPO at log s = 10 and their SAPO at |log r| = 20 (the ends of their clamps). The recording
+  ran torch 2.14.1, whose ``clamp`` gives its ends the gradient 0 (``clamp_end_gradient`` in
+  the JSON), so the tied PPO sides split to w/2 (s/2), and a token on a log clamp's end gets
+  0. The frameworks pin torch 2.9.1 (verl) and 2.11.0 (NeMo-RL, SkyRL), whose ``clamp`` passes
+  the gradient at both ends (ω = w), the rule ours follows (``kernels.rl.ties``). Re-recorded
+  with such a torch, the two agree there too.
 - NaN on padding. TRL's sequence modes and off-policy mask and SkyRL's sequence TIS and
   product mask multiply the padding's log-probs by the mask before summing a row, and
   NaN · 0 = NaN: a NaN-padded row gets NaN weights (TRL's opsm: a NaN mean, so the row is
   dropped where A < 0). Ours ignores what padding holds. The frameworks need finite padding,
-  which their own trainers give (0.0 from the engines).
+  which their own trainers give (0.0 from the engines). GSPO's sequence mean is NaN too (0 in
+  verl and SkyRL, whose clamp of log s passes no gradient at NaN).
+- TRL's CISPO caps w at ``epsilon_high`` from above only: our ``tis`` at that cap, not our
+  ``cispo`` (which clamps from below too), so it has no tie rule and no export.
+
+The rollout-anchored losses (``gspo``, ``cispo``, ``sapo``) were recorded with the old log-probs
+set to the engine's (r = w), and are also compared on the ``seq_edge`` batch.
 """
 
 from __future__ import annotations
@@ -48,18 +56,27 @@ META = json.loads((DATA / "recorded.json").read_text())
 with np.load(DATA / "recorded.npz") as _npz:
     ARRAYS = {k: _npz[k] for k in _npz.files}
 CASES = META["cases"]
-BATCHES = ("seeded", "edge")
+BATCHES = ("seeded", "edge", "seq_edge")
 F32 = np.float32
 EPS = META["thresholds"]["clip_epsilon"]
 
 # the cases whose framework turns NaN padding into NaN weights (see the module docstring)
 SPOILED_BY_NAN_PADDING = {
+    "verl/gspo",
+    "trl/gspo",
+    "nemo-rl/gspo",
+    "skyrl/gspo",
     "trl/seq_tis",
     "trl/seq_mask",
     "trl/opsm",
     "skyrl/seq_tis",
     "skyrl/seq_mask",
 }
+# the estimators of the rollout-anchored losses, the only ones compared on ``seq_edge``
+ANCHORED = {"gspo", "cispo", "sapo"}
+# cases whose framework has the loss under another definition, so no tie rule of ours:
+# TRL's cispo caps w at epsilon_high from above only (min(w, 1 + ε), no lower clamp)
+NO_TIE_RULE = {"trl/cispo"}
 # which framework logs which of our framework-named metrics
 LOGGED_BY = {
     "verl": {n for n in FRAMEWORK_NAMES if n.startswith("rollout_corr/")},
@@ -92,6 +109,8 @@ def _ours(case, batch, ties="same"):
     lp, lq, mask, adv = _inputs(batch)
     c = CASES[case]
     ties = c["framework"] if ties == "same" else ties
+    if case in NO_TIE_RULE and ties == c["framework"]:
+        ties = None  # ours under our own rule: the test states the difference
     omega = correction_weights(
         c["estimator"], lp - lq, mask, adv, params=_params(case), logp_inf=lq, ties=ties
     )
@@ -105,6 +124,19 @@ def _w(batch):
     lp, lq, mask, _ = _inputs(batch)
     lr = np.where(mask > 0, lp - lq, F32(0.0))
     return np.asarray(jnp.exp(jnp.asarray(lr)), np.float64)
+
+
+def _s(batch, log=False):
+    """GSPO's s = exp(mean log w) per row as float32 computes it (``log``: mean log w), on
+    every token."""
+    lp, lq, mask, _ = _inputs(batch)
+    real = mask > 0
+    lr = np.where(real, lp - lq, F32(0.0))
+    n = np.maximum(real.sum(axis=1, keepdims=True), 1).astype(F32)
+    log_s = lr.sum(axis=1, keepdims=True, dtype=F32) / n
+    if log:
+        return np.broadcast_to(log_s, lp.shape)
+    return np.broadcast_to(np.asarray(jnp.exp(jnp.asarray(log_s)), np.float64), lp.shape)
 
 
 def _theirs(case, batch):
@@ -121,21 +153,49 @@ def _stated_difference(case, batch):
     _, _, mask, adv = _inputs(batch)
     real = mask > 0
     ours = _ours(case, batch)
-    if CASES[case]["estimator"] == "dual_clip" and META["clamp_end_gradient"] == 0.0:
+    estimator, old_clamp = CASES[case]["estimator"], META["clamp_end_gradient"] == 1.0
+    if case == "trl/cispo":  # min(w, 1 + ε): below 1 − ε TRL keeps w where ours gives 1 − ε
+        w = _w(batch)
+        return real & (w.astype(F32) < F32(1 - EPS)), w
+    if estimator == "dual_clip" and not old_clamp:
         w32 = _w(batch).astype(F32)
         at_end = real & ((w32 == F32(1 + EPS)) | (w32 == F32(1 - EPS)))
         return at_end, ours / 2
+    if estimator == "gspo" and not old_clamp:  # the same torch rule at s = 1 ± ε
+        s32 = _s(batch).astype(F32)
+        at_end = real & ((s32 == F32(1 + EPS)) | (s32 == F32(1 - EPS)))
+        # verl and SkyRL clamp log s at 10: exactly there torch 2.14.1 passes no gradient
+        at_clamp = real & (_s(batch, log=True) == F32(10.0))
+        at_clamp &= case in ("verl/gspo", "skyrl/gspo")
+        if (at_end | at_clamp).any():
+            return at_end | at_clamp, np.where(at_clamp, 0.0, ours / 2)
+    if case in ("verl/sapo", "skyrl/sapo") and not old_clamp:
+        # exp(clamp(log r, −20, 20)): at log r = ±20 exactly torch 2.14.1's clamp passes no
+        # gradient; the torch the frameworks pin passes it (ours: ω = w·sech²(τ(w − 1)/2))
+        lp, lq, _, _ = _inputs(batch)
+        return real & (np.abs(lp - lq) == F32(20.0)), np.zeros_like(ours)
     if case in SPOILED_BY_NAN_PADDING:
         spoiled = real & _nan_rows(batch)
         if case == "trl/opsm":
             spoiled &= adv < 0
             return spoiled, np.zeros_like(ours)
+        if case in ("verl/gspo", "skyrl/gspo"):  # clamp(NaN, max=10) passes no gradient
+            return spoiled, np.zeros_like(ours)
         return spoiled, np.full_like(ours, np.nan)
     return np.zeros_like(real), ours
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("case", sorted(CASES))
+def _compared():
+    """(case, batch): every case on seeded and edge; the rollout-anchored losses on seq_edge."""
+    return [
+        (case, batch)
+        for case in sorted(CASES)
+        for batch in BATCHES
+        if batch != "seq_edge" or CASES[case]["estimator"] in ANCHORED
+    ]
+
+
+@pytest.mark.parametrize(("case", "batch"), _compared())
 def test_our_weights_equal_the_frameworks_recorded_weights(case, batch):
     _, _, mask, _ = _inputs(batch)
     real = mask > 0
@@ -148,8 +208,45 @@ def test_our_weights_equal_the_frameworks_recorded_weights(case, batch):
     np.testing.assert_allclose(ours[same], theirs[same], rtol=2e-6, atol=0, err_msg=where)
     # the stated difference is there, and only there
     np.testing.assert_allclose(theirs[stated], there[stated], rtol=2e-6, atol=0, err_msg=where)
-    if batch == "edge" and stated.any():
-        assert not np.allclose(ours[stated], theirs[stated], equal_nan=True), where
+    if batch != "seeded" and stated.any():
+        differ = ~np.isclose(ours[stated], theirs[stated], rtol=2e-6, atol=0, equal_nan=True)
+        assert differ.any(), where
+
+
+# the other estimators on seq_edge: verl's and SkyRL's differ from ours at |log w| ≥ 20, and
+# only there. verl's rollout correction and DPPO losses take exp of log w clamped to ±20
+# (ω = e^±20, not w) and its dual clip's gradient through that clamp is 0 (ω = 0); SkyRL's TIS
+# weight is e^±20 too, and its DPPO and dual-clip ratios' gradient through safe_exp_delta's
+# clamp is 0 there (ω = 0 where ours keeps w). Not yet decided (issue 38):
+# whether ours under ties="verl"/"skyrl" must follow, or the bound must cover, these tokens
+BEYOND_THE_LOG_CLAMP = {
+    "verl/tis",
+    "verl/mis",
+    "verl/tis_norm",
+    "verl/dppo_tv",
+    "verl/dppo_kl",
+    "verl/dual_clip",
+    "skyrl/tis",
+    "skyrl/mis",
+    "skyrl/dppo_tv",
+    "skyrl/dppo_kl",
+    "skyrl/dual_clip",
+}
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if CASES[c]["estimator"] not in ANCHORED))
+def test_the_other_estimators_on_seq_edge_differ_only_beyond_the_log_clamp(case):
+    lp, lq, mask, _ = _inputs("seq_edge")
+    real = mask > 0
+    ours, theirs = _ours(case, "seq_edge"), _theirs(case, "seq_edge")
+    stated, there = _stated_difference(case, "seq_edge")
+    clamp = real & (np.abs(lp - lq) >= 20) & (case in BEYOND_THE_LOG_CLAMP)
+    same = real & ~stated & ~clamp
+    where = f"{_source(case)} on the seq_edge batch"
+    np.testing.assert_allclose(ours[same], theirs[same], rtol=2e-6, atol=0, err_msg=where)
+    np.testing.assert_allclose(theirs[stated], there[stated], rtol=2e-6, atol=0, err_msg=where)
+    if case in BEYOND_THE_LOG_CLAMP:
+        assert np.any(~np.isclose(ours[clamp], theirs[clamp], rtol=2e-6, atol=0)), where
 
 
 def test_the_frameworks_tie_rule_is_what_makes_the_dual_clip_equal():
@@ -205,8 +302,61 @@ def test_the_edge_batch_holds_every_edge():
     assert np.any(adv[real] > 0) and np.any(adv[real] < 0)
 
 
+def test_the_seq_edge_batch_holds_every_edge_of_the_sequence_ratio_and_the_log_clamps():
+    lp, lq, mask, adv = _inputs("seq_edge")
+    real = mask > 0
+    s32, log_s = _s("seq_edge").astype(F32), _s("seq_edge", log=True)
+    lengths = np.broadcast_to(real.sum(axis=1, keepdims=True), real.shape)
+    for tie in (F32(1 + EPS), F32(1 - EPS)):
+        for a in (1.0, -1.0):
+            at = real & (s32 == tie) & (adv == a)
+            assert {1, 2} <= set(lengths[at].tolist()), (tie, a)  # one token and two
+            rows = np.nonzero(at.any(axis=1))[0]  # and a row whose tokens differ
+            assert any(len(set((lp - lq)[r][real[r]].tolist())) == 2 for r in rows), (tie, a)
+    lr = (lp - lq)[real]
+    for a in (1.0, -1.0):
+        assert np.any(real & (log_s > 10) & (adv == a)) and np.any(real & (log_s == 10))
+    assert {25.0, -25.0, 20.0, -20.0} <= set(lr.tolist())  # beyond the ±20 clamp and on it
+
+
+def test_trls_cispo_is_the_cap_at_epsilon_high_not_our_two_sided_clamp():
+    # TRL f2cd5771 loss_type "cispo": clamp(w, max=epsilon_high).detach(), the cap at
+    # epsilon_high itself and no lower clamp: it equals our tis at c = 1 + ε on every token,
+    # and differs from our cispo (clamp to [1 − ε, 1 + ε]) exactly where w < 1 − ε
+    case = "trl/cispo"
+    assert CASES[case]["options"]["epsilon_high"] == pytest.approx(1 + EPS)
+    differs = 0
+    for batch in BATCHES:
+        lp, lq, mask, adv = _inputs(batch)
+        real = mask > 0
+        tis = correction_weights("tis", lp - lq, mask, adv, params={"cap": 1 + EPS}, ties="trl")
+        theirs = _theirs(case, batch)
+        where = f"{_source(case)} on the {batch} batch"
+        np.testing.assert_allclose(np.asarray(tis)[real], theirs[real], rtol=2e-6, err_msg=where)
+        below = real & (_w(batch).astype(F32) < F32(1 - EPS))
+        np.testing.assert_allclose(_ours(case, batch)[below], 1 - EPS, rtol=2e-6)
+        differs += np.count_nonzero(below & (theirs < F32(1 - EPS)))
+    assert differs > 10
+
+
+def test_each_rollout_anchored_case_says_what_played_the_old_policy():
+    anchored = {case: c for case, c in CASES.items() if c["estimator"] in ANCHORED}
+    assert {c["framework"] for c in anchored.values()} == set(TIE_RULES)
+    for case, c in anchored.items():
+        assert "the engine's" in c["anchor"] and "r = w" in c["anchor"], case
+    for case in ("skyrl/cispo", "skyrl/cispo@0_1.2"):  # SkyRL's own rollout anchor
+        assert CASES[case]["options"]["cispo"]["cispo_anchor"] == "rollout", case
+    assert {c["estimator"] for c in anchored.values() if c["framework"] == "nemo-rl"} == {
+        "gspo",
+        "cispo",
+    }  # NeMo-RL has no SAPO
+
+
 def test_every_case_names_the_framework_commit_ties_py_read():
     for case, c in CASES.items():
+        if case in NO_TIE_RULE:
+            assert c["estimator"] not in TIE_RULES[c["framework"]], case
+            continue
         source = TIE_RULES[c["framework"]][c["estimator"]].source
         assert c["commit"] in source, (case, source)
     assert {c["framework"] for c in CASES.values()} == set(TIE_RULES)
@@ -252,6 +402,7 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
         "dual_clip",
         "dppo_tv",
         "dppo_kl",
+        *ANCHORED,
     }
 
 
@@ -265,6 +416,20 @@ SKYRL_READS = {
         "off_policy_correction",
     },
     "ppo_utils.dppo_policy_loss": {"policy_loss_type", "dppo", "off_policy_correction"},
+    "ppo_utils.gspo_policy_loss": {
+        "policy_loss_type",
+        "loss_reduction",
+        "eps_clip_low",
+        "eps_clip_high",
+        "off_policy_correction",
+    },
+    "ppo_utils.compute_policy_loss_cispo": {"policy_loss_type", "cispo", "off_policy_correction"},
+    "ppo_utils.sapo_policy_loss": {
+        "policy_loss_type",
+        "loss_reduction",
+        "sapo",
+        "off_policy_correction",
+    },
 }
 
 
@@ -319,7 +484,8 @@ def _option(options, key):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_case_ran_with_the_settings_verify_export_writes(case):
     c = CASES[case]
-    exported = TIE_RULES[c["framework"]][c["estimator"]].exported
+    rule = TIE_RULES[c["framework"]].get(c["estimator"])
+    exported = rule is not None and rule.exported
     try:
         pairs = FRAMEWORKS[c["framework"]].settings(_request(case))
     except NoCounterpart:

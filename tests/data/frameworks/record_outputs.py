@@ -28,6 +28,16 @@ them on the same log-probs, masks and advantages, in the roles its trainer gives
   and no rollout log-probs (the ratio is then w; the export refuses SkyRL's and NeMo-RL's dual
   clip because their trainers pass the trainer's old log-probs there).
 
+The rollout-anchored losses (our ``gspo``, ``cispo``, ``sapo``): verl's
+``compute_policy_loss_gspo``/``_cispo``/``_sapo``, TRL's ``_compute_loss`` (its statements from the
+log-ratio to the normalised loss, read and executed as the IS block is) with
+``importance_sampling_level: sequence`` or ``loss_type: cispo``/``sapo``, NeMo-RL's
+``ClippedPGLossFn`` with ``sequence_level_importance_ratios`` or ``use_cispo``, SkyRL's
+``gspo_policy_loss``, ``compute_policy_loss_cispo`` and ``sapo_policy_loss``, each with the old
+log-probs set to the engine's (r = w, what our weight rule models; each case's ``anchor`` in the
+JSON says so), except SkyRL's cispo, which runs with its own ``cispo_anchor: rollout``. A third
+batch, ``seq_edge``, holds the ties of GSPO's sequence ratio and the log clamps (±10, ±20).
+
 The weight ω of a token is the multiplier of ∇log π · A: where a function returns the weight
 and the mask (verl's ``rollout_is_weights`` and modified response mask, TRL's
 ``importance_sampling_ratio``), ω is their product over the real tokens; for a loss, ω is
@@ -88,6 +98,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 COMMITS = {"verl": "1dda039b", "trl": "f2cd5771", "nemo-rl": "7ea279ab", "skyrl": "a9564572"}
 CAP, LO, HI, EPS = 2.0, 0.5, 2.0, 0.2  # the thresholds every case uses
 TV, KL = 0.05, 0.02  # DPPO's thresholds
+TAU_POS, TAU_NEG = 1.0, 1.05  # SAPO's temperatures
+# CISPO from 0 (ε_low = 1): there the ±20 clamp of log w before exp shows (exp(−20), not w)
+CISPO_FROM_0 = f"cispo@0_{1 + EPS}"
+# the rollout-anchored losses (gspo, cispo, sapo): what played the old policy
+ROLLOUT_ANCHOR = (
+    "old log-probs = the engine's (rollout-anchored: r = w, the case our weight rule models); "
+    "the framework's trainer passes its own recomputed log-probs there, so the export refuses"
+)
 REJECT = ("token_k1,seq_mean_k3,seq_max_k2", "0.5_2.0,0.002,0.08")
 # a band whose ends have float32 log-ratios that torch's exp rounds onto the end while verl's
 # token_k1 (−log w against float32(log(1/hi)), float32(log(1/lo))) drops them; at 0.5 and 2 no
@@ -290,6 +308,46 @@ def edge_batch():
     return lp, lq, mask, adv
 
 
+def _nearest_log(target: float) -> np.float32:
+    """float32(log target), checked to have exp exactly ``target`` in torch's float32 (it lies
+    well inside the rounding interval, so any faithful exp agrees)."""
+    x = np.float32(math.log(target))
+    if np.float32(torch.exp(torch.tensor(x)).item()) != np.float32(target):
+        raise RuntimeError(f"float32(log {target}) does not round back to {target}")
+    return x
+
+
+def sequence_edge_batch():
+    """Rows (T = 8), each with A = 1 and A = −1, for the sequence ratio s = exp(mean log w) and
+    the log-ratio clamps: s exactly 1 + ε and 1 − ε in float32 (one token; two equal tokens;
+    two tokens x ± 2⁻⁶ whose sum is exactly 2x), mean log w = 12 (beyond verl's and SkyRL's
+    clamp of log s at 10) and exactly 10, and a row with log w = ±25 (beyond the ±20 clamps)
+    and exactly ±20. Padding holds 0.0."""
+    t = 8
+    rows = []
+    d = np.float32(2.0**-6)  # x ± d stays in x's binade for both ties: every sum is exact
+    for a in (1.0, -1.0):
+        for target in (1 + EPS, 1 - EPS):
+            x = _nearest_log(target)
+            q = -0.375 if x > 0 else -(2.0**-8)  # lp = q + x on a grid as fine as x's
+            for lrs in ([x], [x, x], [x + d, x - d]):
+                pairs = [_with_log_ratio(q, np.float32(r)) for r in lrs]
+                rows.append(([p for p, _ in pairs], [q for _, q in pairs], a))
+        rows.append(([-0.5, -0.25], [-12.5, -12.25], a))  # log w = 12, 12
+        rows.append(([-0.5], [-10.5], a))  # log s = 10 exactly
+        lrs = (25.0, -25.0, 20.0, -20.0)
+        rows.append(([-0.5, -25.5, -0.5, -20.5, -0.3], [-25.5, -0.5, -20.5, -0.5, -0.4], a))
+        exact = zip(rows[-1][0][:4], rows[-1][1][:4], lrs, strict=True)
+        assert all(np.float32(p) - np.float32(q) == r for p, q, r in exact)
+    b = len(rows)
+    lp, lq = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
+    mask, adv = np.zeros((b, t), np.float32), np.zeros((b, t), np.float32)
+    for i, (p, q, a) in enumerate(rows):
+        n = len(p)
+        lp[i, :n], lq[i, :n], mask[i, :n], adv[i, :] = p, q, 1.0, a
+    return lp, lq, mask, adv
+
+
 # ---- the frameworks ---------------------------------------------------------------------
 class Cfg(dict):
     """A config read both as ``cfg.key`` and ``cfg.get(key)`` (OmegaConf's surface)."""
@@ -302,12 +360,18 @@ def _t(a):
 
 
 def _omega_from_loss(loss_of, lp, adv, n_real):
-    """ω = −∂loss/∂log π · N / A on every token (NaN where A = 0)."""
+    """ω = −∂loss/∂log π · N / A on every token (NaN where A = 0); ``n_real`` is N, a number
+    or an array of one normalisation per token."""
     x = _t(lp).requires_grad_(True)
     loss = loss_of(x)
     (g,) = torch.autograd.grad(loss, x)
     with np.errstate(divide="ignore", invalid="ignore"):
         return (-g.numpy().astype(np.float64) * n_real / adv).astype(np.float32)
+
+
+def _per_sequence(mask):
+    """The normalisation of a sequence-mean of token-means: n_i · B on row i."""
+    return mask.sum(axis=1, keepdims=True).astype(np.float64) * mask.shape[0]
 
 
 def _scalars(metrics):
@@ -414,6 +478,47 @@ def verl_cases(src, lp, lq, mask, adv):
             ),
         )
 
+    # the rollout-anchored losses: old_log_prob = the engine's log-probs
+    def actor(low):
+        return core_algos.ActorConfig(
+            strategy="fsdp",
+            rollout_n=1,
+            ppo_micro_batch_size_per_gpu=1,
+            global_batch_info=info,
+            clip_ratio=EPS,
+            clip_ratio_low=low,
+            clip_ratio_high=EPS,
+            tau_pos=TAU_POS,
+            tau_neg=TAU_NEG,
+        )
+
+    clip_keys = ("clip_ratio_low", "clip_ratio_high")
+    losses = {
+        "gspo": ({"clip_epsilon": EPS}, _per_sequence(mask), clip_keys, EPS),
+        "cispo": ({"band": [1 - EPS, 1 + EPS]}, n, (*clip_keys, "loss_agg_mode"), EPS),
+        CISPO_FROM_0: ({"band": [0.0, 1 + EPS]}, n, (*clip_keys, "loss_agg_mode"), 1.0),
+        "sapo": (
+            {"temperatures": [TAU_POS, TAU_NEG]},
+            _per_sequence(mask),
+            ("tau_pos", "tau_neg"),
+            EPS,
+        ),
+    }
+    for case, (params, norm, keys, low) in losses.items():
+        name, config = case.partition("@")[0], actor(low)
+        f = getattr(core_algos, f"compute_policy_loss_{name}")
+        loss = lambda x, f=f, c=config: f(_t(lq), x, _t(adv), _t(mask), "token-mean", c)[0]  # noqa: E731
+        what = "−∂loss/∂log π · N / A (autograd)"
+        if name != "cispo":  # gspo and sapo aggregate seq-mean-token-mean whatever is asked
+            what = "−∂loss/∂log π · n_i · B / A (autograd; n_i the row's tokens, B rows)"
+        options = {"policy_loss.loss_mode": name} | {k: getattr(config, k) for k in keys}
+        yield (
+            case,
+            params,
+            f"core_algos.compute_policy_loss_{name}",
+            (options, _omega_from_loss(loss, lp, adv, norm), what, {}, ROLLOUT_ANCHOR),
+        )
+
 
 def _trl_blocks(src):
     """The IS-correction block and the metrics block of ``_generate_and_score_completions``
@@ -436,6 +541,102 @@ def _trl_blocks(src):
         return compile(ast.Module([node], []), str(path), "exec")
 
     return code(compute), code(log), code(opsm)
+
+
+def _trl_loss_block(src):
+    """The statements of ``GRPOTrainer._compute_loss`` from the log-ratio to the normalised
+    loss (after the model's forward pass, before the entropy bonus), compiled from TRL's file."""
+    path = pathlib.Path(src, "trl", "trainer", "grpo_trainer.py")
+    tree = ast.parse(path.read_text())
+    method = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_compute_loss"
+    )
+    body = method.body
+    start = next(
+        i
+        for i, n in enumerate(body)
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "log_ratio"
+    )
+    test = "self.loss_type in ['grpo', 'sapo']"
+    end = next(
+        i for i, n in enumerate(body) if isinstance(n, ast.If) and ast.unparse(n.test) == test
+    )
+    return compile(ast.Module(body[start : end + 1], []), str(path), "exec")
+
+
+def trl_loss_cases(src, lp, lq, mask, adv):
+    """TRL's GRPO loss with the old log-probs set to vLLM's (rollout-anchored), no IS block."""
+    block = _trl_loss_block(src)
+    n = float(mask.sum())
+    losses = {
+        "gspo": (
+            {"clip_epsilon": EPS},
+            {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": EPS},
+            _per_sequence(mask),
+        ),
+        # TRL's cispo caps w at epsilon_high itself, from above only: at 1 + ε it is ours'
+        # upper end (the test states the missing lower clamp)
+        "cispo": (
+            {"band": [1 - EPS, 1 + EPS]},
+            {"loss_type": "cispo", "importance_sampling_level": "token", "epsilon_high": 1 + EPS},
+            n,
+        ),
+        "sapo": (
+            {"temperatures": [TAU_POS, TAU_NEG]},
+            {
+                "loss_type": "sapo",
+                "importance_sampling_level": "token",
+                "sapo_temperature_pos": TAU_POS,
+                "sapo_temperature_neg": TAU_NEG,
+            },
+            _per_sequence(mask),
+        ),
+    }
+    for name, (params, options, norm) in losses.items():
+        eps_low = options.get("epsilon", EPS)
+        trainer = types.SimpleNamespace(
+            importance_sampling_level=options["importance_sampling_level"],
+            loss_type=options["loss_type"],
+            epsilon_low=eps_low,
+            epsilon_high=options.get("epsilon_high", eps_low),
+            beta=0.0,
+            off_policy_mask_threshold=None,
+            use_vllm=False,  # no separate IS weight: the old log-probs are vLLM's already
+            vllm_importance_sampling_correction=False,
+            model=types.SimpleNamespace(training=True),
+            current_gradient_accumulation_steps=1,
+            accelerator=types.SimpleNamespace(num_processes=1),
+            args=types.SimpleNamespace(
+                delta=None,
+                use_bias_correction_kl=False,
+                sapo_temperature_pos=TAU_POS,
+                sapo_temperature_neg=TAU_NEG,
+            ),
+        )
+
+        def loss(x, trainer=trainer):
+            scope = {
+                "self": trainer,
+                "torch": torch,
+                "per_token_logps": x,
+                "old_per_token_logps": _t(lq),
+                "advantages": _t(adv[:, :1]),
+                "mask": _t(mask).long(),
+                "entropy_mask": None,
+                "inputs": {"num_items_in_batch": torch.tensor(n)},
+            }
+            exec(block, scope)
+            return scope["loss"]
+
+        what = "−∂loss/∂log π · N / A (autograd)"
+        if name != "cispo":
+            what = "−∂loss/∂log π · n_i · B / A (autograd; n_i the row's tokens, B rows)"
+        yield (
+            name,
+            params,
+            "GRPOTrainer._compute_loss (from the log-ratio to the loss)",
+            (options, _omega_from_loss(loss, lp, adv, norm), what, {}, ROLLOUT_ANCHOR),
+        )
 
 
 def trl_cases(src, lp, lq, mask, adv):
@@ -493,6 +694,7 @@ def trl_cases(src, lp, lq, mask, adv):
         logged = {k: v[0] for k, v in metrics["train"].items()}
         what = f"importance_sampling_ratio{what} × completion_mask"
         yield name, params, function, (options, out, what, _scalars(logged))
+    yield from trl_loss_cases(src, lp, lq, mask, adv)
 
 
 def nemo_cases(src, lp, lq, mask, adv):
@@ -552,6 +754,40 @@ def nemo_cases(src, lp, lq, mask, adv):
             "ClippedPGLossFn.__call__",
             (cfg, omega, "−∂loss/∂log π · N / A (autograd)", _scalars(seen)),
         )
+    # the rollout-anchored losses: prev_logprobs = generation_logprobs = the engine's
+    losses = {
+        "gspo": (
+            {"clip_epsilon": EPS},
+            {"sequence_level_importance_ratios": True, "token_level_loss": False},
+            _per_sequence(mask),
+        ),
+        "cispo": ({"band": [1 - EPS, 1 + EPS]}, {"use_cispo": True}, n),
+        CISPO_FROM_0: ({"band": [0.0, 1 + EPS]}, {"use_cispo": True, "ratio_clip_min": 1.0}, n),
+    }
+    for case, (params, extra, norm) in losses.items():
+        name = case.partition("@")[0]
+        cfg = base | {"use_importance_sampling_correction": False} | extra
+        loss_fn = ClippedPGLossFn(ClippedPGLossConfig(**cfg))
+        data = {
+            "token_mask": pad(mask),
+            "sample_mask": torch.ones(mask.shape[0]),
+            "advantages": pad(adv),
+            "prev_logprobs": pad(lq),
+            "generation_logprobs": pad(lq),
+        }
+        seen = {}
+
+        def loss(x, loss_fn=loss_fn, data=data, seen=seen):
+            value, metrics = loss_fn(x, data, torch.tensor(mask.shape[0]), torch.tensor(n))
+            seen.update(metrics)
+            return value
+
+        what = "−∂loss/∂log π · N / A (autograd)"
+        if name == "gspo":
+            what = "−∂loss/∂log π · n_i · B / A (autograd; n_i the row's tokens, B rows)"
+        omega = _omega_from_loss(loss, lp, adv, norm)
+        anchor = ROLLOUT_ANCHOR.replace("old log-probs", "prev_logprobs and generation_logprobs")
+        yield case, params, "ClippedPGLossFn.__call__", (cfg, omega, what, {}, anchor)
 
 
 def skyrl_cases(src, lp, lq, mask, adv):
@@ -643,6 +879,74 @@ def skyrl_cases(src, lp, lq, mask, adv):
                 _scalars(seen),
             ),
         )
+    yield from skyrl_loss_cases(ppo_utils, correction(), lp, lq, mask, adv)
+
+
+def skyrl_loss_cases(ppo_utils, no_correction, lp, lq, mask, adv):
+    """SkyRL's gspo and sapo with old_log_probs = the engine's, and its cispo with its own
+    ``cispo_anchor: rollout`` (old_log_probs the trainer's, rollout_logprobs the engine's)."""
+    losses = {
+        "gspo": (
+            {"clip_epsilon": EPS},
+            Cfg(loss_reduction="sequence_mean", eps_clip_low=EPS, eps_clip_high=EPS),
+            ppo_utils.gspo_policy_loss,
+        ),
+        "cispo": (
+            {"band": [1 - EPS, 1 + EPS]},
+            Cfg(cispo=Cfg(cispo_anchor="rollout", cispo_eps_clip_low=EPS, cispo_eps_clip_high=EPS)),
+            ppo_utils.compute_policy_loss_cispo,
+        ),
+        CISPO_FROM_0: (
+            {"band": [0.0, 1 + EPS]},
+            Cfg(cispo=Cfg(cispo_anchor="rollout", cispo_eps_clip_low=1.0, cispo_eps_clip_high=EPS)),
+            ppo_utils.compute_policy_loss_cispo,
+        ),
+        "sapo": (
+            {"temperatures": [TAU_POS, TAU_NEG]},
+            Cfg(loss_reduction="sequence_mean", sapo=Cfg(tau_pos=TAU_POS, tau_neg=TAU_NEG)),
+            ppo_utils.sapo_policy_loss,
+        ),
+    }
+    for case, (params, config, fn) in losses.items():
+        name = case.partition("@")[0]
+        config = Cfg(policy_loss_type=name, off_policy_correction=no_correction) | config
+        config = Cfg(config)
+        rollout_anchor = name == "cispo"  # SkyRL's own option: old stays the trainer's
+        old, rollout = (lp, lq) if rollout_anchor else (lq, None)
+        seen = {}
+
+        def loss(x, fn=fn, config=config, old=old, rollout=rollout, seen=seen):
+            value, metrics = fn(
+                x,
+                _t(old),
+                _t(adv),
+                config,
+                loss_mask=_t(mask),
+                rollout_logprobs=None if rollout is None else _t(rollout),
+            )
+            seen.update(metrics)
+            return value
+
+        options = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+        anchor = ROLLOUT_ANCHOR
+        if rollout_anchor:
+            anchor = (
+                "cispo_anchor: rollout: the ratio is over rollout_logprobs = the engine's (r = w, "
+                "the case our weight rule models); old_log_probs = the trainer's, as its trainer "
+                "passes them (read only by the off-policy correction, off here)"
+            )
+        yield (
+            case,
+            params,
+            f"ppo_utils.{fn.__name__}",
+            (
+                options,
+                _omega_from_loss(loss, lp, adv, 1.0),
+                "−∂loss/∂log π / A (autograd)",
+                _scalars(seen),
+                anchor,
+            ),
+        )
 
 
 def _clamp_end_gradient() -> float:
@@ -674,12 +978,13 @@ def main(argv=None):
         ("skyrl", skyrl_cases, args.skyrl),
     )
     arrays, cases = {}, {}
-    for batch, make in (("seeded", seeded_batch), ("edge", edge_batch)):
+    batches = (("seeded", seeded_batch), ("edge", edge_batch), ("seq_edge", sequence_edge_batch))
+    for batch, make in batches:
         lp, lq, mask, adv = make()
         for key, value in zip(("logp_train", "logp_inf", "mask", "adv"), make(), strict=True):
             arrays[f"{batch}/{key}"] = value
         for framework, run, src in runs:
-            for name, params, function, (options, out, what, metrics) in run(
+            for name, params, function, (options, out, what, metrics, *anchor) in run(
                 pathlib.Path(src).resolve(), lp, lq, mask, adv
             ):
                 case = f"{framework}/{name}"
@@ -694,7 +999,8 @@ def main(argv=None):
                         "estimator": name.partition("@")[0],
                         "params": params,
                         "output": what,
-                    },
+                    }
+                    | ({"anchor": anchor[0]} if anchor else {}),
                 )
                 cases[case].setdefault("metrics", {})[batch] = metrics
     np.savez(HERE / "recorded.npz", **arrays)
