@@ -112,8 +112,15 @@ def _verify(contract: Path, report: Path, *cache: str) -> dict:
         [sys.executable, "-m", "verify", str(contract), "--json", str(report), "--quiet", *cache],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
-    data = json.loads(report.read_text(encoding="utf-8"))
-    data.pop("timing")
+    return _without_times(json.loads(report.read_text(encoding="utf-8")))
+
+
+def _without_times(data):
+    """A report less what the clock decides: ``timing`` and every ``time_ms``."""
+    if isinstance(data, dict):
+        return {k: _without_times(v) for k, v in data.items() if k not in ("timing", "time_ms")}
+    if isinstance(data, list):
+        return [_without_times(v) for v in data]
     return data
 
 
