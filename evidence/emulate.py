@@ -30,12 +30,14 @@ exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new
 tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
 model can run).
 
-The settings of a sweep share one compiled program per kernel: each runs padded to the
-largest batch and the longest prompt of the settings whose reduction splits it shares
+With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
+padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
 (``kernels.batching.split_class``, ``kernels.attention.kv_splits``), the padding rows and
 positions dropped, with the bits it gives in its own shape. Where a matmul shares one scale
 over all its rows (``per_tensor`` scaling of FP8 or int8 inputs), rows are not independent,
-and every setting runs in its own shape.
+and every setting runs in its own shape. Sharing is off by default: on the CPU the padding
+(a batch of one computed in a 16-row program, a 33-token sequence in a 128-position cache)
+costs more than the compilations it saves.
 
 ``prompt_count`` counts a contract's prompts, ``prompt_stream`` turns a prompt file into one
 token stream (the diagnostic commands cut their windows from it), and ``checkpoint_sha256``
@@ -338,7 +340,7 @@ def emulate_contract(
     batch_size: int | None = None,
     sequence_length: int | None = None,
     trust_code: bool = False,
-    shared: bool = True,
+    shared: bool = False,
 ) -> dict[str, np.ndarray]:
     """The token table of ``contract``'s kernel pair on the model its ``evidence.emulate``
     names (module docstring).
@@ -348,8 +350,10 @@ def emulate_contract(
     is the user's consent to import a user model's module (``kernels.model.user_model``):
     without it such a model is a ``UserModelError``, and nothing is imported. ``shared``: a
     setting of the sweep runs padded to the shape the sweep's settings share, so all of them
-    run one compiled program per kernel (``False``: in its own shape, one program per
-    setting; the same bits either way).
+    run one compiled program per kernel (the default ``False``: in its own shape, one program
+    per setting; the same bits either way). On the CPU the padding costs more than the
+    compilations it saves (``bench/bench_emulate_compile.py``), so ``python -m verify`` runs
+    each setting in its own shape and keeps the programs in the persistent compilation cache.
     """
     ev = _settings(contract)
     count = prompt_count(ev)

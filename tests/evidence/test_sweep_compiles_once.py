@@ -1,8 +1,8 @@
 """The emulation sweep's bits, pinned: the token table of every setting of a runtime sweep
 (batch sizes 1, 8 and 16; the shortest, middle and longest sequence lengths) hashed and
 compared with the digests the emulation gave before the sweep shared one compiled program
-per kernel. Padding a setting to the sweep's shapes must change no bit; the sweep traces each
-kernel's program once, and only settings of the same reduction splits share a program."""
+per kernel. Padding a setting to the sweep's shapes (``shared=True``) must change no bit; the shared
+sweep traces each kernel's program once, and only settings of the same reduction splits share a program."""
 
 from __future__ import annotations
 
@@ -59,17 +59,21 @@ def swept():
     contract = small_example()
     before = dict(TRACES)
     tables = {
-        setting: emulate_contract(contract, batch_size=setting[0], sequence_length=setting[1])
+        setting: emulate_contract(
+            contract, batch_size=setting[0], sequence_length=setting[1], shared=True
+        )
         for setting in sweep(contract)
     }
     return tables, {k: TRACES[k] - before[k] for k in TRACES}
 
 
+@pytest.mark.slow  # the sweep in its padded program (about a minute on 2 idle cores)
 def test_the_sweep_keeps_its_bits(swept):
     tables, _ = swept
     assert {setting: digest(table) for setting, table in tables.items()} == PINNED
 
 
+@pytest.mark.slow  # the same sweep (the module's fixture)
 def test_the_sweep_compiles_one_program_per_kernel(swept):
     _, traced = swept
     assert traced["generate"] <= 1 and traced["teacher_force_padded"] <= 1
