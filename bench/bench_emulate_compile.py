@@ -6,10 +6,11 @@ Every measurement runs in a fresh Python process, one after another in this run,
 from other processes hits all alike:
 
 - ``sweep``: the contract's emulation sweep alone (``evidence.emulate.sweep`` and
-  ``emulate_contract`` per setting, as ``python -m verify`` runs it), three ways:
+  ``emulate_contract`` per setting, as ``python -m verify`` runs it), five ways:
   ``own shapes, no cache`` (each setting in its own shape and no persistent cache: the path
-  before one program per sweep), ``shared, cold`` (the settings padded to one program, an
-  empty persistent compilation cache) and ``shared, warm`` (the same again, the cache filled).
+  before the cache), ``own shapes`` with an empty and then a filled persistent compilation
+  cache (what ``python -m verify`` does), and ``shared`` (``shared=True``: the settings padded
+  to one program per kernel) cold and warm.
   Each prints its wall time, the programs traced (``kernels.model.decode.TRACES``), the XLA
   compilations and the persistent-cache hits (JAX's monitoring events), and a digest of the
   token tables: the three must agree bit for bit;
@@ -133,11 +134,17 @@ def main() -> None:
         return
     print(f"{Path(args.contract).name}; load average {os.getloadavg()[0]:.2f}")
     rows = []
-    with tempfile.TemporaryDirectory() as sweep_cache, tempfile.TemporaryDirectory() as v_cache:
+    with (
+        tempfile.TemporaryDirectory() as own,
+        tempfile.TemporaryDirectory() as shared_cache,
+        tempfile.TemporaryDirectory() as v_cache,
+    ):
         for label, shared, cache in (
             ("sweep, own shapes, no cache", False, None),
-            ("sweep, shared, cold cache", True, sweep_cache),
-            ("sweep, shared, warm cache", True, sweep_cache),
+            ("sweep, own shapes, cold cache", False, own),
+            ("sweep, own shapes, warm cache", False, own),
+            ("sweep, shared, cold cache", True, shared_cache),
+            ("sweep, shared, warm cache", True, shared_cache),
         ):
             r = _sweep(args.contract, shared, cache)
             rows.append((label, r["wall_s"], r["cpu_s"]))
