@@ -64,7 +64,9 @@ class ServedPair(NamedTuple):
     """One model on a kernel pair, serving ``batch`` sequences at once: ``run(prompts, key)``
     samples after each of ``batch`` prompts on K_inf and teacher-forces the sequences on
     K_train, and returns the sequences and both kernels' logits at the generated positions,
-    ``(tokens [batch, prompt + new], z_inf [batch, new, vocab], z_train [batch, new, vocab])``."""
+    ``(tokens [batch, prompt + new], z_inf [batch, new, vocab], z_train [batch, new, vocab])``
+    (a pair built with ``Padding``: its ``rows`` rows, the batch's first, and tokens of the padded
+    width)."""
 
     batch: int
     decoding: Decoding
