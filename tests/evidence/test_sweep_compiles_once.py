@@ -1,8 +1,9 @@
 """The emulation sweep's bits, pinned: the token table of every setting of a runtime sweep
 (batch sizes 1, 8 and 16; the shortest, middle and longest sequence lengths) hashed and
 compared with the digests the emulation gave before the sweep shared one compiled program
-per kernel. Padding a setting to the sweep's shapes (``shared=True``) must change no bit; the shared
-sweep traces each kernel's program once, and only settings of the same reduction splits share a program."""
+per kernel. Padding a setting to the sweep's shapes (``shared=True``) must change no bit;
+the shared sweep traces each kernel's program once, and only settings of the same reduction
+splits share a program."""
 
 from __future__ import annotations
 
