@@ -31,6 +31,15 @@ exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new
 tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
 model can run).
 
+With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
+padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
+(``kernels.batching.split_class``, ``kernels.attention.kv_splits``), the padding rows and
+positions dropped, with the bits it gives in its own shape. Where a matmul shares one scale
+over all its rows (``per_tensor`` scaling of FP8 or int8 inputs), rows are not independent,
+and every setting runs in its own shape. Sharing is off by default: on the CPU the padding
+(a batch of one computed in a 16-row program, a 33-token sequence in a 128-position cache)
+costs more than the compilations it saves.
+
 ``prompt_count`` counts a contract's prompts, ``prompt_stream`` turns a prompt file into one
 token stream (the diagnostic commands cut their windows from it), and ``checkpoint_sha256``
 fingerprints the model's files. Importing this module imports no JAX: the model is loaded on
@@ -48,11 +57,12 @@ from typing import NamedTuple
 import numpy as np
 
 from kernel_contracts.contracts.bounded import LIMITS, UnsafeFile, open_regular, read_file
-from kernel_contracts.contracts.model import Contract, EmulateEvidence
+from kernel_contracts.contracts.model import Contract, EmulateEvidence, KernelSpec
 from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES
 from kernel_contracts.evidence.envelope import settings
 from kernel_contracts.kernels.emulation import (
     Decoding,
+    Padding,
     ServedPair,
     decoder_pair,
     emulate,
@@ -71,6 +81,7 @@ __all__ = [
     "prompt_stream",
     "serving_batch",
     "sweep",
+    "sweep_padding",
 ]
 
 PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
@@ -240,7 +251,7 @@ def length_range(contract: Contract) -> tuple[int, int]:
 class _Served(NamedTuple):
     """The contract's model on its kernel pair, and where its prompts come from."""
 
-    pair: ServedPair
+    pair: Callable[[Padding | None], ServedPair]  # the pair, in a padded program or not
     vocab: int
     windows: np.ndarray | None  # prompt windows; None: the rows, or uniform random prompts
     prompt_len: int  # the default prompt length
@@ -261,10 +272,15 @@ def _on_decoder(contract: Contract, ev: EmulateEvidence, batch: int, model, cont
             f"evidence.emulate.max_new_tokens must be in [1, {context - 1}] for model "
             f"{ev.model!r} (context {context}), got {ev.max_new_tokens}"
         )
-    kernels = contract.kernels
-    return decoder_pair(
-        model, kernels.train, kernels.inference, batch=batch, decoding=_decoding(contract, ev)
-    )
+    kernels, decoding = contract.kernels, _decoding(contract, ev)
+
+    def pair(padding: Padding | None) -> ServedPair:
+        return decoder_pair(
+            model, kernels.train, kernels.inference, batch=batch, decoding=decoding,
+            padding=padding,
+        )  # fmt: skip
+
+    return pair
 
 
 def _shipped(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
@@ -306,7 +322,7 @@ def _user(contract: Contract, ev: EmulateEvidence, batch: int, trust_code: bool)
     )
     width = PROMPT_TOKENS if um.windows is None else um.windows.shape[1]
     lengths = _lengths(ev, width, None)
-    return _Served(pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
+    return _Served(lambda _: pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
 
 
 def _prompts(served: _Served, count: int, length: int, seed: int) -> np.ndarray:
@@ -325,6 +341,7 @@ def emulate_contract(
     batch_size: int | None = None,
     sequence_length: int | None = None,
     trust_code: bool = False,
+    shared: bool = False,
 ) -> dict[str, np.ndarray]:
     """The token table of ``contract``'s kernel pair on the model its ``evidence.emulate``
     names (module docstring).
@@ -332,7 +349,12 @@ def emulate_contract(
     ``progress(done, total)`` is called after each served batch with prompts done so far.
     ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep. ``trust_code``
     is the user's consent to import a user model's module (``kernels.model.user_model``):
-    without it such a model is a ``UserModelError``, and nothing is imported.
+    without it such a model is a ``UserModelError``, and nothing is imported. ``shared``: a
+    setting of the sweep runs padded to the shape the sweep's settings share, so all of them
+    run one compiled program per kernel (the default ``False``: in its own shape, one program
+    per setting; the same bits either way). On the CPU the padding costs more than the
+    compilations it saves (``bench/bench_emulate_compile.py``), so ``python -m verify`` runs
+    each setting in its own shape and keeps the programs in the persistent compilation cache.
     """
     ev = _settings(contract)
     count = prompt_count(ev)
@@ -356,11 +378,67 @@ def emulate_contract(
                 f"model {ev.model!r} can run with max_new_tokens {ev.max_new_tokens}: [{lo}, {hi}]"
             )
         prompt_len = sequence_length - ev.max_new_tokens
+    padding = None
+    if shared and (batch_size, sequence_length) != (None, None) and not _is_user(ev.model):
+        setting = (batch_size, sequence_length)
+        padding = sweep_padding(contract, count, prompt_len, setting)
     prompts = _prompts(served, count, prompt_len, ev.seed)
     last = (count - 1) // batch * batch  # the last batch's first prompt
     missing = last + batch - count
     fill = _prompts(served, missing, prompt_len, ev.seed + 1 + last) if missing else None
-    return emulate(served.pair, prompts, seed=ev.seed, fill=fill, progress=progress)
+    return emulate(served.pair(padding), prompts, seed=ev.seed, fill=fill, progress=progress)
+
+
+# -- one program per sweep -------------------------------------------------------------------
+
+
+def _rows_independent(spec: KernelSpec) -> bool:
+    """Whether ``spec``'s matmul computes each row of its left operand from that row alone:
+    every scaling but one scale shared by the whole tensor (which a wider-than-FP8 input
+    never applies)."""
+    from kernel_contracts.kernels.numerics.formats import format_info
+
+    m = spec.matmul
+    scaled = m.is_int8 or format_info(m.inputs).is_fp8
+    return not (scaled and m.scaling.kind == "per_tensor")
+
+
+def sweep_padding(
+    contract: Contract, count: int, prompt_len: int, setting: tuple[int | None, int | None]
+) -> Padding | None:
+    """The padded shape in which ``setting`` of the contract's sweep runs, so that the settings
+    share one compiled program per kernel with the bits each gives alone; ``None`` (its own
+    shape) outside the sweep or where rows are not independent.
+
+    The settings whose batches have the same reduction splits (one ``split_class``) run as
+    the largest of their batches; of those, the settings whose caches have the same number of
+    attention splits run with the longest of their prompts. The rows of a batch are
+    independent (every matmul scales per row or block), the padding positions come after
+    every position that is kept, and the reduction trees are padded with zeros, so no kept bit
+    changes (``tests/evidence/test_sweep_compiles_once.py`` pins them)."""
+    from kernel_contracts.kernels.attention import kv_splits
+    from kernel_contracts.kernels.batching import split_class
+
+    kernels = contract.kernels
+    grid = sweep(contract)
+    if setting not in grid or not all(map(_rows_independent, (kernels.train, kernels.inference))):
+        return None
+    new = _settings(contract).max_new_tokens
+    batching = kernels.inference.batching
+    page = kernels.inference.attention.page_size
+
+    def shape(b: int | None, length: int | None) -> tuple[int, int, int, int]:
+        """(batch, prompt width, split class, attention splits) of a setting."""
+        b = serving_batch(contract, count) if b is None else b
+        width = prompt_len if length is None else length - new
+        cls = split_class(b, batching)
+        return b, width, cls, kv_splits(cls, width + new, page, batching)
+
+    _, _, cls, kv = shape(*setting)
+    shapes = [shape(*s) for s in grid]
+    rows = max(b for b, _, c, _ in shapes if c == cls)
+    width = max(w for _, w, c, k in shapes if (c, k) == (cls, kv))
+    return Padding(rows, width, cls)
 
 
 # -- fingerprints ----------------------------------------------------------------------------

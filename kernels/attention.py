@@ -58,6 +58,7 @@ from kernel_contracts.kernels.numerics.formats import (
 __all__ = [
     "PagedKVCache",
     "decode_attention",
+    "kv_splits",
     "masked_attention",
     "reference_attention",
     "tile_pages",
@@ -300,6 +301,16 @@ def _decode_one(q, keys, values, length, tp, page_size: int, splits: int):
     return jnp.where(l_all[:, None] > 0, quotient, 0.0)
 
 
+def kv_splits(
+    batch_size: int, max_len: int, page_size: int, batching: Literal["dynamic", "fixed"]
+) -> int:
+    """How many splits :func:`decode_attention` deals the tiles of a cache made for
+    ``max_len`` positions into: the reduction splits of its capacity (whole pages) at
+    ``batch_size``, at most one per page."""
+    pages = -(-max_len // page_size)
+    return min(reduction_splits(batch_size, pages * page_size, batching), pages)
+
+
 def decode_attention(
     q: Float[ArrayLike, "seqs heads dim"],
     cache: PagedKVCache,
@@ -316,8 +327,7 @@ def decode_attention(
     q = jnp.asarray(q, jnp.float32)
     keys, values = (widen_heads(kv, q.shape[-2]) for kv in cache.gather())
     capacity_pages = cache.page_table.shape[1]
-    splits = reduction_splits(batch_size, cache.capacity, batching)
-    splits = min(splits, capacity_pages)
+    splits = kv_splits(batch_size, cache.capacity, cache.page_size, batching)
 
     def one(qs, ks, vs, length):
         tp = tile_pages(length, spec, capacity_pages)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["reduction_splits"]
+__all__ = ["reduction_splits", "split_class"]
 
 _ROWS_PER_TILE = 16
 _TARGET_PARTS = 64
@@ -29,11 +29,7 @@ def reduction_splits(batch_size: int, k: int, batching: Literal["dynamic", "fixe
     batch size (up to 64 for batches of at most 16 rows, 1 from 1024 rows up), capped so
     every part keeps at least 128 elements. Raises ``ValueError`` on bad arguments.
     """
-    if batching not in ("dynamic", "fixed"):
-        raise ValueError(f"batching must be 'dynamic' or 'fixed', got {batching!r}")
-    for name, value in (("batch_size", batch_size), ("k", k)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    _check(batching, batch_size=batch_size, k=k)
     if batching == "fixed":
         return 1
     tiles = -(-batch_size // _ROWS_PER_TILE)
@@ -41,3 +37,26 @@ def reduction_splits(batch_size: int, k: int, batching: Literal["dynamic", "fixe
     cap = max(1, k // _MIN_PART)
     n = min(want, cap)
     return 1 << (n.bit_length() - 1)
+
+
+def split_class(batch_size: int, batching: Literal["dynamic", "fixed"]) -> int:
+    """The batch size that stands for ``batch_size`` in every reduction: the largest one with
+    the same :func:`reduction_splits` as ``batch_size`` for every reduction length ``k``.
+
+    ``dynamic`` splits depend on the batch only through its number of 16-row output tiles,
+    so a batch stands for the batch of the same number of whole tiles (1 to 16 rows: 16);
+    ``fixed`` splits never change (1). Kernels built for ``split_class(b)`` compute each row
+    of a batch of ``b`` as kernels built for ``b`` do, so batches of one class can share one
+    compiled program. Raises ``ValueError`` on bad arguments."""
+    _check(batching, batch_size=batch_size)
+    if batching == "fixed":
+        return 1
+    return _ROWS_PER_TILE * -(-batch_size // _ROWS_PER_TILE)
+
+
+def _check(batching: str, **values: int) -> None:
+    if batching not in ("dynamic", "fixed"):
+        raise ValueError(f"batching must be 'dynamic' or 'fixed', got {batching!r}")
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")

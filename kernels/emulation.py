@@ -41,6 +41,7 @@ from kernel_contracts.kernels.model.user_model import UserModel
 __all__ = [
     "TABLE_COLUMNS",
     "Decoding",
+    "Padding",
     "ServedPair",
     "decoder_pair",
     "emulate",
@@ -63,7 +64,9 @@ class ServedPair(NamedTuple):
     """One model on a kernel pair, serving ``batch`` sequences at once: ``run(prompts, key)``
     samples after each of ``batch`` prompts on K_inf and teacher-forces the sequences on
     K_train, and returns the sequences and both kernels' logits at the generated positions,
-    ``(tokens [batch, prompt + new], z_inf [batch, new, vocab], z_train [batch, new, vocab])``."""
+    ``(tokens [batch, prompt + new], z_inf [batch, new, vocab], z_train [batch, new, vocab])``
+    (a pair built with ``Padding``: its ``rows`` rows, the batch's first, and tokens of the padded
+    width)."""
 
     batch: int
     decoding: Decoding
@@ -80,30 +83,67 @@ def prompts_from(
     return np.stack([windows[r, s : s + length] for r, s in zip(rows, starts, strict=True)])
 
 
+class Padding(NamedTuple):
+    """The shape one compiled program of a kernel pair serves: ``rows`` sequences of prompts
+    ``width`` tokens wide (each batch and prompt padded up to them, the padding dropped), on
+    inference kernels built for a batch of ``kernel_batch`` (one with the same reduction
+    splits as every batch served: :func:`kernels.batching.split_class`)."""
+
+    rows: int
+    width: int
+    kernel_batch: int
+
+
 def decoder_pair(
-    model: Any, train: KernelSpec, inference: KernelSpec, *, batch: int, decoding: Decoding
+    model: Any,
+    train: KernelSpec,
+    inference: KernelSpec,
+    *,
+    batch: int,
+    decoding: Decoding,
+    padding: Padding | None = None,
 ) -> ServedPair:
     """``model`` (a decoder with the ``Ops`` injection points: TinyLM, a Hugging Face decoder)
     on K_train = ``train`` and K_inf = ``inference`` at a serving batch of ``batch``: K_inf
-    samples through the paged KV cache, K_train teacher-forces the samples."""
+    samples through the paged KV cache, K_train teacher-forces the samples.
+
+    With ``padding``, every batch runs in the one program of that shape: the prompts padded
+    with zero tokens to ``padding.width`` columns and zero rows to ``padding.rows``; ``run``
+    then returns all ``padding.rows`` rows (the first ``batch`` are the batch's) and the
+    tokens of the padded width. The caller must know that the kernels treat rows
+    independently (no scale shared by the rows of a matmul) and that the padded length keeps
+    every reduction split; the bits of the batch's rows are then those of an unpadded run."""
     import jax.numpy as jnp
 
-    from kernel_contracts.kernels.model.decode import generate, teacher_force
+    from kernel_contracts.kernels.model.decode import generate, teacher_force, teacher_force_padded
     from kernel_contracts.kernels.model.tinylm import with_ops
     from kernel_contracts.kernels.ops import inference_ops, train_ops
 
     k_train = with_ops(model, train_ops(train))
-    k_inf = with_ops(model, inference_ops(inference, batch_size=batch))
+    ops_batch = batch if padding is None else padding.kernel_batch
+    k_inf = with_ops(model, inference_ops(inference, batch_size=ops_batch))
     temperature = jnp.float32(decoding.temperature)
+    new = decoding.new_tokens
 
     def run(chunk, key):
         tokens, z_inf = generate(
-            k_inf, chunk, key, temperature, new_tokens=decoding.new_tokens,
-            top_k=decoding.top_k, top_p=decoding.top_p,
+            k_inf, chunk, key, temperature, new_tokens=new, top_k=decoding.top_k,
+            top_p=decoding.top_p,
         )  # fmt: skip
         return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=chunk.shape[1])
 
-    return ServedPair(batch, decoding, run)
+    def run_padded(chunk, key):
+        rows, width = chunk.shape
+        prompt_len = jnp.int32(width)
+        pad = ((0, padding.rows - rows), (0, padding.width - width))
+        chunk = jnp.pad(chunk, pad)
+        tokens, z_inf = generate(
+            k_inf, chunk, key, temperature, prompt_len, new_tokens=new, top_k=decoding.top_k,
+            top_p=decoding.top_p,
+        )  # fmt: skip
+        return tokens, z_inf, teacher_force_padded(k_train, tokens, prompt_len, new_tokens=new)
+
+    return ServedPair(batch, decoding, run if padding is None else run_padded)
 
 
 def user_pair(
@@ -187,7 +227,9 @@ def emulate(
         if fill is not None and not real.all():  # their rows are dropped
             chunk = np.concatenate([chunk[real], fill])
         tokens, z_inf, z_train = pair.run(jnp.asarray(chunk), jax.random.fold_in(key, start))
-        observed = tokens[:, prompt_len:]
+        rows = tokens.shape[0]  # a padded pair returns its padding rows too
+        served = np.concatenate([real, np.zeros(rows - batch, bool)])
+        observed = np.asarray(tokens)[:, prompt_len : prompt_len + new]
         vocab = z_inf.shape[-1]
         metrics = measure(
             z_train.reshape(-1, vocab),
@@ -196,12 +238,12 @@ def emulate(
             pair.decoding.temperature,
             impl="portable",  # the same bits on every backend and machine
         )
-        keep = np.repeat(real, new)
+        keep = np.repeat(served, new)
         part = {k: np.asarray(v)[keep] for k, v in metrics.items()}
         part["top1_flip"] = part["top1_flip"].astype(np.int64)
-        part["position"] = np.tile(np.arange(prompt_len, prompt_len + new), batch)[keep]
-        part["prompt"] = np.repeat(ids, new)[keep]
-        part["token"] = np.asarray(observed).reshape(-1).astype(np.int64)[keep]
+        part["position"] = np.tile(np.arange(prompt_len, prompt_len + new), rows)[keep]
+        part["prompt"] = np.repeat(np.arange(start, start + rows), new)[keep]
+        part["token"] = observed.reshape(-1).astype(np.int64)[keep]
         parts.append(part)
         if progress is not None:
             progress(min(start + batch, count), count)

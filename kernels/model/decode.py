@@ -25,10 +25,10 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernel_contracts.kernels.numerics import portable
 
-__all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force"]
+__all__ = ["TRACES", "PairLogits", "generate", "sample", "teacher_force", "teacher_force_padded"]
 
 # how many times each jitted function has been traced (a retrace detector)
-TRACES: dict[str, int] = {"generate": 0, "teacher_force": 0}
+TRACES: dict[str, int] = {"generate": 0, "teacher_force": 0, "teacher_force_padded": 0}
 
 
 class PairLogits(NamedTuple):
@@ -77,19 +77,29 @@ def _gumbel(key: Array, shape: tuple[int, ...]) -> Float[Array, "*shape"]:
 @nnx.jit(static_argnames=("new_tokens", "top_k", "top_p"))
 def generate(
     model: nnx.Module,
-    prompts: Int[ArrayLike, "seqs prompt"],
+    prompts: Int[ArrayLike, "seqs width"],
     key: Array,
     temperature: Float[ArrayLike, ""],
+    prompt_len: Int[ArrayLike, ""] | None = None,
     *,
     new_tokens: int,
     top_k: int = 0,
     top_p: float = 1.0,
 ) -> tuple[Int[Array, "seqs length"], Float[Array, "seqs new vocab"]]:
     """Decode ``new_tokens`` tokens after each prompt, one position at a time, on
-    ``model.ops``; returns the full sequences and the logits that predicted the new tokens."""
+    ``model.ops``; returns the full sequences and the logits that predicted the new tokens.
+
+    ``prompt_len`` (a traced count; ``None``: the prompts' width) is how many of each row's
+    leading tokens are its prompt: the rows then hold ``width - prompt_len`` padding columns,
+    and the sequences ``width + new_tokens`` positions, of which the first
+    ``prompt_len + new_tokens`` are decoded (the later steps are skipped and their tokens are
+    left as they are). One compiled program serves every prompt length up to the width, with
+    the same bits at the decoded positions as a program compiled for that length: each step's
+    arithmetic sees only the positions before it."""
     TRACES["generate"] += 1
-    seqs, prompt_len = prompts.shape
-    length = prompt_len + new_tokens
+    seqs, width = prompts.shape
+    length = width + new_tokens
+    real = width if prompt_len is None else prompt_len
     graphdef, state = nnx.split(model)
     tokens = jnp.concatenate([prompts, jnp.zeros((seqs, new_tokens), prompts.dtype)], axis=1)
     caches = model.init_cache(seqs, length)
@@ -100,13 +110,25 @@ def generate(
         logits, caches = m.step(tokens[:, t], t, caches)
         key, sub = jax.random.split(key)
         drawn = sample(sub, logits, temperature, top_k, top_p).astype(tokens.dtype)
-        nxt = jnp.where(t + 1 < prompt_len, tokens[:, t + 1], drawn)
+        nxt = jnp.where(t + 1 < real, tokens[:, t + 1], drawn)
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], t + 1, axis=1)
         return (tokens, caches, key), logits
 
+    carry = (tokens, caches, key)
     steps = jnp.arange(length - 1)
-    (tokens, _, _), logits = jax.lax.scan(body, (tokens, caches, key), steps)
-    z_inf = jnp.swapaxes(logits[prompt_len - 1 :], 0, 1)
+    if prompt_len is None:
+        (tokens, _, _), logits = jax.lax.scan(body, carry, steps)
+    else:  # a padded program skips the steps past the decoded length
+        shape = jax.eval_shape(body, carry, steps[0])[1]
+
+        def skip(carry, t):
+            return carry, jnp.zeros(shape.shape, shape.dtype)
+
+        def step(carry, t):
+            return jax.lax.cond(t < real + new_tokens - 1, body, skip, carry, t)
+
+        (tokens, _, _), logits = jax.lax.scan(step, carry, steps)
+    z_inf = jnp.swapaxes(jax.lax.dynamic_slice_in_dim(logits, real - 1, new_tokens), 0, 1)
     return tokens, z_inf
 
 
@@ -117,3 +139,20 @@ def teacher_force(
     """Whole-sequence logits of ``model.ops`` that predict ``tokens[:, prompt_len:]``."""
     TRACES["teacher_force"] += 1
     return model(tokens[:, :-1])[:, prompt_len - 1 :]
+
+
+@nnx.jit(static_argnames=("new_tokens",))
+def teacher_force_padded(
+    model: nnx.Module,
+    tokens: Int[ArrayLike, "seqs length"],
+    prompt_len: Int[ArrayLike, ""],
+    *,
+    new_tokens: int,
+) -> Float[Array, "seqs new vocab"]:
+    """``teacher_force`` with a traced ``prompt_len``: the logits that predict
+    ``tokens[:, prompt_len : prompt_len + new_tokens]``, the later positions padding (causal
+    attention: no position before them sees them). One compiled program serves every prompt
+    length."""
+    TRACES["teacher_force_padded"] += 1
+    z = model(tokens[:, :-1])
+    return jax.lax.dynamic_slice_in_dim(z, prompt_len - 1, new_tokens, axis=1)

@@ -11,8 +11,8 @@ import pytest
 
 from kernel_contracts.contracts import AttentionSpec, preset
 from kernel_contracts.kernels._matmul import matmul
-from kernel_contracts.kernels.attention import PagedKVCache, decode_attention
-from kernel_contracts.kernels.batching import reduction_splits
+from kernel_contracts.kernels.attention import PagedKVCache, decode_attention, kv_splits
+from kernel_contracts.kernels.batching import reduction_splits, split_class
 
 
 def test_reduction_splits():
@@ -80,3 +80,38 @@ def test_attention_batch_variance():
 
     assert (bits(1, "dynamic") != bits(512, "dynamic")).any()
     assert np.array_equal(bits(1, "fixed"), bits(512, "fixed"))
+
+
+# -- split classes: batches that share one compiled program -------------------------------
+
+
+def test_a_split_class_has_the_splits_of_each_of_its_batches():
+    for batch in range(1, 1100):
+        cls = split_class(batch, "dynamic")
+        assert cls >= batch
+        assert all(
+            reduction_splits(cls, k, "dynamic") == reduction_splits(batch, k, "dynamic")
+            for k in (1, 127, 128, 256, 512, 4096, 8192, 1 << 20)
+        )
+    # the largest such batch: one more row starts a new 16-row tile, and so other splits
+    assert [split_class(b, "dynamic") for b in (1, 16, 17, 32, 33)] == [16, 16, 32, 32, 48]
+    assert reduction_splits(17, 8192, "dynamic") != reduction_splits(16, 8192, "dynamic")
+    assert {split_class(b, "fixed") for b in (1, 7, 300)} == {1}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "8"])
+def test_a_split_class_of_a_bad_batch_is_an_error(bad):
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        split_class(bad, "dynamic")
+    with pytest.raises(ValueError, match="batching must be"):
+        split_class(8, "static")
+
+
+def test_kv_splits_are_the_decode_attention_splits():
+    """``kv_splits`` is what ``decode_attention`` uses: the reduction splits of the cache's
+    whole pages, at most one per page."""
+    assert kv_splits(1, 100, 16, "dynamic") == min(reduction_splits(1, 112, "dynamic"), 7)
+    assert kv_splits(1, 2048, 16, "dynamic") == 16
+    assert kv_splits(1, 4096, 16, "dynamic") == 32
+    assert kv_splits(1, 20, 16, "dynamic") == 1
+    assert kv_splits(64, 4096, 16, "fixed") == 1

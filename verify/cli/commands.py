@@ -103,11 +103,23 @@ def _monitor(argv, stdout, stderr, t_start: float) -> int:
     return monitor.main(argv, stdout=stdout, stderr=stderr)
 
 
+def _compile_cache(option: str | None, stderr) -> None:
+    """JAX's persistent compilation cache, set before anything compiles
+    (``verify.common.compile_cache``)."""
+    from kernel_contracts.verify.common import compile_cache
+
+    choice = compile_cache.locate(option)
+    if choice.note:
+        stderr.write(f"verify: note: {choice.note}\n")
+    compile_cache.configure(choice)
+
+
 def _verify(argv, stdout, stderr, t_start: float) -> int:
     from kernel_contracts.verify.proving.solve import smt
 
     smt.prestart()  # the solver process imports z3 while this one reads the contract
     args = PARSERS[""](stdout, stderr).parse_args(argv)
+    _compile_cache(args.jax_cache, stderr)
     if args.stage or args.promotion_dir is not None or args.traffic is not None:
         from kernel_contracts.verify.pipeline.promotion import stage_main
 

@@ -204,6 +204,11 @@ def main_parser(out, err) -> Parser:
     p.add_argument("--no-cache", action="store_true",
                    help="derive every obligation afresh; neither read nor write the derivation "
                    "cache (KERNEL_CONTRACTS_CACHE: its directory, or off)")  # fmt: skip
+    p.add_argument("--jax-cache", metavar="DIR",
+                   help="JAX compilation cache directory, or off (default: "
+                   "KERNEL_CONTRACTS_JAX_CACHE, else JAX's own JAX_COMPILATION_CACHE_DIR, else "
+                   "$XDG_CACHE_HOME/kernel-contracts/jax); the emulation compiles its programs "
+                   "once and later runs load them")  # fmt: skip
     p.add_argument("--stage", choices=STAGES, help="run this promotion stage")
     p.add_argument("--promotion-dir", metavar="DIR", help="where stage records are kept")
     p.add_argument("--traffic", type=traffic_share, metavar="SHARE",

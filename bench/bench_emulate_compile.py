@@ -1,0 +1,182 @@
+"""Emulation evidence compiled once: the shipped ``fp8-emulated.yaml`` cold and warm.
+
+    python bench/bench_emulate_compile.py [--contract contracts/examples/fp8-emulated.yaml]
+
+Every measurement runs in a fresh Python process, one after another in this run, so load
+from other processes hits all alike:
+
+- ``sweep``: the contract's emulation sweep alone (``evidence.emulate.sweep`` and
+  ``emulate_contract`` per setting, as ``python -m verify`` runs it), five ways:
+  ``own shapes, no cache`` (each setting in its own shape and no persistent cache: the path
+  before the cache), ``own shapes`` with an empty and then a filled persistent compilation
+  cache (what ``python -m verify`` does), and ``shared`` (``shared=True``: the settings padded
+  to one program per kernel) cold and warm.
+  Each prints its wall time, the programs traced (``kernels.model.decode.TRACES``), the XLA
+  compilations and the persistent-cache hits (JAX's monitoring events), and a digest of the
+  token tables: the three must agree bit for bit;
+- ``verify``: the whole command, ``python -m verify CONTRACT --quiet``, with
+  ``--jax-cache off``, then cold and warm on a new cache directory (the derivation cache off,
+  so the proofs are derived afresh each time); the three reports must be the same apart from
+  their times (``timing``, every ``time_ms``).
+
+Each prints wall and CPU seconds (user + system, all threads: less sensitive than the wall time
+to load from other processes); ratios are against ``own shapes, no cache`` and ``verify,
+--jax-cache off`` of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "contracts" / "examples" / "fp8-emulated.yaml"
+
+
+def _child(contract: str, shared: bool) -> None:
+    """One sweep in this process, the compilation cache set as ``python -m verify`` sets it;
+    prints one JSON line."""
+    from kernel_contracts.verify.common import compile_cache
+
+    compile_cache.configure(compile_cache.locate())
+    import jax
+    import numpy as np
+
+    from kernel_contracts import contracts
+    from kernel_contracts.evidence.emulate import emulate_contract, sweep
+    from kernel_contracts.kernels.model.decode import TRACES
+
+    events = {"compiles": 0, "hits": 0}
+
+    def on_duration(name, _secs, **_):
+        if name == "/jax/core/compile/backend_compile_duration":
+            events["compiles"] += 1
+
+    def on_event(name, **_):
+        if name == "/jax/compilation_cache/cache_hits":
+            events["hits"] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    jax.monitoring.register_event_listener(on_event)
+    start = time.perf_counter()
+    c = contracts.load(contract)
+    h = hashlib.sha256()
+    for b, length in sweep(c):
+        table = emulate_contract(c, batch_size=b, sequence_length=length, shared=shared)
+        for name in sorted(table):
+            h.update(name.encode() + np.ascontiguousarray(table[name]).tobytes())
+    wall = time.perf_counter() - start
+    out = {"wall_s": wall, "traces": dict(TRACES), **events, "digest": h.hexdigest()[:16]}
+    print(json.dumps(out))
+
+
+def _env(cache: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env["KERNEL_CONTRACTS_CACHE"] = "off"  # the derivation cache
+    env["KERNEL_CONTRACTS_JAX_CACHE"] = cache or "off"
+    return env
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system, every thread) of the finished child processes so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _sweep(contract: str, shared: bool, cache: str | None) -> dict:
+    """A child process's sweep; with a cache, set as ``python -m verify`` sets it."""
+    command = [sys.executable, __file__, "--child", contract, "--shared", str(shared)]
+    cpu = _cpu()
+    out = subprocess.run(command, cwd=ROOT, env=_env(cache), capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "cpu_s": _cpu() - cpu}
+
+
+def _verify(contract: str, cache: str | None, report: Path) -> tuple[float, float, dict]:
+    """Wall and CPU seconds of ``python -m verify``, and its JSON report less its times."""
+    start, cpu = time.perf_counter(), _cpu()
+    option = ["--jax-cache", cache or "off", "--json", str(report)]
+    subprocess.run(
+        [sys.executable, "-m", "verify", contract, "--quiet", *option], cwd=ROOT,
+        env=_env(cache), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    return wall, _cpu() - cpu, _without_times(json.loads(report.read_text(encoding="utf-8")))
+
+
+def _without_times(data):
+    """A report less what the clock decides: ``timing`` and every ``time_ms``."""
+    if isinstance(data, dict):
+        return {k: _without_times(v) for k, v in data.items() if k not in ("timing", "time_ms")}
+    if isinstance(data, list):
+        return [_without_times(v) for v in data]
+    return data
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--contract", default=str(EXAMPLE))
+    p.add_argument("--reports", help="keep the three verify reports in this directory")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--shared", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        _child(args.child, args.shared == "True")
+        return
+    print(f"{Path(args.contract).name}; load average {os.getloadavg()[0]:.2f}")
+    rows = []
+    with (
+        tempfile.TemporaryDirectory() as own,
+        tempfile.TemporaryDirectory() as shared_cache,
+        tempfile.TemporaryDirectory() as v_cache,
+    ):
+        for label, shared, cache in (
+            ("sweep, own shapes, no cache", False, None),
+            ("sweep, own shapes, cold cache", False, own),
+            ("sweep, own shapes, warm cache", False, own),
+            ("sweep, shared, cold cache", True, shared_cache),
+            ("sweep, shared, warm cache", True, shared_cache),
+        ):
+            r = _sweep(args.contract, shared, cache)
+            rows.append((label, r["wall_s"], r["cpu_s"]))
+            print(
+                f"{label:32s} {r['wall_s']:7.1f} s wall {r['cpu_s']:7.1f} s CPU  "
+                f"traced {r['traces']}  compiles {r['compiles']}  cache hits {r['hits']}  "
+                f"tables {r['digest']}",
+                flush=True,
+            )
+        reports = []
+        for i, (label, cache) in enumerate(
+            (
+                ("verify, --jax-cache off", None),
+                ("verify, cold cache", v_cache),
+                ("verify, warm cache", v_cache),
+            )
+        ):
+            report = Path(args.reports or v_cache) / f"report-{i}.json"
+            wall, cpu, data = _verify(args.contract, cache, report)
+            reports.append(data)
+            rows.append((label, wall, cpu))
+            print(f"{label:32s} {wall:7.1f} s wall {cpu:7.1f} s CPU", flush=True)
+        same = reports[0] == reports[1] == reports[2]
+        print(f"the three reports are the same apart from their timing: {same}")
+    base = {label: (wall, cpu) for label, wall, cpu in rows}
+    print("\n| run | wall s | ratio | CPU s | ratio |\n|---|---:|---:|---:|---:|")
+    for label, wall, cpu in rows:
+        ref = "sweep, own shapes, no cache" if "sweep" in label else "verify, --jax-cache off"
+        w, c = base[ref]
+        print(f"| {label} | {wall:.1f} | {wall / w:.2f} | {cpu:.1f} | {cpu / c:.2f} |")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
