@@ -70,13 +70,13 @@ def model_path() -> str | None:
     return smollm2_path()
 
 
-def render(template: str, request: str) -> str:
-    """``request`` as a user turn through the chat ``template``, with the generation prompt
-    (rendered in a sandbox: the template is the file's text)."""
+def render(template: str, messages: list[dict[str, str]]) -> str:
+    """``messages`` (``role``, ``content``) through the chat ``template``, with the generation
+    prompt, as Hugging Face's ``apply_chat_template`` renders it (Jinja with ``trim_blocks`` and
+    ``lstrip_blocks``), in a sandbox: the template is the file's text."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    messages = [{"role": "user", "content": request}]
     return env.from_string(template).render(messages=messages, add_generation_prompt=True)
 
 
@@ -85,7 +85,7 @@ def prompt_rows(path: str, prompts=PROMPTS) -> tuple[np.ndarray, list[str]]:
     from kernel_contracts.kernels.model.gguf import chat_template, read_gguf_tokenizer
     from kernel_contracts.kernels.model.hf import encode
 
-    texts = [render(chat_template(path), p) for p in prompts]
+    texts = [render(chat_template(path), [{"role": "user", "content": p}]) for p in prompts]
     ids = encode(read_gguf_tokenizer(path), texts)
     width = min(len(r) for r in ids)
     return np.asarray([r[len(r) - width :] for r in ids], np.int32), texts
