@@ -261,6 +261,13 @@ if real is not None:  # the cached table is there
         )
 
 # %% [markdown]
+# What the cached table shows (mxfp8, the only preset measured so far; 192 tokens): the real
+# drift is large, median δ ≈ 4.9 and max ≈ 9.5 logits, so tanh(δ/2T) is close to 1 for most
+# tokens, while the measured TV has median around 0.2 (max ≈ 0.58). The bound is loose by a
+# factor of about 5 at the median token and 1.7 at the tightest one: the drift is spread over
+# many logits rather than concentrated on the two-token worst case.
+
+# %% [markdown]
 # ## The other token-level links
 #
 # One panel per lemma with a witness constructor, over s = osc/T (osc ≤ 2δ). Markers are the
