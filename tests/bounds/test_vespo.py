@@ -173,13 +173,14 @@ def test_random_logit_pairs_never_beat_the_forms(case, gamma):
 
 @examples(120)
 @given(
-    st.lists(st.lists(st.integers(1, 30), min_size=2, max_size=3), min_size=3, max_size=3),
-    st.lists(st.lists(st.integers(1, 30), min_size=2, max_size=3), min_size=3, max_size=3),
+    st.lists(st.lists(st.integers(1, 30), min_size=2, max_size=3), min_size=4, max_size=4),
+    st.lists(st.lists(st.integers(1, 30), min_size=2, max_size=3), min_size=4, max_size=4),
     GAMMA,
 )
 def test_exact_rational_sequence_laws_never_beat_the_forms(p_rows, q_rows, gamma):
     """Two-token sequences over a 2-or-3-token vocabulary: π and π' with rational masses per
-    prefix (row 0 the first token's law, row 1 + y the second's after y), W exact rationals,
+    prefix (row 0 the first token's law, row 1 + y the second's after y; rows past the vocabulary
+    unused), W exact rationals,
     D = Σ π'(y)·max_pairs |φ(W) − W| at 40 digits, against the ratio form at R = 2·max|log w|
     and the cap."""
     n = min(
