@@ -49,6 +49,10 @@ SYMBOLS: Mapping[str, sympy.Symbol] = MappingProxyType(
         "hi": _pos("hi"),  # upper end of a kept ratio band, hi > 1
         "tau": _pos("tau"),  # divergence threshold of a token mask
         "tau_gate": _pos("tau_gate"),  # SAPO's gate temperature, the larger of τ_pos and τ_neg
+        "k_pos": _pos("k_pos"),  # VESPO's power k for A ≥ 0
+        "lam_pos": _pos("lam_pos"),  # VESPO's decay λ for A ≥ 0 (at least 1e−4)
+        "k_neg": _pos("k_neg"),  # and for A < 0
+        "lam_neg": _pos("lam_neg"),
     }
 )
 

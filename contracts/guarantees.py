@@ -5,7 +5,8 @@ Each quantity takes its own fields: ``reward_drift`` a ``reward_range`` [a, b] w
 parameters (``tis`` and ``seq_tis`` a ``cap`` c ≥ 0, ``mis`` a ``cap`` c > 1, ``ppo_clip`` a
 ``clip_epsilon`` in (0, 1), ``icepop`` and ``geo_mask`` a ``band`` [lo, hi] with 0 ≤ lo < 1 < hi,
 ``tv_mask`` a ``threshold`` in (0, 1), ``kl_mask`` a ``threshold`` > 0, ``sapo`` its two gate
-``temperatures`` [τ_pos, τ_neg], each > 0); ``clip_budget`` a
+``temperatures`` [τ_pos, τ_neg], each > 0, ``vespo`` its ``gamma`` [k_pos, λ_pos, k_neg, λ_neg],
+each > 0); ``clip_budget`` a
 ``clip_epsilon`` in (0, 1).
 Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``horizon`` is given.
 """
@@ -44,7 +45,8 @@ _PREMISE_FAMILIES = ("numerical", "statistical", "runtime")
 _PARAM_NAMES = {"cap": "a cap", "clip_epsilon": "clip_epsilon", "band": "a band",
                 "threshold": "a threshold", "reject": "reject (its criteria)",
                 "reject_threshold": "reject_threshold",
-                "temperatures": "temperatures [tau_pos, tau_neg]"}  # fmt: skip
+                "temperatures": "temperatures [tau_pos, tau_neg]",
+                "gamma": "gamma [k_pos, lambda_pos, k_neg, lambda_neg]"}  # fmt: skip
 
 
 def read_guarantee(
@@ -121,6 +123,7 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
         "reject": lambda v, k: ck.string(v, k),
         "reject_threshold": lambda v, k: _reject_threshold(ck, v, k),
         "temperatures": lambda v, k: _temperatures(ck, v, k),
+        "gamma": lambda v, k: _gamma(ck, v, k),
     }
     for field, read in readers.items():
         if field not in m:
@@ -173,6 +176,19 @@ def _temperatures(ck: Checker, value, key) -> tuple[float, float] | None:
         return None
     pair = ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
     return None if pair is None else (pair[0], pair[1])
+
+
+def _gamma(ck: Checker, value, key) -> tuple[float, float, float, float] | None:
+    """vespo's [k_pos, λ_pos, k_neg, λ_neg]: four positive numbers."""
+    what = "a list [k_pos, lambda_pos, k_neg, lambda_neg] of 4 numbers"
+    if not isinstance(value, list):
+        ck.expected(key, what, value)
+        return None
+    if len(value) != 4:
+        ck.report(key, f"expected {what}, got {len(value)} items")
+        return None
+    got = ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
+    return None if got is None else (got[0], got[1], got[2], got[3])
 
 
 def _band(ck: Checker, value, key) -> tuple[float, float] | None:

@@ -366,6 +366,10 @@ class Guarantee:
     reject_threshold: str | None = field(default=None, metadata={"omit_if_none": True})
     # sapo's gate temperatures [τ_pos, τ_neg] (for A > 0 and A ≤ 0)
     temperatures: tuple[float, float] | None = field(default=None, metadata={"omit_if_none": True})
+    # vespo's gamma weights [k_pos, λ_pos, k_neg, λ_neg] (for A ≥ 0 and A < 0)
+    gamma: tuple[float, float, float, float] | None = field(
+        default=None, metadata={"omit_if_none": True}
+    )
 
 
 @dataclass(frozen=True)

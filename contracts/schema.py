@@ -285,6 +285,10 @@ _GUARANTEE = _obj(
                          "items": {"type": "number", "exclusiveMinimum": 0},
                          "description": "sapo: gate temperatures [tau_pos, tau_neg] (A > 0, "
                                         "A <= 0), each > 0."},
+        "gamma": {"type": "array", "minItems": 4, "maxItems": 4,
+                  "items": {"type": "number", "exclusiveMinimum": 0},
+                  "description": "vespo: gamma weights [k_pos, lambda_pos, k_neg, lambda_neg] "
+                                 "(A >= 0, A < 0), each > 0."},
         "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
         "assume": _list(
             "Assumptions taken. support_overlap: every token either kernel can sample has "
@@ -297,7 +301,7 @@ _GUARANTEE = _obj(
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]
     + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold", "reject",
-                                    "reject_threshold", "temperatures")]
+                                    "reject_threshold", "temperatures", "gamma")]
     + [{"if": {"properties": {"estimator": {"enum": ["mis", "dual_clip"]}},
                "required": ["estimator"]},
         "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},

@@ -549,6 +549,10 @@ args = {
     "hi": 1.1,
     "tau": 0.001,
     "tau_gate": 1.05,  # SAPO's gate temperature
+    "k_pos": 2.0,  # VESPO's gamma pairs (TRL's defaults)
+    "lam_pos": 3.0,
+    "k_neg": 3.0,
+    "lam_neg": 2.0,
     "kappa": 0.005,  # a mean KL (mean_kl_to_tv)
     "theta": 0.1,  # a signed log-ratio level exceeded with probability 0 (signed_ratio_to_tv)
 }

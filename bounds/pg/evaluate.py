@@ -5,8 +5,8 @@ its premise is a logit-drift (oscillation) clause: pass ``osc`` = 2δ for a drif
 computed at 50 digits from the sympy form, so a plotted number and a proved bound agree.
 ``pg_bias_supremum`` is the exact supremum of the bias over the kernel pairs that premise
 allows (jumps included), where it is known; for ``seq_tis`` and ``seq_mask`` with L > 1 and
-``tis_mask`` with a cap below the band's top, ``tis_norm``, ``gspo`` and ``sapo`` it is not,
-and the function returns ``None`` (``bounds.pg.witnesses`` gives lower ends).
+``tis_mask`` with a cap below the band's top, ``tis_norm``, ``gspo``, ``sapo`` and ``vespo`` it
+is not, and the function returns ``None`` (``bounds.pg.witnesses`` gives lower ends).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from kernel_contracts.bounds.pg.links import mis_drift, tis_drift
 from kernel_contracts.bounds.pg.sapo import sapo_ratio
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_sup
 from kernel_contracts.bounds.pg.tis_norm import norm_form
+from kernel_contracts.bounds.pg.vespo import CLAMP_FREE, LAMBDA_MIN, vespo_cap, vespo_ratio
 from kernel_contracts.bounds.sequence.lemmas import sequence_tv_bound
 from kernel_contracts.bounds.token.lemmas import kl_tilt_sup
 
@@ -90,6 +91,12 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
         return sapo_ratio(_s, max(_num(t) for t in p["temperatures"]))
     if estimator == "tis_norm":
         return norm_form(_s, tis_drift(_s, _num(p["cap"])))
+    if estimator == "vespo":  # per sequence: the ratio form at |log W| ≤ L·s (bounds.pg.vespo)
+        k_pos, lam_pos, k_neg, lam_neg = (_num(x) for x in p["gamma"])
+        floor = _num(LAMBDA_MIN)
+        pairs = ((k_pos, sympy.Max(lam_pos, floor)), (k_neg, sympy.Max(lam_neg, floor)))
+        return sympy.Piecewise((vespo_ratio(L * _s, pairs), L * _s <= CLAMP_FREE),
+                               (vespo_cap(pairs), True))  # fmt: skip
     if estimator == "gspo":
         return gspo_drift(_s, _num(p["clip_epsilon"]))
     if estimator == "seq_tis":
@@ -122,7 +129,7 @@ def pg_bias_bound(
     ``cap``, ``clip_epsilon``, ``band`` (lo, hi) or ``threshold``, as in the DSL."""
     if estimator == "kl_reject":
         raise ValueError("kl_reject's bound depends on its criteria: derive it from a contract")
-    scale = G * A * (L if estimator in ("seq_is", "seq_tis", "seq_mask") else 1)
+    scale = G * A * (L if estimator in ("seq_is", "seq_tis", "seq_mask", "vespo") else 1)
     return scale * evaluate(_discrepancy(estimator, L, params), {"s": osc / T})
 
 
@@ -180,6 +187,8 @@ def pg_bias_supremum(
         return GA * float(clip_sup(s, *params["band"]))
     if estimator == "sapo":
         return None  # no closed form; bounds.pg.sapo.sapo_drift_sup gives a lower end
+    if estimator == "vespo":
+        return None  # a bound; bounds.pg.vespo's witnesses give lower ends
     if estimator == "tis_norm":
         return None  # a bound for every batch; bounds.pg.tis_norm's witnesses give lower ends
     if estimator == "gspo":

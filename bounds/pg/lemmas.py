@@ -45,6 +45,7 @@ from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
 from kernel_contracts.bounds.pg.sapo import SAPO_LEMMAS
 from kernel_contracts.bounds.pg.tis_clip import TIS_CLIP_LEMMAS
 from kernel_contracts.bounds.pg.tis_norm import TIS_NORM_LEMMAS
+from kernel_contracts.bounds.pg.vespo import VESPO_LEMMAS
 from kernel_contracts.bounds.pg.witnesses import (
     band_dropped_mass,
     band_pair,
@@ -722,4 +723,5 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
     *GSPO_LEMMAS,
     *CISPO_LEMMAS,
     *SAPO_LEMMAS,
+    *VESPO_LEMMAS,
 )  # fmt: skip

@@ -45,6 +45,13 @@ from kernel_contracts.bounds.pg.links import mis_drift, mis_ratio, tis_drift, ti
 from kernel_contracts.bounds.pg.sapo import sapo_ratio, sapo_tv
 from kernel_contracts.bounds.pg.tis_clip import clip_drift, clip_ratio, clip_tv
 from kernel_contracts.bounds.pg.tis_norm import norm_form
+from kernel_contracts.bounds.pg.vespo import (
+    CLAMP_FREE,
+    LAMBDA_MIN,
+    peak_above,
+    vespo_cap,
+    vespo_ratio,
+)
 from kernel_contracts.bounds.premises import Fact
 from kernel_contracts.bounds.route import NoLemma, Route, combine
 from kernel_contracts.contracts import exact
@@ -94,6 +101,7 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "gspo": _gspo,
         "cispo": lambda ctx, GA: _tis_clip(ctx, GA, "pg_bias_cispo"),
         "sapo": _sapo,
+        "vespo": _vespo,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -115,6 +123,11 @@ def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") 
         return (
             "gspo: per position against the token's w; its weight s, the geometric mean of w "
             "over the sequence, reads every token of it, and the bound holds for any length",
+        )
+    if estimator == "vespo":
+        return (
+            f"vespo weights whole sequences by φ(W): the bias is per sequence, with the assumed "
+            f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} ({where})",
         )
     if estimator == "seq_mask":
         return (
@@ -595,6 +608,40 @@ def _sapo(ctx, GA) -> list[Route]:
     if not out:
         out = _exceedance(ctx, GA, name, lambda s: sapo_ratio(s, t), exact_s=_NEVER)
         out += _mean_tv(ctx, GA, name, lambda e: sapo_tv(e, t), jensen_exact=False)
+    return out
+
+
+def _vespo(ctx, GA) -> list[Route]:
+    """ω = φ(W) per sequence (``bounds.pg.vespo``): the ratio form at |log W| ≤ L·r while
+    L·r ≤ log 1e8 (TRL's clamps act beyond), the cap 1 + max φ otherwise and from the
+    sequence TV; bounds, never attained."""
+    k_pos, lam_pos, k_neg, lam_neg = _need(ctx, "gamma", "gamma: [k_pos, lambda_pos, k_neg, "
+                                                         "lambda_neg]")  # fmt: skip
+    floor = exact(LAMBDA_MIN)
+    values = (
+        (exact(k_pos), max(exact(lam_pos), floor)),
+        (exact(k_neg), max(exact(lam_neg), floor)),
+    )
+    pairs = (
+        (ctx.const("k_pos", values[0][0]), ctx.const("lam_pos", values[0][1])),
+        (ctx.const("k_neg", values[1][0]), ctx.const("lam_neg", values[1][1])),
+    )
+    peak = sympy.Rational(max(peak_above(k, lam) for k, lam in values))
+    L = ctx.const("L", ctx.max_len)
+    LGA, lemma = L * GA, "pg_bias_vespo"
+    out = []
+    for r in ctx.log_ratio_routes():  # |log W| ≤ L·r
+        R = L * r.expr
+        if _at_max(ctx, R, r.facts) <= CLAMP_FREE:
+            out.append(combine("vespo_ratio", LGA * vespo_ratio(R, pairs, peak), r, lemma=lemma,
+                               attained=False))  # fmt: skip
+        else:
+            out.append(combine("vespo_cap", LGA * vespo_cap(pairs, peak), r, lemma=f"{lemma}_cap",
+                               attained=False))  # fmt: skip
+    seq, _ = ctx.sequence_tv()
+    for r in seq:
+        out.append(combine(f"vespo_{r.name}", LGA * vespo_cap(pairs, peak), r, lemma=f"{lemma}_cap",
+                           attained=False))  # fmt: skip
     return out
 
 

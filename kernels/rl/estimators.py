@@ -57,6 +57,11 @@ by name (``ESTIMATOR_NAMES``):
   the rollout as the old policy (``kernels.rl.sapo``). verl and SkyRL compute r from the
   log-ratio clamped to ±20, whose gradient is 0 beyond: under their rules (``ties=``) a token
   with |log w| > 20 gets ω = 0.
+- ``vespo`` (``gamma`` (k_pos, λ_pos, k_neg, λ_neg), each > 0): ω = φ(W) = e^λ·W^k·e^{−λW} on
+  every token of the sequence, (k, λ) the pos pair where A ≥ 0 and the neg pair where A < 0,
+  λ at least 1e−4, W = exp of the sequence's sum of log w clamped to [log 1e−8, 20] token by
+  token and again in total: TRL's VESPO at a batch's first step, where its trainer ratio is 1
+  and vLLM's token IS weights make W (``kernels.rl.vespo``).
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code

@@ -105,6 +105,8 @@ _GSPO_10 = dataclasses.replace(_GSPO, test=_GSPO.test + ", log s ≤ 10")
 # SAPO's gate is smooth: no threshold. Every framework's r is π_θ over the trainer's old
 # log-probs, never the rollout's, so none is exported (verify/pipeline/export, docs/rl.md)
 _SAPO_CLAMPED = TieRule("value", "4/τ·σ(τ(r − 1)), r = exp(clamp(log r, ±20))", exported=False)
+# VESPO's weight is smooth in W; (k, λ) switch at A = 0, where the token's term A·ω is 0 anyway
+_VESPO = TieRule("value", "φ(W), (k, λ) of A ≥ 0, log W clamped to [log 1e−8, 20]")
 
 
 def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
@@ -158,6 +160,7 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "tis_clip": _TIS_CLIP,
                 "gspo": _GSPO,
                 "sapo": TieRule("value", "4/τ·σ(τ(r − 1))", exported=False),
+                "vespo": _VESPO,
             },
         ),
         "nemo-rl": _at(
@@ -221,6 +224,7 @@ OURS: Mapping[str, TieRule] = _at(
         "gspo": _GSPO,
         "cispo": TieRule("value", "clamp(w, min=lo, max=hi)"),
         "sapo": TieRule("value", "w·sech²(τ(w − 1)/2)"),
+        "vespo": _VESPO,
     },
 )
 

@@ -24,6 +24,7 @@ from kernel_contracts.contracts.rejection import Criterion, RejectionError, pars
 from kernel_contracts.kernels.rl.gspo import LOG_CLAMP, gspo_weights
 from kernel_contracts.kernels.rl.sapo import sapo_gate_weight
 from kernel_contracts.kernels.rl.ties import tie_rule
+from kernel_contracts.kernels.rl.vespo import vespo_weights
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "numpy_weights", "weights"]
 
@@ -85,6 +86,17 @@ def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
             if min(pair) <= 0:
                 raise ValueError(f"estimator {name!r}: temperatures must be > 0, got {value!r}")
             out[key] = pair
+            continue
+        if key == "gamma":
+            if not isinstance(value, tuple | list) or len(value) != 4:
+                raise ValueError(
+                    f"estimator {name!r}: gamma must be (k_pos, lambda_pos, k_neg, lambda_neg), "
+                    f"got {value!r}"
+                )
+            four = tuple(_number(name, f"gamma[{i}]", v) for i, v in enumerate(value))
+            if min(four) <= 0:
+                raise ValueError(f"estimator {name!r}: gamma must be > 0, got {value!r}")
+            out[key] = four
             continue
         if key == "band":
             if not isinstance(value, tuple | list) or len(value) != 2:
@@ -208,7 +220,7 @@ def weights(
 
     ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
     real tokens and 0 on padding (ω = 0 there). ``advantages`` matters to ``ppo_clip``,
-    ``dual_clip``, ``dppo_*``, ``opsm``, ``gspo`` and ``sapo``;
+    ``dual_clip``, ``dppo_*``, ``opsm``, ``gspo``, ``sapo`` and ``vespo``;
     ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
     full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
     log π_inf(y_t) at the sampled tokens. ``ties`` picks whose rule decides a token on a
@@ -302,6 +314,8 @@ def weights(
         omega = sapo_gate_weight(xp, w, _advantages(xp, advantages, lr), *p["temperatures"])
         if ties in ("verl", "skyrl"):  # exp of the log-ratio clamped to ±20: no gradient beyond
             omega = xp.where(xp.abs(lr) > 20.0, 0.0, omega)
+    elif name == "vespo":
+        omega = vespo_weights(xp, lr, valid, _advantages(xp, advantages, lr), p["gamma"])
     elif name == "gspo":
         adv = _advantages(xp, advantages, lr)
         omega = gspo_weights(xp, lr, valid, adv, p["clip_epsilon"], LOG_CLAMP.get(ties or ""))

@@ -41,6 +41,7 @@ PARAMS = {
     "gspo": {"clip_epsilon": 0.1},
     "cispo": {"band": (0.95, 1.05)},
     "sapo": {"temperatures": (1.0, 1.05)},
+    "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
 }
 T = 0.7
 

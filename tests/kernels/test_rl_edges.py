@@ -42,6 +42,7 @@ PARAMS = {
     "gspo": {"clip_epsilon": 0.2},
     "cispo": {"band": (0.6, 1.5)},
     "sapo": {"temperatures": (1.0, 1.05)},
+    "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
 }
 
 
@@ -101,6 +102,9 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
     if name == "sapo":  # w·sech²(τ(w − 1)/2), τ_pos for A > 0 and τ_neg for A ≤ 0
         tau = prm["temperatures"][0 if a > 0 else 1]
         return w * mpmath.sech(tau * (w - 1) / 2) ** 2
+    if name == "vespo":  # one token: W = w, (k, λ) the pos pair for A ≥ 0
+        k, lam = prm["gamma"][:2] if a >= 0 else prm["gamma"][2:]
+        return mpmath.e**lam * w**k * mpmath.e ** (-lam * w)
     if name == "kl_reject":  # k1 = −log w in [log 0.4, log 3]; k3 = w − 1 − log w ≤ 0.25
         k1, k3 = -mpmath.log(w), w - 1 - mpmath.log(w)
         keep = mpmath.log(0.4) <= k1 <= mpmath.log(3.0) and k3 <= 0.25

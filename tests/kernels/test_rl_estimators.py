@@ -47,6 +47,7 @@ PARAMS = {
     "gspo": {"clip_epsilon": 0.2},
     "cispo": {"band": (0.6, 2.0)},
     "sapo": {"temperatures": (1.0, 1.5)},
+    "vespo": {"gamma": (2.0, 3.0, 3.0, 1.5)},
 }
 
 
@@ -117,6 +118,9 @@ def _expected(name: str) -> np.ndarray:
                 tau = 1.0 if a > 0 else 1.5
                 sig = 1 / (1 + math.exp(-tau * (w - 1)))
                 out[b, t] = w * 4 * sig * (1 - sig)
+            elif name == "vespo":  # e^λ·W^k·e^{−λW}, (k, λ) = (2, 3) for A ≥ 0, (3, 1.5) below
+                k, lam = (2.0, 3.0) if a >= 0 else (3.0, 1.5)
+                out[b, t] = math.exp(lam) * seq**k * math.exp(-lam * seq)
     if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
         out = out / (np.sum(out) / np.sum(MASK))
     return out

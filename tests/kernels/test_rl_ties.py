@@ -187,7 +187,8 @@ def _request(name: str):
 
     half, two, tenth = Fraction(1, 2), Fraction(2), Fraction(1, 10)
     return Request("G", name, cap=two, band=(half, two), threshold=tenth, clip_epsilon=tenth * 2,
-                   reject="token_k1", reject_threshold="0.5_2.0")  # fmt: skip
+                   reject="token_k1", reject_threshold="0.5_2.0",
+                   gamma=(two, two + 1, two + 1, two))  # fmt: skip
 
 
 def test_the_rules_cover_exactly_what_each_framework_exports():
@@ -232,6 +233,7 @@ PARAMS = {
     "cispo": {"band": (0.5, 2.0)},
     "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
     "sapo": {"temperatures": (1.0, 1.05)},
+    "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
 }
 
 

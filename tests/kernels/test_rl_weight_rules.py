@@ -22,7 +22,7 @@ PARAMS = {
     "kl_reject": {"reject": "token_k1,seq_mean_k3", "reject_threshold": "0.5_2.0,0.01"},
     "tis_clip": {"band": (0.8, 1.25)}, "tis_norm": {"cap": 2.0},
     "gspo": {"clip_epsilon": 0.2}, "cispo": {"band": (0.6, 2.0)},
-    "sapo": {"temperatures": (1.0, 1.5)},
+    "sapo": {"temperatures": (1.0, 1.5)}, "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
 }  # fmt: skip
 CASES = [
     (name, ties)

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import pathlib
 from fractions import Fraction as F
@@ -409,7 +410,7 @@ COUNTERPARTS = {  # framework -> the estimators it carries out exactly
              "tis_norm", "kl_reject", "clip_budget"},
     "nemo-rl": {"tis", "mis", "icepop", "geo_mask", "tis_clip", "clip_budget"},
     "trl": {"tis", "mis", "icepop", "seq_tis", "seq_is", "seq_mask", "opsm", "tis_clip",
-            "clip_budget"},
+            "vespo", "clip_budget"},
     "skyrl": {"tis", "mis", "icepop", "seq_tis", "seq_mask", "seq_outlier", "tis_mask",
               "dppo_tv", "dppo_kl", "cispo", "clip_budget"},
 }  # fmt: skip
@@ -420,6 +421,7 @@ def test_every_shared_estimator_maps_or_is_refused_with_a_reason(name):
     params = {
         "cap": F(2), "band": (F(1, 2), F(2)), "threshold": F(1, 10), "clip_epsilon": F(1, 5),
         "reject": "token_k2,seq_max_k3", "reject_threshold": "0.1,0.2",
+        "gamma": (F(2), F(3), F(3), F(2)),
     }  # fmt: skip
     mapped = set()
     for what in DRIVING:
@@ -700,3 +702,18 @@ def test_a_proved_geo_mask_exports_and_a_cap_of_0_does_not(tmp_path):
         f"{RL}:{_line(RL.read_text(), 'cap: 0')}:5: guarantees[3].cap: cap 0 makes every weight "
         "0, so the estimator learns nothing; no skyrl setting is written for it\n"
     )
+
+
+def test_trl_vespo_is_its_loss_with_untruncated_token_weights():
+    r = Request("G", "vespo", gamma=(F(2), F(3), F(5, 2), F(3, 2)))
+    s = dict(FRAMEWORKS["trl"].settings(r))
+    assert s["loss_type"] == "vespo" and s["importance_sampling_level"] == "token"
+    assert (s["vespo_k_pos"], s["vespo_lambda_pos"]) == (F(2), F(3))
+    assert (s["vespo_k_neg"], s["vespo_lambda_neg"]) == (F(5, 2), F(3, 2))
+    assert s["vllm_importance_sampling_correction"] is True
+    assert s["vllm_importance_sampling_mode"] == "token_truncate"  # VESPO refuses the others
+    assert s["vllm_importance_sampling_clip_max"] > math.exp(20)  # the log clamp acts first
+    assert s["vllm_importance_sampling_clip_min"] is None
+    for name in ("verl", "nemo-rl", "skyrl"):
+        with pytest.raises(NoCounterpart, match="vespo"):
+            FRAMEWORKS[name].settings(r)

@@ -38,7 +38,9 @@ NEMO_RL_TIS_TYPES = {"tis", "icepop", "seq-mask-tis"}
 TRL_GRPO_CONFIG = {
     "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
     "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min", "epsilon",
-    "epsilon_high", "off_policy_mask_threshold", "use_vllm",
+    "epsilon_high", "off_policy_mask_threshold", "use_vllm", "loss_type",
+    "importance_sampling_level", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+    "vespo_lambda_neg",
 }  # fmt: skip
 # the same file: the modes vllm_importance_sampling_mode takes
 TRL_MODES = {"token_truncate", "token_mask", "sequence_truncate", "sequence_mask"}
@@ -76,7 +78,8 @@ KNOWN = {  # framework -> (key prefix, the fields under it)
 }  # fmt: skip
 
 PARAMS = {"cap": F(2), "band": (F(1, 2), F(2)), "threshold": F(1, 10), "clip_epsilon": F(1, 5),
-          "reject": "token_k1,seq_sum_k2", "reject_threshold": "0.5_2.0,0.3"}  # fmt: skip
+          "reject": "token_k1,seq_sum_k2", "reject_threshold": "0.5_2.0,0.3",
+          "gamma": (F(2), F(3), F(3), F(2))}  # fmt: skip
 
 
 def _every_setting(name: str) -> list[tuple[str, object]]:

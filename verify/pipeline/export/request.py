@@ -2,7 +2,8 @@
 
 A ``pg_bias`` guarantee with an estimator other than ``plain`` asks for that estimator's
 correction (``tis``, ``mis``, ``icepop``, ``dppo_tv``, ``kl_reject``, ..., with the parameters it
-was proved for: cap, band, threshold, clip range, and ``kl_reject``'s criteria); a
+was proved for: cap, band, threshold, clip range, ``kl_reject``'s criteria and ``vespo``'s
+gamma pairs); a
 ``clip_budget`` guarantee asks for the PPO clip range ε it was proved for. Every other
 guarantee (the plain estimator included: it corrects nothing) drives no setting. Parameters
 are kept as the exact rationals the contract wrote (``contracts.exact``), and written back as
@@ -73,6 +74,7 @@ class Request:
     clip_epsilon: Fraction | None = None
     reject: str | None = None  # kl_reject's criteria and thresholds (contracts.rejection)
     reject_threshold: str | None = None
+    gamma: tuple[Fraction, Fraction, Fraction, Fraction] | None = None  # vespo's (k, λ) pairs
 
     @property
     def summary(self) -> str:
@@ -88,6 +90,8 @@ class Request:
             parts.append(f"threshold {number(self.threshold)}")
         if self.reject is not None:
             parts.append(f"reject {self.reject}, reject_threshold {self.reject_threshold}")
+        if self.gamma is not None:
+            parts.append("gamma [" + ", ".join(number(v) for v in self.gamma) + "]")
         return ", ".join([f"pg_bias, estimator {self.what}", *parts])
 
 
@@ -175,6 +179,7 @@ def request_of(g: Guarantee) -> Request | None:
     if g.quantity != "pg_bias" or g.estimator == "plain":
         return None
     band = getattr(g, "band", None)
+    gamma = getattr(g, "gamma", None)
     return Request(
         g.id,
         g.estimator,
@@ -184,6 +189,7 @@ def request_of(g: Guarantee) -> Request | None:
         clip_epsilon=_exact(g.clip_epsilon),
         reject=g.reject,
         reject_threshold=g.reject_threshold,
+        gamma=None if gamma is None else tuple(exact(v) for v in gamma),
     )
 
 

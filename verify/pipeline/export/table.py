@@ -23,7 +23,7 @@ from kernel_contracts.verify.pipeline.export.scalars import scalar
 __all__ = ["SAMPLE", "export_table", "sample_request"]
 
 # the parameters of each row's request: c = 2, [lo, hi] = [0.5, 2], τ = 0.05, ε = 0.2, and
-# kl_reject's token_k1 band "0.5_2.0"
+# kl_reject's token_k1 band "0.5_2.0", vespo's (k, λ) pairs (2, 3) and (3, 2) (TRL's defaults)
 SAMPLE = {
     "cap": Fraction(2),
     "band": (Fraction(1, 2), Fraction(2)),
@@ -31,6 +31,7 @@ SAMPLE = {
     "clip_epsilon": Fraction(1, 5),
     "reject": "token_k1",
     "reject_threshold": "0.5_2.0",
+    "gamma": (Fraction(2), Fraction(3), Fraction(3), Fraction(2)),
 }
 
 

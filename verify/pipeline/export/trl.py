@@ -27,6 +27,14 @@ sequence when its advantage is ≥ 0 or the token mean of (vLLM's − the traine
 at most δ (``get_off_policy_mask``; the trainer's log-probs there are the policy's at the
 optimisation step, the old ones at a batch's first step, as for every weight here).
 
+``vespo`` (k_pos, λ_pos, k_neg, λ_neg) is ``loss_type: vespo`` with ``vespo_k_pos``,
+``vespo_lambda_pos``, ``vespo_k_neg``, ``vespo_lambda_neg``, token-level importance sampling and
+``token_truncate`` with C_max = 5e8 and no C_min: ``get_gamma_weights`` forms the sequence
+ratio W from the trainer-over-policy log-ratio (0 at a batch's first step) and vLLM's token
+weights, each log clamped to [log 1e−8, 20] before the sum, so a C_max above e^20 changes
+nothing and W is the kernel pair's sequence ratio (``kernels.rl.vespo``); the loss then skips
+the separate IS factor. Present and unchanged in every release from 1.6 to 1.9.
+
 No counterpart for ``tis_mask`` (a mode truncates or masks, never both), ``seq_outlier``, and
 the losses whose ratio is taken against the trainer's old log-probs (``dppo_tv``, ``dppo_kl``,
 ``dual_clip``), besides those below.
@@ -44,6 +52,8 @@ from fractions import Fraction
 from kernel_contracts.verify.pipeline.export.request import Framework, NoCounterpart, Request, Value
 
 __all__ = ["FRAMEWORK", "settings"]
+
+NO_TRUNCATION = Fraction(5 * 10**8)  # > e^20: VESPO clamps each log weight at 20 first
 
 
 def _mode(
@@ -117,6 +127,17 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         raise NoCounterpart(
             "the PPO ratio is taken against the trainer's old log-probs; no setting makes "
             "vLLM's the old policy"
+        )
+    if r.what == "vespo":  # vLLM's token weights make W; C_max > e^20 truncates nothing
+        k_pos, lam_pos, k_neg, lam_neg = r.gamma
+        return (
+            ("loss_type", "vespo"),
+            ("importance_sampling_level", "token"),
+            ("vespo_k_pos", k_pos),
+            ("vespo_lambda_pos", lam_pos),
+            ("vespo_k_neg", k_neg),
+            ("vespo_lambda_neg", lam_neg),
+            *_mode("token_truncate", NO_TRUNCATION),
         )
     if r.what == "sapo":
         raise NoCounterpart(
