@@ -63,6 +63,10 @@ SKYRL_OFF_POLICY_CORRECTION = {
 SKYRL_ALGORITHM = {"eps_clip_low", "eps_clip_high", "clip_ratio_c", "policy_loss_type"}
 SKYRL_DPPO = {"dppo_type", "delta_low", "delta_high"}
 SKYRL_SAMPLING = {"logprobs"}
+# the same file at a9564572: CISPOConfig (the rollout anchor is on the main branch only) and the
+# policy_loss_type values the exports write (the DPPO loss and the CISPO loss)
+SKYRL_CISPO = {"cispo_eps_clip_low", "cispo_eps_clip_high", "cispo_anchor"}
+SKYRL_LOSS_TYPES = {"dppo", "cispo"}
 # skyrl/train/config/config.py @ skyrl-v0.3.0 and a9564572: the values DPPOConfig.dppo_type takes
 SKYRL_DPPO_TYPES = {"binary_tv", "binary_kl"}
 
@@ -73,6 +77,7 @@ KNOWN = {  # framework -> (key prefix, the fields under it)
              ("actor_rollout_ref.actor.", VERL_ACTOR)],
     "skyrl": [("trainer.algorithm.off_policy_correction.", SKYRL_OFF_POLICY_CORRECTION),
               ("trainer.algorithm.dppo.", SKYRL_DPPO),
+              ("trainer.algorithm.cispo.", SKYRL_CISPO),
               ("trainer.algorithm.", SKYRL_ALGORITHM),
               ("generator.sampling_params.", SKYRL_SAMPLING)],
 }  # fmt: skip
@@ -117,7 +122,10 @@ def test_the_mode_strings_are_the_frameworks_own():
     assert nemo and nemo <= NEMO_RL_TIS_TYPES
     assert trl and trl <= TRL_MODES
     assert dppo == SKYRL_DPPO_TYPES
-    assert {v for k, v in _every_setting("skyrl") if k.endswith("policy_loss_type")} == {"dppo"}
+    losses = {v for k, v in _every_setting("skyrl") if k.endswith("policy_loss_type")}
+    assert losses == SKYRL_LOSS_TYPES
+    anchors = {v for k, v in _every_setting("skyrl") if k.endswith(".cispo_anchor")}
+    assert anchors == {"rollout"}  # CISPOConfig takes "old" or "rollout"
     assert not any(k == "vllm_importance_sampling_cap" for k, _ in _every_setting("trl"))
 
 
