@@ -40,6 +40,7 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``measure`` command on ``argv`` (the words after ``measure``)."""
     from kernel_contracts import contracts
     from kernel_contracts.contracts.checks import VALUE_CUTOFF, did_you_mean
+    from kernel_contracts.contracts.sections import GGUF_PREFIX
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import measure_parser
     from kernel_contracts.verify.common.inputs import prepare_outputs
@@ -67,6 +68,8 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
             check_model(args.model)  # a bad folder is refused before JAX is imported
             if args.chat_template and args.prompts is None:
                 raise MeasureError("--chat-template needs --prompts FILE (one user message a line)")
+            if args.chat_template and not args.model.startswith(GGUF_PREFIX):
+                raise MeasureError(f"--chat-template needs a gguf: model, got --model {args.model}")
             if args.prompts is not None:
                 read_prompts(args.prompts)  # a bad file is refused before any model loads
             result = _run(args, presets, stderr)

@@ -105,11 +105,9 @@ def prompt_rows(
 
 
 def _chat(model: str, texts: list[str]) -> list[str]:
-    from kernel_contracts.kernels.model.checkpoints import checkpoint_chat, is_checkpoint
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_chat
     from kernel_contracts.kernels.model.hf.errors import CheckpointError
 
-    if not is_checkpoint(model):
-        raise MeasureError(f"--chat-template needs a gguf: model, got --model {model}")
     try:
         return checkpoint_chat(model, texts)
     except CheckpointError as err:
