@@ -235,6 +235,14 @@ def _lengths(ev: EmulateEvidence, width: int, context: int | None) -> tuple[int,
     """The sequence lengths a model of ``context`` (``None``: any) runs with prompts of at
     most ``width`` tokens: a prompt of at least one token and the ``max_new_tokens``."""
     longest = ev.max_new_tokens + width
+    if ev.chat_template and context is not None and longest > context:
+        from kernel_contracts.kernels.model.user_model import UserModelError
+
+        raise UserModelError(
+            _CHAT_KEY,
+            f"the chat prompts ({width} tokens) and max_new_tokens ({ev.max_new_tokens}) exceed "
+            f"the model's context of {context} tokens",
+        )
     hi = longest if context is None else min(context, longest)
     return (hi if ev.chat_template else ev.max_new_tokens + 1), hi  # a chat prompt is whole
 

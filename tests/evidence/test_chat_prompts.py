@@ -74,3 +74,15 @@ def test_bad_chat_prompts_are_refused_at_the_chat_key(folder, model, prompts, me
         length_range(contract)
     assert info.value.key == "evidence.emulate.chat_template"
     assert message in str(info.value)
+
+
+def test_chat_prompts_longer_than_the_context_are_refused(folder):
+    from kernel_contracts.evidence.emulate import length_range
+
+    text = contract_text().replace("max_new_tokens: 2", "max_new_tokens: 60")
+    with pytest.raises(UserModelError) as info:
+        length_range(_load(folder, text))
+    assert str(info.value) == (
+        "evidence.emulate.chat_template: the chat prompts (12 tokens) and max_new_tokens (60) "
+        "exceed the model's context of 64 tokens"
+    )
