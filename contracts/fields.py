@@ -212,7 +212,9 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
         "promotion": Fields(STAGES),
         "stage": Fields(("min_tokens", "traffic")),
         "evidence": Fields(("emulate", "logprobs")),
-        "emulate": Fields(("model", "params", "prompts", "max_new_tokens", "seed")),
+        "emulate": Fields(
+            ("model", "params", "prompts", "max_new_tokens", "seed", "chat_template")
+        ),
         "logprobs": Fields(("path", "format", "file_format"), ("path",)),
     }
 )

@@ -391,15 +391,19 @@ class PromotionStage:
 class EmulateEvidence:
     """The model to emulate: a shipped checkpoint name, an entry point
     ``package.module:function`` with its ``params`` file (``kernels.model.user_model`` defines
-    both), or ``hf:FOLDER``, a Hugging Face checkpoint folder (``kernels.model.hf``). ``prompts`` is
-    a count, or, for an ``hf:`` model, a text file of prompts, one a line. Paths are resolved
-    against the contract's directory."""
+    both), ``hf:FOLDER``, a Hugging Face checkpoint folder (``kernels.model.hf``), or a GGUF
+    file (``gguf:FILE``, or ``gguf:package:DIST/FILE`` for one an installed package ships).
+    ``prompts`` is a count, or, for a checkpoint, a text file of prompts, one a line. Paths are
+    resolved against the contract's directory. ``chat_template`` (``True``, or ``None`` for
+    off) renders each line of the prompt file as one user message through the GGUF file's chat
+    template (``kernels.model.chat``)."""
 
     model: str = "tiny-lm"
     prompts: int | str = 64
     max_new_tokens: int = 64
     seed: int = 0
     params: str | None = field(default=None, metadata={"omit_if_none": True})
+    chat_template: bool | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

@@ -353,7 +353,9 @@ _EVIDENCE = _obj(
             "model": {"type": "string", "minLength": 1, "description":
                       "A shipped model name, an entry point package.module:function, or "
                       "hf:PATH, a Hugging Face checkpoint folder relative to the contract "
-                      "file, or gguf:PATH, a GGUF file relative to the contract file."},
+                      "file, gguf:PATH, a GGUF file relative to the contract file, or "
+                      "gguf:package:DIST/FILE, a GGUF file the installed Python package DIST "
+                      "ships (FILE as its installed file list spells it)."},
             "params": {"type": ["string", "null"], "minLength": 1, "description":
                        "An entry point's parameters (.npz), relative to the contract file."},
             "prompts": {"anyOf": [
@@ -363,6 +365,9 @@ _EVIDENCE = _obj(
             ]},
             "max_new_tokens": _int("Tokens per prompt.", minimum=1, maximum=2**32 - 1),
             "seed": _int("Random seed.", minimum=0, maximum=2**32 - 1),
+            "chat_template": {"type": "boolean", "description":
+                              "Render each line of the prompt file as one user message "
+                              "through the gguf: model's chat template."},
         }), {"type": "null"}]},
         "logprobs": _obj("Logged log-probs (JSONL, Parquet or Arrow).", {
             "path": {"type": "string", "minLength": 1,

@@ -334,8 +334,26 @@ HF_PREFIX = "hf:"
 GGUF_PREFIX = "gguf:"
 # the checkpoint prefixes: a model spec that starts with one names files, read as data
 CHECKPOINT_PREFIXES = (HF_PREFIX, GGUF_PREFIX)
+# a GGUF file an installed Python package ships: gguf:package:DIST/PATH, PATH as the
+# distribution's installed file list spells it (kernels.model.gguf.package finds it)
+PACKAGE_PREFIX = "package:"
 # a user model's entry point: package.module:function (kernels.model.user_model defines the call)
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+def packaged_spec(path: str) -> tuple[str, str] | str:
+    """``(distribution, file)`` of ``PATH`` in ``gguf:package:PATH``, or why it names none: a
+    distribution name, then a relative path inside it without ``..`` or ``.`` parts."""
+    dist, _, name = path.partition("/")
+    form = "gguf:package:DIST/FILE (FILE as the package's installed file list spells it)"
+    if not dist or not name:
+        return f"expected {form}, got {show(GGUF_PREFIX + PACKAGE_PREFIX + path)}"
+    if re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", dist) is None:
+        return f"{show(dist)} is not a distribution name; expected {form}"
+    parts = name.split("/")
+    if "\\" in name or any(p in ("", ".", "..") for p in parts):
+        return f"{show(name)} must be a path inside the package, without '..', '.' or '//'"
+    return dist, name
 
 
 def emulate_relative(ev: EmulateEvidence, base_dir: str) -> EmulateEvidence:
@@ -366,7 +384,12 @@ def _user_model(ck: Checker, e: Mapping, ekey: str, base_dir: str, got: dict) ->
     model = got.get("model")
     prefix = next((p for p in CHECKPOINT_PREFIXES if str(model).startswith(p)), None)
     hf = isinstance(model, str) and prefix is not None
-    if hf:
+    packaged = hf and prefix == GGUF_PREFIX and model[len(prefix) :].startswith(PACKAGE_PREFIX)
+    if packaged:  # found among the installed packages, not in the contract's folder
+        spec = packaged_spec(model[len(prefix) + len(PACKAGE_PREFIX) :])
+        if isinstance(spec, str):
+            ck.report(sub(ekey, "model"), spec)
+    elif hf:
         path = model[len(prefix) :]
         if not path.strip():
             what = "checkpoint folder" if prefix == HF_PREFIX else "GGUF file"
@@ -394,6 +417,19 @@ def _user_model(ck: Checker, e: Mapping, ekey: str, base_dir: str, got: dict) ->
         )
 
 
+def _chat(ck: Checker, e: Mapping, key: str, got: dict) -> None:
+    """``chat_template``: a flag (false is absent, as in the canonical form) that needs a
+    prompt file and a GGUF model, whose file holds the template."""
+    on = ck.boolean(e["chat_template"], key)
+    if not on:
+        return
+    got["chat_template"] = True
+    if not isinstance(e.get("prompts"), str):
+        ck.report(key, "needs a prompt file, prompts: PATH (one user message a line)")
+    if isinstance(got.get("model"), str) and not got["model"].startswith(GGUF_PREFIX):
+        ck.report(key, "needs a gguf: model (the chat template is read from the GGUF file)")
+
+
 def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | None:
     mark = ck.failures
     m = _fields(ck, value, key, "evidence")
@@ -418,6 +454,8 @@ def read_evidence(ck: Checker, value, key: str, base_dir: str) -> Evidence | Non
                 elif field in e:
                     got[field] = ck.integer(e[field], sub(ekey, field), lo, 2**32 - 1)
             _user_model(ck, e, ekey, base_dir, got)
+            if "chat_template" in e:
+                _chat(ck, e, sub(ekey, "chat_template"), got)
             emulate = EmulateEvidence(**got)
     if "logprobs" in m:
         lkey = sub(key, "logprobs")

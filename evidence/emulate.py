@@ -18,7 +18,11 @@ see :mod:`kernels.model.gguf`), for which ``prompts`` is a count of
 prompts drawn uniformly from its vocabulary, or a text file of prompts (one a line, blank
 lines skipped) encoded by the checkpoint's tokenizer, served in the file's order; every
 prompt is then cut to the shortest one's length (at most ``PROMPT_BYTES`` tokens), so each
-batch holds prompts of one length. Loading a checkpoint runs no code from its folder. The
+batch holds prompts of one length. With ``chat_template: true`` each line is a user message
+rendered through the GGUF file's chat template (``kernels.model.checkpoints.checkpoint_chat``)
+and served whole, at its one length: the rendered prompts must encode to the same number of
+tokens (cutting one would drop the assistant's cue at its end), and the only sequence length
+is that width plus ``max_new_tokens``. Loading a checkpoint runs no code from its folder. The
 model's vocabulary (256 bytes for the shipped one) is what is measured, whatever
 ``policy.vocab_size`` says; the divergence bounds do not depend on the vocabulary size.
 
@@ -88,6 +92,7 @@ PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it an
 MAX_BATCH = 32  # the largest serving batch emulated
 
 _PROMPTS_KEY = "evidence.emulate.prompts"
+_CHAT_KEY = "evidence.emulate.chat_template"
 
 
 def _settings(contract: Contract) -> EmulateEvidence:
@@ -175,14 +180,39 @@ def _encoded(path: str, checkpoint: str, vocab: int, texts: list[str]) -> list[l
     return ids
 
 
+def _chat_texts(path: str, checkpoint: str, texts: list[str]) -> list[str]:
+    """``texts`` (the lines of the prompt file ``path``) as one-turn chats rendered by the chat
+    template of the checkpoint spec ``checkpoint``."""
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_chat
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+    from kernel_contracts.kernels.model.user_model import UserModelError
+
+    try:
+        return checkpoint_chat(checkpoint, texts)
+    except CheckpointError as err:
+        raise UserModelError(_CHAT_KEY, f"{checkpoint}: {err}") from None
+
+
 def _hf_rows(ev: EmulateEvidence, checkpoint: str, vocab: int) -> np.ndarray | None:
     """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
     if not isinstance(ev.prompts, str):
         return None
     from kernel_contracts.kernels.model.user_model import UserModelError
 
-    ids = _encoded(ev.prompts, checkpoint, vocab, _prompt_texts(ev.prompts))
+    texts = _prompt_texts(ev.prompts)
+    if ev.chat_template:
+        texts = _chat_texts(ev.prompts, checkpoint, texts)
+    ids = _encoded(ev.prompts, checkpoint, vocab, texts)
     width = min(len(row) for row in ids)
+    if ev.chat_template and max(len(row) for row in ids) != width:
+        lengths = ", ".join(f"line {n + 1}: {len(row)}" for n, row in enumerate(ids))
+        raise UserModelError(
+            _CHAT_KEY,
+            f"{ev.prompts}: the chat prompts encode to different lengths ({lengths} tokens); "
+            "a batch serves prompts of one length, and cutting a chat prompt would drop the "
+            "assistant's cue at its end: word the messages so that each renders to the same "
+            "number of tokens",
+        )
     if width == 0:
         line = next(i for i, row in enumerate(ids) if not row)
         raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}: prompt {line + 1} encodes to no tokens")
@@ -216,7 +246,16 @@ def _lengths(ev: EmulateEvidence, width: int, context: int | None) -> tuple[int,
     """The sequence lengths a model of ``context`` (``None``: any) runs with prompts of at
     most ``width`` tokens: a prompt of at least one token and the ``max_new_tokens``."""
     longest = ev.max_new_tokens + width
-    return ev.max_new_tokens + 1, longest if context is None else min(context, longest)
+    if ev.chat_template and context is not None and longest > context:
+        from kernel_contracts.kernels.model.user_model import UserModelError
+
+        raise UserModelError(
+            _CHAT_KEY,
+            f"the chat prompts ({width} tokens) and max_new_tokens ({ev.max_new_tokens}) exceed "
+            f"the model's context of {context} tokens",
+        )
+    hi = longest if context is None else min(context, longest)
+    return (hi if ev.chat_template else ev.max_new_tokens + 1), hi  # a chat prompt is whole
 
 
 def length_range(contract: Contract) -> tuple[int, int]:
@@ -308,7 +347,8 @@ def _hf(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
     pair = _on_decoder(contract, ev, batch, model, context)
     rows = _hf_rows(ev, ev.model, vocab)
     width = PROMPT_BYTES if rows is None else rows.shape[1]
-    prompt_len = min(PROMPT_BYTES, width, context - ev.max_new_tokens)
+    cap = width if ev.chat_template else PROMPT_BYTES  # a chat prompt is served whole
+    prompt_len = min(cap, width, context - ev.max_new_tokens)
     return _Served(pair, vocab, None, prompt_len, _lengths(ev, width, context), rows)
 
 

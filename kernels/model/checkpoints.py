@@ -1,5 +1,7 @@
 """A checkpoint a model spec names: ``hf:FOLDER`` (a Hugging Face checkpoint folder,
-``kernels.model.hf``) or ``gguf:FILE`` (a GGUF file, ``kernels.model.gguf``).
+``kernels.model.hf``), ``gguf:FILE`` (a GGUF file, ``kernels.model.gguf``) or
+``gguf:package:DIST/FILE`` (a GGUF file an installed Python package ships,
+``kernels.model.gguf.package``).
 
 Both load as the same :class:`kernels.model.hf.Decoder`, with a ``tokenizers`` tokenizer; these
 functions take the spec and read the right files. Every one raises ``CheckpointError`` (each
@@ -9,9 +11,15 @@ that names no checkpoint.
 
 from __future__ import annotations
 
-from kernel_contracts.contracts.sections import CHECKPOINT_PREFIXES, GGUF_PREFIX, HF_PREFIX
+from kernel_contracts.contracts.sections import (
+    CHECKPOINT_PREFIXES,
+    GGUF_PREFIX,
+    HF_PREFIX,
+    PACKAGE_PREFIX,
+)
 
 __all__ = [
+    "checkpoint_chat",
     "checkpoint_config",
     "checkpoint_logits_function",
     "checkpoint_path",
@@ -29,6 +37,10 @@ def is_checkpoint(model: str) -> bool:
 
 def _split(spec: str) -> tuple[bool, str]:
     """(whether it is a GGUF file, the path) of the checkpoint ``spec``."""
+    if spec.startswith(GGUF_PREFIX + PACKAGE_PREFIX):  # a file an installed package ships
+        from kernel_contracts.kernels.model.gguf.package import packaged_gguf
+
+        return True, packaged_gguf(spec[len(GGUF_PREFIX) + len(PACKAGE_PREFIX) :])
     if spec.startswith(GGUF_PREFIX):
         return True, spec[len(GGUF_PREFIX) :]
     if spec.startswith(HF_PREFIX):
@@ -94,7 +106,12 @@ def checkpoint_logits_function(spec: str):
 def checkpoint_sha256(spec: str) -> str | None:
     """sha256 of the checkpoint ``spec``'s files (a folder's config and weights, a GGUF file's
     bytes); ``None`` when one cannot be read or is refused."""
-    gguf, path = _split(spec)
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+
+    try:
+        gguf, path = _split(spec)
+    except CheckpointError:  # a package that is not installed
+        return None
     if gguf:
         from kernel_contracts.kernels.model.gguf.load import gguf_sha256
 
@@ -102,3 +119,25 @@ def checkpoint_sha256(spec: str) -> str | None:
     from kernel_contracts.kernels.model.hf.checkpoint import folder_sha256
 
     return folder_sha256(path)
+
+
+def checkpoint_chat(spec: str, messages: list[str]) -> list[str]:
+    """Each of ``messages`` as a one-turn chat rendered by the chat template of the GGUF
+    checkpoint ``spec`` (``kernels.model.chat.render_chat``); ``CheckpointError`` when the file
+    has no template or its template fails."""
+    from kernel_contracts.kernels.model.chat import ChatTemplateError, render_chat
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError, CheckpointProblem
+
+    gguf, path = _split(spec)
+    key = "tokenizer.chat_template"
+    if not gguf:
+        raise CheckpointError([CheckpointProblem(path, "", "a chat template needs a GGUF file")])
+    from kernel_contracts.kernels.model.gguf.load import chat_template
+
+    template = chat_template(path)
+    if template is None:
+        raise CheckpointError([CheckpointProblem(path, key, "the file has no chat template")])
+    try:
+        return render_chat(template, messages)
+    except ChatTemplateError as err:
+        raise CheckpointError([CheckpointProblem(path, key, str(err))]) from None

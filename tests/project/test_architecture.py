@@ -41,6 +41,7 @@ SOLE_IMPORTER = {
     "safetensors": "kernels",
     "tokenizers": "kernels",
     "gguf": "kernels",
+    "jinja2": "kernels",
 }
 # third-party module -> the only module of that package allowed to import it
 SOLE_MODULE = {
@@ -51,6 +52,7 @@ SOLE_MODULE = {
     "safetensors": "kernels/model/hf/checkpoint.py",
     "tokenizers": "kernels/model/hf/tokenizer.py",
     "gguf": "kernels/model/gguf/quants.py",
+    "jinja2": "kernels/model/chat.py",
 }
 
 

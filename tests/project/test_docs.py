@@ -86,6 +86,10 @@ RUN_BY_TESTS = {
         "test_examples.py",
         ['"fp8-emulated.yaml"'],
     ),
+    "python -m verify contracts/examples/smollm2-fp8.yaml": (
+        "test_smollm2_contract.py",
+        ['"smollm2-fp8.yaml"', '"check"'],
+    ),
     "python examples/routing_loop.py": ("test_routing_example.py", ['"routing_loop.py"']),
     "python examples/rl_experiment.py --quick": (
         "test_rl_experiment.py",

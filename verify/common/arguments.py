@@ -314,10 +314,14 @@ def measure_parser(out, err) -> Parser:
     )
     p.add_argument("--model", default="tiny-lm", metavar="NAME|hf:FOLDER|gguf:FILE",
                    help="the shipped model (default tiny-lm), a Hugging Face checkpoint "
-                   "folder or a GGUF file")  # fmt: skip
+                   "folder or a GGUF file (gguf:package:DIST/FILE: one an installed package "
+                   "ships)")  # fmt: skip
     p.add_argument("--prompts", metavar="FILE",
                    help="UTF-8 prompts, one per non-blank line (default: held-out text of the "
                    "shipped model)")  # fmt: skip
+    p.add_argument("--chat-template", action="store_true",
+                   help="render each line of --prompts as a user message through the GGUF "
+                   "model's chat template, served whole")  # fmt: skip
     p.add_argument("--count", type=positive, default=16, metavar="N",
                    help="held-out prompts without --prompts (default 16)")  # fmt: skip
     p.add_argument("--presets", type=_names, metavar="P,P,...",

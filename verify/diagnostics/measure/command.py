@@ -12,7 +12,9 @@ TV, the 50/90/99 % quantiles and max of |log w| and the top-1 flip rate
 The model is the shipped ``tiny-lm`` (default), a Hugging Face checkpoint folder, ``--model
 hf:FOLDER`` (its ``config.json`` checked before JAX is imported), or a GGUF file, ``--model
 gguf:FILE``; prompts come from ``--prompts FILE`` (UTF-8, one per non-blank line, cut to the
-shortest with a warning that counts the prompts cut) or ``--count`` windows: the shipped model's
+shortest with a warning that counts the prompts cut; with ``--chat-template`` each line is a
+user message rendered through the GGUF file's chat template and served whole, and the rendered
+prompts must encode to one length) or ``--count`` windows: the shipped model's
 held-out text, or tokens drawn uniformly (seeded) from a checkpoint's vocabulary, which needs no
 tokenizer (``verify.diagnostics.measure.prompts``). A progress bar is drawn on standard error
 when it is a terminal.
@@ -38,6 +40,7 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
     """The ``measure`` command on ``argv`` (the words after ``measure``)."""
     from kernel_contracts import contracts
     from kernel_contracts.contracts.checks import VALUE_CUTOFF, did_you_mean
+    from kernel_contracts.contracts.sections import GGUF_PREFIX
     from kernel_contracts.verify.common import outputs
     from kernel_contracts.verify.common.arguments import measure_parser
     from kernel_contracts.verify.common.inputs import prepare_outputs
@@ -63,6 +66,10 @@ def measure_main(argv: list[str], *, stdout, stderr) -> int:
     with target:
         try:
             check_model(args.model)  # a bad folder is refused before JAX is imported
+            if args.chat_template and args.prompts is None:
+                raise MeasureError("--chat-template needs --prompts FILE (one user message a line)")
+            if args.chat_template and not args.model.startswith(GGUF_PREFIX):
+                raise MeasureError(f"--chat-template needs a gguf: model, got --model {args.model}")
             if args.prompts is not None:
                 read_prompts(args.prompts)  # a bad file is refused before any model loads
             result = _run(args, presets, stderr)
@@ -96,7 +103,9 @@ def _run(args, presets: list[str], stderr) -> dict:
     )
 
     loaded = load_model(args.model)
-    made = prompt_rows(loaded, args.prompts, args.count, args.new_tokens, args.seed)
+    made = prompt_rows(
+        loaded, args.prompts, args.count, args.new_tokens, args.seed, chat=args.chat_template
+    )
     warning = cut_warning(made)
     if warning is not None:
         stderr.write(f"verify measure: warning: {warning}\n")
@@ -123,6 +132,7 @@ def _run(args, presets: list[str], stderr) -> dict:
         "prompts": made.source,
         "prompt_tokens": int(prompts.shape[1]),
         "prompts_cut": made.cut,
+        "chat_template": args.chat_template,
         "presets": presets,
         "train": args.train,
         "new_tokens": args.new_tokens,

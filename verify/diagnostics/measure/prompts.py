@@ -64,21 +64,31 @@ def read_prompts(path: str) -> list[str]:
     return texts
 
 
-def prompt_rows(loaded, path: str | None, count: int, new_tokens: int, seed: int) -> Prompts:
+def prompt_rows(
+    loaded, path: str | None, count: int, new_tokens: int, seed: int, *, chat: bool = False
+) -> Prompts:
     """The prompts of model ``loaded`` (``run.Loaded``): the file at ``path`` cut to one
     length, or ``count`` windows (the shipped model's held-out text, or a checkpoint's
     vocabulary drawn with ``seed``); every row leaves room for ``new_tokens`` in the model's
-    context."""
+    context. ``chat``: the file's lines are user messages rendered through the GGUF model's
+    chat template, served whole (``MeasureError`` unless they encode to one length)."""
     room = loaded.context - new_tokens
     if room < 1:
         raise MeasureError(
             f"--new-tokens {new_tokens}: {loaded.name} has a context of {loaded.context} "
             "tokens, which must hold at least one prompt token more"
         )
-    width = min(PROMPT_TOKENS, room)
+    width = room if chat else min(PROMPT_TOKENS, room)
     if path is None:
         return _windows(loaded, count, width, seed)
-    ids = loaded.tokenize(read_prompts(path))
+    texts = read_prompts(path)
+    ids = loaded.tokenize(_chat(loaded.name, texts) if chat else texts)
+    if chat and len({len(row) for row in ids}) > 1:
+        lengths = ", ".join(f"line {n + 1}: {len(row)}" for n, row in enumerate(ids))
+        raise MeasureError(
+            f"--prompts {path}: the chat prompts encode to different lengths ({lengths} "
+            "tokens); cutting one would drop the assistant's cue at its end"
+        )
     empty = [n + 1 for n, row in enumerate(ids) if not row]
     if empty:
         raise MeasureError(f"--prompts {path}: prompt {empty[0]} encodes to no tokens")
@@ -92,6 +102,16 @@ def prompt_rows(loaded, path: str | None, count: int, new_tokens: int, seed: int
         )
     cut = sum(n > width for n in lengths)
     return Prompts(rows.astype(np.int32), path, cut, max(lengths))
+
+
+def _chat(model: str, texts: list[str]) -> list[str]:
+    from kernel_contracts.kernels.model.checkpoints import checkpoint_chat
+    from kernel_contracts.kernels.model.hf.errors import CheckpointError
+
+    try:
+        return checkpoint_chat(model, texts)
+    except CheckpointError as err:
+        raise MeasureError(f"--chat-template: {err}") from None
 
 
 def _windows(loaded, count: int, width: int, seed: int) -> Prompts:
