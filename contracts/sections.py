@@ -367,7 +367,8 @@ def emulate_relative(ev: EmulateEvidence, base_dir: str) -> EmulateEvidence:
 
     model = ev.model
     prefix = next((p for p in CHECKPOINT_PREFIXES if model.startswith(p)), None)
-    if prefix is not None:
+    packaged = model.startswith(GGUF_PREFIX + PACKAGE_PREFIX)  # no path: kept as written
+    if prefix is not None and not packaged:
         model = prefix + rel(model[len(prefix) :])
     prompts = rel(ev.prompts) if isinstance(ev.prompts, str) else ev.prompts
     params = rel(ev.params) if ev.params is not None else None
