@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from kernel_contracts.contracts.errors import KernelContractsError
+
 __all__ = ["ChatTemplateError", "render_chat", "render_conversation"]
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(KernelContractsError, ValueError):
     """A chat template that cannot be parsed or rendered (the message says why)."""
 
 
