@@ -119,8 +119,9 @@ def correction_weights(
     """The per-token multiplier ω (stop-gradient) of ∇log π_train(y_t) · A_t for ``name``.
 
     ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
-    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters only to ``ppo_clip``;
-    ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
+    real tokens and 0 on padding (ω = 0 there). ``advantages`` matters to ``ppo_clip``,
+    ``dual_clip``, ``dppo_*``, ``opsm``, ``gspo``, ``sapo`` and ``vespo``; ``token_tv``
+    (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
     full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
     log π_inf(y_t) at the sampled tokens. ``ties`` picks whose rule decides a token on a
     threshold: ``None`` ours, or a framework of ``kernels.rl.ties.FRAMEWORKS`` (ValueError for
