@@ -110,3 +110,10 @@ def _shape_checks(request):
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked ``slow`` (each over 10 s, some minutes) run first, in their collected
+    order: a long test that starts last keeps one process busy while the others wait (each
+    process collects the same order, as pytest-xdist requires)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
