@@ -5,7 +5,12 @@ before it was made faster.
 
 The pass's sums are reassociated so that they vectorise, so their bits are those of the
 vector width the compiler picks for the host: the digests were recorded on a host with
-256-bit vectors (AVX2 without AVX-512) and are checked on such hosts only."""
+256-bit vectors (AVX2 without AVX-512) and are checked on such hosts only.
+
+The two KL columns (``kl_train_inf``, and ``kl_inf_train``, which is computed from it) are
+left out: they go through the C library's ``log1pf``, which gives results 1-2 ulp apart
+depending on whether Numba compiled the pass in this process or loaded it from its cache
+(``test_measure_cpu`` checks them against float64)."""
 
 from __future__ import annotations
 
@@ -15,10 +20,13 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
+from kernel_contracts.kernels.measurement._measure import COLUMNS
 from kernel_contracts.kernels.measurement.measure_cpu import measure_rows
 
 _FEATURES = llvm.get_host_cpu_features()
 _AVX2_ONLY = bool(_FEATURES.get("avx2")) and not _FEATURES.get("avx512f")
+# every column but the two computed through the C library's log1pf
+_PINNED_COLUMNS = [i for i, k in enumerate(COLUMNS) if k not in ("kl_train_inf", "kl_inf_train")]
 
 
 def _rows(seed: int, rows: int, vocab: int, drift: float):
@@ -47,10 +55,11 @@ def _special(vocab: int):
 
 
 def digest(z, zp, y, inv_t: float) -> str:
-    """sha256 of the table's bits (rows the pass keeps) and of the mask of rows it flags."""
+    """sha256 of the table's bits (rows the pass keeps, ``_PINNED_COLUMNS``) and of the mask
+    of rows it flags."""
     table, redo = measure_rows(z, zp, y, np.float32(inv_t))
     h = hashlib.sha256()
-    h.update(np.ascontiguousarray(table[~redo]).tobytes())
+    h.update(np.ascontiguousarray(table[~redo][:, _PINNED_COLUMNS]).tobytes())
     h.update(np.packbits(redo).tobytes())
     return h.hexdigest()[:16]
 
@@ -70,15 +79,15 @@ CASES = {
 
 # recorded from the host pass before it was made faster
 PINNED = {
-    "drift 0.01, T 0.7": "838a1d1e4deb7dcc",
-    "drift 0.01, T 1": "bb2bc6e12e1cda38",
-    "drift 0.05, T 1": "12225968b4290765",
-    "drift 0.2, T 1": "b43c8dfe9eda4883",
-    "drift 0.9, T 1.3": "fb3e205aa16a486e",
-    "drift 1e-6, T 1": "1eb26e09120a4bba",
-    "special rows": "9f8c7a8e52f7b608",
-    "vocab 300": "0844419eb3c04fd6",
-    "vocab 7": "82e4433be795443d",
+    "drift 0.01, T 0.7": "10a606e05ce4a2bb",
+    "drift 0.01, T 1": "6cad17d0ed05bef8",
+    "drift 0.05, T 1": "db98358ea3ff3aca",
+    "drift 0.2, T 1": "06a371a1eb9a2369",
+    "drift 0.9, T 1.3": "af14383245902f75",
+    "drift 1e-6, T 1": "e310ba7270654de8",
+    "special rows": "8b712f5d5a6f1a29",
+    "vocab 300": "98ab5eb27301bc1f",
+    "vocab 7": "ce72971a81966646",
 }
 
 
