@@ -8,9 +8,9 @@ vector width the compiler picks for the host: the digests were recorded on a hos
 256-bit vectors (AVX2 without AVX-512) and are checked on such hosts only.
 
 The two KL columns (``kl_train_inf``, and ``kl_inf_train``, which is computed from it) are
-left out: they go through the C library's ``log1pf``, which gives results 1-2 ulp apart
-depending on whether Numba compiled the pass in this process or loaded it from its cache
-(``test_measure_cpu`` checks them against float64)."""
+left out: they were seen 1-2 ulp apart depending on whether Numba compiled the pass in this
+process or loaded it from its cache, for a reason not found (``test_measure_cpu`` checks them
+against float64)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from kernel_contracts.kernels.measurement.measure_cpu import measure_rows
 
 _FEATURES = llvm.get_host_cpu_features()
 _AVX2_ONLY = bool(_FEATURES.get("avx2")) and not _FEATURES.get("avx512f")
-# every column but the two computed through the C library's log1pf
+# every column but the two KL divergences (see the module's docstring)
 _PINNED_COLUMNS = [i for i, k in enumerate(COLUMNS) if k not in ("kl_train_inf", "kl_inf_train")]
 
 
