@@ -21,13 +21,16 @@ processes hits all alike; best of ``--repeat``):
 - the straightforward numpy implementation (``measure_numpy`` in float32, over blocks of rows so
   its temporaries fit in memory), once.
 
-It prints wall and CPU seconds (all threads), each path's bytes of logits read per second as a
-share of the read bandwidth, how far the two paths' divergences differ, and for the XLA path a
-floor argument: the operations per pair of logits counted from the compiled program
-(``count_ops``: exponentials, elementwise operations and reduction steps), the operation rate
-it and the floor loop reached, what a 25 % share would need as a share of the cores' peak, and
-the share of the read bandwidth that the counted operations allow at the floor loop's rate and
-at the cores' peak; and the load average before and after.
+It prints wall and CPU seconds (all threads), each path's bytes of logits read per second as a share
+of the read bandwidth, the same share per core (the read pass's CPU-seconds over the path's: the
+host pass splits its rows over every core while the numpy read uses one, so the wall-clock share
+counts the second core as the pass's own and halves when other jobs hold it; CPU-seconds compare the
+work each does per byte, whatever the load), how far the two paths' divergences differ, and for the
+XLA path a floor argument: the operations per pair of logits counted from the compiled program
+(``count_ops``: exponentials, elementwise operations and reduction steps), the operation rate it and
+the floor loop reached, what a 25 % share would need as a share of the cores' peak, and the share of
+the read bandwidth that the counted operations allow at the floor loop's rate and at the cores'
+peak; and the load average before and after.
 
 ``table`` runs the shipped policy through K_train = fp32 and K_inf = each preset (the
 ``emulate`` evidence path) and prints a Markdown table of drift, TV and |log ratio| quantiles.
@@ -193,6 +196,7 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int, drift: flo
 
     read_name = min((k for k in fns if k.startswith("read")), key=wall.get)
     read_bw = logit_bytes / wall[read_name]
+    read_cpu = min(cpu[k] for k in fns if k.startswith("read"))  # CPU-seconds of the read
     t_jax = wall["kernels.measure, impl=jax"]
     t_cpu = wall["kernels.measure, impl=cpu"]
     print(
@@ -201,17 +205,20 @@ def throughput(tokens: int, vocab: int, repeat: int, numpy_rows: int, drift: flo
         f"best of {repeat}, interleaved"
     )
     print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}")
-    print(f"  {'':32s} {'wall s':>8s} {'cpu s':>8s} {'GB/s':>8s} {'of read':>8s}")
+    print(f"  {'':32s} {'wall s':>8s} {'cpu s':>8s} {'GB/s':>8s} {'of read':>8s} {'per core':>8s}")
     for name in fns:
         gbs = logit_bytes / wall[name]
         print(
             f"  {name:32s} {wall[name]:8.3f} {cpu[name]:8.3f} {gbs / 1e9:8.2f} {gbs / read_bw:8.1%}"
+            f" {read_cpu / cpu[name]:8.1%}"
         )
     print(f"  machine read bandwidth ({read_name}): {read_bw / 1e9:.2f} GB/s")
     for name, t in (("cpu", t_cpu), ("jax", t_jax)):
+        t_cpu_s = cpu[f"kernels.measure, impl={name}"]
         print(
-            f"  impl={name}: {logit_bytes / t / read_bw:.1%} of the read bandwidth, "
-            f"{tokens / t:,.0f} tokens/s, {t_np / t:.1f} x numpy"
+            f"  impl={name}: {logit_bytes / t / read_bw:.1%} of the read bandwidth "
+            f"({read_cpu / t_cpu_s:.1%} per core: {t_cpu_s:.3f} CPU-s against the read's "
+            f"{read_cpu:.3f}), {tokens / t:,.0f} tokens/s, {t_np / t:.1f} x numpy"
         )
     print(f"  numpy (straightforward, f32): {t_np:8.3f} s  {tokens / t_np:12,.0f} tokens/s")
     print(f"  impl=cpu / impl=jax: {t_jax / t_cpu:.2f} x faster; divergences agree to {agree:.1e}")
