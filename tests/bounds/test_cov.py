@@ -251,3 +251,18 @@ def test_bad_parameters_are_refused_with_their_key(guarantee, message):
         pg_contract([f"{guarantee}, max: 1, from: [N1]"], name="cov")
     text = str(err.value)
     assert message in text and "guarantees[0]." in text, text
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "kl_cov"])
+def test_every_framework_refuses_the_export_with_the_reason(name):
+    from kernel_contracts.verify.pipeline.export import FRAMEWORKS, NoCounterpart, Request
+
+    reasons = {
+        "verl": "bypass mode",
+        "skyrl": f"refuses {name}",
+        "trl": f"TRL has no {name} loss",
+        "nemo-rl": f"NeMo-RL has no {name} loss",
+    }
+    for framework, why in reasons.items():
+        with pytest.raises(NoCounterpart, match=why):
+            FRAMEWORKS[framework].settings(Request("G", name))
