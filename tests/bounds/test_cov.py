@@ -266,3 +266,19 @@ def test_every_framework_refuses_the_export_with_the_reason(name):
     for framework, why in reasons.items():
         with pytest.raises(NoCounterpart, match=why):
             FRAMEWORKS[framework].settings(Request("G", name))
+
+
+def test_the_rl_page_guarantees_are_read_and_proved():
+    import pathlib
+    import re
+
+    from kernel_contracts import contracts
+    from tests.support.pg_contracts import head
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "rl.md").read_text("utf-8")
+    section = page[page.index("## The covariance losses") :]
+    block = re.search(r"```yaml\n(guarantees:\n.*?)```", section, re.S).group(1)
+    c = contracts.loads(head(name="cov").replace("guarantees:\n", "") + block, path="rl.md")
+    assert [g.estimator for g in c.guarantees] == ["clip_cov", "kl_cov"]
+    for d in bounds.derive(c):
+        assert discharge(d).status is Status.PROVED, d.guarantee
