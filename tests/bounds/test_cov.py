@@ -282,3 +282,41 @@ def test_the_rl_page_guarantees_are_read_and_proved():
     assert [g.estimator for g in c.guarantees] == ["clip_cov", "kl_cov"]
     for d in bounds.derive(c):
         assert discharge(d).status is Status.PROVED, d.guarantee
+
+
+def _bandit(name, params, z, zp, reward):
+    """The exact one-token bias at each prompt (the setting of ``kernels.rl.bias``): every
+    prompt's whole vocabulary one batch, scores ∇_b log softmax(z + b)(y) = e_y − π; returns
+    (‖bias‖, G, A) per prompt, in float64."""
+    lp = np.stack([measure.log_softmax(row, 1.0) for row in z])
+    lq = np.stack([measure.log_softmax(row, 1.0) for row in zp])
+    p, q = np.exp(lp), np.exp(lq)
+    adv = reward - (q * reward).sum(axis=1, keepdims=True)
+    omega = numpy_weights(name, lp - lq, np.ones_like(lp), adv, params=params, logp_inf=lq)
+    coef = q * (omega - np.exp(lp - lq)) * adv
+    bias = coef - p * coef.sum(axis=1, keepdims=True)
+    eye = np.eye(z.shape[1])
+    g = np.linalg.norm(eye[None] - p[:, None, :], axis=2).max(axis=1)
+    return np.linalg.norm(bias, axis=1), g, np.abs(adv).max(axis=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([1e-3, 0.3, 3.0, 30.0]),
+    st.sampled_from([0.01, 0.3, 1.0]),
+    st.sampled_from([(-0.5, 2.0), (-1e9, 1e9), (0.0, 1e-3)]),
+)
+def test_the_exact_bandit_bias_stays_below_both_forms(seed, drift, fraction, band):
+    """Every prompt's exact one-token bias is at most G·A (Clip-Cov) and G·κ (KL-Cov), G and A
+    the prompt's own score norm and largest |A|: drifts from barely visible to far past the
+    clip range, rewards with ties, the rule picking by covariance across the whole batch."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 3, (4, 7))
+    zp = z + rng.uniform(-drift, drift, z.shape)
+    reward = rng.choice([0.0, 1.0, 5.0], (4, 7))
+    clip = {"clip_epsilon": 0.2, "cov_fraction": fraction, "cov_band": band}
+    bias, g, a = _bandit("clip_cov", clip, z, zp, reward)
+    assert np.all(bias <= g * a * (1 + 1e-9) + 1e-12)
+    bias, g, _ = _bandit("kl_cov", {"cov_fraction": fraction, "kl_coef": 0.7}, z, zp, reward)
+    assert np.all(bias <= 0.7 * g * (1 + 1e-9) + 1e-12)
