@@ -320,3 +320,15 @@ def test_the_exact_bandit_bias_stays_below_both_forms(seed, drift, fraction, ban
     assert np.all(bias <= g * a * (1 + 1e-9) + 1e-12)
     bias, g, _ = _bandit("kl_cov", {"cov_fraction": fraction, "kl_coef": 0.7}, z, zp, reward)
     assert np.all(bias <= 0.7 * g * (1 + 1e-9) + 1e-12)
+
+
+def test_the_export_request_carries_and_names_every_parameter():
+    from kernel_contracts.verify.pipeline.export.request import request_of
+
+    lines = [f"{_CLIP_LINE}, max: 5, from: [N1]", f"{_KL_LINE}, max: 5, from: [N1]"]
+    clip, kl = (request_of(g) for g in pg_contract(lines, name="cov").guarantees)
+    assert clip.cov_band == (1, 5) and clip.cov_fraction == Fraction(1, 5000)
+    assert clip.summary == (
+        "pg_bias, estimator clip_cov, clip_epsilon 0.2, cov_fraction 0.0002, cov_band [1.0, 5.0]"
+    )
+    assert kl.summary == "pg_bias, estimator kl_cov, cov_fraction 0.0002, kl_coef 0.1"
