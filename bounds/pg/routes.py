@@ -131,6 +131,17 @@ def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") 
             f"vespo weights whole sequences by φ(W): the bias is per sequence, with the assumed "
             f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} ({where})",
         )
+    if estimator == "clip_cov":
+        return (
+            "clip_cov: per position, for every batch and every draw of its covariance picks; "
+            "the draw can drop any token PPO keeps whatever the mismatch, so the bound is G·A "
+            "at π = π' too",
+        )
+    if estimator == "kl_cov":
+        return (
+            "kl_cov: per position, for every batch; the bias is the penalty's, κ·sign(log w)·g "
+            "on the picked tokens, so the bound is G·κ with no factor A",
+        )
     if estimator == "seq_mask":
         return (
             f"seq_mask weights whole sequences by W: the bias is per sequence, with the assumed "

@@ -201,6 +201,8 @@ def test_the_dsl_reads_both_and_derives_g_a_and_g_kappa_on_every_premise():
     for d in derived[3:]:  # G·κ = 5·0.1
         assert d.value == pytest.approx(0.5) and d.chain[-1] == "pg_bias_kl_cov"
         assert d.extra["attained"]
+    assert any("every draw" in n for n in derived[0].notes)
+    assert any("no factor A" in n for n in derived[3].notes)
 
 
 @pytest.mark.parametrize("line", [_CLIP_LINE, _KL_LINE])
