@@ -55,10 +55,12 @@ def cov_scores(
     return xp.where(valid, cov, -xp.inf)
 
 
-def pick_count(xp, valid: Bool[Array, "batch time"], fraction: float, dtype=None) -> Array:
-    """max(⌊ρ·n⌋, 1), n the real tokens: how many tokens the losses pick (in the namespace's
-    ``dtype``, float32 by default, rounds ρ·n where it sits within an ulp of an integer)."""
-    n = xp.sum(valid.astype(xp.float32 if dtype is None else dtype))
+def pick_count(xp, valid: Bool[Array, "batch time"], fraction: float) -> Array:
+    """max(⌊ρ·n⌋, 1), n the real tokens: how many tokens the losses pick. ρ·n is taken in the
+    namespace's default float: NumPy's float64 is Python's ``int(ρ * n)`` exactly, as the
+    frameworks compute it; JAX's float32 (without x64) may round a product within 2⁻²⁴ of an
+    integer onto it, one token more."""
+    n = xp.sum(valid).astype(xp.asarray(0.0).dtype)
     return xp.maximum(xp.floor(fraction * n), 1.0).astype(xp.int32)
 
 
@@ -88,7 +90,7 @@ def clip_cov_weights(
     lb < cov < ub."""
     lb, ub = band
     candidate = valid & kept & (cov > lb) & (cov < ub)
-    dropped = top_picks(xp, w, candidate, pick_count(xp, valid, fraction, w.dtype))
+    dropped = top_picks(xp, w, candidate, pick_count(xp, valid, fraction))
     return xp.where(dropped, 0.0, ppo_omega)
 
 
@@ -103,7 +105,7 @@ def kl_cov_weights(
     coef: float,
 ) -> Float[Array, "batch time"]:
     """KL-Cov's ω: w, and w − κ·sign(log w)/A on the k tokens of largest cov where A ≠ 0."""
-    picked = top_picks(xp, cov, valid, pick_count(xp, valid, fraction, w.dtype))
+    picked = top_picks(xp, cov, valid, pick_count(xp, valid, fraction))
     if coef == 0:
         return w
     safe = xp.where(adv == 0, 1.0, adv)

@@ -334,3 +334,16 @@ def test_the_export_request_carries_and_names_every_parameter():
         "pg_bias, estimator clip_cov, clip_epsilon 0.2, cov_fraction 0.0002, cov_band [1.0, 5.0]"
     )
     assert kl.summary == "pg_bias, estimator kl_cov, cov_fraction 0.0002, kl_coef 0.1"
+
+
+def test_the_numpy_count_is_the_frameworks_int_of_a_double_product():
+    """ρ = 0.29, n = 100: the double product is 28.999999999999996, so verl and SkyRL pick
+    int(·) = 28 tokens; NumPy's float64 gives 28 (a float32 product would round to 29)."""
+    assert int(0.29 * 100) == 28 and math.floor(np.float32(0.29) * np.float32(100)) == 29
+    rng = np.random.default_rng(0)
+    lr = rng.normal(0, 0.3, (4, 25)).astype(np.float32)
+    lq = np.minimum(rng.normal(-2, 1, lr.shape), -lr).astype(np.float32)
+    adv = rng.normal(0, 1, lr.shape)
+    omega = numpy_weights("kl_cov", lr, np.ones_like(lr), adv, logp_inf=lq,
+                          params={"cov_fraction": 0.29, "kl_coef": 0.5})  # fmt: skip
+    assert int(np.sum(np.abs(omega - np.exp(lr.astype(np.float64))) > 1e-3)) == 28
