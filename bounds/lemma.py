@@ -53,6 +53,7 @@ SYMBOLS: Mapping[str, sympy.Symbol] = MappingProxyType(
         "lam_pos": _pos("lam_pos"),  # VESPO's decay λ for A ≥ 0 (at least 1e−4)
         "k_neg": _pos("k_neg"),  # and for A < 0
         "lam_neg": _pos("lam_neg"),
+        "kl_coef": _nonneg("kl_coef"),  # KL-Cov's coefficient κ of |log r| on picked tokens
     }
 )
 

@@ -159,6 +159,8 @@ _PARAM_RANGES = {
     ("tv_mask", "threshold"): Interval(0, 1, lo_open=True, hi_open=True),
     ("dppo_tv", "threshold"): Interval(0, 1, lo_open=True, hi_open=True),
     ("", "threshold"): Interval(0, None, lo_open=True),
+    ("", "cov_fraction"): Interval(0, 1, lo_open=True),
+    ("", "kl_coef"): Interval(0),
 }
 
 

@@ -73,7 +73,7 @@ ESTIMATORS = (
     "plain", "tis", "mis", "ppo_clip", "icepop", "seq_is", "seq_tis", "geo_mask", "tv_mask",
     "kl_mask", "dppo_tv", "dppo_kl", "dual_clip", "seq_mask", "seq_outlier", "tis_mask", "opsm",
     "kl_reject", "tis_clip", "tis_norm", "gspo", "cispo",
-    "sapo", "vespo",
+    "sapo", "vespo", "clip_cov", "kl_cov",
 )  # fmt: skip
 # estimator -> the parameter fields of a pg_bias guarantee it requires
 ESTIMATOR_PARAMS = MappingProxyType(
@@ -84,7 +84,9 @@ ESTIMATOR_PARAMS = MappingProxyType(
      "tis_mask": ("cap", "band"), "opsm": ("threshold",),
      "kl_reject": ("reject", "reject_threshold"), "tis_clip": ("band",),
      "tis_norm": ("cap",), "gspo": ("clip_epsilon",), "cispo": ("band",),
-     "sapo": ("temperatures",), "vespo": ("gamma",)}
+     "sapo": ("temperatures",), "vespo": ("gamma",),
+     "clip_cov": ("clip_epsilon", "cov_fraction", "cov_band"),
+     "kl_cov": ("cov_fraction", "kl_coef")}
 )  # fmt: skip
 # quantity -> the optional fields a guarantee of it takes beyond id, quantity, max, from, assume
 QUANTITY_FIELDS = MappingProxyType(
@@ -92,7 +94,8 @@ QUANTITY_FIELDS = MappingProxyType(
      "sequence_tv": ("scope", "horizon"),
      "reward_drift": ("scope", "horizon", "reward_range"),
      "pg_bias": ("scope", "score_norm", "advantage", "estimator", "cap", "clip_epsilon", "band",
-                 "threshold", "reject", "reject_threshold", "temperatures", "gamma"),
+                 "threshold", "reject", "reject_threshold", "temperatures", "gamma",
+                 "cov_fraction", "cov_band", "kl_coef"),
      "clip_budget": ("scope", "clip_epsilon")}
 )  # fmt: skip
 # quantity -> those of its fields it requires
@@ -204,6 +207,9 @@ OBJECTS: MappingProxyType[str, Fields] = MappingProxyType(
                 "reject_threshold",
                 "temperatures",
                 "gamma",
+                "cov_fraction",
+                "cov_band",
+                "kl_coef",
             ),
             ("id", "quantity", "max", "from"),
         ),

@@ -6,7 +6,8 @@ parameters (``tis`` and ``seq_tis`` a ``cap`` c ≥ 0, ``mis`` a ``cap`` c > 1, 
 ``clip_epsilon`` in (0, 1), ``icepop`` and ``geo_mask`` a ``band`` [lo, hi] with 0 ≤ lo < 1 < hi,
 ``tv_mask`` a ``threshold`` in (0, 1), ``kl_mask`` a ``threshold`` > 0, ``sapo`` its two gate
 ``temperatures`` [τ_pos, τ_neg], each > 0, ``vespo`` its ``gamma`` [k_pos, λ_pos, k_neg, λ_neg],
-each > 0); ``clip_budget`` a
+each > 0, ``clip_cov`` a ``clip_epsilon``, a ``cov_fraction`` ρ in (0, 1] and a ``cov_band``
+[lb, ub] with lb < ub, ``kl_cov`` a ``cov_fraction`` and a ``kl_coef`` κ ≥ 0); ``clip_budget`` a
 ``clip_epsilon`` in (0, 1).
 Sequence-scope guarantees use ``policy.max_new_tokens`` as horizon unless ``horizon`` is given.
 """
@@ -46,7 +47,9 @@ _PARAM_NAMES = {"cap": "a cap", "clip_epsilon": "clip_epsilon", "band": "a band"
                 "threshold": "a threshold", "reject": "reject (its criteria)",
                 "reject_threshold": "reject_threshold",
                 "temperatures": "temperatures [tau_pos, tau_neg]",
-                "gamma": "gamma [k_pos, lambda_pos, k_neg, lambda_neg]"}  # fmt: skip
+                "gamma": "gamma [k_pos, lambda_pos, k_neg, lambda_neg]",
+                "cov_fraction": "cov_fraction (the share of tokens it picks)",
+                "cov_band": "cov_band [lb, ub]", "kl_coef": "kl_coef"}  # fmt: skip
 
 
 def read_guarantee(
@@ -124,6 +127,9 @@ def _fields(ck: Checker, m: dict, key: str, quantity: str | None) -> dict:
         "reject_threshold": lambda v, k: _reject_threshold(ck, v, k),
         "temperatures": lambda v, k: _temperatures(ck, v, k),
         "gamma": lambda v, k: _gamma(ck, v, k),
+        "cov_fraction": lambda v, k: _param(ck, v, k, got.get("estimator"), "cov_fraction"),
+        "cov_band": lambda v, k: _cov_band(ck, v, k),
+        "kl_coef": lambda v, k: _param(ck, v, k, got.get("estimator"), "kl_coef"),
     }
     for field, read in readers.items():
         if field not in m:
@@ -166,29 +172,38 @@ def _reject_threshold(ck: Checker, value, key) -> str | None:
     return ck.string(value, key)
 
 
+def _numbers(ck: Checker, value, key, items: tuple[str, ...], positive: bool) -> tuple | None:
+    """A list of ``len(items)`` numbers named ``items`` (each > 0 where ``positive``): the one
+    reader of sapo's temperatures, vespo's gamma and clip_cov's cov_band."""
+    what = f"a list [{', '.join(items)}] of {len(items)} numbers"
+    if not isinstance(value, list):
+        ck.expected(key, what, value)
+        return None
+    if len(value) != len(items):
+        ck.report(key, f"expected {what}, got {len(value)} items")
+        return None
+    if positive:
+        return ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
+    return ck.each(value, key, lambda v, k: ck.number(v, k))
+
+
 def _temperatures(ck: Checker, value, key) -> tuple[float, float] | None:
     """sapo's [τ_pos, τ_neg]: two positive numbers, in either order."""
-    if not isinstance(value, list):
-        ck.expected(key, "a list [tau_pos, tau_neg] of 2 numbers", value)
-        return None
-    if len(value) != 2:
-        ck.report(key, f"expected a list [tau_pos, tau_neg] of 2 numbers, got {len(value)} items")
-        return None
-    pair = ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
-    return None if pair is None else (pair[0], pair[1])
+    return _numbers(ck, value, key, ("tau_pos", "tau_neg"), positive=True)
 
 
 def _gamma(ck: Checker, value, key) -> tuple[float, float, float, float] | None:
     """vespo's [k_pos, λ_pos, k_neg, λ_neg]: four positive numbers."""
-    what = "a list [k_pos, lambda_pos, k_neg, lambda_neg] of 4 numbers"
-    if not isinstance(value, list):
-        ck.expected(key, what, value)
+    return _numbers(ck, value, key, ("k_pos", "lambda_pos", "k_neg", "lambda_neg"), positive=True)
+
+
+def _cov_band(ck: Checker, value, key) -> tuple[float, float] | None:
+    """clip_cov's covariance band [lb, ub]: two numbers with lb < ub (either may be negative)."""
+    pair = _numbers(ck, value, key, ("lb", "ub"), positive=False)
+    if pair is not None and not pair[0] < pair[1]:
+        ck.report(key, f"needs lb < ub, got [{show(pair[0])}, {show(pair[1])}]")
         return None
-    if len(value) != 4:
-        ck.report(key, f"expected {what}, got {len(value)} items")
-        return None
-    got = ck.each(value, key, lambda v, k: ck.number(v, k, 0, lo_open=True))
-    return None if got is None else (got[0], got[1], got[2], got[3])
+    return pair
 
 
 def _band(ck: Checker, value, key) -> tuple[float, float] | None:

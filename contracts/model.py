@@ -370,6 +370,11 @@ class Guarantee:
     gamma: tuple[float, float, float, float] | None = field(
         default=None, metadata={"omit_if_none": True}
     )
+    # clip_cov and kl_cov: the share ρ of the batch's tokens they pick, clip_cov's covariance
+    # band [lb, ub] and kl_cov's penalty coefficient κ
+    cov_fraction: float | None = field(default=None, metadata={"omit_if_none": True})
+    cov_band: tuple[float, float] | None = field(default=None, metadata={"omit_if_none": True})
+    kl_coef: float | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True)

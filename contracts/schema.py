@@ -289,6 +289,14 @@ _GUARANTEE = _obj(
                   "items": {"type": "number", "exclusiveMinimum": 0},
                   "description": "vespo: gamma weights [k_pos, lambda_pos, k_neg, lambda_neg] "
                                  "(A >= 0, A < 0), each > 0."},
+        "cov_fraction": _num("clip_cov, kl_cov: the share rho of the batch's real tokens they "
+                             "pick, in (0, 1]; max(floor(rho*n), 1) tokens.",
+                             exclusiveMinimum=0, maximum=1),
+        "cov_band": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "number"},
+                     "description": "clip_cov: the covariance band [lb, ub], lb < ub; a token "
+                                    "with lb < cov < ub may lose its gradient."},
+        "kl_coef": _num("kl_cov: the coefficient kappa >= 0 of |log r| on the picked tokens.",
+                        minimum=0),
         "horizon": _int("Sequence length L; default policy.max_new_tokens.", minimum=1),
         "assume": _list(
             "Assumptions taken. support_overlap: every token either kernel can sample has "
@@ -301,7 +309,8 @@ _GUARANTEE = _obj(
     ("id", "quantity", "max", "from"),
     allOf=[_quantity_rule(q) for q in F.QUANTITIES]
     + [_estimator_rule(k) for k in ("cap", "clip_epsilon", "band", "threshold", "reject",
-                                    "reject_threshold", "temperatures", "gamma")]
+                                    "reject_threshold", "temperatures", "gamma",
+                                    "cov_fraction", "cov_band", "kl_coef")]
     + [{"if": {"properties": {"estimator": {"enum": ["mis", "dual_clip"]}},
                "required": ["estimator"]},
         "then": {"properties": {"cap": {"exclusiveMinimum": 1}}}},

@@ -32,7 +32,9 @@ depend on the advantage's sign). When they agree, no rule that reads only each t
 sequence's advantage sign could give other weights, so the diagnostics hold whatever the
 advantages were. When they differ, a framework's numbers that read no advantage are still
 given: TRL logs ``sampling/importance_sampling_ratio/*`` for the ``opsm`` export from its ratio
-before the off-policy mask, which alone reads the advantage.
+before the off-policy mask, which alone reads the advantage. ``clip_cov`` and ``kl_cov`` pick
+tokens by the batch covariance of advantage and log-probability, which a constant advantage
+makes 0 whatever the sign: they are not diagnosed, without running the sign test.
 """
 
 from __future__ import annotations
@@ -153,6 +155,11 @@ def _one(
     seq_any, seq_all = 0, 0
     theirs: dict = {}
     why: str | None = None
+    if name in ("clip_cov", "kl_cov"):  # a sign test cannot see what the covariance reads
+        why = (
+            "its weights depend on the advantages' values across the batch (the covariance "
+            "of advantage and log-probability picks the tokens), which a log does not record"
+        )
     for first in range(0, rows, per):
         last = min(rows, first + per)
         pick = (row >= first) & (row < last)

@@ -553,6 +553,7 @@ args = {
     "lam_pos": 3.0,
     "k_neg": 3.0,
     "lam_neg": 2.0,
+    "kl_coef": 0.1,  # KL-Cov's penalty coefficient (verl's default)
     "kappa": 0.005,  # a mean KL (mean_kl_to_tv)
     "theta": 0.1,  # a signed log-ratio level exceeded with probability 0 (signed_ratio_to_tv)
 }

@@ -99,6 +99,8 @@ def _discrepancy(estimator: str, L: int, p: dict) -> sympy.Expr:
                                (vespo_cap(pairs), True))  # fmt: skip
     if estimator == "gspo":
         return gspo_drift(_s, _num(p["clip_epsilon"]))
+    if estimator == "clip_cov":  # any token PPO keeps can be drawn (bounds.pg.cov)
+        return sympy.Integer(1)
     if estimator == "seq_tis":
         c = _num(p["cap"])
         if c == 0:
@@ -129,6 +131,8 @@ def pg_bias_bound(
     ``cap``, ``clip_epsilon``, ``band`` (lo, hi) or ``threshold``, as in the DSL."""
     if estimator == "kl_reject":
         raise ValueError("kl_reject's bound depends on its criteria: derive it from a contract")
+    if estimator == "kl_cov":  # G·κ, no factor A (bounds.pg.cov)
+        return G * float(params["kl_coef"])
     scale = G * A * (L if estimator in ("seq_is", "seq_tis", "seq_mask", "vespo") else 1)
     return scale * evaluate(_discrepancy(estimator, L, params), {"s": osc / T})
 
@@ -193,6 +197,10 @@ def pg_bias_supremum(
         return None  # a bound for every batch; bounds.pg.tis_norm's witnesses give lower ends
     if estimator == "gspo":
         return None  # a bound; bounds.pg.gspo's sequence witnesses give lower ends
+    if estimator == "clip_cov":  # attained at every premise value (bounds.pg.cov)
+        return GA
+    if estimator == "kl_cov":  # the penalty acts only on tokens with w ≠ 1
+        return G * float(params["kl_coef"]) if s > 0 else 0.0
     if estimator == "seq_tis":
         return L * GA if params["cap"] == 0 else None
     raise ValueError(f"unknown estimator {estimator!r}")

@@ -40,6 +40,7 @@ from kernel_contracts.bounds.pg.closed_forms import (
     tis_small_cap_ratio,
     tis_small_cap_tv,
 )
+from kernel_contracts.bounds.pg.cov import COV_LEMMAS
 from kernel_contracts.bounds.pg.gspo import GSPO_LEMMAS
 from kernel_contracts.bounds.pg.links import tis_drift, tis_ratio
 from kernel_contracts.bounds.pg.sapo import SAPO_LEMMAS
@@ -724,4 +725,5 @@ CORRECTION_LEMMAS: tuple[Lemma, ...] = (
     *CISPO_LEMMAS,
     *SAPO_LEMMAS,
     *VESPO_LEMMAS,
+    *COV_LEMMAS,
 )  # fmt: skip

@@ -102,6 +102,8 @@ def pg_bias_routes(ctx) -> tuple[list[Route], list[Route]]:
         "cispo": lambda ctx, GA: _tis_clip(ctx, GA, "pg_bias_cispo"),
         "sapo": _sapo,
         "vespo": _vespo,
+        "clip_cov": lambda ctx, GA: _constant(ctx, GA, "pg_bias_clip_cov"),
+        "kl_cov": _kl_cov,
     }[g.estimator]
     return [replace(r, expr=canonical(r.expr)) for r in builder(ctx, GA)], []
 
@@ -128,6 +130,17 @@ def pg_bias_notes(estimator: str, L: int, where: str = "policy.max_new_tokens") 
         return (
             f"vespo weights whole sequences by φ(W): the bias is per sequence, with the assumed "
             f"per-sequence score norm ‖Σ_t ∇log π(y_t|y_<t)‖ ≤ L·G, L = {L} ({where})",
+        )
+    if estimator == "clip_cov":
+        return (
+            "clip_cov: per position, for every batch and every draw of its covariance picks; "
+            "the draw can drop any token PPO keeps whatever the mismatch, so the bound is G·A "
+            "at π = π' too",
+        )
+    if estimator == "kl_cov":
+        return (
+            "kl_cov: per position, for every batch; the bias is the penalty's, κ·sign(log w)·g "
+            "on the picked tokens, so the bound is G·κ with no factor A",
         )
     if estimator == "seq_mask":
         return (
@@ -643,6 +656,18 @@ def _vespo(ctx, GA) -> list[Route]:
         out.append(combine(f"vespo_{r.name}", LGA * vespo_cap(pairs, peak), r, lemma=f"{lemma}_cap",
                            attained=False))  # fmt: skip
     return out
+
+
+def _kl_cov(ctx, GA) -> list[Route]:
+    """KL-Cov's penalty: bias ≤ G·κ on every premise (``bounds.pg.cov``), attained where every
+    fact lets some w differ from 1 (a premise at 0 forces π = π', and the bias is 0)."""
+    kappa = ctx.const("kl_coef", exact(_need(ctx, "kl_coef", "kl_coef: κ ≥ 0")))
+    facts = ctx.premises.facts
+    if not facts:
+        return []
+    ok = all(_at_max(ctx, f.expr, (f,)) > 0 for f in facts)
+    expr = ctx.const("G", ctx.g.score_norm) * kappa
+    return [Route("pg_bias_kl_cov", expr, facts, ("pg_bias_kl_cov",), attained=ok)]
 
 
 def _seq_outlier(ctx, GA) -> list[Route]:

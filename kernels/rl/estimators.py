@@ -62,6 +62,14 @@ by name (``ESTIMATOR_NAMES``):
   λ at least 1e−4, W = exp of the sequence's sum of log w clamped to [log 1e−8, 20] token by
   token and again in total: TRL's VESPO at a batch's first step, where its trainer ratio is 1
   and vLLM's token IS weights make W (``kernels.rl.vespo``).
+- ``clip_cov`` (``clip_epsilon`` ε, ``cov_fraction`` ρ in (0, 1], ``cov_band`` (lb, ub)):
+  ``ppo_clip``'s weight, and 0 on max(⌊ρ·n⌋, 1) of the tokens PPO keeps whose batch covariance
+  (A − mean A)(log π − mean log π) lies in (lb, ub), n the batch's real tokens: Clip-Cov
+  anchored on the rollout. The frameworks draw those tokens at random; ours takes the largest
+  w (``kernels.rl.cov``). Needs ``logp_inf`` (log π = ``logp_inf`` + log w).
+- ``kl_cov`` (``cov_fraction`` ρ, ``kl_coef`` κ ≥ 0): ω = w, and w − κ·sign(log w)/A on the
+  max(⌊ρ·n⌋, 1) tokens of largest covariance where A ≠ 0 (the gradient of KL-Cov's penalty
+  κ·|log r|; where A = 0 it is no multiple of A and ω stays w). Needs ``logp_inf``.
 
 Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.rl.ties.OURS``);
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code

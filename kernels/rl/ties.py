@@ -53,6 +53,7 @@ SPACES: Mapping[str, str] = MappingProxyType(
         "k1": "−log w against log(1/hi) and log(1/lo) (verl's token_k1 rejection)",
         "prob": "the sampled token's probabilities π(y), π'(y) or their binary KL",
         "loss": "the surrogate losses −A·w, −A·clip(w, 1 − ε, 1 + ε) and −A·c (their gradient)",
+        "cov": "the batch's covariances (A − mean A)(log π − mean log π): a band, or a ranking",
     }
 )
 # what a token exactly on the threshold gets
@@ -60,6 +61,7 @@ AT_TIE: Mapping[str, str] = MappingProxyType(
     {
         "keep": "ω = w: equality keeps the token (a closed band, a strict drop test)",
         "half": "ω = w/2 at −A·w = −A·c: the gradient of min splits between two equal losses",
+        "first": "equal covariances: the first by position (torch.topk leaves the order open)",
     }
 )
 
@@ -107,6 +109,16 @@ _GSPO_10 = dataclasses.replace(_GSPO, test=_GSPO.test + ", log s ≤ 10")
 _SAPO_CLAMPED = TieRule("value", "4/τ·σ(τ(r − 1)), r = exp(clamp(log r, ±20))", exported=False)
 # VESPO's weight is smooth in W; (k, λ) switch at A = 0, where the token's term A·ω is 0 anyway
 _VESPO = TieRule("value", "φ(W), (k, λ) of A ≥ 0, log W clamped to [log 1e−8, 20]")
+# the covariance losses: PPO's max splits at 1 ± ε; the band lb < cov < ub is open; the draw
+# among the candidates is random (ours: the largest w), KL-Cov's top-k order among equal cov
+# is torch's. The ratio is over the trainer's old log-probs in both frameworks: not exported
+_CLIP_COV = TieRule(
+    "loss",
+    "max(−A·w, −A·clip(w, 1 ± ε)); drops max(⌊ρn⌋, 1) drawn of lb < cov < ub",
+    at_tie="half",
+    exported=False,
+)
+_KL_COV = TieRule("cov", "κ·abs(log w) on the top max(⌊ρn⌋, 1) cov", at_tie="first", exported=False)
 
 
 def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
@@ -145,6 +157,8 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
                 "cispo": dataclasses.replace(_CISPO_20, source=VERL_LOSS),
                 "sapo": dataclasses.replace(_SAPO_CLAMPED, source=VERL_LOSS),
+                "clip_cov": dataclasses.replace(_CLIP_COV, source=VERL_LOSS),
+                "kl_cov": dataclasses.replace(_KL_COV, source=VERL_LOSS),
             },
         ),
         "trl": _at(
@@ -192,6 +206,8 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
                 "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
                 "cispo": dataclasses.replace(_CISPO_20, exported=True, source=SKYRL_LOSS),
                 "sapo": dataclasses.replace(_SAPO_CLAMPED, source=SKYRL_LOSS),
+                "clip_cov": dataclasses.replace(_CLIP_COV, source=SKYRL_LOSS),
+                "kl_cov": dataclasses.replace(_KL_COV, source=SKYRL_LOSS),
             },
         ),
     }
@@ -225,6 +241,8 @@ OURS: Mapping[str, TieRule] = _at(
         "cispo": TieRule("value", "clamp(w, min=lo, max=hi)"),
         "sapo": TieRule("value", "w·sech²(τ(w − 1)/2)"),
         "vespo": _VESPO,
+        "clip_cov": TieRule("ratio", "ppo_clip; drops max(⌊ρn⌋, 1) of lb < cov < ub, largest w"),
+        "kl_cov": dataclasses.replace(_KL_COV, exported=True),
     },
 )
 
@@ -250,7 +268,9 @@ def tie_rule(framework: str | None, estimator: str) -> TieRule:
 def _cell(rule: TieRule | None, ours: bool = False) -> str:
     if rule is None:
         return "–"
-    tie = "w/2 at the tie" if rule.at_tie == "half" else "tie kept"
+    tie = {"half": "w/2 at the tie", "first": "equal cov: first by position"}.get(
+        rule.at_tie, "tie kept"
+    )
     cell = f"{rule.test}; {tie}" if rule.space != "value" else f"{rule.test}; no tie"
     return cell if rule.exported or ours else f"{cell} (not exported)"
 

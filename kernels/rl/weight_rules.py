@@ -21,6 +21,7 @@ from jaxtyping import Float
 from kernel_contracts.contracts.checks import param_range, valid_band
 from kernel_contracts.contracts.fields import ESTIMATOR_PARAMS, ESTIMATORS
 from kernel_contracts.contracts.rejection import Criterion, RejectionError, parse_rejection
+from kernel_contracts.kernels.rl.cov import clip_cov_weights, cov_scores, kl_cov_weights
 from kernel_contracts.kernels.rl.gspo import LOG_CLAMP, gspo_weights
 from kernel_contracts.kernels.rl.sapo import sapo_gate_weight
 from kernel_contracts.kernels.rl.ties import tie_rule
@@ -51,6 +52,33 @@ def _number(name: str, key: str, value: object) -> float:
     return value
 
 
+# the list-valued parameters: key -> (the items, the rule they keep, the message if not)
+_LISTS: Mapping[str, tuple[tuple[str, ...], Any, str]] = MappingProxyType(
+    {
+        "temperatures": (("tau_pos", "tau_neg"), lambda v: min(v) > 0, "must be > 0"),
+        "gamma": (
+            ("k_pos", "lambda_pos", "k_neg", "lambda_neg"),
+            lambda v: min(v) > 0,
+            "must be > 0",
+        ),
+        "band": (("lo", "hi"), lambda v: valid_band(*v), "needs 0 <= lo < 1 < hi"),
+        "cov_band": (("lb", "ub"), lambda v: v[0] < v[1], "needs lb < ub"),
+    }
+)
+
+
+def _numbers(name: str, key: str, value: object) -> tuple[float, ...]:
+    """A list parameter (``_LISTS``): its length, each item a finite number, and its rule."""
+    items, rule, statement = _LISTS[key]
+    if not isinstance(value, tuple | list) or len(value) != len(items):
+        shape = f"{'a pair ' if len(items) == 2 else ''}({', '.join(items)})"
+        raise ValueError(f"estimator {name!r}: {key} must be {shape}, got {value!r}")
+    got = tuple(_number(name, f"{key}[{i}]", v) for i, v in enumerate(value))
+    if not rule(got):
+        raise ValueError(f"estimator {name!r}: {key} {statement}, got {value!r}")
+    return got
+
+
 def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
     """Validate an estimator's name and parameters; return them as plain floats and tuples.
 
@@ -76,35 +104,8 @@ def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
         return {"reject": params["reject"], "reject_threshold": str(params["reject_threshold"])}
     for key in need:
         value = params[key]
-        if key == "temperatures":
-            if not isinstance(value, tuple | list) or len(value) != 2:
-                raise ValueError(
-                    f"estimator {name!r}: temperatures must be a pair (tau_pos, tau_neg), "
-                    f"got {value!r}"
-                )
-            pair = tuple(_number(name, f"temperatures[{i}]", v) for i, v in enumerate(value))
-            if min(pair) <= 0:
-                raise ValueError(f"estimator {name!r}: temperatures must be > 0, got {value!r}")
-            out[key] = pair
-            continue
-        if key == "gamma":
-            if not isinstance(value, tuple | list) or len(value) != 4:
-                raise ValueError(
-                    f"estimator {name!r}: gamma must be (k_pos, lambda_pos, k_neg, lambda_neg), "
-                    f"got {value!r}"
-                )
-            four = tuple(_number(name, f"gamma[{i}]", v) for i, v in enumerate(value))
-            if min(four) <= 0:
-                raise ValueError(f"estimator {name!r}: gamma must be > 0, got {value!r}")
-            out[key] = four
-            continue
-        if key == "band":
-            if not isinstance(value, tuple | list) or len(value) != 2:
-                raise ValueError(f"estimator {name!r}: band must be a pair (lo, hi), got {value!r}")
-            lo, hi = _number(name, "band[0]", value[0]), _number(name, "band[1]", value[1])
-            if not valid_band(lo, hi):
-                raise ValueError(f"estimator {name!r}: band needs 0 <= lo < 1 < hi, got {value!r}")
-            out[key] = (lo, hi)
+        if key in _LISTS:
+            out[key] = _numbers(name, key, value)
             continue
         v = _number(name, key, value)
         allowed = param_range(name, key)
@@ -220,14 +221,17 @@ def weights(
 
     ``log_ratio`` is log π_train(y_t) − log π_inf(y_t) at the sampled tokens; ``mask`` is 1 on
     real tokens and 0 on padding (ω = 0 there). ``advantages`` matters to ``ppo_clip``,
-    ``dual_clip``, ``dppo_*``, ``opsm``, ``gspo``, ``sapo`` and ``vespo``;
+    ``dual_clip``, ``dppo_*``, ``opsm``, ``gspo``, ``sapo``, ``vespo``, ``clip_cov`` and
+    ``kl_cov``;
     ``token_tv`` (``tv_mask``) and ``token_kl`` (``kl_mask``, KL(π_inf‖π_train)) are the
     full-vocabulary divergences at each position; ``logp_inf`` (``dppo_tv``, ``dppo_kl``) is
-    log π_inf(y_t) at the sampled tokens. ``ties`` picks whose rule decides a token on a
-    threshold: ``None`` ours, or a framework of ``kernels.rl.ties.FRAMEWORKS`` (ValueError for
-    an estimator that framework does not have). ``name``, ``params`` and ``ties`` are static
-    (Python values). ``xp`` is the array namespace that computes: ``jax.numpy`` (the arrays
-    may then be traced, so the function works under ``jax.jit``) or ``numpy``.
+    log π_inf(y_t) at the sampled tokens (``clip_cov`` and ``kl_cov`` read log π_train =
+    ``logp_inf`` + ``log_ratio`` for their covariance). ``ties`` picks whose rule decides a
+    token on a threshold: ``None`` ours, or a framework of ``kernels.rl.ties.FRAMEWORKS``
+    (ValueError for an estimator that framework does not have). ``name``, ``params`` and
+    ``ties`` are static (Python values). ``xp`` is the array namespace that computes:
+    ``jax.numpy`` (the arrays may then be traced, so the function works under ``jax.jit``) or
+    ``numpy``.
     """
     p = check_params(name, params)
     space = tie_rule(ties, name).space
@@ -316,6 +320,26 @@ def weights(
             omega = xp.where(xp.abs(lr) > 20.0, 0.0, omega)
     elif name == "vespo":
         omega = vespo_weights(xp, lr, valid, _advantages(xp, advantages, lr), p["gamma"])
+    elif name in ("clip_cov", "kl_cov"):
+        adv = xp.where(valid, _advantages(xp, advantages, lr), 0.0)
+        if logp_inf is None:
+            raise ValueError(f"estimator {name!r} needs logp_inf (log π_inf of the sampled tokens)")
+        lq = xp.asarray(logp_inf, dtype)
+        if lq.shape != lr.shape:
+            raise ValueError(f"logp_inf shape {lq.shape} differs from {lr.shape}")
+        cov = cov_scores(xp, xp.where(valid, lq, 0.0) + lr, adv, valid)
+        if name == "kl_cov":
+            omega = kl_cov_weights(xp, lr, w, adv, cov, valid, p["cov_fraction"], p["kl_coef"])
+        else:
+            eps = p["clip_epsilon"]
+            clipped = ((adv > 0) & (w > 1.0 + eps)) | ((adv < 0) & (w < 1.0 - eps))
+            ppo = xp.where(clipped, 0.0, w)
+            if space == "loss":  # max of the two losses: a tie splits the gradient
+                ppo = _dual_clip_autograd(xp, w, adv, eps, math.inf)
+                clipped = -adv * xp.clip(w, 1.0 - eps, 1.0 + eps) > -adv * w
+            omega = clip_cov_weights(
+                xp, w, ppo, ~clipped, cov, valid, p["cov_fraction"], p["cov_band"]
+            )
     elif name == "gspo":
         adv = _advantages(xp, advantages, lr)
         omega = gspo_weights(xp, lr, valid, adv, p["clip_epsilon"], LOG_CLAMP.get(ties or ""))

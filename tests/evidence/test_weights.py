@@ -165,3 +165,18 @@ def test_the_schema_page_documents_every_key():
     section = doc.split("weight_diagnostics`: what each correction does")[1].split("\n## ")[0]
     documented = re.findall(r"^\| `([^`]+)` \|", section, flags=re.M)
     assert documented == list(NAMES)
+
+
+def test_the_covariance_losses_are_not_weighed_even_where_the_signs_agree():
+    """A constant advantage makes every covariance 0 whatever its sign, so all +1 and all −1
+    give Clip-Cov the same weights on calm ratios (its band holding 0): the sign test would
+    pass, yet real advantages move the covariances and pick other tokens. Named, not weighed."""
+    calm = np.log(np.array([1.0, 1.05, 0.97, 1.1, 0.9]))
+    seq = np.array([0, 0, 1, 1, 1])
+    clip = ("clip_cov", (("clip_epsilon", 0.2), ("cov_fraction", 0.5), ("cov_band", (-1.0, 1.0))))
+    kl = ("kl_cov", (("cov_fraction", 0.5), ("kl_coef", 0.1)))
+    numbers, skipped = _diagnose(clip, kl, log_w=calm, seq=seq)
+    assert numbers == {}
+    for key in ("clip_cov(clip_epsilon=0.2, cov_fraction=0.5, cov_band=[-1.0, 1.0])",
+                "kl_cov(cov_fraction=0.5, kl_coef=0.1)"):  # fmt: skip
+        assert "advantages' values across the batch" in skipped[key], skipped

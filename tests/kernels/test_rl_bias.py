@@ -42,6 +42,8 @@ PARAMS = {
     "cispo": {"band": (0.95, 1.05)},
     "sapo": {"temperatures": (1.0, 1.05)},
     "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
+    "clip_cov": {"clip_epsilon": 0.2, "cov_fraction": 0.1, "cov_band": (-0.5, 5.0)},
+    "kl_cov": {"cov_fraction": 0.1, "kl_coef": 0.5},
 }
 T = 0.7
 

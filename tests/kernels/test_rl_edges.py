@@ -43,6 +43,9 @@ PARAMS = {
     "cispo": {"band": (0.6, 1.5)},
     "sapo": {"temperatures": (1.0, 1.05)},
     "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
+    # every token picked (ρ = 1, a band holding every covariance): per-token rules
+    "clip_cov": {"clip_epsilon": 0.2, "cov_fraction": 1.0, "cov_band": (-1e9, 1e9)},
+    "kl_cov": {"cov_fraction": 1.0, "kl_coef": 0.5},
 }
 
 
@@ -105,6 +108,10 @@ def _rule(name: str, p: float, q: float, a: float) -> mpmath.mpf:
     if name == "vespo":  # one token: W = w, (k, λ) the pos pair for A ≥ 0
         k, lam = prm["gamma"][:2] if a >= 0 else prm["gamma"][2:]
         return mpmath.e**lam * w**k * mpmath.e ** (-lam * w)
+    if name == "clip_cov":  # PPO clips a token or the covariance drops it: 0 either way
+        return mpmath.mpf(0)
+    if name == "kl_cov":  # κ·|log w|'s gradient κ·sign(log w), over A
+        return w - prm["kl_coef"] * mpmath.sign(mpmath.log(w)) / a
     if name == "kl_reject":  # k1 = −log w in [log 0.4, log 3]; k3 = w − 1 − log w ≤ 0.25
         k1, k3 = -mpmath.log(w), w - 1 - mpmath.log(w)
         keep = mpmath.log(0.4) <= k1 <= mpmath.log(3.0) and k3 <= 0.25

@@ -48,6 +48,8 @@ PARAMS = {
     "cispo": {"band": (0.6, 2.0)},
     "sapo": {"temperatures": (1.0, 1.5)},
     "vespo": {"gamma": (2.0, 3.0, 3.0, 1.5)},
+    "clip_cov": {"clip_epsilon": 0.2, "cov_fraction": 0.3, "cov_band": (-0.2, 5.0)},
+    "kl_cov": {"cov_fraction": 0.3, "kl_coef": 0.5},
 }
 
 
@@ -123,6 +125,32 @@ def _expected(name: str) -> np.ndarray:
                 out[b, t] = math.exp(lam) * seq**k * math.exp(-lam * seq)
     if name == "tis_norm":  # the mean of min(w, 2) over the 7 real tokens: 9/7
         out = out / (np.sum(out) / np.sum(MASK))
+    if name in ("clip_cov", "kl_cov"):
+        out = _cov_expected(name)
+    return out
+
+
+def _cov_expected(name: str) -> np.ndarray:
+    """Clip-Cov and KL-Cov on the table, token by token: cov over the 7 real tokens
+    (log π = log w + log π'), ⌊0.3·7⌋ = 2 picked."""
+    real = [(b, t) for b in range(2) for t in range(4) if MASK[b, t] > 0]
+    logp = {bt: math.log(Q[bt]) + LOG_RATIO[bt] for bt in real}
+    mean_a = sum(ADV[bt] for bt in real) / len(real)
+    mean_l = sum(logp.values()) / len(real)
+    cov = {bt: (ADV[bt] - mean_a) * (logp[bt] - mean_l) for bt in real}
+    out = np.zeros_like(W)
+    if name == "kl_cov":  # the 2 largest cov get w − κ·sign(log w)/A
+        top = sorted(real, key=lambda bt: -cov[bt])[:2]
+        for bt in real:
+            w, a = W[bt], ADV[bt]
+            out[bt] = w - 0.5 * np.sign(LOG_RATIO[bt]) / a if bt in top else w
+        return out
+    for bt in real:  # ppo_clip, then the 2 candidates of largest w dropped
+        w, a = W[bt], ADV[bt]
+        out[bt] = 0.0 if (a > 0 and w > 1.2) or (a < 0 and w < 0.8) else w
+    candidates = [bt for bt in real if out[bt] > 0 and -0.2 < cov[bt] < 5.0]
+    for bt in sorted(candidates, key=lambda bt: -W[bt])[:2]:
+        out[bt] = 0.0
     return out
 
 
@@ -259,6 +287,21 @@ def test_bfloat16_log_ratios_give_float32_weights():
         ("kl_reject", {"reject": "seq_max_k1", "reject_threshold": 2.0}, "unknown criterion"),
         ("seq_tis", {"cap": float("nan")}, "cap must be finite"),
         ("tis", {"cap": "2"}, "cap must be a number"),
+        ("sapo", {"temperatures": (1.0,)}, "temperatures must be a pair (tau_pos, tau_neg)"),
+        ("vespo", {"gamma": (2.0, 3.0, 3.0, 0.0)}, "gamma must be > 0"),
+        (
+            "clip_cov",
+            {"clip_epsilon": 0.2, "cov_fraction": 0.1, "cov_band": (2.0, 1.0)},
+            "estimator 'clip_cov': cov_band needs lb < ub, got (2.0, 1.0)",
+        ),
+        (
+            "clip_cov",
+            {"clip_epsilon": 0.2, "cov_fraction": 0.1, "cov_band": (1.0, math.inf)},
+            "cov_band[1] must be finite",
+        ),
+        ("kl_cov", {"cov_fraction": 0.0, "kl_coef": 1.0}, "cov_fraction must be in (0, 1]"),
+        ("kl_cov", {"cov_fraction": 0.1, "kl_coef": -1.0}, "kl_coef must be >= 0, got -1.0"),
+        ("kl_cov", {"cov_fraction": 0.1}, "estimator 'kl_cov': missing parameter(s) kl_coef"),
     ],
 )
 def test_bad_names_and_parameters_are_refused(name, params, message):
@@ -267,6 +310,13 @@ def test_bad_names_and_parameters_are_refused(name, params, message):
             name, jnp.zeros((1, 2)), jnp.ones((1, 2)), jnp.ones((1, 2)), params=params
         )
     assert message in str(err.value)
+
+
+def test_the_covariance_losses_need_the_inference_log_probs():
+    z = jnp.zeros((1, 2))
+    for name in ("clip_cov", "kl_cov"):
+        with pytest.raises(ValueError, match="needs logp_inf"):
+            correction_weights(name, z, z + 1, z, params=PARAMS[name])
 
 
 def test_masks_need_their_divergence():

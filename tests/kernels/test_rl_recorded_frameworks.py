@@ -28,8 +28,13 @@ The differences are the frameworks' and are stated, each exactly where it occurs
 - TRL's CISPO caps w at ``epsilon_high`` from above only: our ``tis`` at that cap, not our
   ``cispo`` (which clamps from below too), so it has no tie rule and no export.
 
-The rollout-anchored losses (``gspo``, ``cispo``, ``sapo``) were recorded with the old log-probs
-set to the engine's (r = w), and are also compared on the ``seq_edge`` batch.
+The rollout-anchored losses (``gspo``, ``cispo``, ``sapo``, ``clip_cov``, ``kl_cov``) were
+recorded with the old log-probs set to the engine's (r = w), and are also compared on the
+``seq_edge`` batch. Clip-Cov's tokens are drawn at random: ``clip_cov@all`` (share 1) drops
+every candidate, a determined weight compared as the others; ``clip_cov@draw`` (share 0.02,
+torch seeded) is compared on what the draw leaves determined (``DRAWN``). Clip-Cov's PPO side
+has the dual clip's torch-2.14.1 ties at w = 1 ± ε. SkyRL's Clip-Cov ran on zeroed padding (its
+``masked_mean`` turns NaN padding into NaN covariances, so nothing would be drawn).
 """
 
 from __future__ import annotations
@@ -73,7 +78,10 @@ SPOILED_BY_NAN_PADDING = {
     "skyrl/seq_mask",
 }
 # the estimators of the rollout-anchored losses, the only ones compared on ``seq_edge``
-ANCHORED = {"gspo", "cispo", "sapo"}
+ANCHORED = {"gspo", "cispo", "sapo", "clip_cov", "kl_cov"}
+# Clip-Cov cases whose share draws fewer tokens than it has candidates: the framework's draw is
+# random (seeded), so only what it determines is compared (test_clip_covs_random_draw_...)
+DRAWN = {"verl/clip_cov@draw", "skyrl/clip_cov@draw"}
 # cases whose framework has the loss under another definition, so no tie rule of ours:
 # TRL's cispo caps w at epsilon_high from above only (min(w, 1 + ε), no lower clamp)
 NO_TIE_RULE = {"trl/cispo"}
@@ -139,6 +147,13 @@ def _s(batch, log=False):
     return np.broadcast_to(np.asarray(jnp.exp(jnp.asarray(log_s)), np.float64), lp.shape)
 
 
+def _at_clip_end(batch):
+    """The real tokens with w = 1 ± ε exactly in float32 (PPO's clamp ends)."""
+    _, _, mask, _ = _inputs(batch)
+    w32 = _w(batch).astype(F32)
+    return (mask > 0) & ((w32 == F32(1 + EPS)) | (w32 == F32(1 - EPS)))
+
+
 def _theirs(case, batch):
     return ARRAYS[f"{batch}/{case}"].astype(np.float64)
 
@@ -157,10 +172,8 @@ def _stated_difference(case, batch):
     if case == "trl/cispo":  # min(w, 1 + ε): below 1 − ε TRL keeps w where ours gives 1 − ε
         w = _w(batch)
         return real & (w.astype(F32) < F32(1 - EPS)), w
-    if estimator == "dual_clip" and not old_clamp:
-        w32 = _w(batch).astype(F32)
-        at_end = real & ((w32 == F32(1 + EPS)) | (w32 == F32(1 - EPS)))
-        return at_end, ours / 2
+    if estimator in ("dual_clip", "clip_cov") and not old_clamp:
+        return _at_clip_end(batch), ours / 2
     if estimator == "gspo" and not old_clamp:  # the same torch rule at s = 1 ± ε
         s32 = _s(batch).astype(F32)
         at_end = real & ((s32 == F32(1 + EPS)) | (s32 == F32(1 - EPS)))
@@ -191,7 +204,7 @@ def _compared():
         (case, batch)
         for case in sorted(CASES)
         for batch in BATCHES
-        if batch != "seq_edge" or CASES[case]["estimator"] in ANCHORED
+        if (batch != "seq_edge" or CASES[case]["estimator"] in ANCHORED) and case not in DRAWN
     ]
 
 
@@ -211,6 +224,36 @@ def test_our_weights_equal_the_frameworks_recorded_weights(case, batch):
     if batch != "seeded" and stated.any():
         differ = ~np.isclose(ours[stated], theirs[stated], rtol=2e-6, atol=0, equal_nan=True)
         assert differ.any(), where
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("case", sorted(DRAWN))
+def test_clip_covs_random_draw_agrees_with_ours_on_what_it_determines(case, batch):
+    """Clip-Cov draws max(⌊ρn⌋, 1) of its candidates (real tokens PPO keeps with
+    lb < cov < ub) by ``torch.randperm``; ours drops those of largest w. Off the candidates the
+    framework's ω is ours; on them each is 0 or the PPO weight, and both drop as many."""
+    lp, lq, mask, adv = _inputs(batch)
+    real = mask > 0
+    p, ties = _params(case), CASES[case]["framework"]
+    kw = {"logp_inf": lq, "ties": ties}
+    ppo, every = (
+        np.asarray(correction_weights("clip_cov", lp - lq, mask, adv, params=p | q, **kw))
+        for q in ({"cov_band": (1e30, 2e30)}, {"cov_fraction": 1.0})  # none drawn, all drawn
+    )
+    if META["clamp_end_gradient"] != 1.0:  # torch 2.14.1 at w = 1 ± ε (module docstring)
+        ppo = np.where(_at_clip_end(batch), ppo / 2, ppo)
+    candidate = real & (every == 0) & (ppo > 0)
+    ours, theirs = _ours(case, batch), _theirs(case, batch)
+    where = f"{_source(case)} on the {batch} batch"
+    off = real & ~candidate
+    np.testing.assert_allclose(theirs[off], ppo[off], rtol=2e-6, atol=0, err_msg=where)
+    kept = np.isclose(theirs[candidate], ppo[candidate], rtol=2e-6, atol=0)
+    assert np.all(kept | (theirs[candidate] == 0)), where
+    k = max(math.floor(p["cov_fraction"] * real.sum()), 1)
+    drawn = min(k, int(candidate.sum()))
+    assert int((theirs[candidate] == 0).sum()) == drawn == int((ours[candidate] == 0).sum())
+    if batch == "seeded":  # the draw chose: more candidates than it drops
+        assert candidate.sum() > drawn > 0, where
 
 
 # the other estimators on seq_edge: verl's and SkyRL's differ from ours at |log w| ≥ 20, and
@@ -430,6 +473,13 @@ SKYRL_READS = {
         "sapo",
         "off_policy_correction",
     },
+    "ppo_utils.compute_policy_loss_clip_cov": {
+        "policy_loss_type",
+        "eps_clip_low",
+        "eps_clip_high",
+        "clip_cov",
+    },
+    "ppo_utils.compute_policy_loss_kl_cov": {"policy_loss_type", "kl_cov"},
 }
 
 

@@ -234,6 +234,8 @@ PARAMS = {
     "kl_reject": {"reject": "token_k1,seq_max_k2", "reject_threshold": "0.5_2.0,0.3"},
     "sapo": {"temperatures": (1.0, 1.05)},
     "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
+    "clip_cov": {"clip_epsilon": 0.2, "cov_fraction": 0.1, "cov_band": (-0.5, 5.0)},
+    "kl_cov": {"cov_fraction": 0.1, "kl_coef": 0.5},
 }
 
 

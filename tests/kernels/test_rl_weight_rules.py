@@ -23,6 +23,8 @@ PARAMS = {
     "tis_clip": {"band": (0.8, 1.25)}, "tis_norm": {"cap": 2.0},
     "gspo": {"clip_epsilon": 0.2}, "cispo": {"band": (0.6, 2.0)},
     "sapo": {"temperatures": (1.0, 1.5)}, "vespo": {"gamma": (2.0, 3.0, 3.0, 2.0)},
+    "clip_cov": {"clip_epsilon": 0.2, "cov_fraction": 0.05, "cov_band": (-0.5, 5.0)},
+    "kl_cov": {"cov_fraction": 0.05, "kl_coef": 0.5},
 }  # fmt: skip
 CASES = [
     (name, ties)

@@ -949,6 +949,117 @@ def skyrl_loss_cases(ppo_utils, no_correction, lp, lq, mask, adv):
         )
 
 
+# ---- the covariance losses (clip_cov, kl_cov) ---------------------------------------------
+# Clip-Cov draws its tokens at random among the candidates: "@all" picks a share (1) that
+# drops every candidate, so the weight is determined; "@draw" keeps a small share, seeded, and
+# only the candidates' count of zeros is determined. KL-Cov's top-k is determined but for ties.
+COV_BAND = (0.5, 3.0)  # covariances of the batches fall on both sides of it
+COV_DRAW = 0.02  # max(⌊0.02·n⌋, 1) drawn
+KL_COV = (0.1, 0.5)  # kl_cov's share of tokens and κ
+COV_SEED = 38
+COV_NOTE = f"torch.manual_seed({COV_SEED}) before the call (Clip-Cov's draw)"
+
+
+def _cov_settings():
+    """(case, our parameters, framework options) of each covariance case."""
+    clip = {"clip_epsilon": EPS, "cov_band": list(COV_BAND)}
+    return (
+        ("clip_cov@all", clip | {"cov_fraction": 1.0}, {"ratio": 1.0}),
+        ("clip_cov@draw", clip | {"cov_fraction": COV_DRAW}, {"ratio": COV_DRAW}),
+        ("kl_cov", {"cov_fraction": KL_COV[0], "kl_coef": KL_COV[1]}, {"ratio": KL_COV[0]}),
+    )
+
+
+def verl_cov_cases(src, lp, lq, mask, adv):
+    """verl's ``compute_policy_loss_clip_cov`` / ``_kl_cov`` with old_log_prob = the engine's
+    log-probs (rollout-anchored, r = w), token-mean; torch seeded before each call."""
+    sys.path.insert(0, str(src))
+    from verl.trainer.ppo import core_algos
+    from verl.workers.config.actor import PolicyLossConfig
+
+    n = float(mask.sum())
+    info = {"dp_size": 1, "batch_num_tokens": n, "global_batch_size": float(mask.shape[0])}
+    for case, params, opt in _cov_settings():
+        name = case.partition("@")[0]
+        keys = {"loss_mode": name}
+        if name == "clip_cov":
+            keys |= {"clip_cov_ratio": opt["ratio"], "clip_cov_lb": COV_BAND[0],
+                     "clip_cov_ub": COV_BAND[1]}  # fmt: skip
+        else:
+            keys |= {"kl_cov_ratio": opt["ratio"], "ppo_kl_coef": KL_COV[1]}
+        config = core_algos.ActorConfig(
+            strategy="fsdp",
+            rollout_n=1,
+            ppo_micro_batch_size_per_gpu=1,
+            global_batch_info=info,
+            clip_ratio=EPS,
+            clip_ratio_low=EPS,
+            clip_ratio_high=EPS,
+            policy_loss=PolicyLossConfig(**keys),
+        )
+        f = getattr(core_algos, f"compute_policy_loss_{name}")
+        seen = {}
+
+        def loss(x, f=f, config=config, seen=seen):
+            value, metrics = f(_t(lq), x, _t(adv), _t(mask), "token-mean", config)
+            seen.update(metrics)
+            return value
+
+        torch.manual_seed(COV_SEED)
+        options = {f"policy_loss.{k}": v for k, v in keys.items()}
+        if name == "clip_cov":
+            options |= {"clip_ratio_low": EPS, "clip_ratio_high": EPS}
+        yield (
+            case,
+            params,
+            f"core_algos.compute_policy_loss_{name}",
+            (options, _omega_from_loss(loss, lp, adv, n), "−∂loss/∂log π · N / A (autograd)",
+             _scalars(seen), f"{ROLLOUT_ANCHOR}; {COV_NOTE}"),
+        )  # fmt: skip
+
+
+def skyrl_cov_cases(src, lp, lq, mask, adv):
+    """SkyRL's ``compute_policy_loss_clip_cov`` / ``_kl_cov`` with old_log_probs = the engine's
+    log-probs; the padding is zeroed first (its ``masked_mean`` multiplies NaN padding by 0, and
+    every covariance would be NaN; its trainer pads with 0.0)."""
+    _bare_packages(
+        src, "skyrl", "skyrl.backends", "skyrl.backends.skyrl_train",
+        "skyrl.backends.skyrl_train.utils",
+    )  # fmt: skip
+    sys.path.insert(0, str(src))
+    from skyrl.backends.skyrl_train.utils import ppo_utils
+
+    real = mask > 0
+    lp0, lq0 = np.where(real, lp, 0.0), np.where(real, lq, 0.0)
+    for case, params, opt in _cov_settings():
+        name = case.partition("@")[0]
+        if name == "clip_cov":
+            sub = Cfg(clip_ratio=opt["ratio"], clip_cov_lb=COV_BAND[0], clip_cov_ub=COV_BAND[1])
+        else:
+            sub = Cfg(kl_cov_frac=opt["ratio"], ppo_kl_coef=KL_COV[1])
+        config = Cfg(policy_loss_type=name, **{name: sub})
+        if name == "clip_cov":
+            config |= {"eps_clip_low": EPS, "eps_clip_high": EPS}
+        config = Cfg(config)
+        fn = getattr(ppo_utils, f"compute_policy_loss_{name}")
+        seen = {}
+
+        def loss(x, fn=fn, config=config, seen=seen):
+            value, metrics = fn(x, _t(lq0), _t(adv), config, loss_mask=_t(mask))
+            seen.update(metrics)
+            return value
+
+        torch.manual_seed(COV_SEED)
+        options = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+        yield (
+            case,
+            params,
+            f"ppo_utils.{fn.__name__}",
+            (options, _omega_from_loss(loss, lp0, adv, 1.0), "−∂loss/∂log π / A (autograd)",
+             _scalars(seen), f"{ROLLOUT_ANCHOR}; {COV_NOTE}; the padding zeroed first"),
+        )  # fmt: skip
+
+
 def _clamp_end_gradient() -> float:
     """d clamp(x, 0.5, 2)/dx at x = 2 in this torch: 1 in torch 2.12 and before (pytorch
     issue 184574 reports it on 2.12.0), 0 in 2.14.1 (the end now counts as clipped). The
@@ -976,6 +1087,8 @@ def main(argv=None):
         ("trl", trl_cases, args.trl),
         ("nemo-rl", nemo_cases, args.nemo_rl),
         ("skyrl", skyrl_cases, args.skyrl),
+        ("verl", verl_cov_cases, args.verl),
+        ("skyrl", skyrl_cov_cases, args.skyrl),
     )
     arrays, cases = {}, {}
     batches = (("seeded", seeded_batch), ("edge", edge_batch), ("seq_edge", sequence_edge_batch))

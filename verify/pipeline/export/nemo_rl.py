@@ -104,6 +104,10 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
         )
     if r.what == "tis_norm":
         raise NoCounterpart("no loss_fn setting divides the importance weights by their batch mean")
+    if r.what in ("clip_cov", "kl_cov"):
+        raise NoCounterpart(
+            f"NeMo-RL has no {r.what} loss (no loss_fn setting selects tokens by covariance)"
+        )
     raise NoCounterpart(f"no NeMo-RL mapping is known for estimator {r.what}")
 
 

@@ -75,6 +75,9 @@ class Request:
     reject: str | None = None  # kl_reject's criteria and thresholds (contracts.rejection)
     reject_threshold: str | None = None
     gamma: tuple[Fraction, Fraction, Fraction, Fraction] | None = None  # vespo's (k, λ) pairs
+    cov_fraction: Fraction | None = None  # clip_cov's and kl_cov's share of tokens
+    cov_band: tuple[Fraction, Fraction] | None = None  # clip_cov's covariance band
+    kl_coef: Fraction | None = None  # kl_cov's κ
 
     @property
     def summary(self) -> str:
@@ -92,6 +95,12 @@ class Request:
             parts.append(f"reject {self.reject}, reject_threshold {self.reject_threshold}")
         if self.gamma is not None:
             parts.append("gamma [" + ", ".join(number(v) for v in self.gamma) + "]")
+        if self.cov_fraction is not None:
+            parts.append(f"cov_fraction {number(self.cov_fraction)}")
+        if self.cov_band is not None:
+            parts.append(f"cov_band [{number(self.cov_band[0])}, {number(self.cov_band[1])}]")
+        if self.kl_coef is not None:
+            parts.append(f"kl_coef {number(self.kl_coef)}")
         return ", ".join([f"pg_bias, estimator {self.what}", *parts])
 
 
@@ -180,6 +189,7 @@ def request_of(g: Guarantee) -> Request | None:
         return None
     band = getattr(g, "band", None)
     gamma = getattr(g, "gamma", None)
+    cov_band = getattr(g, "cov_band", None)
     return Request(
         g.id,
         g.estimator,
@@ -190,6 +200,9 @@ def request_of(g: Guarantee) -> Request | None:
         reject=g.reject,
         reject_threshold=g.reject_threshold,
         gamma=None if gamma is None else tuple(exact(v) for v in gamma),
+        cov_fraction=_exact(getattr(g, "cov_fraction", None)),
+        cov_band=None if cov_band is None else (exact(cov_band[0]), exact(cov_band[1])),
+        kl_coef=_exact(getattr(g, "kl_coef", None)),
     )
 
 

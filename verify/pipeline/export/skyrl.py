@@ -195,6 +195,12 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "the gate's ratio is over the old policy's log-probs (the training kernel's); "
             "sapo is not among the losses that skip that forward pass for the rollout's"
         )
+    if r.what in ("clip_cov", "kl_cov"):
+        raise NoCounterpart(
+            f"the {r.what} loss takes the ratio against the old policy's log-probs (the training "
+            f"kernel's), and off_policy_correction, the only way the rollout's enter, refuses "
+            f"{r.what} (NotImplementedError at set-up)"
+        )
     raise NoCounterpart(f"no SkyRL mapping is known for estimator {r.what}")
 
 
@@ -224,5 +230,9 @@ FRAMEWORK = Framework(
         "ppo_clip": "`eps_clip_low/high`",
         "gspo": "`policy_loss_type: gspo`",
         "sapo": "`policy_loss_type: sapo`, `sapo.tau_pos/neg`",
+        "clip_cov": "`policy_loss_type: clip_cov`, `clip_cov.clip_ratio`, `clip_cov_lb/ub` "
+        "(skyrl-v0.1.0 on)",
+        "kl_cov": "`policy_loss_type: kl_cov`, `kl_cov.kl_cov_frac`, `ppo_kl_coef` "
+        "(skyrl-v0.1.0 on)",
     },
 )

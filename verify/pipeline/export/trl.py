@@ -144,6 +144,8 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "the gate's ratio is over the trainer's old log-probs (recomputed, or the current "
             "ones detached); no setting makes vLLM's the old policy"
         )
+    if r.what in ("clip_cov", "kl_cov"):
+        raise NoCounterpart(f"TRL has no {r.what} loss (no loss_type selects tokens by covariance)")
     raise NoCounterpart(f"no TRL mapping is known for estimator {r.what}")
 
 

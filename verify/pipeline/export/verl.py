@@ -245,6 +245,12 @@ def settings(r: Request) -> tuple[tuple[str, Value], ...]:
             "on policy); bypass mode, which makes the rollout the old policy, replaces the "
             "policy loss with ppo_clip or reinforce"
         )
+    if r.what in ("clip_cov", "kl_cov"):
+        raise NoCounterpart(
+            f"the {r.what} policy loss takes the ratio against old_log_prob (the training "
+            "kernel's) and its covariance against the current log-probs; bypass mode, which "
+            "makes the rollout the old policy, replaces the policy loss with ppo_clip or reinforce"
+        )
     raise NoCounterpart(f"no verl mapping is known for estimator {r.what}")
 
 
@@ -269,5 +275,8 @@ FRAMEWORK = Framework(
         "gspo": "`policy_loss.loss_mode: gspo`",
         "cispo": "`policy_loss.loss_mode: cispo`",
         "sapo": "`policy_loss.loss_mode: sapo`, `tau_pos`, `tau_neg`",
+        "clip_cov": "`policy_loss.loss_mode: clip_cov`, `clip_cov_ratio`, `clip_cov_lb/ub` "
+        "(v0.4.1 on)",
+        "kl_cov": "`policy_loss.loss_mode: kl_cov`, `kl_cov_ratio`, `ppo_kl_coef` (v0.4.1 on)",
     },
 )
