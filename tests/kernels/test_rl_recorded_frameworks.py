@@ -12,24 +12,27 @@ recorded metric of the framework's name. No torch here: only the recorded number
 
 The differences are the frameworks' and are stated, each exactly where it occurs:
 
-- Dual clip at w = 1 ± ε exactly (float32), and likewise GSPO at s = 1 ± ε, verl's and SkyRL's
-  GSPO at log s = 10 and their SAPO at |log r| = 20 (the ends of their clamps). The recording
-  ran torch 2.14.1, whose ``clamp`` gives its ends the gradient 0 (``clamp_end_gradient`` in
-  the JSON), so the tied PPO sides split to w/2 (s/2), and a token on a log clamp's end gets
-  0. The frameworks pin torch 2.9.1 (verl) and 2.11.0 (NeMo-RL, SkyRL), whose ``clamp`` passes
-  the gradient at both ends (ω = w), the rule ours follows (``kernels.rl.ties``). Re-recorded
-  with such a torch, the two agree there too.
+- Each framework ran under the torch it pins at its commit (``torch`` and ``pinned_torch`` in
+  the JSON): verl, NeMo-RL and SkyRL under 2.11.0, whose ``clamp`` passes the gradient at
+  both ends (``clamp_end_gradient`` 1), so their dual clip at w = 1 ± ε, GSPO at s = 1 ± ε,
+  GSPO at log s = 10 and SAPO at |log r| = 20 equal ours (ω = w, s) with nothing stated. TRL
+  pins no torch and ran under 2.14.1, whose ``clamp`` gives its ends the gradient 0: its GSPO
+  at s = 1 ± ε exactly splits the tied PPO sides to s/2, where ours keeps s (the rule of the
+  torch versions that pass the gradient, ``kernels.rl.ties``).
 - NaN on padding. TRL's sequence modes and off-policy mask and SkyRL's sequence TIS and
   product mask multiply the padding's log-probs by the mask before summing a row, and
   NaN · 0 = NaN: a NaN-padded row gets NaN weights (TRL's opsm: a NaN mean, so the row is
   dropped where A < 0). Ours ignores what padding holds. The frameworks need finite padding,
   which their own trainers give (0.0 from the engines). GSPO's sequence mean is NaN too (0 in
   verl and SkyRL, whose clamp of log s passes no gradient at NaN).
+- NaN padding also makes TRL's VESPO weight of the row 0 (φ of a NaN sum, ``nan_to_num``).
 - TRL's CISPO caps w at ``epsilon_high`` from above only: our ``tis`` at that cap, not our
   ``cispo`` (which clamps from below too), so it has no tie rule and no export.
 
 The rollout-anchored losses (``gspo``, ``cispo``, ``sapo``) were recorded with the old log-probs
-set to the engine's (r = w), and are also compared on the ``seq_edge`` batch.
+set to the engine's (r = w), and are also compared on the ``seq_edge`` batch; so is TRL's VESPO
+(its IS block and loss at a batch's first step, with the settings the export writes), within
+the float32 rounding of log W carried through φ (``_rtol``).
 """
 
 from __future__ import annotations
@@ -71,9 +74,12 @@ SPOILED_BY_NAN_PADDING = {
     "trl/opsm",
     "skyrl/seq_tis",
     "skyrl/seq_mask",
+    "trl/vespo",
 }
-# the estimators of the rollout-anchored losses, the only ones compared on ``seq_edge``
+# the estimators of the rollout-anchored losses
 ANCHORED = {"gspo", "cispo", "sapo"}
+# the estimators compared on ``seq_edge`` (VESPO: its clamps of log W)
+ON_SEQ_EDGE = {*ANCHORED, "vespo"}
 # cases whose framework has the loss under another definition, so no tie rule of ours:
 # TRL's cispo caps w at epsilon_high from above only (min(w, 1 + ε), no lower clamp)
 NO_TIE_RULE = {"trl/cispo"}
@@ -153,7 +159,8 @@ def _stated_difference(case, batch):
     _, _, mask, adv = _inputs(batch)
     real = mask > 0
     ours = _ours(case, batch)
-    estimator, old_clamp = CASES[case]["estimator"], META["clamp_end_gradient"] == 1.0
+    estimator = CASES[case]["estimator"]
+    old_clamp = META["clamp_end_gradient"][CASES[case]["framework"]] == 1.0
     if case == "trl/cispo":  # min(w, 1 + ε): below 1 − ε TRL keeps w where ours gives 1 − ε
         w = _w(batch)
         return real & (w.astype(F32) < F32(1 - EPS)), w
@@ -181,8 +188,42 @@ def _stated_difference(case, batch):
             return spoiled, np.zeros_like(ours)
         if case in ("verl/gspo", "skyrl/gspo"):  # clamp(NaN, max=10) passes no gradient
             return spoiled, np.zeros_like(ours)
+        if case == "trl/vespo":  # φ of a NaN sum is NaN, which nan_to_num makes 0
+            return spoiled, np.zeros_like(ours)
         return spoiled, np.full_like(ours, np.nan)
     return np.zeros_like(real), ours
+
+
+def _rtol(case, batch):
+    """The relative tolerance per token: float32 rounding (2e-6), and for VESPO also the
+    rounding of log W carried through φ. φ(W) = exp(λ + k·log W − λ·W) changes by the factor
+    exp((k − λW)·Δ) when log W moves by Δ, and a float32 sum of T clamped logs ℓ_t (TRL sums
+    log(exp(ℓ_t)), ours ℓ_t, each in its own order) is off by at most (T + 2)·eps·(Σ|ℓ_t| + 1):
+    at log W = 3.26 (seq_edge, tokens at ±25 and ±20) |k − λW| is 76 and one ulp of log W
+    moves φ by 1.5e-5."""
+    lp, lq, mask, adv = _inputs(batch)
+    rtol = np.full(lp.shape, 2e-6)
+    if CASES[case]["estimator"] != "vespo":
+        return rtol
+    k_pos, lam_pos, k_neg, lam_neg = _params(case)["gamma"]
+    real, low = mask > 0, math.log(1e-8)
+    logs = np.clip(np.where(real, lp - lq, F32(0.0)).astype(np.float64), low, 20.0)
+    log_w = np.clip(logs.sum(axis=1, keepdims=True), low, 20.0)
+    k, lam = np.where(adv >= 0, k_pos, k_neg), np.where(adv >= 0, lam_pos, lam_neg)
+    sum_error = (
+        (lp.shape[1] + 2) * np.finfo(F32).eps * (np.abs(logs).sum(axis=1, keepdims=True) + 1)
+    )
+    # where the bound passes e^50 it says nothing (W near e^20: φ underflows to 0 in both)
+    return rtol + np.expm1(np.minimum(np.abs(k - lam * np.exp(log_w)) * sum_error, 50.0))
+
+
+def _assert_close(ours, theirs, rtol, where):
+    """|ours − theirs| ≤ rtol·|theirs| on every token given (NaN equal to NaN)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(ours - theirs) <= rtol * np.abs(theirs)) & ~(
+            np.isnan(ours) & np.isnan(theirs)
+        )
+    assert not bad.any(), f"{where}: ours {ours[bad]}, theirs {theirs[bad]}, rtol {rtol[bad]}"
 
 
 def _compared():
@@ -191,7 +232,7 @@ def _compared():
         (case, batch)
         for case in sorted(CASES)
         for batch in BATCHES
-        if batch != "seq_edge" or CASES[case]["estimator"] in ANCHORED
+        if batch != "seq_edge" or CASES[case]["estimator"] in ON_SEQ_EDGE
     ]
 
 
@@ -204,10 +245,11 @@ def test_our_weights_equal_the_frameworks_recorded_weights(case, batch):
     stated, there = _stated_difference(case, batch)
     same = real & ~stated
     where = f"{_source(case)} on the {batch} batch"
+    rtol = _rtol(case, batch)
     np.testing.assert_array_equal(ours[same] > 0, theirs[same] > 0, err_msg=where)
-    np.testing.assert_allclose(ours[same], theirs[same], rtol=2e-6, atol=0, err_msg=where)
+    _assert_close(ours[same], theirs[same], rtol[same], where)
     # the stated difference is there, and only there
-    np.testing.assert_allclose(theirs[stated], there[stated], rtol=2e-6, atol=0, err_msg=where)
+    _assert_close(theirs[stated], there[stated], rtol[stated], where)
     if batch != "seeded" and stated.any():
         differ = ~np.isclose(ours[stated], theirs[stated], rtol=2e-6, atol=0, equal_nan=True)
         assert differ.any(), where
@@ -234,7 +276,9 @@ BEYOND_THE_LOG_CLAMP = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(c for c in CASES if CASES[c]["estimator"] not in ANCHORED))
+@pytest.mark.parametrize(
+    "case", sorted(c for c in CASES if CASES[c]["estimator"] not in ON_SEQ_EDGE)
+)
 def test_the_other_estimators_on_seq_edge_differ_only_beyond_the_log_clamp(case):
     lp, lq, mask, _ = _inputs("seq_edge")
     real = mask > 0
@@ -402,6 +446,7 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
         "dual_clip",
         "dppo_tv",
         "dppo_kl",
+        "vespo",
         *ANCHORED,
     }
 
@@ -463,6 +508,7 @@ def _request(case):
         clip_epsilon=f(p.get("clip_epsilon")),
         reject=p.get("reject"),
         reject_threshold=p.get("reject_threshold"),
+        gamma=None if "gamma" not in p else tuple(Fraction(x) for x in p["gamma"]),
     )
 
 
@@ -500,3 +546,16 @@ def test_each_case_ran_with_the_settings_verify_export_writes(case):
             assert got == pytest.approx(float(value), rel=1e-12), (case, key)
         else:
             assert got == value, (case, key)
+
+
+def test_each_framework_ran_under_the_torch_it_pins():
+    # verl 1dda039b (pyproject.toml's extras, uv.lock), NeMo-RL 7ea279ab and SkyRL a9564572
+    # (pyproject.toml, uv.lock) pin torch 2.11.0 for Linux; TRL f2cd5771 pins none
+    pins = {"verl": "2.11.0", "nemo-rl": "2.11.0", "skyrl": "2.11.0", "trl": None}
+    assert META["pinned_torch"] == pins
+    assert set(META["torch"]) == set(META["clamp_end_gradient"]) == set(TIE_RULES)
+    for framework, pinned in pins.items():
+        if pinned is not None:
+            assert META["torch"][framework].split("+")[0] == pinned, framework
+            # the torch the ties follow: clamp passes the gradient at its ends
+            assert META["clamp_end_gradient"][framework] == 1.0, framework
