@@ -2,13 +2,16 @@
 
 ``tests/data/frameworks/record_outputs.py`` ran verl 1dda039b, TRL f2cd5771, NeMo-RL 7ea279ab
 and SkyRL a9564572 (their own functions, with the trainer's roles for the trainer's and the
-engine's log-probs, the settings ``verify export`` writes) on a seeded batch and an edge batch,
-and stored the inputs, each framework's weight ω per token and the metrics it logged
-(``recorded.npz``, ``recorded.json``; the framework README beside them). Here each of our
+engine's log-probs, the settings ``verify export`` writes) on a seeded batch, an edge batch and
+a batch of the sequence ratio's and the log clamps' edges (``seq_edge``), and stored the
+inputs, each framework's weight ω per token and the metrics it logged (``recorded.npz``,
+``recorded.json``; the framework README beside them). Here each of our
 estimators, under the tie rule of the framework it exports to
 (``correction_weights(..., ties=framework)``), must give the recorded ω on every real token to
 float32 rounding, with the same zeros; and ``evidence.weight_diagnostics`` must give each
-recorded metric of the framework's name. No torch here: only the recorded numbers.
+recorded metric of the framework's name. No torch here: only the recorded numbers. Every case
+is compared on every batch; on ``seq_edge`` verl's and SkyRL's clamp of log w to ±20 decides
+the tokens beyond it, and ours follows it under their rules (``kernels.rl.ties.CLAMPS``).
 
 The differences are the frameworks' and are stated, each exactly where it occurs:
 
@@ -78,8 +81,6 @@ SPOILED_BY_NAN_PADDING = {
 }
 # the estimators of the rollout-anchored losses
 ANCHORED = {"gspo", "cispo", "sapo"}
-# the estimators compared on ``seq_edge`` (VESPO: its clamps of log W)
-ON_SEQ_EDGE = {*ANCHORED, "vespo"}
 # cases whose framework has the loss under another definition, so no tie rule of ours:
 # TRL's cispo caps w at epsilon_high from above only (min(w, 1 + ε), no lower clamp)
 NO_TIE_RULE = {"trl/cispo"}
@@ -227,13 +228,8 @@ def _assert_close(ours, theirs, rtol, where):
 
 
 def _compared():
-    """(case, batch): every case on seeded and edge; the rollout-anchored losses on seq_edge."""
-    return [
-        (case, batch)
-        for case in sorted(CASES)
-        for batch in BATCHES
-        if batch != "seq_edge" or CASES[case]["estimator"] in ON_SEQ_EDGE
-    ]
+    """(case, batch): every case on every batch."""
+    return [(case, batch) for case in sorted(CASES) for batch in BATCHES]
 
 
 @pytest.mark.parametrize(("case", "batch"), _compared())
@@ -255,12 +251,10 @@ def test_our_weights_equal_the_frameworks_recorded_weights(case, batch):
         assert differ.any(), where
 
 
-# the other estimators on seq_edge: verl's and SkyRL's differ from ours at |log w| ≥ 20, and
-# only there. verl's rollout correction and DPPO losses take exp of log w clamped to ±20
-# (ω = e^±20, not w) and its dual clip's gradient through that clamp is 0 (ω = 0); SkyRL's TIS
-# weight is e^±20 too, and its DPPO and dual-clip ratios' gradient through safe_exp_delta's
-# clamp is 0 there (ω = 0 where ours keeps w). Not yet decided (issue 38):
-# whether ours under ties="verl"/"skyrl" must follow, or the bound must cover, these tokens
+# the cases where verl's and SkyRL's clamp of log w to ±20 shows on seq_edge (log w = ±25, and
+# a sequence's sum of −49): their rollout correction and verl's DPPO take w = e^±20 there
+# (``clamp: value``; a sequence's W = e^−20), their dual clip and SkyRL's DPPO get no gradient
+# beyond the clamp, ω = 0 (``clamp: gradient``)
 BEYOND_THE_LOG_CLAMP = {
     "verl/tis",
     "verl/mis",
@@ -268,29 +262,28 @@ BEYOND_THE_LOG_CLAMP = {
     "verl/dppo_tv",
     "verl/dppo_kl",
     "verl/dual_clip",
+    "verl/seq_tis",
     "skyrl/tis",
     "skyrl/mis",
     "skyrl/dppo_tv",
     "skyrl/dppo_kl",
     "skyrl/dual_clip",
+    "skyrl/seq_tis",
 }
 
 
-@pytest.mark.parametrize(
-    "case", sorted(c for c in CASES if CASES[c]["estimator"] not in ON_SEQ_EDGE)
-)
-def test_the_other_estimators_on_seq_edge_differ_only_beyond_the_log_clamp(case):
+@pytest.mark.parametrize("case", sorted(BEYOND_THE_LOG_CLAMP))
+def test_the_frameworks_log_clamp_is_what_makes_the_seq_edge_rows_equal(case):
+    # ours under the framework's rule equals theirs on every token of seq_edge (the test
+    # above); our own rule, which clamps nothing, differs exactly beyond |log w| = 20
     lp, lq, mask, _ = _inputs("seq_edge")
     real = mask > 0
-    ours, theirs = _ours(case, "seq_edge"), _theirs(case, "seq_edge")
-    stated, there = _stated_difference(case, "seq_edge")
-    clamp = real & (np.abs(lp - lq) >= 20) & (case in BEYOND_THE_LOG_CLAMP)
-    same = real & ~stated & ~clamp
-    where = f"{_source(case)} on the seq_edge batch"
-    np.testing.assert_allclose(ours[same], theirs[same], rtol=2e-6, atol=0, err_msg=where)
-    np.testing.assert_allclose(theirs[stated], there[stated], rtol=2e-6, atol=0, err_msg=where)
-    if case in BEYOND_THE_LOG_CLAMP:
-        assert np.any(~np.isclose(ours[clamp], theirs[clamp], rtol=2e-6, atol=0)), where
+    c = CASES[case]
+    assert TIE_RULES[c["framework"]][c["estimator"]].clamp in ("value", "gradient"), case
+    beyond = real & (np.abs(lp - lq) > 20)
+    theirs, unclamped = _theirs(case, "seq_edge"), _ours(case, "seq_edge", ties=None)
+    np.testing.assert_allclose(unclamped[real & ~beyond], theirs[real & ~beyond], rtol=2e-6)
+    assert np.any(~np.isclose(unclamped[beyond], theirs[beyond], rtol=2e-6, atol=0)), case
 
 
 def test_the_frameworks_tie_rule_is_what_makes_the_dual_clip_equal():
@@ -361,6 +354,8 @@ def test_the_seq_edge_batch_holds_every_edge_of_the_sequence_ratio_and_the_log_c
     for a in (1.0, -1.0):
         assert np.any(real & (log_s > 10) & (adv == a)) and np.any(real & (log_s == 10))
     assert {25.0, -25.0, 20.0, -20.0} <= set(lr.tolist())  # beyond the ±20 clamp and on it
+    log_w = np.where(real, lp - lq, F32(0.0)).sum(axis=1)
+    assert np.any(log_w < -40)  # a sequence's sum beyond the clamp of the sum
 
 
 def test_trls_cispo_is_the_cap_at_epsilon_high_not_our_two_sided_clamp():

@@ -340,8 +340,9 @@ def sequence_edge_batch():
     """Rows (T = 8), each with A = 1 and A = −1, for the sequence ratio s = exp(mean log w) and
     the log-ratio clamps: s exactly 1 + ε and 1 − ε in float32 (one token; two equal tokens;
     two tokens x ± 2⁻⁶ whose sum is exactly 2x), mean log w = 12 (beyond verl's and SkyRL's
-    clamp of log s at 10) and exactly 10, and a row with log w = ±25 (beyond the ±20 clamps)
-    and exactly ±20. Padding holds 0.0."""
+    clamp of log s at 10) and exactly 10, a row with log w = −25 and −24 (a sum of −49, beyond
+    the ±20 clamp of a sequence's sum), and a row with log w = ±25 (beyond the ±20 clamps) and
+    exactly ±20. Padding holds 0.0."""
     t = 8
     rows = []
     d = np.float32(2.0**-6)  # x ± d stays in x's binade for both ties: every sum is exact
@@ -354,6 +355,9 @@ def sequence_edge_batch():
                 rows.append(([p for p, _ in pairs], [q for _, q in pairs], a))
         rows.append(([-0.5, -0.25], [-12.5, -12.25], a))  # log w = 12, 12
         rows.append(([-0.5], [-10.5], a))  # log s = 10 exactly
+        # log w = −25, −24: a sum of −49 (below the ±20 clamp of a sequence's sum) of tokens
+        # each beyond the clamp
+        rows.append(([-25.5, -24.75], [-0.5, -0.75], a))
         lrs = (25.0, -25.0, 20.0, -20.0)
         rows.append(([-0.5, -25.5, -0.5, -20.5, -0.3], [-25.5, -0.5, -20.5, -0.5, -0.4], a))
         exact = zip(rows[-1][0][:4], rows[-1][1][:4], lrs, strict=True)
