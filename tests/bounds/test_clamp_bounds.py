@@ -151,3 +151,26 @@ def test_every_clamped_rule_is_drawn_or_named():
         "verl",
         "skyrl",
     }
+
+
+# exported clamped pairs whose weights the clamp cannot raise, or that have their own guard:
+# the dual clip (its lost weight is a dropped token's), kl_reject (exported only with options
+# inside the clamp, which drop every token beyond it: verify.pipeline.export.verl); and the
+# sequence sums of seq_tis and seq_mask, which a per-token bound on |log w| does not keep
+# inside ±20 (not covered yet)
+NO_TOKEN_PROOF = {"dual_clip", "kl_reject", "seq_tis", "seq_mask"}
+
+
+@pytest.mark.parametrize("framework", ["verl", "skyrl"])
+def test_an_export_whose_clamped_weight_can_move_needs_the_log_ratio_inside_the_clamp(framework):
+    from kernel_contracts.verify.pipeline.export import FRAMEWORKS
+
+    needs = {
+        name
+        for name, rule in TIE_RULES[framework].items()
+        if rule.exported and rule.clamp is not None and name not in NO_TOKEN_PROOF
+    }
+    assert needs, framework
+    clamp = FRAMEWORKS[framework].ratio_clamp
+    assert {n: clamp.get(n) for n in needs} == dict.fromkeys(needs, LOG_RATIO_CLAMP)
+    assert not set(clamp) & {"dual_clip"}
