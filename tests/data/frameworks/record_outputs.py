@@ -1192,9 +1192,9 @@ def main(argv=None):
         parts = {f: os.path.join(tmp, f) for f in FRAMEWORKS}
         for f in FRAMEWORKS:
             command = [pythons.get(f, sys.executable), __file__, "--only", f, "--part", parts[f]]
-            subprocess.run(
-                [*command, f"--{f}", str(pathlib.Path(sources[f]).resolve())], check=True
-            )
+            done = subprocess.run([*command, f"--{f}", str(pathlib.Path(sources[f]).resolve())])
+            if done.returncode:
+                raise SystemExit(f"recording {f} failed (exit {done.returncode}); nothing written")
         merge(parts)
 
 
