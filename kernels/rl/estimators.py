@@ -75,7 +75,10 @@ Ties. ``ties=None`` decides a token on a threshold by the rule above (``kernels.
 ``ties="verl"`` (or ``"trl"``, ``"nemo-rl"``, ``"skyrl"``) by that framework's code
 (``kernels.rl.ties.TIE_RULES``): the statistic it compares (the rounded ratio, the log-ratio,
 or −log w against log(1/hi) for verl's ``tis_mask``), and for the dual-clip losses the gradient
-PyTorch gives at −A·w = −A·c (w/2). An estimator the framework does not have is refused.
+PyTorch gives at −A·w = −A·c (w/2); and verl's and SkyRL's clamp of log w to ±20 before exp
+(``TieRule.clamp``): w = exp of the clamped log w in their corrections (a sequence's sum
+clamped), ω = 0 beyond the clamp in the losses whose ratio goes through it. An estimator the
+framework does not have is refused.
 
 The rules are written once, for any array namespace, in ``kernels.rl.weight_rules``
 (``numpy_weights`` there computes them without JAX). Products over a sequence are sums of

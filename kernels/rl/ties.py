@@ -32,7 +32,9 @@ from types import MappingProxyType
 
 __all__ = [
     "AT_TIE",
+    "CLAMPS",
     "FRAMEWORKS",
+    "LOG_RATIO_CLAMP",
     "OURS",
     "SPACES",
     "TIE_RULES",
@@ -65,6 +67,18 @@ AT_TIE: Mapping[str, str] = MappingProxyType(
     }
 )
 
+# verl's and SkyRL's bound on |log w| before exp (verl ``SAFETY_BOUND``, SkyRL ``safe_exp_delta``)
+LOG_RATIO_CLAMP = 20.0
+# how a framework's clamp of log w to [−20, 20] enters the weight, each with one line of meaning
+CLAMPS: Mapping[str, str] = MappingProxyType(
+    {
+        "value": "w = exp(log w clamped to ±20) (a sequence's sum of log w, clamped) wherever "
+        "the rule reads w; the masks on probabilities read the unclamped ones",
+        "gradient": "the loss takes exp of the clamped log w, whose gradient is 0 beyond ±20: "
+        "ω = 0 where |log w| > 20 (torch 2.11 passes the gradient at ±20 exactly)",
+    }
+)
+
 VERL = "verl@1dda039b"
 TRL = "trl@f2cd5771 trl/trainer/grpo_trainer.py"
 NEMO = "nemo-rl@7ea279ab nemo_rl/algorithms/loss/loss_functions.py"
@@ -77,14 +91,16 @@ SKYRL_LOSS = SKYRL + " skyrl/backends/skyrl_train/utils/ppo_utils.py"
 class TieRule:
     """One framework's test for one estimator: what it compares (``space``, a key of
     ``SPACES``), the test as its code writes it (``test``), what a tied token gets (``at_tie``,
-    a key of ``AT_TIE``), whether ``verify export`` writes settings for the pair, and where the
-    code lies (``source``)."""
+    a key of ``AT_TIE``), whether ``verify export`` writes settings for the pair, where the
+    code lies (``source``), and how the framework's clamp of log w to ±``LOG_RATIO_CLAMP``
+    enters the weight (``clamp``, a key of ``CLAMPS``, or None for no clamp)."""
 
     space: str
     test: str
     at_tie: str = "keep"
     exported: bool = True
     source: str = ""
+    clamp: str | None = None
 
 
 _TIS = TieRule("value", "clamp(w, max=c)")
@@ -128,38 +144,67 @@ def _at(source: str, rules: dict[str, TieRule]) -> Mapping[str, TieRule]:
     )
 
 
+def _clamping(
+    rules: dict[str, TieRule], value: tuple[str, ...], gradient: tuple[str, ...]
+) -> dict[str, TieRule]:
+    """``rules`` with the clamp of log w: ``value`` read the clamped w, ``gradient`` get none
+    of the gradient beyond the clamp (``CLAMPS``)."""
+    out = dict(rules)
+    for names, how in ((value, "value"), (gradient, "gradient")):
+        out |= {n: dataclasses.replace(out[n], clamp=how) for n in names}
+    return out
+
+
 TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
     {
         "verl": _at(
             VERL + " verl/trainer/ppo/rollout_corr_helper.py",
-            {
-                "tis": _TIS,
-                "mis": TieRule("ratio", "keeps 1e−9 ≤ w ≤ c"),
-                "icepop": _ICEPOP,
-                "seq_tis": _SEQ_TIS,
-                "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
-                "tis_mask": TieRule("k1", "keeps log(1/hi) ≤ −log w ≤ log(1/lo)"),
-                "tis_norm": TieRule("value", "clamp(w, max=c)/batch mean"),
-                "kl_reject": TieRule("log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ of log w in ±20"),
-                "dual_clip": dataclasses.replace(_DUAL, exported=True, source=VERL_LOSS),
-                "dppo_tv": TieRule(
-                    "prob",
-                    "keeps π − π' ≤ δ (A > 0), π − π' ≥ −δ (A ≤ 0)",
-                    exported=False,
-                    source=VERL_LOSS,
+            _clamping(
+                {
+                    "tis": _TIS,
+                    "mis": TieRule("ratio", "keeps 1e−9 ≤ w ≤ c"),
+                    "icepop": _ICEPOP,
+                    "seq_tis": _SEQ_TIS,
+                    "seq_mask": TieRule("ratio", "keeps lo ≤ W ≤ hi"),
+                    "tis_mask": TieRule("k1", "keeps log(1/hi) ≤ −log w ≤ log(1/lo)"),
+                    "tis_norm": TieRule("value", "clamp(w, max=c)/batch mean"),
+                    "kl_reject": TieRule(
+                        "log", "keeps log a ≤ k1 ≤ log b, k2, k3 ≤ τ of log w in ±20"
+                    ),
+                    "dual_clip": dataclasses.replace(_DUAL, exported=True, source=VERL_LOSS),
+                    "dppo_tv": TieRule(
+                        "prob",
+                        "keeps π − π' ≤ δ (A > 0), π − π' ≥ −δ (A ≤ 0)",
+                        exported=False,
+                        source=VERL_LOSS,
+                    ),
+                    "dppo_kl": TieRule(
+                        "prob",
+                        "keeps binary KL ≤ δ or π moving against A",
+                        exported=False,
+                        source=VERL_LOSS,
+                    ),
+                    "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
+                    "cispo": dataclasses.replace(_CISPO_20, source=VERL_LOSS),
+                    "sapo": dataclasses.replace(_SAPO_CLAMPED, source=VERL_LOSS),
+                    "clip_cov": dataclasses.replace(_CLIP_COV, source=VERL_LOSS),
+                    "kl_cov": dataclasses.replace(_KL_COV, source=VERL_LOSS),
+                },
+                value=(
+                    "tis",
+                    "mis",
+                    "icepop",
+                    "seq_tis",
+                    "seq_mask",
+                    "tis_mask",
+                    "tis_norm",
+                    "kl_reject",
+                    "dppo_tv",
+                    "dppo_kl",
+                    "cispo",
                 ),
-                "dppo_kl": TieRule(
-                    "prob",
-                    "keeps binary KL ≤ δ or π moving against A",
-                    exported=False,
-                    source=VERL_LOSS,
-                ),
-                "gspo": dataclasses.replace(_GSPO_10, source=VERL_LOSS),
-                "cispo": dataclasses.replace(_CISPO_20, source=VERL_LOSS),
-                "sapo": dataclasses.replace(_SAPO_CLAMPED, source=VERL_LOSS),
-                "clip_cov": dataclasses.replace(_CLIP_COV, source=VERL_LOSS),
-                "kl_cov": dataclasses.replace(_KL_COV, source=VERL_LOSS),
-            },
+                gradient=("dual_clip", "sapo"),
+            ),
         ),
         "trl": _at(
             TRL,
@@ -192,23 +237,36 @@ TIE_RULES: Mapping[str, Mapping[str, TieRule]] = MappingProxyType(
         ),
         "skyrl": _at(
             SKYRL + " skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
-            {
-                "tis": _TIS,
-                "mis": TieRule("ratio", "keeps 0 ≤ w ≤ c"),
-                "icepop": _ICEPOP,
-                "seq_tis": _SEQ_TIS,
-                "seq_mask": TieRule("ratio", "drops W > hi or W < lo"),
-                "seq_outlier": TieRule("ratio", "drops a sequence with a w > hi or w < lo"),
-                "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
-                "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
-                "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
-                "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
-                "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
-                "cispo": dataclasses.replace(_CISPO_20, exported=True, source=SKYRL_LOSS),
-                "sapo": dataclasses.replace(_SAPO_CLAMPED, source=SKYRL_LOSS),
-                "clip_cov": dataclasses.replace(_CLIP_COV, source=SKYRL_LOSS),
-                "kl_cov": dataclasses.replace(_KL_COV, source=SKYRL_LOSS),
-            },
+            _clamping(
+                {
+                    "tis": _TIS,
+                    "mis": TieRule("ratio", "keeps 0 ≤ w ≤ c"),
+                    "icepop": _ICEPOP,
+                    "seq_tis": _SEQ_TIS,
+                    "seq_mask": TieRule("ratio", "drops W > hi or W < lo"),
+                    "seq_outlier": TieRule("ratio", "drops a sequence with a w > hi or w < lo"),
+                    "tis_mask": TieRule("ratio", "keeps lo ≤ w ≤ hi"),
+                    "dual_clip": dataclasses.replace(_DUAL, source=SKYRL_LOSS),
+                    "dppo_tv": dataclasses.replace(_DPPO_TV, exported=True, source=SKYRL_LOSS),
+                    "dppo_kl": dataclasses.replace(_DPPO_KL, exported=True, source=SKYRL_LOSS),
+                    "gspo": dataclasses.replace(_GSPO_10, source=SKYRL_LOSS),
+                    "cispo": dataclasses.replace(_CISPO_20, exported=True, source=SKYRL_LOSS),
+                    "sapo": dataclasses.replace(_SAPO_CLAMPED, source=SKYRL_LOSS),
+                    "clip_cov": dataclasses.replace(_CLIP_COV, source=SKYRL_LOSS),
+                    "kl_cov": dataclasses.replace(_KL_COV, source=SKYRL_LOSS),
+                },
+                value=(
+                    "tis",
+                    "mis",
+                    "icepop",
+                    "seq_tis",
+                    "seq_mask",
+                    "seq_outlier",
+                    "tis_mask",
+                    "cispo",
+                ),
+                gradient=("dual_clip", "dppo_tv", "dppo_kl", "sapo"),
+            ),
         ),
     }
 )
@@ -272,6 +330,10 @@ def _cell(rule: TieRule | None, ours: bool = False) -> str:
         rule.at_tie, "tie kept"
     )
     cell = f"{rule.test}; {tie}" if rule.space != "value" else f"{rule.test}; no tie"
+    if rule.clamp == "value":
+        cell += "; w of log w clamped to ±20"
+    elif rule.clamp == "gradient":
+        cell += "; ω = 0 where |log w| > 20"
     return cell if rule.exported or ours else f"{cell} (not exported)"
 
 

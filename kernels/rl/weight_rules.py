@@ -24,7 +24,7 @@ from kernel_contracts.contracts.rejection import Criterion, RejectionError, pars
 from kernel_contracts.kernels.rl.cov import clip_cov_weights, cov_scores, kl_cov_weights
 from kernel_contracts.kernels.rl.gspo import LOG_CLAMP, gspo_weights
 from kernel_contracts.kernels.rl.sapo import sapo_gate_weight
-from kernel_contracts.kernels.rl.ties import tie_rule
+from kernel_contracts.kernels.rl.ties import LOG_RATIO_CLAMP, tie_rule
 from kernel_contracts.kernels.rl.vespo import vespo_weights
 
 __all__ = ["ESTIMATOR_NAMES", "PARAMS", "check_params", "numpy_weights", "weights"]
@@ -113,6 +113,18 @@ def check_params(name: str, params: Mapping[str, object]) -> dict[str, object]:
             raise ValueError(f"estimator {name!r}: {key} must be {allowed}, got {v!r}")
         out[key] = v
     return out
+
+
+# the estimators whose framework clamps a sequence's sum of log w, not each token's
+_SEQUENCE_CLAMPED = frozenset({"seq_is", "seq_tis", "seq_mask"})
+
+
+def _sequence_log(xp, lr: Float[ArrayLike, "batch time"], clamp: str | None) -> ArrayLike:
+    """Each row's sum of log w (padding holds 0), clamped to ±20 where the framework does."""
+    log_seq = xp.sum(lr, axis=1, keepdims=True)
+    if clamp == "value":
+        log_seq = xp.clip(log_seq, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return log_seq
 
 
 def _capped_exp(xp, log_value, cap: float) -> ArrayLike:
@@ -234,7 +246,8 @@ def weights(
     ``numpy``.
     """
     p = check_params(name, params)
-    space = tie_rule(ties, name).space
+    rule = tie_rule(ties, name)
+    space = rule.space
     log_ratio = xp.asarray(log_ratio)
     if not xp.issubdtype(log_ratio.dtype, xp.floating) or log_ratio.dtype.itemsize < 4:
         log_ratio = log_ratio.astype(xp.float32)  # 16-bit log-probs get float32 weights
@@ -245,7 +258,11 @@ def weights(
     if mask.shape != log_ratio.shape:
         raise ValueError(f"mask shape {mask.shape} differs from log_ratio shape {log_ratio.shape}")
     valid = mask > 0
-    lr = xp.where(valid, log_ratio, xp.zeros((), dtype))
+    lr = raw = xp.where(valid, log_ratio, xp.zeros((), dtype))
+    # the framework's clamp of log w (kernels.rl.ties.CLAMPS): a token's log w here, a
+    # sequence's sum in the sequence rules below; the DPPO masks read the unclamped ``raw``
+    if rule.clamp == "value" and name not in _SEQUENCE_CLAMPED:
+        lr = xp.clip(raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     w = _saturating_exp(xp, lr)
 
     if name == "plain":
@@ -265,7 +282,7 @@ def weights(
         if space == "loss":
             omega = _dual_clip_autograd(xp, w, adv, eps, p["cap"])
     elif name in ("dppo_tv", "dppo_kl"):
-        omega = xp.where(_dppo_dropped(xp, name, p["threshold"], lr, advantages, logp_inf), 0.0, w)
+        omega = xp.where(_dppo_dropped(xp, name, p["threshold"], raw, advantages, logp_inf), 0.0, w)
     elif name == "tis_mask":
         lo, hi = p["band"]
         if space == "k1":  # verl: token TIS with the token_k1 rejection "1/hi_1/lo"
@@ -280,7 +297,7 @@ def weights(
         omega = xp.where(keep, _capped_exp(xp, lr, p["cap"]), 0.0)
     elif name == "seq_mask":
         lo, hi = p["band"]
-        log_seq = xp.sum(lr, axis=1, keepdims=True)
+        log_seq = _sequence_log(xp, lr, rule.clamp)
         if space == "ratio":
             big_w = _saturating_exp(xp, log_seq)
             keep, kept = (big_w >= lo) & (big_w <= hi), big_w
@@ -308,16 +325,13 @@ def weights(
         omega = xp.where((w >= lo) & (w <= hi), w, 0.0)
     elif name in ("tis_clip", "cispo"):
         lo, hi = p["band"]
-        clamped = xp.clip(lr, -20.0, 20.0) if name == "cispo" and ties in ("verl", "skyrl") else lr
-        omega = xp.maximum(_capped_exp(xp, clamped, hi), lo)
+        omega = xp.maximum(_capped_exp(xp, lr, hi), lo)
     elif name == "tis_norm":
         capped = xp.where(valid, _capped_exp(xp, lr, p["cap"]), 0.0)
         mean = xp.sum(capped) / xp.maximum(xp.sum(valid), 1).astype(dtype)
         omega = xp.where(mean > 1e-8, capped / xp.maximum(mean, 1e-8), capped)
     elif name == "sapo":
         omega = sapo_gate_weight(xp, w, _advantages(xp, advantages, lr), *p["temperatures"])
-        if ties in ("verl", "skyrl"):  # exp of the log-ratio clamped to ±20: no gradient beyond
-            omega = xp.where(xp.abs(lr) > 20.0, 0.0, omega)
     elif name == "vespo":
         omega = vespo_weights(xp, lr, valid, _advantages(xp, advantages, lr), p["gamma"])
     elif name in ("clip_cov", "kl_cov"):
@@ -344,7 +358,7 @@ def weights(
         adv = _advantages(xp, advantages, lr)
         omega = gspo_weights(xp, lr, valid, adv, p["clip_epsilon"], LOG_CLAMP.get(ties or ""))
     elif name in ("seq_is", "seq_tis"):
-        log_seq = xp.sum(lr, axis=1, keepdims=True)
+        log_seq = _sequence_log(xp, lr, rule.clamp)
         if name == "seq_is":
             omega = xp.broadcast_to(_saturating_exp(xp, log_seq), lr.shape)
         else:
@@ -370,6 +384,8 @@ def weights(
             raise ValueError(f"divergence shape {div.shape} differs from {lr.shape}")
         omega = xp.where(div > p["threshold"], 0.0, w)
 
+    if rule.clamp == "gradient":  # the loss's ratio is exp of the clamped log w
+        omega = xp.where(xp.abs(raw) > LOG_RATIO_CLAMP, 0.0, omega)
     return xp.where(valid, omega, 0.0).astype(dtype)
 
 

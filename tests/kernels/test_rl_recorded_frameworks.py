@@ -2,38 +2,43 @@
 
 ``tests/data/frameworks/record_outputs.py`` ran verl 1dda039b, TRL f2cd5771, NeMo-RL 7ea279ab
 and SkyRL a9564572 (their own functions, with the trainer's roles for the trainer's and the
-engine's log-probs, the settings ``verify export`` writes) on a seeded batch and an edge batch,
-and stored the inputs, each framework's weight ω per token and the metrics it logged
-(``recorded.npz``, ``recorded.json``; the framework README beside them). Here each of our
+engine's log-probs, the settings ``verify export`` writes) on a seeded batch, an edge batch and
+a batch of the sequence ratio's and the log clamps' edges (``seq_edge``), and stored the
+inputs, each framework's weight ω per token and the metrics it logged (``recorded.npz``,
+``recorded.json``; the framework README beside them). Here each of our
 estimators, under the tie rule of the framework it exports to
 (``correction_weights(..., ties=framework)``), must give the recorded ω on every real token to
 float32 rounding, with the same zeros; and ``evidence.weight_diagnostics`` must give each
-recorded metric of the framework's name. No torch here: only the recorded numbers.
+recorded metric of the framework's name. No torch here: only the recorded numbers. Every case
+is compared on every batch; on ``seq_edge`` verl's and SkyRL's clamp of log w to ±20 decides
+the tokens beyond it, and ours follows it under their rules (``kernels.rl.ties.CLAMPS``).
 
 The differences are the frameworks' and are stated, each exactly where it occurs:
 
-- Dual clip at w = 1 ± ε exactly (float32), and likewise GSPO at s = 1 ± ε, verl's and SkyRL's
-  GSPO at log s = 10 and their SAPO at |log r| = 20 (the ends of their clamps). The recording
-  ran torch 2.14.1, whose ``clamp`` gives its ends the gradient 0 (``clamp_end_gradient`` in
-  the JSON), so the tied PPO sides split to w/2 (s/2), and a token on a log clamp's end gets
-  0. The frameworks pin torch 2.9.1 (verl) and 2.11.0 (NeMo-RL, SkyRL), whose ``clamp`` passes
-  the gradient at both ends (ω = w), the rule ours follows (``kernels.rl.ties``). Re-recorded
-  with such a torch, the two agree there too.
+- Each framework ran under the torch it pins at its commit (``torch`` and ``pinned_torch`` in
+  the JSON): verl, NeMo-RL and SkyRL under 2.11.0, whose ``clamp`` passes the gradient at
+  both ends (``clamp_end_gradient`` 1), so their dual clip at w = 1 ± ε, GSPO at s = 1 ± ε,
+  GSPO at log s = 10 and SAPO at |log r| = 20 equal ours (ω = w, s) with nothing stated. TRL
+  pins no torch and ran under 2.14.1, whose ``clamp`` gives its ends the gradient 0: its GSPO
+  at s = 1 ± ε exactly splits the tied PPO sides to s/2, where ours keeps s (the rule of the
+  torch versions that pass the gradient, ``kernels.rl.ties``).
 - NaN on padding. TRL's sequence modes and off-policy mask and SkyRL's sequence TIS and
   product mask multiply the padding's log-probs by the mask before summing a row, and
   NaN · 0 = NaN: a NaN-padded row gets NaN weights (TRL's opsm: a NaN mean, so the row is
   dropped where A < 0). Ours ignores what padding holds. The frameworks need finite padding,
   which their own trainers give (0.0 from the engines). GSPO's sequence mean is NaN too (0 in
   verl and SkyRL, whose clamp of log s passes no gradient at NaN).
+- NaN padding also makes TRL's VESPO weight of the row 0 (φ of a NaN sum, ``nan_to_num``).
 - TRL's CISPO caps w at ``epsilon_high`` from above only: our ``tis`` at that cap, not our
   ``cispo`` (which clamps from below too), so it has no tie rule and no export.
 
 The rollout-anchored losses (``gspo``, ``cispo``, ``sapo``, ``clip_cov``, ``kl_cov``) were
-recorded with the old log-probs set to the engine's (r = w), and are also compared on the
-``seq_edge`` batch. Clip-Cov's tokens are drawn at random: ``clip_cov@all`` (share 1) drops
-every candidate, a determined weight compared as the others; ``clip_cov@draw`` (share 0.02,
-torch seeded) is compared on what the draw leaves determined (``DRAWN``). Clip-Cov's PPO side
-has the dual clip's torch-2.14.1 ties at w = 1 ± ε. SkyRL's Clip-Cov ran on zeroed padding (its
+recorded with the old log-probs set to the engine's (r = w). Every case is compared on every
+batch; so is TRL's VESPO (its IS block and loss at a batch's first step, with the settings the
+export writes), within the float32 rounding of log W carried through φ (``_rtol``). Clip-Cov's
+tokens are drawn at random: ``clip_cov@all`` (share 1) drops every candidate, a determined
+weight compared as the others; ``clip_cov@draw`` (share 0.02, torch seeded) is compared on what
+the draw leaves determined (``DRAWN``). SkyRL's Clip-Cov ran on zeroed padding (its
 ``masked_mean`` turns NaN padding into NaN covariances, so nothing would be drawn).
 """
 
@@ -76,8 +81,9 @@ SPOILED_BY_NAN_PADDING = {
     "trl/opsm",
     "skyrl/seq_tis",
     "skyrl/seq_mask",
+    "trl/vespo",
 }
-# the estimators of the rollout-anchored losses, the only ones compared on ``seq_edge``
+# the estimators of the rollout-anchored losses
 ANCHORED = {"gspo", "cispo", "sapo", "clip_cov", "kl_cov"}
 # Clip-Cov cases whose share draws fewer tokens than it has candidates: the framework's draw is
 # random (seeded), so only what it determines is compared (test_clip_covs_random_draw_...)
@@ -168,7 +174,8 @@ def _stated_difference(case, batch):
     _, _, mask, adv = _inputs(batch)
     real = mask > 0
     ours = _ours(case, batch)
-    estimator, old_clamp = CASES[case]["estimator"], META["clamp_end_gradient"] == 1.0
+    estimator = CASES[case]["estimator"]
+    old_clamp = META["clamp_end_gradient"][CASES[case]["framework"]] == 1.0
     if case == "trl/cispo":  # min(w, 1 + ε): below 1 − ε TRL keeps w where ours gives 1 − ε
         w = _w(batch)
         return real & (w.astype(F32) < F32(1 - EPS)), w
@@ -194,18 +201,47 @@ def _stated_difference(case, batch):
             return spoiled, np.zeros_like(ours)
         if case in ("verl/gspo", "skyrl/gspo"):  # clamp(NaN, max=10) passes no gradient
             return spoiled, np.zeros_like(ours)
+        if case == "trl/vespo":  # φ of a NaN sum is NaN, which nan_to_num makes 0
+            return spoiled, np.zeros_like(ours)
         return spoiled, np.full_like(ours, np.nan)
     return np.zeros_like(real), ours
 
 
+def _rtol(case, batch):
+    """The relative tolerance per token: float32 rounding (2e-6), and for VESPO also the
+    rounding of log W carried through φ. φ(W) = exp(λ + k·log W − λ·W) changes by the factor
+    exp((k − λW)·Δ) when log W moves by Δ, and a float32 sum of T clamped logs ℓ_t (TRL sums
+    log(exp(ℓ_t)), ours ℓ_t, each in its own order) is off by at most (T + 2)·eps·(Σ|ℓ_t| + 1):
+    at log W = 3.26 (seq_edge, tokens at ±25 and ±20) |k − λW| is 76 and one ulp of log W
+    moves φ by 1.5e-5."""
+    lp, lq, mask, adv = _inputs(batch)
+    rtol = np.full(lp.shape, 2e-6)
+    if CASES[case]["estimator"] != "vespo":
+        return rtol
+    k_pos, lam_pos, k_neg, lam_neg = _params(case)["gamma"]
+    real, low = mask > 0, math.log(1e-8)
+    logs = np.clip(np.where(real, lp - lq, F32(0.0)).astype(np.float64), low, 20.0)
+    log_w = np.clip(logs.sum(axis=1, keepdims=True), low, 20.0)
+    k, lam = np.where(adv >= 0, k_pos, k_neg), np.where(adv >= 0, lam_pos, lam_neg)
+    sum_error = (
+        (lp.shape[1] + 2) * np.finfo(F32).eps * (np.abs(logs).sum(axis=1, keepdims=True) + 1)
+    )
+    # where the bound passes e^50 it says nothing (W near e^20: φ underflows to 0 in both)
+    return rtol + np.expm1(np.minimum(np.abs(k - lam * np.exp(log_w)) * sum_error, 50.0))
+
+
+def _assert_close(ours, theirs, rtol, where):
+    """|ours − theirs| ≤ rtol·|theirs| on every token given (NaN equal to NaN)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(ours - theirs) <= rtol * np.abs(theirs)) & ~(
+            np.isnan(ours) & np.isnan(theirs)
+        )
+    assert not bad.any(), f"{where}: ours {ours[bad]}, theirs {theirs[bad]}, rtol {rtol[bad]}"
+
+
 def _compared():
-    """(case, batch): every case on seeded and edge; the rollout-anchored losses on seq_edge."""
-    return [
-        (case, batch)
-        for case in sorted(CASES)
-        for batch in BATCHES
-        if (batch != "seq_edge" or CASES[case]["estimator"] in ANCHORED) and case not in DRAWN
-    ]
+    """(case, batch): every case on every batch, but for Clip-Cov's random draws."""
+    return [(case, batch) for case in sorted(CASES) for batch in BATCHES if case not in DRAWN]
 
 
 @pytest.mark.parametrize(("case", "batch"), _compared())
@@ -217,10 +253,11 @@ def test_our_weights_equal_the_frameworks_recorded_weights(case, batch):
     stated, there = _stated_difference(case, batch)
     same = real & ~stated
     where = f"{_source(case)} on the {batch} batch"
+    rtol = _rtol(case, batch)
     np.testing.assert_array_equal(ours[same] > 0, theirs[same] > 0, err_msg=where)
-    np.testing.assert_allclose(ours[same], theirs[same], rtol=2e-6, atol=0, err_msg=where)
+    _assert_close(ours[same], theirs[same], rtol[same], where)
     # the stated difference is there, and only there
-    np.testing.assert_allclose(theirs[stated], there[stated], rtol=2e-6, atol=0, err_msg=where)
+    _assert_close(theirs[stated], there[stated], rtol[stated], where)
     if batch != "seeded" and stated.any():
         differ = ~np.isclose(ours[stated], theirs[stated], rtol=2e-6, atol=0, equal_nan=True)
         assert differ.any(), where
@@ -240,7 +277,7 @@ def test_clip_covs_random_draw_agrees_with_ours_on_what_it_determines(case, batc
         np.asarray(correction_weights("clip_cov", lp - lq, mask, adv, params=p | q, **kw))
         for q in ({"cov_band": (1e30, 2e30)}, {"cov_fraction": 1.0})  # none drawn, all drawn
     )
-    if META["clamp_end_gradient"] != 1.0:  # torch 2.14.1 at w = 1 ± ε (module docstring)
+    if META["clamp_end_gradient"][ties] != 1.0:  # torch 2.14.1 at w = 1 ± ε (module docstring)
         ppo = np.where(_at_clip_end(batch), ppo / 2, ppo)
     candidate = real & (every == 0) & (ppo > 0)
     ours, theirs = _ours(case, batch), _theirs(case, batch)
@@ -256,12 +293,10 @@ def test_clip_covs_random_draw_agrees_with_ours_on_what_it_determines(case, batc
         assert candidate.sum() > drawn > 0, where
 
 
-# the other estimators on seq_edge: verl's and SkyRL's differ from ours at |log w| ≥ 20, and
-# only there. verl's rollout correction and DPPO losses take exp of log w clamped to ±20
-# (ω = e^±20, not w) and its dual clip's gradient through that clamp is 0 (ω = 0); SkyRL's TIS
-# weight is e^±20 too, and its DPPO and dual-clip ratios' gradient through safe_exp_delta's
-# clamp is 0 there (ω = 0 where ours keeps w). Not yet decided (issue 38):
-# whether ours under ties="verl"/"skyrl" must follow, or the bound must cover, these tokens
+# the cases where verl's and SkyRL's clamp of log w to ±20 shows on seq_edge (log w = ±25, and
+# a sequence's sum of −49): their rollout correction and verl's DPPO take w = e^±20 there
+# (``clamp: value``; a sequence's W = e^−20), their dual clip and SkyRL's DPPO get no gradient
+# beyond the clamp, ω = 0 (``clamp: gradient``)
 BEYOND_THE_LOG_CLAMP = {
     "verl/tis",
     "verl/mis",
@@ -269,27 +304,28 @@ BEYOND_THE_LOG_CLAMP = {
     "verl/dppo_tv",
     "verl/dppo_kl",
     "verl/dual_clip",
+    "verl/seq_tis",
     "skyrl/tis",
     "skyrl/mis",
     "skyrl/dppo_tv",
     "skyrl/dppo_kl",
     "skyrl/dual_clip",
+    "skyrl/seq_tis",
 }
 
 
-@pytest.mark.parametrize("case", sorted(c for c in CASES if CASES[c]["estimator"] not in ANCHORED))
-def test_the_other_estimators_on_seq_edge_differ_only_beyond_the_log_clamp(case):
+@pytest.mark.parametrize("case", sorted(BEYOND_THE_LOG_CLAMP))
+def test_the_frameworks_log_clamp_is_what_makes_the_seq_edge_rows_equal(case):
+    # ours under the framework's rule equals theirs on every token of seq_edge (the test
+    # above); our own rule, which clamps nothing, differs exactly beyond |log w| = 20
     lp, lq, mask, _ = _inputs("seq_edge")
     real = mask > 0
-    ours, theirs = _ours(case, "seq_edge"), _theirs(case, "seq_edge")
-    stated, there = _stated_difference(case, "seq_edge")
-    clamp = real & (np.abs(lp - lq) >= 20) & (case in BEYOND_THE_LOG_CLAMP)
-    same = real & ~stated & ~clamp
-    where = f"{_source(case)} on the seq_edge batch"
-    np.testing.assert_allclose(ours[same], theirs[same], rtol=2e-6, atol=0, err_msg=where)
-    np.testing.assert_allclose(theirs[stated], there[stated], rtol=2e-6, atol=0, err_msg=where)
-    if case in BEYOND_THE_LOG_CLAMP:
-        assert np.any(~np.isclose(ours[clamp], theirs[clamp], rtol=2e-6, atol=0)), where
+    c = CASES[case]
+    assert TIE_RULES[c["framework"]][c["estimator"]].clamp in ("value", "gradient"), case
+    beyond = real & (np.abs(lp - lq) > 20)
+    theirs, unclamped = _theirs(case, "seq_edge"), _ours(case, "seq_edge", ties=None)
+    np.testing.assert_allclose(unclamped[real & ~beyond], theirs[real & ~beyond], rtol=2e-6)
+    assert np.any(~np.isclose(unclamped[beyond], theirs[beyond], rtol=2e-6, atol=0)), case
 
 
 def test_the_frameworks_tie_rule_is_what_makes_the_dual_clip_equal():
@@ -360,6 +396,8 @@ def test_the_seq_edge_batch_holds_every_edge_of_the_sequence_ratio_and_the_log_c
     for a in (1.0, -1.0):
         assert np.any(real & (log_s > 10) & (adv == a)) and np.any(real & (log_s == 10))
     assert {25.0, -25.0, 20.0, -20.0} <= set(lr.tolist())  # beyond the ±20 clamp and on it
+    log_w = np.where(real, lp - lq, F32(0.0)).sum(axis=1)
+    assert np.any(log_w < -40)  # a sequence's sum beyond the clamp of the sum
 
 
 def test_trls_cispo_is_the_cap_at_epsilon_high_not_our_two_sided_clamp():
@@ -445,6 +483,7 @@ def test_our_framework_metrics_equal_the_frameworks_logged_metrics(batch):
         "dual_clip",
         "dppo_tv",
         "dppo_kl",
+        "vespo",
         *ANCHORED,
     }
 
@@ -513,6 +552,7 @@ def _request(case):
         clip_epsilon=f(p.get("clip_epsilon")),
         reject=p.get("reject"),
         reject_threshold=p.get("reject_threshold"),
+        gamma=None if "gamma" not in p else tuple(Fraction(x) for x in p["gamma"]),
     )
 
 
@@ -550,3 +590,16 @@ def test_each_case_ran_with_the_settings_verify_export_writes(case):
             assert got == pytest.approx(float(value), rel=1e-12), (case, key)
         else:
             assert got == value, (case, key)
+
+
+def test_each_framework_ran_under_the_torch_it_pins():
+    # verl 1dda039b (pyproject.toml's extras, uv.lock), NeMo-RL 7ea279ab and SkyRL a9564572
+    # (pyproject.toml, uv.lock) pin torch 2.11.0 for Linux; TRL f2cd5771 pins none
+    pins = {"verl": "2.11.0", "nemo-rl": "2.11.0", "skyrl": "2.11.0", "trl": None}
+    assert META["pinned_torch"] == pins
+    assert set(META["torch"]) == set(META["clamp_end_gradient"]) == set(TIE_RULES)
+    for framework, pinned in pins.items():
+        if pinned is not None:
+            assert META["torch"][framework].split("+")[0] == pinned, framework
+            # the torch the ties follow: clamp passes the gradient at its ends
+            assert META["clamp_end_gradient"][framework] == 1.0, framework

@@ -15,7 +15,10 @@ them on the same log-probs, masks and advantages, in the roles its trainer gives
   ``completion_mask``, ``tool_mask``) and a ``self`` carrying the options; ``accelerator.gather``
   is the identity (one process) and ``nanmin``/``nanmax`` of one number are that number.
   ``GRPOTrainer.get_off_policy_mask`` (opsm) is read and called the same way, with
-  ``per_token_logps`` the trainer's.
+  ``per_token_logps`` the trainer's. VESPO (``loss_type: vespo``) runs the IS block with the
+  export's ``token_truncate`` at 5e8, then the loss statements of ``_compute_loss`` with the
+  trainer's log-probs as the current and the old ones (a batch's first step) and
+  ``GRPOTrainer.get_gamma_weights`` read from the file; its (k, λ) pairs are ``VESPO_GAMMA``.
 - NeMo-RL 7ea279ab: ``nemo_rl/algorithms/loss/loss_functions.py`` ``ClippedPGLossFn``, with
   ``prev_logprobs`` the trainer's log-probs, ``generation_logprobs`` the engine's and the
   current log-probs equal to ``prev_logprobs`` (the first step after the old-log-prob pass);
@@ -51,29 +54,39 @@ the advantages for the reduction beforehand: 1). TRL's opsm is the ratio times
 2) have float32 log-ratios that torch's exp rounds onto the end while ``token_k1`` drops them;
 the last two ``edge`` rows hold them.
 
-Files: ``recorded.npz`` holds, for each batch ``b`` (``seeded``, ``edge``), the inputs
+Files: ``recorded.npz`` holds, for each batch ``b`` (``seeded``, ``edge``, ``seq_edge``), the inputs
 ``b/logp_train``, ``b/logp_inf``, ``b/mask``, ``b/adv`` (float32, B × T; NaN on the padding of
 some ``edge`` rows) and one output ``b/<case>`` per case; ``recorded.json`` names for each case the
 framework, its commit, the function, the options (the framework's own key names), the
 estimator and parameters of ours it corresponds to, what the output is, and the metrics the
-framework returned (``metrics/<batch>/<case>``). No framework code is stored.
+framework returned (``metrics/<batch>/<case>``), and for each framework the torch it ran under
+(``torch``), the one it pins (``pinned_torch``) and that torch's ``clamp_end_gradient``. No
+framework code is stored.
 
-How to run. The frameworks need torch; the project does not depend on it. In a separate
-environment (``pip install torch numpy omegaconf pydantic loguru jaxtyping tensordict``), get
-each framework at its commit::
+How to run. The frameworks need torch; the project does not depend on it. Each framework runs
+under the torch it pins at its commit (``PINNED_TORCH``: 2.11.0 for verl, NeMo-RL and SkyRL;
+TRL pins none), since the gradient torch's ``clamp`` gives at its ends changed between
+versions (``clamp_end_gradient``: 1 in 2.11.0, 0 in 2.14.1), and ties at 1 ± ε follow it. Make
+one environment per torch (``python -m venv ENV``, then ``ENV/bin/python -m pip install
+torch==2.11.0 numpy omegaconf pydantic loguru jaxtyping tensordict``, and another with a
+current torch for TRL), get each framework at its commit::
 
     git clone https://github.com/verl-project/verl && git -C verl checkout 1dda039b
     git clone https://github.com/huggingface/trl && git -C trl checkout f2cd5771
     git clone https://github.com/NVIDIA-NeMo/RL nemo-rl && git -C nemo-rl checkout 7ea279ab
     git clone https://github.com/NovaSky-AI/SkyRL && git -C SkyRL checkout a9564572
 
-and run from the repository root
-``python tests/data/frameworks/record_outputs.py --verl verl --trl trl --nemo-rl nemo-rl
---skyrl SkyRL`` (or set ``VERL_SRC``, ``TRL_SRC``, ``NEMO_RL_SRC``, ``SKYRL_SRC``). The imports
-the functions do not use (ray, vllm, logging back-ends, image and model code) are replaced by
-inert stand-in modules; the functions themselves run as the framework wrote them. The batches
-are seeded: a rerun writes the same files. tests/kernels/test_rl_recorded_frameworks.py reads
-them without torch.
+and run from the repository root ``python tests/data/frameworks/record_outputs.py --verl verl
+--trl trl --nemo-rl nemo-rl --skyrl SkyRL --python verl=ENV/bin/python --python
+nemo-rl=ENV/bin/python --python skyrl=ENV/bin/python`` (or set ``VERL_SRC``, ``TRL_SRC``,
+``NEMO_RL_SRC``, ``SKYRL_SRC``). The script runs each framework in a child process of its
+``--python`` (default: the interpreter running the script), which refuses a torch other than
+the pinned one, and merges the children's outputs; every child builds the same batches, and
+the merge checks that their inputs are equal bit for bit. ``recorded.json`` records the torch
+each framework ran under. The imports the functions do not use (ray, vllm, logging back-ends,
+image and model code) are replaced by inert stand-in modules; the functions themselves run as
+the framework wrote them. The batches are seeded: a rerun writes the same files, byte for
+byte. tests/kernels/test_rl_recorded_frameworks.py reads them without torch.
 """
 
 from __future__ import annotations
@@ -87,7 +100,9 @@ import json
 import math
 import os
 import pathlib
+import subprocess
 import sys
+import tempfile
 import types
 import typing
 
@@ -111,6 +126,10 @@ REJECT = ("token_k1,seq_mean_k3,seq_max_k2", "0.5_2.0,0.002,0.08")
 # token_k1 (−log w against float32(log(1/hi)), float32(log(1/lo))) drops them; at 0.5 and 2 no
 # such log-ratio exists (one float32 log w rounds to each)
 K1_LO, K1_HI = 0.8, 1.25
+# VESPO's (k_pos, λ_pos, k_neg, λ_neg): four different numbers, so that a swapped pair or order
+# shows; C_max above e^20 (what the export writes: the clamp of log w at 20 acts first)
+VESPO_GAMMA = (2.0, 3.0, 2.5, 1.5)
+VESPO_NO_TRUNCATION = 5e8
 
 
 # ---- stand-ins for the imports the functions do not use -----------------------------------
@@ -321,8 +340,9 @@ def sequence_edge_batch():
     """Rows (T = 8), each with A = 1 and A = −1, for the sequence ratio s = exp(mean log w) and
     the log-ratio clamps: s exactly 1 + ε and 1 − ε in float32 (one token; two equal tokens;
     two tokens x ± 2⁻⁶ whose sum is exactly 2x), mean log w = 12 (beyond verl's and SkyRL's
-    clamp of log s at 10) and exactly 10, and a row with log w = ±25 (beyond the ±20 clamps)
-    and exactly ±20. Padding holds 0.0."""
+    clamp of log s at 10) and exactly 10, a row with log w = −25 and −24 (a sum of −49, beyond
+    the ±20 clamp of a sequence's sum), and a row with log w = ±25 (beyond the ±20 clamps) and
+    exactly ±20. Padding holds 0.0."""
     t = 8
     rows = []
     d = np.float32(2.0**-6)  # x ± d stays in x's binade for both ties: every sum is exact
@@ -335,6 +355,9 @@ def sequence_edge_batch():
                 rows.append(([p for p, _ in pairs], [q for _, q in pairs], a))
         rows.append(([-0.5, -0.25], [-12.5, -12.25], a))  # log w = 12, 12
         rows.append(([-0.5], [-10.5], a))  # log s = 10 exactly
+        # log w = −25, −24: a sum of −49 (below the ±20 clamp of a sequence's sum) of tokens
+        # each beyond the clamp
+        rows.append(([-25.5, -24.75], [-0.5, -0.75], a))
         lrs = (25.0, -25.0, 20.0, -20.0)
         rows.append(([-0.5, -25.5, -0.5, -20.5, -0.3], [-25.5, -0.5, -20.5, -0.5, -0.4], a))
         exact = zip(rows[-1][0][:4], rows[-1][1][:4], lrs, strict=True)
@@ -695,6 +718,108 @@ def trl_cases(src, lp, lq, mask, adv):
         what = f"importance_sampling_ratio{what} × completion_mask"
         yield name, params, function, (options, out, what, _scalars(logged))
     yield from trl_loss_cases(src, lp, lq, mask, adv)
+    yield trl_vespo_case(src, lp, lq, mask, adv)
+
+
+def trl_vespo_case(src, lp, lq, mask, adv):
+    """TRL's VESPO as its trainer runs it at a batch's first step: the IS block with the
+    settings ``verify export`` writes (``token_truncate`` at C_max = 5e8, no C_min) gives
+    ``importance_sampling_ratio`` from the trainer's and vLLM's log-probs, then the loss
+    statements with ``loss_type: vespo``, the trainer's log-probs as both the current and the
+    old ones (ratio 1) and that ratio in ``inputs`` (``get_gamma_weights`` reads it)."""
+    compute, _, _ = _trl_blocks(src)
+    block = _trl_loss_block(src)
+    k_pos, lam_pos, k_neg, lam_neg = VESPO_GAMMA
+    options = {
+        "loss_type": "vespo",
+        "importance_sampling_level": "token",
+        "vespo_k_pos": k_pos,
+        "vespo_lambda_pos": lam_pos,
+        "vespo_k_neg": k_neg,
+        "vespo_lambda_neg": lam_neg,
+        "vllm_importance_sampling_mode": "token_truncate",
+        "vllm_importance_sampling_clip_max": VESPO_NO_TRUNCATION,
+        "vllm_importance_sampling_clip_min": None,
+        "off_policy_mask_threshold": None,
+    }
+    is_self = types.SimpleNamespace(
+        use_vllm=True,
+        vllm_importance_sampling_correction=True,
+        **{k: v for k, v in options.items() if k.startswith(("vllm_", "off_"))},
+    )
+    scope = {
+        "self": is_self,
+        "torch": torch,
+        "math": math,
+        "completion_mask": _t(mask).long(),
+        "tool_mask": None,
+        "old_per_token_logps": _t(lp),
+        "sampling_per_token_logps": _t(lq),
+    }
+    exec(compute, scope)
+    ratio = scope["vllm_importance_sampling_ratio"]
+    n = float(mask.sum())
+    trainer = types.SimpleNamespace(
+        importance_sampling_level="token",
+        loss_type="vespo",
+        epsilon_low=EPS,
+        epsilon_high=EPS,
+        beta=0.0,
+        off_policy_mask_threshold=None,
+        use_vllm=True,
+        vllm_importance_sampling_correction=True,
+        model=types.SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        accelerator=types.SimpleNamespace(num_processes=1),
+        get_gamma_weights=_trl_gamma_weights(src),
+        args=types.SimpleNamespace(
+            delta=None,
+            use_bias_correction_kl=False,
+            vespo_k_pos=k_pos,
+            vespo_lambda_pos=lam_pos,
+            vespo_k_neg=k_neg,
+            vespo_lambda_neg=lam_neg,
+        ),
+    )
+
+    def loss(x):
+        scope = {
+            "self": trainer,
+            "torch": torch,
+            "per_token_logps": x,
+            "old_per_token_logps": _t(lp),
+            "advantages": _t(adv[:, :1]),
+            "mask": _t(mask).long(),
+            "entropy_mask": None,
+            "inputs": {"num_items_in_batch": torch.tensor(n), "importance_sampling_ratio": ratio},
+        }
+        exec(block, scope)
+        return scope["loss"]
+
+    return (
+        "vespo",
+        {"gamma": list(VESPO_GAMMA)},
+        "GRPOTrainer._generate_and_score_completions (IS block), GRPOTrainer._compute_loss "
+        "(from the log-ratio to the loss) and GRPOTrainer.get_gamma_weights",
+        (options, _omega_from_loss(loss, lp, adv, n), "−∂loss/∂log π · N / A (autograd)", {}),
+    )
+
+
+def _trl_gamma_weights(src):
+    """``GRPOTrainer.get_gamma_weights`` compiled from TRL's file (a static method: its
+    decorators, ``staticmethod`` and ``torch.no_grad``, are applied here)."""
+    path = pathlib.Path(src, "trl", "trainer", "grpo_trainer.py")
+    tree = ast.parse(path.read_text())
+    node = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and n.name == "get_gamma_weights"
+    )
+    assert [ast.unparse(d) for d in node.decorator_list] == ["staticmethod", "torch.no_grad()"]
+    node.decorator_list = []
+    scope = {"torch": torch, "math": math}
+    exec(compile(ast.Module([node], []), str(path), "exec"), scope)
+    return torch.no_grad()(scope["get_gamma_weights"])
 
 
 def nemo_cases(src, lp, lq, mask, adv):
@@ -1061,69 +1186,133 @@ def skyrl_cov_cases(src, lp, lq, mask, adv):
 
 
 def _clamp_end_gradient() -> float:
-    """d clamp(x, 0.5, 2)/dx at x = 2 in this torch: 1 in torch 2.12 and before (pytorch
-    issue 184574 reports it on 2.12.0), 0 in 2.14.1 (the end now counts as clipped). The
-    dual-clip weights at w = 1 ± ε follow it."""
+    """d clamp(x, 0.5, 2)/dx at x = 2 in this torch: 1 in torch 2.11.0 (what verl, NeMo-RL and
+    SkyRL pin), 0 in 2.14.1 (the end counts as clipped). The dual-clip weights at w = 1 ± ε
+    and GSPO's at s = 1 ± ε follow it."""
     x = torch.tensor(2.0, requires_grad=True)
     (g,) = torch.autograd.grad(torch.clamp(x, 0.5, 2.0), x)
     return float(g)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for flag, env in (
-        ("verl", "VERL_SRC"),
-        ("trl", "TRL_SRC"),
-        ("nemo-rl", "NEMO_RL_SRC"),
-        ("skyrl", "SKYRL_SRC"),
-    ):
-        parser.add_argument(
-            f"--{flag}", default=os.environ.get(env), required=env not in os.environ
+# ---- one framework per environment, then the merge ------------------------------------------
+FRAMEWORKS = ("verl", "trl", "nemo-rl", "skyrl")
+RUNS = {
+    "verl": (verl_cases, verl_cov_cases),
+    "trl": (trl_cases,),
+    "nemo-rl": (nemo_cases,),
+    "skyrl": (skyrl_cases, skyrl_cov_cases),
+}
+SOURCES = {"verl": "VERL_SRC", "trl": "TRL_SRC", "nemo-rl": "NEMO_RL_SRC", "skyrl": "SKYRL_SRC"}
+# the torch each framework pins at its commit for Linux (verl: pyproject.toml's extras and
+# uv.lock, 2.11.0; NeMo-RL: pyproject.toml, 2.11.0; SkyRL: pyproject.toml's fsdp and megatron
+# extras and uv.lock, 2.11.0); TRL pins none (torch comes through accelerate, unbounded above)
+PINNED_TORCH = {"verl": "2.11.0", "trl": None, "nemo-rl": "2.11.0", "skyrl": "2.11.0"}
+BATCHES = (("seeded", seeded_batch), ("edge", edge_batch), ("seq_edge", sequence_edge_batch))
+INPUTS = ("logp_train", "logp_inf", "mask", "adv")
+
+
+def record_one(framework, src, part):
+    """Run one framework's cases on every batch in this environment; write ``part``.npz (the
+    inputs and outputs) and ``part``.json (the cases, this torch and its clamp gradient)."""
+    pinned = PINNED_TORCH[framework]
+    if pinned is not None and torch.__version__.split("+")[0] != pinned:
+        raise SystemExit(
+            f"{framework} pins torch {pinned}; this environment has {torch.__version__}: "
+            f"name one with --python {framework}=PYTHON"
         )
-    args = parser.parse_args(argv)
     sys.meta_path.insert(0, _StandIns(UNUSED))
-    runs = (
-        ("verl", verl_cases, args.verl),
-        ("trl", trl_cases, args.trl),
-        ("nemo-rl", nemo_cases, args.nemo_rl),
-        ("skyrl", skyrl_cases, args.skyrl),
-        ("verl", verl_cov_cases, args.verl),
-        ("skyrl", skyrl_cov_cases, args.skyrl),
-    )
     arrays, cases = {}, {}
-    batches = (("seeded", seeded_batch), ("edge", edge_batch), ("seq_edge", sequence_edge_batch))
-    for batch, make in batches:
+    for batch, make in BATCHES:
         lp, lq, mask, adv = make()
-        for key, value in zip(("logp_train", "logp_inf", "mask", "adv"), make(), strict=True):
+        for key, value in zip(INPUTS, make(), strict=True):
             arrays[f"{batch}/{key}"] = value
-        for framework, run, src in runs:
-            for name, params, function, (options, out, what, metrics, *anchor) in run(
-                pathlib.Path(src).resolve(), lp, lq, mask, adv
-            ):
-                case = f"{framework}/{name}"
-                arrays[f"{batch}/{case}"] = np.asarray(out, np.float32)
-                cases.setdefault(
-                    case,
-                    {
-                        "framework": framework,
-                        "commit": COMMITS[framework],
-                        "function": function,
-                        "options": options,
-                        "estimator": name.partition("@")[0],
-                        "params": params,
-                        "output": what,
-                    }
-                    | ({"anchor": anchor[0]} if anchor else {}),
-                )
-                cases[case].setdefault("metrics", {})[batch] = metrics
+        results = (r(pathlib.Path(src).resolve(), lp, lq, mask, adv) for r in RUNS[framework])
+        for name, params, function, (options, out, what, metrics, *anchor) in (
+            item for result in results for item in result
+        ):
+            case = f"{framework}/{name}"
+            arrays[f"{batch}/{case}"] = np.asarray(out, np.float32)
+            cases.setdefault(
+                case,
+                {
+                    "framework": framework,
+                    "commit": COMMITS[framework],
+                    "function": function,
+                    "options": options,
+                    "estimator": name.partition("@")[0],
+                    "params": params,
+                    "output": what,
+                }
+                | ({"anchor": anchor[0]} if anchor else {}),
+            )
+            cases[case].setdefault("metrics", {})[batch] = metrics
+    np.savez(f"{part}.npz", **arrays)
+    meta = {"torch": torch.__version__, "clamp_end_gradient": _clamp_end_gradient(), "cases": cases}
+    pathlib.Path(f"{part}.json").write_text(json.dumps(meta, sort_keys=True))
+
+
+def merge(parts):
+    """One ``recorded.npz``/``.json`` from the frameworks' parts (``parts``: framework -> path).
+    Every part must hold the same inputs, bit for bit: the batches do not depend on the torch
+    that built them (their ties are checked in each)."""
+    loaded = {}
+    for framework, part in parts.items():
+        with np.load(f"{part}.npz") as npz:
+            loaded[framework] = {k: npz[k] for k in npz.files}
+    arrays = {}
+    for batch, _ in BATCHES:
+        for key in INPUTS:
+            first, *others = (loaded[f][f"{batch}/{key}"] for f in parts)
+            for other in others:
+                if first.dtype != other.dtype or first.tobytes() != other.tobytes():
+                    raise SystemExit(f"the environments built different {batch}/{key} inputs")
+            arrays[f"{batch}/{key}"] = first
+        for framework in parts:
+            prefix = f"{batch}/{framework}/"
+            arrays |= {k: v for k, v in loaded[framework].items() if k.startswith(prefix)}
     np.savez(HERE / "recorded.npz", **arrays)
+    metas = {f: json.loads(pathlib.Path(f"{p}.json").read_text()) for f, p in parts.items()}
     meta = {
         "thresholds": {"cap": CAP, "band": [LO, HI], "clip_epsilon": EPS, "tv": TV, "kl": KL},
-        "torch": torch.__version__,
-        "clamp_end_gradient": _clamp_end_gradient(),
-        "cases": cases,
+        "torch": {f: m["torch"] for f, m in metas.items()},
+        "pinned_torch": PINNED_TORCH,
+        "clamp_end_gradient": {f: m["clamp_end_gradient"] for f, m in metas.items()},
+        "cases": {k: v for m in metas.values() for k, v in m["cases"].items()},
     }
     (HERE / "recorded.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for framework, env in SOURCES.items():
+        parser.add_argument(f"--{framework}", default=os.environ.get(env))
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        metavar="FRAMEWORK=PYTHON",
+        help="the interpreter of the environment a framework runs in (default: this one)",
+    )
+    parser.add_argument("--only", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--part", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sources = {f: getattr(args, f.replace("-", "_")) for f in FRAMEWORKS}
+    if args.only:  # a child: one framework in this environment
+        record_one(args.only, sources[args.only], args.part)
+        return
+    missing = [f"--{f} (or {SOURCES[f]})" for f in FRAMEWORKS if not sources[f]]
+    pythons = dict(item.split("=", 1) for item in args.python)
+    unknown = sorted(set(pythons) - set(FRAMEWORKS))
+    if missing or unknown:
+        parser.error(f"missing {', '.join(missing)}; unknown --python {', '.join(unknown)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = {f: os.path.join(tmp, f) for f in FRAMEWORKS}
+        for f in FRAMEWORKS:
+            command = [pythons.get(f, sys.executable), __file__, "--only", f, "--part", parts[f]]
+            done = subprocess.run([*command, f"--{f}", str(pathlib.Path(sources[f]).resolve())])
+            if done.returncode:
+                raise SystemExit(f"recording {f} failed (exit {done.returncode}); nothing written")
+        merge(parts)
 
 
 if __name__ == "__main__":

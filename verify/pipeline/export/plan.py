@@ -183,8 +183,9 @@ def prove(export: Export, *, budget=None) -> dict[str, tuple[Status, str]]:
             if status is not Status.PROVED:
                 problems.append(
                     f"{_key(contract, r, 'from')}: {name} computes the {r.what} weight from "
-                    f"the log-ratio clamped to [-{number(bound)}, {number(bound)}] and passes "
-                    "no gradient beyond it, so its weight equals the estimator's only where "
+                    f"the log-ratio clamped to [-{number(bound)}, {number(bound)}] (a weight "
+                    "beyond it is e^±20 or gets no gradient), so its weight equals the "
+                    "estimator's only where "
                     f"|log w| <= {number(bound)}; the premises of {r.guarantee} do not prove "
                     f"that on every token ({status.label}"
                     + (f": {reason})" if reason else ")")

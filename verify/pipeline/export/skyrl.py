@@ -17,7 +17,10 @@ estimator whose kept weights are at most a cap or band end c ≤ e^20 (``tis``, 
 no lemma bounds the clamped estimator, so each is refused with one reason (``CLAMPED``):
 ``seq_is``, ``geo_mask`` (a sequence whose geometric mean lies in the band may hold a token
 weight above e^20) and a cap or upper band end above e^20. Below, a kept weight under
-e^−20 ≈ 2.06e−9 is raised to e^−20 (by less than 2.1e−9). The token mask keeps
+e^−20 ≈ 2.06e−9 is raised to e^−20 (by less than 2.1e−9), which can pass a bound that is the
+supremum (tests/bounds/test_clamp_bounds.py), so ``tis``, ``mis``, ``icepop``, ``tis_mask``
+and ``seq_outlier`` are exported only where the guarantee's premises prove |log w| ≤ 20
+(``FRAMEWORK.ratio_clamp``). The token mask keeps
 ``low <= w <= high`` and needs both ends; masked tokens leave the loss through its loss mask,
 and the TIS weight multiplies what is left. The keys are checked against SkyRL 0.2 to 0.3
 (tags skyrl-v0.2.0, skyrl-v0.3.0, the latest release) and main at a9564572.
@@ -222,7 +225,12 @@ FRAMEWORK = Framework(
             "to skyrl_train-v0.4.0",
         ),
     },
-    ratio_clamp={"dppo_tv": Fraction(20), "dppo_kl": Fraction(20), "cispo": Fraction(20)},
+    # DPPO and CISPO, and a kept token weight under e^-20 raised to e^-20, which can pass the
+    # bound's supremum by up to e^-20 (tests/bounds/test_clamp_bounds.py)
+    ratio_clamp={
+        n: Fraction(20)
+        for n in ("dppo_tv", "dppo_kl", "cispo", "tis", "mis", "icepop", "tis_mask", "seq_outlier")
+    },
     features={
         "seq_is": "`tis_ratio_type: sequence` (W clamped to e^±20)",
         "geo_mask": "`sequence_mask_metric: geometric`",

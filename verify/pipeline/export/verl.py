@@ -30,7 +30,10 @@ What the mapping relies on, read from that code:
   end above e^20.
 - Below: a weight under e^−20 ≈ 2.06e−9 becomes e^−20, so a kept weight under e^−20 (``tis``,
   ``seq_tis``, ``mis`` and an ``icepop`` band from 0) is raised by less than 2.1e−9; a band
-  whose lower end is at least e^−20 drops those tokens exactly as verl does.
+  whose lower end is at least e^−20 drops those tokens exactly as verl does. The raise can pass
+  a bound that is the supremum (tests/bounds/test_clamp_bounds.py), so the token estimators
+  that can keep such a weight (``tis``, ``mis``, ``icepop``, ``tis_mask``, ``tis_norm``) are
+  exported only where the guarantee's premises prove |log w| ≤ 20 (``FRAMEWORK.ratio_clamp``).
 - So an IcePop lower bound of 1e−9 drops nothing (it stands for the lower end 0 of ``mis`` and
   of an ``icepop`` band from 0, since verl requires a positive lower bound), and a threshold of
   5e8 truncates nothing (dual clip switched off through ``clip_ratio_c``).
@@ -264,7 +267,9 @@ FRAMEWORK = Framework(
     versions=("0.8", "0.9"),
     main="1dda039b9c6311889a9c9a26040677e1254814f9",
     since={},
-    ratio_clamp={},
+    # a kept token weight under e^-20 becomes e^-20, which can pass the bound's supremum by up
+    # to e^-20 (tests/bounds/test_clamp_bounds.py): these need |log w| <= 20 proved
+    ratio_clamp={n: Fraction(20) for n in ("tis", "mis", "icepop", "tis_mask", "tis_norm")},
     features={
         "seq_is": "`rollout_is: sequence` (W clamped to e^±20)",
         "geo_mask": "`rollout_rs: seq_mean_k1`",
