@@ -230,11 +230,12 @@ def provenance(settings: dict) -> dict[str, dict[str, str]]:
 
 def addable(settings: dict, fresh: dict) -> list[str]:
     """Why the presets of ``fresh`` (the settings of a new measurement) cannot join the table
-    of ``settings``: every reason, each naming its key; empty when they can."""
+    of ``settings``: every reason, each naming its key; empty when they can. Only the keys of
+    ``SHARED`` that ``fresh`` holds are compared."""
     have = settings["presets"]
     problems = [f"presets: {p} is already in the table" for p in fresh["presets"] if p in have]
     for key in SHARED:
-        if settings.get(key) != fresh[key]:
+        if key in fresh and settings.get(key) != fresh[key]:
             problems.append(
                 f"settings.{key}: the table has {settings.get(key)!r}, this run {fresh[key]!r}"
             )
@@ -247,8 +248,9 @@ def merged(
     """The table ``stored`` (with its ``settings``) and the token rows ``part`` of the presets
     of ``fresh`` (``preset``: the index in ``fresh["presets"]``) as one table: presets in the
     order of ``PRESETS``, rows grouped by preset, the sites of ``stored`` kept. Raises
-    ``TableError`` when ``addable`` finds a reason."""
-    problems = addable(settings, fresh)
+    ``TableError`` when ``addable`` finds a reason or ``fresh`` lacks a key of ``SHARED``."""
+    problems = [f"settings.{k}: this run does not record it" for k in SHARED if k not in fresh]
+    problems += addable(settings, fresh)
     if problems:
         raise TableError("; ".join(problems))
     presets = [p for p in PRESETS if p in settings["presets"] or p in fresh["presets"]]
@@ -295,8 +297,9 @@ def add(path: str, presets, parts: pathlib.Path | None = None) -> None:
     stored = dict(np.load(DATA))
     settings = json.loads(str(stored.pop("settings")))
     presets = [p for p in PRESETS if p in presets]
-    fresh = settings_of(path, presets, ["--add", ",".join(presets)])
-    problems = addable(settings, fresh)
+    problems = addable(settings, {"presets": presets})  # before reading the model
+    fresh = None if problems else settings_of(path, presets, ["--add", ",".join(presets)])
+    problems = problems or addable(settings, fresh)
     if problems:
         raise TableError("; ".join(problems))
     part = measure(path, presets, parts=parts)
