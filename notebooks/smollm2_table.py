@@ -274,6 +274,7 @@ def save(table: dict[str, np.ndarray], settings: dict, data: pathlib.Path | None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, settings=np.asarray(json.dumps(settings)), **table)
+        os.chmod(tmp, 0o644)  # a temporary file is private; the table is not
         os.replace(tmp, data)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)

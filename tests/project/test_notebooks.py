@@ -426,6 +426,7 @@ def test_smollm2_save_replaces_the_file_whole(tmp_path):
     data = tmp_path / "table.npz"
     script.save({"tv": np.arange(3.0)}, {"presets": ["fp32"]}, data)
     before = data.read_bytes()
+    assert data.stat().st_mode & 0o777 == 0o644
     with pytest.raises(TypeError):  # a column named like the settings: refused by numpy
         script.save({"settings": np.zeros(2)}, {"presets": ["bf16"]}, data)
     assert data.read_bytes() == before
