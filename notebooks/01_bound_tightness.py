@@ -168,9 +168,10 @@ for (preset, temperature), table in runs.items():
 # served in one batch on each preset's inference kernel, 24 tokens sampled at T = 1 from the
 # full 49,152-token vocabulary; the fp32 training kernel teacher-forces the same tokens.
 #
-# Running a 135M-parameter model through five emulated kernels takes minutes on a CPU, so the
-# notebook reads the measured table from `notebooks/data/smollm2_fp8.npz` (it records the
-# command, commit and settings that wrote it). Set the environment variable
+# Running a 135M-parameter model through five emulated kernels takes tens of minutes on a CPU,
+# so the notebook reads the measured table from `notebooks/data/smollm2_fp8.npz` (it records
+# the settings and, per preset, the command and commit that measured it) through
+# `smollm2_table.cached()`. Set the environment variable
 # `KC_RECOMPUTE_SMOLLM2=1` to rerun the measurement here (`notebooks/smollm2_table.py`; its
 # `--check` recomputes the `h100-fp8` rows and compares them bit for bit with the file).
 
@@ -236,13 +237,15 @@ if real is not None:  # the cached table is there
         )
 
 # %% [markdown]
-# What the cached table shows (fp32, h100-fp8 and mxfp8; bf16 and h100-fp8-fast-accum were
-# not measured yet; 192 tokens each): the FP8 drift on a trained LLM is large, median δ ≈ 2.8
-# (h100-fp8) and 4.9 (mxfp8) logits, max 6.0 and 9.5, so tanh(δ/2T) is near 1 for most tokens,
-# while the measured TV has mean 0.11 and 0.18 (max 0.33 and 0.58). Per token the bound is loose
-# by a factor of about 7 (h100-fp8) and 5 (mxfp8) at the median, 2.9 and 1.7 at the tightest
-# token: the drift is spread over many logits rather than concentrated on the two-token worst
-# case. fp32 (the sanity run) drifts by at most 1e-4 and its TV stays below 1e-5.
+# What the cached table shows (all five presets, 192 tokens each): the FP8 drift on a trained
+# LLM is large, median δ ≈ 2.8 (h100-fp8), 3.2 (h100-fp8-fast-accum) and 4.9 (mxfp8) logits,
+# max 6.0, 8.1 and 9.5, so tanh(δ/2T) is near 1 for most tokens, while the measured TV has mean
+# 0.11, 0.14 and 0.18 (max 0.33, 0.49 and 0.58). bf16 drifts twelve times less than h100-fp8
+# at the median (median δ 0.23, max 1.2; mean TV 0.013, max 0.035). Per token the bound is
+# loose by a factor of about 9 (bf16), 7 (h100-fp8), 7 (fast-accum) and 5 (mxfp8) at the
+# median, 2.6, 2.9, 2.0 and 1.7 at the tightest token: the drift is spread over many logits
+# rather than concentrated on the two-token worst case. fp32 (the sanity run) drifts by at
+# most 1e-4 and its TV stays below 1e-5.
 
 # %% [markdown]
 # ## The other token-level links
