@@ -470,3 +470,25 @@ def test_notebooks_read_the_smollm2_table_through_one_function():
         calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         assert "smollm2_table.cached" in calls, name
         assert not {"np.load", "subprocess.run", "smollm2_path"} & calls, name
+
+
+def test_smollm2_drift_table_in_the_docs_is_the_cached_one():
+    """The drift table that notebooks/README.md and docs/layout.md show has a row for each
+    preset of the cached table, with the figures notebook 02 prints from it."""
+    stored = np.load(SMOLLM2_TABLE)
+    presets = json.loads(str(stored["settings"]))["presets"]
+    want = {}
+    for i, p in enumerate(presets):
+        rows = stored["preset"] == i
+        d, tv = stored["logit_drift"][rows], stored["tv"][rows]
+        figures = [d.max(), np.quantile(d, 0.99), np.median(d), tv.mean(), np.quantile(tv, 0.99),
+                   tv.max(), np.abs(stored["log_ratio"][rows]).max()]  # fmt: skip
+        flips = f"{100 * stored['top1_flip'][rows].mean():.1f} %"
+        want[p] = [f"{v:.3g}" for v in figures] + [flips]
+    for page in (NOTEBOOK_DIR / "README.md", ROOT / "docs" / "layout.md"):
+        shown = {}
+        for line in page.read_text(encoding="utf-8").splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] in presets and len(cells) == 9:
+                shown[cells[0]] = cells[1:]
+        assert shown == want, page.name
