@@ -253,7 +253,9 @@ def _smollm2_path() -> str | None:
 
 def test_smollm2_cache_records_how_it_was_made():
     """The cached table is small, says which command, commit, model and settings wrote it (the
-    script's own), holds every preset's tokens, and no token's TV exceeds tanh(osc/4T)."""
+    script's own) and, per preset, which command and commit measured it on that model; it
+    holds the tokens of every preset the notebooks name, and no token's TV exceeds
+    tanh(osc/4T)."""
     from kernel_contracts.bounds import LEMMAS
 
     script = _table_script()
@@ -264,8 +266,12 @@ def test_smollm2_cache_records_how_it_was_made():
     assert len(settings["commit"]) == 40 and int(settings["commit"], 16) >= 0
     assert len(settings["model_sha256"]) == 64
     assert settings["prompts"] == list(script.PROMPTS)
-    assert settings["presets"] == [p for p in script.PRESETS if p in settings["presets"]]
-    assert settings["presets"]
+    assert settings["presets"] == list(script.PRESETS)
+    assert list(settings["provenance"]) == settings["presets"]
+    for preset, made in settings["provenance"].items():
+        assert made["command"].startswith("python notebooks/smollm2_table.py"), preset
+        assert len(made["commit"]) == 40 and int(made["commit"], 16) >= 0, preset
+        assert made["model_sha256"] == settings["model_sha256"], preset
     for key in ("new_tokens", "temperature", "seed", "batch"):
         assert settings[key] == getattr(script, key.upper()), key
     lemma = LEMMAS["token_tv_tanh"]
@@ -312,3 +318,177 @@ def test_smollm2_prompts_render_as_recorded():
     for request, text in zip(script.PROMPTS, texts, strict=True):
         assert f"<|im_start|>user\n{request}<|im_end|>" in text
         assert text.endswith("<|im_start|>assistant\n")
+
+
+def _without(script, name):
+    """The cached table split in two: without preset ``name`` (stored, settings) and that
+    preset's rows alone (part, fresh), as ``--add name`` would measure them."""
+    stored = dict(np.load(SMOLLM2_TABLE))
+    settings = json.loads(str(stored.pop("settings")))
+    k = settings["presets"].index(name)
+    kept = stored["preset"] != k
+    old = {c: stored[c][kept] for c in script.COLUMNS}
+    old["preset"] = (stored["preset"][kept] - (stored["preset"][kept] > k)).astype(np.int8)
+    old.update({c: stored[c] for c in stored if c.startswith("site_")})
+    part = {c: stored[c][~kept] for c in script.COLUMNS}
+    part["preset"] = np.zeros(int((~kept).sum()), np.int8)
+    left = {**settings, "presets": [p for p in settings["presets"] if p != name]}
+    left["provenance"] = {p: script.provenance(settings)[p] for p in left["presets"]}
+    fresh = {
+        **settings,
+        "presets": [name],
+        "command": f"python notebooks/smollm2_table.py --add {name}",
+        "commit": "0" * 40,
+        "provenance": {
+            name: {
+                "command": f"python notebooks/smollm2_table.py --add {name}",
+                "commit": "0" * 40,
+                "model_sha256": settings["model_sha256"],
+            }
+        },
+    }
+    return stored, settings, (old, left, part, fresh)
+
+
+def test_smollm2_merge_puts_an_added_preset_back_in_place():
+    """A preset taken out of the cached table and added back gives the table again, row for
+    row, with the added preset's own command and commit and the others' unchanged."""
+    script = _table_script()
+    stored, settings, (old, left, part, fresh) = _without(script, "h100-fp8")
+    table, merged = script.merged(old, left, part, fresh)
+    assert merged["presets"] == settings["presets"]
+    assert sorted(table) == sorted(stored)
+    for key, values in stored.items():
+        assert np.array_equal(table[key], values, equal_nan=True), key
+    assert merged["provenance"]["h100-fp8"]["command"].endswith("--add h100-fp8")
+    assert merged["provenance"]["h100-fp8"]["commit"] == "0" * 40
+    others = [p for p in settings["presets"] if p != "h100-fp8"]
+    made = script.provenance(settings)
+    assert {p: merged["provenance"][p] for p in others} == {p: made[p] for p in others}
+
+
+def test_smollm2_merge_refuses_another_model_prompts_or_a_preset_twice():
+    """Rows measured on another model file, prompts or sampling, or of a preset the table has,
+    never join it: the error names every reason with its key."""
+    script = _table_script()
+    _, _, (old, left, part, fresh) = _without(script, "h100-fp8")
+    bad = {
+        **fresh,
+        "presets": ["fp32"],
+        "model_sha256": "f" * 64,
+        "prompts": fresh["prompts"][:-1],
+        "seed": fresh["seed"] + 1,
+    }
+    with pytest.raises(script.TableError) as err:
+        script.merged(old, left, part, bad)
+    assert str(err.value).split("; ")[0] == "presets: fp32 is already in the table"
+    for key in ("model_sha256", "prompts", "seed"):
+        assert f"settings.{key}: the table has " in str(err.value), key
+    assert "settings.temperature" not in str(err.value)
+    unrecorded = {k: v for k, v in fresh.items() if k != "rendered"}
+    with pytest.raises(script.TableError, match=r"settings\.rendered: this run does not record"):
+        script.merged(old, left, part, unrecorded)
+
+
+def test_smollm2_add_bad_input_exits_2_and_leaves_the_table(tmp_path, monkeypatch, capsys):
+    """``--add`` with an unknown preset, with ``--presets``, of a preset the table holds, or
+    without a table exits 2 with the reason, before measuring, and leaves the file as it was."""
+    script = _table_script()
+    data = tmp_path / "smollm2_fp8.npz"
+    data.write_bytes(SMOLLM2_TABLE.read_bytes())
+    monkeypatch.setattr(script, "DATA", data)
+    monkeypatch.setattr(script, "model_path", lambda: "no-model.gguf")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("measured before refusing")
+
+    monkeypatch.setattr(script, "measure", refuse)
+    monkeypatch.setattr(script, "settings_of", refuse)
+    for argv in (["--add", "fp16"], ["--add", "bf16", "--presets", "bf16"]):
+        with pytest.raises(SystemExit) as exit_:
+            script.main(argv)
+        assert exit_.value.code == 2, argv
+    assert "--add takes names among fp32, bf16" in capsys.readouterr().err
+    assert script.main(["--add", "h100-fp8"]) == 2
+    assert capsys.readouterr().err == (
+        f"{data}: cannot add h100-fp8: presets: h100-fp8 is already in the table\n"
+    )
+    assert data.read_bytes() == SMOLLM2_TABLE.read_bytes()
+    data.unlink()
+    assert script.main(["--add", "h100-fp8"]) == 2
+    assert "is not there: write it first (without --add)" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_smollm2_save_replaces_the_file_whole(tmp_path):
+    """A save that fails leaves the previous file and no temporary file behind."""
+    script = _table_script()
+    data = tmp_path / "table.npz"
+    script.save({"tv": np.arange(3.0)}, {"presets": ["fp32"]}, data)
+    before = data.read_bytes()
+    assert data.stat().st_mode & 0o777 == 0o644
+    with pytest.raises(TypeError):  # a column named like the settings: refused by numpy
+        script.save({"settings": np.zeros(2)}, {"presets": ["bf16"]}, data)
+    assert data.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["table.npz"]
+    assert json.loads(str(np.load(data)["settings"])) == {"presets": ["fp32"]}
+
+
+def test_smollm2_cached_reads_each_preset_and_says_where_it_came_from(tmp_path, monkeypatch):
+    """``cached()`` splits the table by preset, keeps the localize rows, and its notes name
+    each preset's commit and command; a missing file gives ``None`` and the command to write it;
+    a recompute asked for without the model reads the cached table and says so."""
+    script = _table_script()
+    stored = np.load(SMOLLM2_TABLE)
+    settings = json.loads(str(stored["settings"]))
+    real, notes = script.cached(SMOLLM2_TABLE, recompute=False)
+    assert real.presets == tuple(settings["presets"])
+    for i, p in enumerate(real.presets):
+        assert sorted(real.tokens[p]) == sorted(script.COLUMNS)
+        for key in script.COLUMNS:
+            assert np.array_equal(
+                real.tokens[p][key], stored[key][stored["preset"] == i], equal_nan=True
+            )
+    assert sorted(real.sites) == sorted(k for k in stored.files if k.startswith("site_"))
+    named = [line for line in notes if ": commit " in line]
+    assert {p for line in named for p in line.split(":")[0].strip().split(", ")} == set(
+        real.presets
+    )
+    for p, made in script.provenance(settings).items():
+        assert any(p in line and made["commit"][:12] in line for line in named), p
+    monkeypatch.setattr(script, "model_path", lambda: None)
+    real, notes = script.cached(tmp_path / "none.npz", recompute=True)
+    assert real is None
+    assert notes[-2].startswith("KC_RECOMPUTE_SMOLLM2=1, but the model is missing")
+    assert notes[-1].endswith("is not there: run python notebooks/smollm2_table.py")
+
+
+def test_notebooks_read_the_smollm2_table_through_one_function():
+    """Notebooks 01 and 02 load the cached table only through ``smollm2_table.cached()``."""
+    for name in ("01_bound_tightness.py", "02_where_divergence_concentrates.py"):
+        tree = ast.parse(_code(NOTEBOOK_DIR / name))
+        calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert "smollm2_table.cached" in calls, name
+        assert not {"np.load", "subprocess.run", "smollm2_path"} & calls, name
+
+
+def test_smollm2_drift_table_in_the_docs_is_the_cached_one():
+    """The drift table that notebooks/README.md and docs/layout.md show has a row for each
+    preset of the cached table, with the figures notebook 02 prints from it."""
+    stored = np.load(SMOLLM2_TABLE)
+    presets = json.loads(str(stored["settings"]))["presets"]
+    want = {}
+    for i, p in enumerate(presets):
+        rows = stored["preset"] == i
+        d, tv = stored["logit_drift"][rows], stored["tv"][rows]
+        figures = [d.max(), np.quantile(d, 0.99), np.median(d), tv.mean(), np.quantile(tv, 0.99),
+                   tv.max(), np.abs(stored["log_ratio"][rows]).max()]  # fmt: skip
+        flips = f"{100 * stored['top1_flip'][rows].mean():.1f} %"
+        want[p] = [f"{v:.3g}" for v in figures] + [flips]
+    for page in (NOTEBOOK_DIR / "README.md", ROOT / "docs" / "layout.md"):
+        shown = {}
+        for line in page.read_text(encoding="utf-8").splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] in presets and len(cells) == 9:
+                shown[cells[0]] = cells[1:]
+        assert shown == want, page.name
