@@ -1,0 +1,87 @@
+"""A contract's prompt file with prompts of different lengths: every prompt served whole.
+
+A batch holds the prompts right-padded to its longest, each row with its own prompt length:
+a row's tokens are its prompt's until its length, sampled after it, and its logits are taken
+at its own positions (``kernels.model.decode.generate``'s ``prompt_len`` per row). Prompts of
+one length keep the bits they had when every prompt was cut to the shortest: the digests
+below were recorded from that code. A tiny Qwen3 checkpoint with a word-level tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from kernel_contracts.contracts import loads
+from kernel_contracts.kernels.model.hf.checkpoint import save_decoder
+from kernel_contracts.kernels.model.hf.config import parse_config
+from kernel_contracts.kernels.model.hf.decoder import Decoder
+from tests.evidence.test_hf_evidence import CONFIG, WORDS
+
+EQUAL = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11\nw3 w3 w3 w3 w3\n"  # three prompts of five tokens
+UNEVEN = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11 w12\n\nw3 w3 w3 w3 w3 w3 w3\n"  # 5, 6 and 7
+
+
+def contract_text(prompts: str, inference: str = "fp32", runtime: str = "") -> str:
+    return (
+        "contract: 1\nname: padded\nkernels:\n  train: {preset: fp32}\n"
+        f"  inference: {{preset: {inference}}}\n"
+        "numerical:\n  - {id: N1, metric: logit_drift, max: 1.0e-4}\n"
+        + (f"runtime:\n  - {{id: R1, {runtime}}}\n" if runtime else "")
+        + f'evidence:\n  emulate:\n    model: "hf:ckpt"\n    prompts: {prompts}\n'
+        "    max_new_tokens: 2\n    seed: 1\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("padded")
+    save_decoder(Decoder(parse_config(CONFIG), seed=3), str(root / "ckpt"), dtype="BF16")
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, "[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(root / "ckpt" / "tokenizer.json"))
+    for name, text in (("equal.txt", EQUAL), ("uneven.txt", UNEVEN)):
+        (root / name).write_text(text)
+    for n, line in enumerate(UNEVEN.split("\n")[:2] + UNEVEN.split("\n")[3:4]):
+        (root / f"alone{n}.txt").write_text(f"{line}\n{line}\n{line}\n")
+    return root
+
+
+def _contract(folder, *args):
+    path = folder / "c.yaml"
+    path.write_text(contract_text(*args))
+    return loads(path.read_text(), str(path))
+
+
+def digest(table: dict[str, np.ndarray]) -> str:
+    """sha256 over every column's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(table):
+        column = np.ascontiguousarray(table[name])
+        h.update(f"{name}\0{column.dtype.str}\0{column.shape}\0".encode())
+        h.update(column.tobytes())
+    return h.hexdigest()[:16]
+
+
+# (prompt file, inference preset, runtime clause, setting) -> digest of the token table,
+# recorded from the emulation that cut every prompt to the shortest one
+CASES = {
+    ("equal.txt", "fp32", "", None): "4d019efa73b7b487",
+    ("equal.txt", "h100-fp8", "", None): "6088445179bf1de9",
+    ("equal.txt", "bf16", "batch_size: [1, 2]", (2, 6)): "8a4608058623f824",
+    ("uneven.txt", "fp32", "sequence_length: [1, 7]", (None, 7)): "4d019efa73b7b487",
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=lambda c: "-".join(map(str, c)))
+def test_prompts_of_one_length_keep_their_bits(folder, case):
+    from kernel_contracts.evidence.emulate import emulate_contract
+
+    prompts, inference, runtime, setting = case
+    contract = _contract(folder, prompts, inference, runtime)
+    batch, length = setting or (None, None)
+    table = emulate_contract(contract, batch_size=batch, sequence_length=length)
+    assert digest(table) == CASES[case]
