@@ -20,6 +20,7 @@ from kernel_contracts.kernels.model.hf.checkpoint import save_decoder
 from kernel_contracts.kernels.model.hf.config import parse_config
 from kernel_contracts.kernels.model.hf.decoder import Decoder
 from tests.evidence.test_hf_evidence import CONFIG, WORDS
+from tests.support.bits import same_bits
 
 EQUAL = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11\nw3 w3 w3 w3 w3\n"  # three prompts of five tokens
 UNEVEN = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11 w12\n\nw3 w3 w3 w3 w3 w3 w3\n"  # 5, 6 and 7
@@ -85,3 +86,34 @@ def test_prompts_of_one_length_keep_their_bits(folder, case):
     batch, length = setting or (None, None)
     table = emulate_contract(contract, batch_size=batch, sequence_length=length)
     assert digest(table) == CASES[case]
+
+
+@pytest.fixture(scope="module")
+def uneven(folder):
+    """The token table of the prompts of 5, 6 and 7 tokens, served in one batch of three."""
+    from kernel_contracts.evidence.emulate import emulate_contract
+
+    return emulate_contract(_contract(folder, "uneven.txt"))
+
+
+def test_prompts_of_different_lengths_are_served_whole(uneven):
+    # each prompt's two new tokens follow its own last token (cut to the shortest, every
+    # prompt's would have followed position 4)
+    assert uneven["prompt"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert uneven["position"].tolist() == [5, 6, 6, 7, 7, 8]
+    # float32 on both sides: K_inf's logits at each row's own positions agree with K_train's
+    # teacher-forced ones (a row read at another row's positions would drift by far more)
+    assert float(np.max(uneven["logit_drift"])) < 1.0e-4
+
+
+@pytest.mark.parametrize("line", [0, 2])
+def test_a_padded_prompt_gets_the_bits_it_gets_among_prompts_of_its_length(folder, uneven, line):
+    # the same prompt served in a batch of three copies of itself (one length, no padding):
+    # every column of its rows the same, bit for bit
+    from kernel_contracts.evidence.emulate import emulate_contract
+
+    alone = emulate_contract(_contract(folder, f"alone{line}.txt"))
+    mine = uneven["prompt"] == line
+    theirs = alone["prompt"] == line
+    for name in sorted(uneven):
+        assert same_bits(uneven[name][mine], alone[name][theirs]), name
