@@ -21,6 +21,7 @@ from kernel_contracts.kernels.model.hf.config import parse_config
 from kernel_contracts.kernels.model.hf.decoder import Decoder
 from tests.evidence.test_hf_evidence import CONFIG, WORDS
 from tests.support.bits import same_bits
+from tests.support.cli_runner import run_cli
 
 EQUAL = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11\nw3 w3 w3 w3 w3\n"  # three prompts of five tokens
 UNEVEN = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11 w12\n\nw3 w3 w3 w3 w3 w3 w3\n"  # 5, 6 and 7
@@ -69,11 +70,12 @@ def digest(table: dict[str, np.ndarray]) -> str:
 
 # (prompt file, inference preset, runtime clause, setting) -> digest of the token table,
 # recorded from the emulation that cut every prompt to the shortest one
+BATCH2 = "batch_size: [1, 2]"
 CASES = {
-    ("equal.txt", "fp32", "", None): "4d019efa73b7b487",
-    ("equal.txt", "h100-fp8", "", None): "6088445179bf1de9",
-    ("equal.txt", "bf16", "batch_size: [1, 2]", (2, 6)): "8a4608058623f824",
-    ("uneven.txt", "fp32", "sequence_length: [1, 7]", (None, 7)): "4d019efa73b7b487",
+    ("equal.txt", "fp32", BATCH2, None): "472886956db2b6cd",
+    # the prompts of 5, 6 and 7 tokens at a sequence length of 7: each cut to 5, as the setting
+    # asks, the same prompts as equal.txt
+    ("uneven.txt", "fp32", f"{BATCH2}, sequence_length: [1, 7]", (None, 7)): "472886956db2b6cd",
 }
 
 
@@ -90,10 +92,11 @@ def test_prompts_of_one_length_keep_their_bits(folder, case):
 
 @pytest.fixture(scope="module")
 def uneven(folder):
-    """The token table of the prompts of 5, 6 and 7 tokens, served in one batch of three."""
+    """The token table of the prompts of 5, 6 and 7 tokens in batches of two: prompts 0 and 1,
+    then prompt 2 with prompt 0 again as a dropped fill row."""
     from kernel_contracts.evidence.emulate import emulate_contract
 
-    return emulate_contract(_contract(folder, "uneven.txt"))
+    return emulate_contract(_contract(folder, "uneven.txt", "fp32", BATCH2))
 
 
 def test_prompts_of_different_lengths_are_served_whole(uneven):
@@ -106,14 +109,47 @@ def test_prompts_of_different_lengths_are_served_whole(uneven):
     assert float(np.max(uneven["logit_drift"])) < 1.0e-4
 
 
-@pytest.mark.parametrize("line", [0, 2])
-def test_a_padded_prompt_gets_the_bits_it_gets_among_prompts_of_its_length(folder, uneven, line):
-    # the same prompt served in a batch of three copies of itself (one length, no padding):
-    # every column of its rows the same, bit for bit
+def test_a_padded_prompt_gets_the_bits_it_gets_among_prompts_of_its_length(folder, uneven):
+    # the 5-token prompt, padded to 7 beside the 6-token one, against the same prompt served in
+    # batches of copies of itself (one length, no padding): every column the same, bit for bit
     from kernel_contracts.evidence.emulate import emulate_contract
 
-    alone = emulate_contract(_contract(folder, f"alone{line}.txt"))
-    mine = uneven["prompt"] == line
-    theirs = alone["prompt"] == line
+    alone = emulate_contract(_contract(folder, "alone0.txt", "fp32", BATCH2))
+    mine, theirs = uneven["prompt"] == 0, alone["prompt"] == 0
     for name in sorted(uneven):
         assert same_bits(uneven[name][mine], alone[name][theirs]), name
+
+
+def test_the_lengths_reach_the_longest_prompt(folder):
+    from kernel_contracts.evidence.emulate import length_range
+
+    # from one prompt token to the longest prompt's 7 and the two new ones
+    assert length_range(_contract(folder, "uneven.txt")) == (3, 9)
+
+
+def test_a_prompt_the_context_cannot_hold_is_refused_not_cut(folder):
+    from kernel_contracts.evidence.emulate import length_range
+    from kernel_contracts.kernels.model.user_model import UserModelError
+
+    (folder / "long.txt").write_text("w1 w2\n" + " ".join(["w3"] * 63) + "\n")
+    with pytest.raises(UserModelError) as info:
+        length_range(_contract(folder, "long.txt"))
+    assert info.value.key == "evidence.emulate.prompts"
+    assert str(info.value) == (
+        f"evidence.emulate.prompts: {folder / 'long.txt'}: prompt 2 encodes to 63 tokens, more "
+        "than the 62 that the model's context holds beside max_new_tokens (2); a prompt is "
+        "served whole, never cut: shorten it"
+    )
+
+
+def test_the_command_line_exits_2_at_the_prompts_key(folder):
+    (folder / "long.txt").write_text(" ".join(["w3"] * 63) + "\n")
+    path = folder / "long.yaml"
+    path.write_text(contract_text("long.txt"))
+    code, out, err = run_cli(path, "--quiet")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"{path}:11:5: evidence.emulate.prompts: {folder / 'long.txt'}: prompt 1 encodes to 63 "
+        "tokens, more than the 62 that the model's context holds beside max_new_tokens (2); a "
+        "prompt is served whole, never cut: shorten it\n"
+    )
