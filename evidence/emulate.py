@@ -15,14 +15,14 @@ whose prompts come from the params file's ``extra/prompts`` windows or, without 
 uniformly from the vocabulary; or a Hugging Face checkpoint
 (``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`) or a GGUF file (``model: "gguf:FILE"``,
 see :mod:`kernels.model.gguf`), for which ``prompts`` is a count of
-prompts drawn uniformly from its vocabulary, or a text file of prompts (one a line, blank
-lines skipped) encoded by the checkpoint's tokenizer, served in the file's order; every
-prompt is then cut to the shortest one's length (at most ``PROMPT_BYTES`` tokens), so each
-batch holds prompts of one length. With ``chat_template: true`` each line is a user message
-rendered through the GGUF file's chat template (``kernels.model.checkpoints.checkpoint_chat``)
-and served whole, at its one length: the rendered prompts must encode to the same number of
-tokens (cutting one would drop the assistant's cue at its end), and the only sequence length
-is that width plus ``max_new_tokens``. Loading a checkpoint runs no code from its folder. The
+prompts (``PROMPT_BYTES`` tokens) drawn uniformly from its vocabulary, or a text file of
+prompts (one a line, blank lines skipped) encoded by the checkpoint's tokenizer, served in the
+file's order, each whole: the rows right-padded to the longest prompt, each with its own length
+(``kernels.emulation.emulate``'s ``lengths``), so no prompt is cut; a prompt the model's context
+cannot hold beside ``max_new_tokens`` is refused at ``evidence.emulate.prompts``. With
+``chat_template: true`` each line is a user message rendered through the GGUF file's chat
+template (``kernels.model.checkpoints.checkpoint_chat``), and the only sequence length is the
+longest prompt's plus ``max_new_tokens``. Loading a checkpoint runs no code from its folder. The
 model's vocabulary (256 bytes for the shipped one) is what is measured, whatever
 ``policy.vocab_size`` says; the divergence bounds do not depend on the vocabulary size.
 
@@ -33,7 +33,7 @@ whose rows are dropped. ``batch_size`` and ``sequence_length`` override both cho
 setting of a runtime sweep (``sweep``, ``evidence.envelope.settings``): every batch then holds
 exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new_tokens``
 tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
-model can run).
+model can run); a prompt file's shorter prompts are served whole and end before it.
 
 With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
 padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
@@ -88,7 +88,7 @@ __all__ = [
     "sweep_padding",
 ]
 
-PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
+PROMPT_BYTES = 32  # drawn prompts' length, shortened when the context cannot hold it and the output
 MAX_BATCH = 32  # the largest serving batch emulated
 
 _PROMPTS_KEY = "evidence.emulate.prompts"
