@@ -17,8 +17,12 @@ token over the full vocabulary (``logprobs: full_vocab`` semantics: the metrics 
 softmax(z/T), whatever the sampling keeps), with the portable measurement (the same bits on
 every backend). A short last batch is filled with the ``fill`` rows (copies of the last prompt
 without them), whose rows are dropped, so every row was computed in a batch of the pair's
-size. The result is a token table: one row per generated token, one 1-D numpy array per
-column (``TABLE_COLUMNS``).
+size. With ``lengths`` each prompt has its own length, its row right-padded to the width of
+``prompts``: K_inf feeds each row its prompt up to its length and samples after it, K_train
+teacher-forces the sequences, and both are read at each row's own positions; nothing masks the
+padding, which lies after the row's prompt, is overwritten by its samples and is seen by no
+earlier position (causal attention). The result is a token table: one row per generated
+token, one 1-D numpy array per column (``TABLE_COLUMNS``).
 
 ``prompts_from`` cuts prompts at seeded offsets from token windows.
 
