@@ -47,13 +47,18 @@ def contract_text(model: str = "hf:ckpt", prompts: str = "prompts.txt") -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
+def write_checkpoint(root) -> None:
+    """The tiny Qwen3 checkpoint with its word-level tokenizer, as the folder ``root/ckpt``."""
     save_decoder(Decoder(parse_config(CONFIG), seed=3), str(root / "ckpt"), dtype="BF16")
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, "[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(root / "ckpt" / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    write_checkpoint(root)
     (root / "prompts.txt").write_text(PROMPTS)
     (root / "c.yaml").write_text(contract_text())
     return root

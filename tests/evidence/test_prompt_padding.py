@@ -4,23 +4,17 @@ A batch holds the prompts right-padded to its longest, each row with its own pro
 a row's tokens are its prompt's until its length, sampled after it, and its logits are taken
 at its own positions (``kernels.model.decode.generate``'s ``prompt_len`` per row). Prompts of
 one length keep the bits they had when every prompt was cut to the shortest: the digests
-below were recorded from that code. A tiny Qwen3 checkpoint with a word-level tokenizer.
+below were recorded from that code. The tiny Qwen3 checkpoint of test_hf_evidence.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
 
 from kernel_contracts.contracts import loads
-from kernel_contracts.kernels.model.hf.checkpoint import save_decoder
-from kernel_contracts.kernels.model.hf.config import parse_config
-from kernel_contracts.kernels.model.hf.decoder import Decoder
-from tests.evidence.test_hf_evidence import CONFIG, WORDS
-from tests.support.bits import same_bits
+from tests.evidence.test_hf_evidence import write_checkpoint
+from tests.support.bits import digest, same_bits
 from tests.support.cli_runner import run_cli
 
 EQUAL = "w1 w2 w3 w4 w5\nw7 w8 w9 w10 w11\nw3 w3 w3 w3 w3\n"  # three prompts of five tokens
@@ -41,14 +35,10 @@ def contract_text(prompts: str, inference: str = "fp32", runtime: str = "") -> s
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("padded")
-    save_decoder(Decoder(parse_config(CONFIG), seed=3), str(root / "ckpt"), dtype="BF16")
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, "[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.save(str(root / "ckpt" / "tokenizer.json"))
+    write_checkpoint(root)
     for name, text in (("equal.txt", EQUAL), ("uneven.txt", UNEVEN)):
         (root / name).write_text(text)
-    for n, line in enumerate(UNEVEN.split("\n")[:2] + UNEVEN.split("\n")[3:4]):
-        (root / f"alone{n}.txt").write_text(f"{line}\n{line}\n{line}\n")
+    (root / "alone0.txt").write_text("w1 w2 w3 w4 w5\n" * 3)  # the 5-token prompt alone
     return root
 
 
@@ -56,16 +46,6 @@ def _contract(folder, *args):
     path = folder / "c.yaml"
     path.write_text(contract_text(*args))
     return loads(path.read_text(), str(path))
-
-
-def digest(table: dict[str, np.ndarray]) -> str:
-    """sha256 over every column's name, dtype, shape and bytes, in name order."""
-    h = hashlib.sha256()
-    for name in sorted(table):
-        column = np.ascontiguousarray(table[name])
-        h.update(f"{name}\0{column.dtype.str}\0{column.shape}\0".encode())
-        h.update(column.tobytes())
-    return h.hexdigest()[:16]
 
 
 # (prompt file, inference preset, runtime clause, setting) -> digest of the token table,
