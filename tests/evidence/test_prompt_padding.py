@@ -59,6 +59,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow  # one compile of the tiny checkpoint's kernel pair: about 20 s of CPU
 @pytest.mark.parametrize("case", list(CASES), ids=lambda c: "-".join(map(str, c)))
 def test_prompts_of_one_length_keep_their_bits(folder, case):
     from kernel_contracts.evidence.emulate import emulate_contract
@@ -79,6 +80,7 @@ def uneven(folder):
     return emulate_contract(_contract(folder, "uneven.txt", "fp32", BATCH2))
 
 
+@pytest.mark.slow  # the module's padded run: one compile of the kernel pair, about 20 s of CPU
 def test_prompts_of_different_lengths_are_served_whole(uneven):
     # each prompt's two new tokens follow its own last token (cut to the shortest, every
     # prompt's would have followed position 4)
@@ -89,6 +91,7 @@ def test_prompts_of_different_lengths_are_served_whole(uneven):
     assert float(np.max(uneven["logit_drift"])) < 1.0e-4
 
 
+@pytest.mark.slow  # the padded run and one at one length: two compiles
 def test_a_padded_prompt_gets_the_bits_it_gets_among_prompts_of_its_length(folder, uneven):
     # the 5-token prompt, padded to 7 beside the 6-token one, against the same prompt served in
     # batches of copies of itself (one length, no padding): every column the same, bit for bit
