@@ -136,6 +136,11 @@ def _checkpoint(model: str) -> str | None:
 
 
 def _prompt_texts(path: str) -> list[str]:
+    return [text for _, text in _prompt_lines(path)]
+
+
+def _prompt_lines(path: str) -> list[tuple[int, str]]:
+    """The prompt file's non-blank lines, each with its line number (from 1)."""
     from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:
@@ -147,10 +152,10 @@ def _prompt_texts(path: str) -> list[str]:
         raise UserModelError(_PROMPTS_KEY, f"cannot read {err}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserModelError(_PROMPTS_KEY, f"cannot read {path} as UTF-8 text: {err}") from None
-    texts = [t for t in texts if t.strip()]
-    if not texts:
+    lines = [(n + 1, t) for n, t in enumerate(texts) if t.strip()]
+    if not lines:
         raise UserModelError(_PROMPTS_KEY, f"{path} holds no prompts")
-    return texts
+    return lines
 
 
 def prompt_count(ev: EmulateEvidence) -> int:
@@ -208,20 +213,20 @@ def _hf_rows(ev: EmulateEvidence, checkpoint: str, vocab: int, room: int) -> _Ro
         return None
     from kernel_contracts.kernels.model.user_model import UserModelError
 
-    texts = _prompt_texts(ev.prompts)
+    numbers, texts = zip(*_prompt_lines(ev.prompts), strict=True)
     if ev.chat_template:
-        texts = _chat_texts(ev.prompts, checkpoint, texts)
-    ids = _encoded(ev.prompts, checkpoint, vocab, texts)
+        texts = _chat_texts(ev.prompts, checkpoint, list(texts))
+    ids = _encoded(ev.prompts, checkpoint, vocab, list(texts))
     lengths = np.asarray([len(row) for row in ids], np.int64)
     if not lengths.all():
-        line = int(np.argmin(lengths))
-        raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}: prompt {line + 1} encodes to no tokens")
+        line = numbers[int(np.argmin(lengths))]
+        raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}:{line}: the prompt encodes to no tokens")
     longest = int(lengths.max())
     if longest > room and not ev.chat_template:  # a chat prompt's error names its key (_lengths)
-        line = int(np.argmax(lengths))
+        line = numbers[int(np.argmax(lengths))]
         raise UserModelError(
             _PROMPTS_KEY,
-            f"{ev.prompts}: prompt {line + 1} encodes to {longest} tokens, more than the "
+            f"{ev.prompts}:{line}: the prompt encodes to {longest} tokens, more than the "
             f"{room} that the model's context holds beside max_new_tokens "
             f"({ev.max_new_tokens}); a prompt is served whole, never cut: shorten it",
         )

@@ -114,25 +114,25 @@ def test_a_prompt_the_context_cannot_hold_is_refused_not_cut(folder):
     from kernel_contracts.evidence.emulate import length_range
     from kernel_contracts.kernels.model.user_model import UserModelError
 
-    (folder / "long.txt").write_text("w1 w2\n" + " ".join(["w3"] * 63) + "\n")
+    (folder / "long.txt").write_text("w1 w2\n\n" + " ".join(["w3"] * 63) + "\n")
     with pytest.raises(UserModelError) as info:
         length_range(_contract(folder, "long.txt"))
     assert info.value.key == "evidence.emulate.prompts"
     assert str(info.value) == (
-        f"evidence.emulate.prompts: {folder / 'long.txt'}: prompt 2 encodes to 63 tokens, more "
-        "than the 62 that the model's context holds beside max_new_tokens (2); a prompt is "
-        "served whole, never cut: shorten it"
+        f"evidence.emulate.prompts: {folder / 'long.txt'}:3: the prompt encodes to 63 tokens, "
+        "more than the 62 that the model's context holds beside max_new_tokens (2); a prompt "
+        "is served whole, never cut: shorten it"
     )
 
 
 def test_the_command_line_exits_2_at_the_prompts_key(folder):
-    (folder / "long.txt").write_text(" ".join(["w3"] * 63) + "\n")
+    (folder / "long1.txt").write_text(" ".join(["w3"] * 63) + "\n")
     path = folder / "long.yaml"
-    path.write_text(contract_text("long.txt"))
+    path.write_text(contract_text("long1.txt"))
     code, out, err = run_cli(path, "--quiet")
     assert (code, out) == (2, "")
     assert err == (
-        f"{path}:11:5: evidence.emulate.prompts: {folder / 'long.txt'}: prompt 1 encodes to 63 "
-        "tokens, more than the 62 that the model's context holds beside max_new_tokens (2); a "
-        "prompt is served whole, never cut: shorten it\n"
+        f"{path}:11:5: evidence.emulate.prompts: {folder / 'long1.txt'}:1: the prompt encodes "
+        "to 63 tokens, more than the 62 that the model's context holds beside max_new_tokens "
+        "(2); a prompt is served whole, never cut: shorten it\n"
     )
