@@ -15,14 +15,14 @@ whose prompts come from the params file's ``extra/prompts`` windows or, without 
 uniformly from the vocabulary; or a Hugging Face checkpoint
 (``model: "hf:FOLDER"``, see :mod:`kernels.model.hf`) or a GGUF file (``model: "gguf:FILE"``,
 see :mod:`kernels.model.gguf`), for which ``prompts`` is a count of
-prompts drawn uniformly from its vocabulary, or a text file of prompts (one a line, blank
-lines skipped) encoded by the checkpoint's tokenizer, served in the file's order; every
-prompt is then cut to the shortest one's length (at most ``PROMPT_BYTES`` tokens), so each
-batch holds prompts of one length. With ``chat_template: true`` each line is a user message
-rendered through the GGUF file's chat template (``kernels.model.checkpoints.checkpoint_chat``)
-and served whole, at its one length: the rendered prompts must encode to the same number of
-tokens (cutting one would drop the assistant's cue at its end), and the only sequence length
-is that width plus ``max_new_tokens``. Loading a checkpoint runs no code from its folder. The
+prompts (``PROMPT_BYTES`` tokens) drawn uniformly from its vocabulary, or a text file of
+prompts (one a line, blank lines skipped) encoded by the checkpoint's tokenizer, served in the
+file's order, each whole: the rows right-padded to the longest prompt, each with its own length
+(``kernels.emulation.emulate``'s ``lengths``), so no prompt is cut; a prompt the model's context
+cannot hold beside ``max_new_tokens`` is refused at ``evidence.emulate.prompts``. With
+``chat_template: true`` each line is a user message rendered through the GGUF file's chat
+template (``kernels.model.checkpoints.checkpoint_chat``), and the only sequence length is the
+longest prompt's plus ``max_new_tokens``. Loading a checkpoint runs no code from its folder. The
 model's vocabulary (256 bytes for the shipped one) is what is measured, whatever
 ``policy.vocab_size`` says; the divergence bounds do not depend on the vocabulary size.
 
@@ -33,7 +33,7 @@ whose rows are dropped. ``batch_size`` and ``sequence_length`` override both cho
 setting of a runtime sweep (``sweep``, ``evidence.envelope.settings``): every batch then holds
 exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new_tokens``
 tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
-model can run).
+model can run); a prompt file's shorter prompts are served whole and end before it.
 
 With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
 padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
@@ -88,7 +88,7 @@ __all__ = [
     "sweep_padding",
 ]
 
-PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
+PROMPT_BYTES = 32  # drawn prompts' length, shortened when the context cannot hold it and the output
 MAX_BATCH = 32  # the largest serving batch emulated
 
 _PROMPTS_KEY = "evidence.emulate.prompts"
@@ -136,6 +136,11 @@ def _checkpoint(model: str) -> str | None:
 
 
 def _prompt_texts(path: str) -> list[str]:
+    return [text for _, text in _prompt_lines(path)]
+
+
+def _prompt_lines(path: str) -> list[tuple[int, str]]:
+    """The prompt file's non-blank lines, each with its line number (from 1)."""
     from kernel_contracts.kernels.model.user_model import UserModelError
 
     try:
@@ -147,10 +152,10 @@ def _prompt_texts(path: str) -> list[str]:
         raise UserModelError(_PROMPTS_KEY, f"cannot read {err}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserModelError(_PROMPTS_KEY, f"cannot read {path} as UTF-8 text: {err}") from None
-    texts = [t for t in texts if t.strip()]
-    if not texts:
+    lines = [(n + 1, t) for n, t in enumerate(texts) if t.strip()]
+    if not lines:
         raise UserModelError(_PROMPTS_KEY, f"{path} holds no prompts")
-    return texts
+    return lines
 
 
 def prompt_count(ev: EmulateEvidence) -> int:
@@ -193,30 +198,42 @@ def _chat_texts(path: str, checkpoint: str, texts: list[str]) -> list[str]:
         raise UserModelError(_CHAT_KEY, f"{checkpoint}: {err}") from None
 
 
-def _hf_rows(ev: EmulateEvidence, checkpoint: str, vocab: int) -> np.ndarray | None:
-    """The prompt file's prompts as token rows cut to the shortest, or ``None`` (a count)."""
+class _Rows(NamedTuple):
+    """A prompt file's prompts as token rows right-padded with zeros to the longest, and each
+    prompt's length (its own tokens, served whole)."""
+
+    rows: np.ndarray  # [prompts, longest] int32
+    lengths: np.ndarray  # [prompts] int64
+
+
+def _hf_rows(ev: EmulateEvidence, checkpoint: str, vocab: int, room: int) -> _Rows | None:
+    """The prompt file's prompts as padded token rows, or ``None`` (a count). ``room``: the
+    most prompt tokens the model's context holds beside the ``max_new_tokens``."""
     if not isinstance(ev.prompts, str):
         return None
     from kernel_contracts.kernels.model.user_model import UserModelError
 
-    texts = _prompt_texts(ev.prompts)
+    numbers, texts = zip(*_prompt_lines(ev.prompts), strict=True)
     if ev.chat_template:
-        texts = _chat_texts(ev.prompts, checkpoint, texts)
-    ids = _encoded(ev.prompts, checkpoint, vocab, texts)
-    width = min(len(row) for row in ids)
-    if ev.chat_template and max(len(row) for row in ids) != width:
-        lengths = ", ".join(f"line {n + 1}: {len(row)}" for n, row in enumerate(ids))
+        texts = _chat_texts(ev.prompts, checkpoint, list(texts))
+    ids = _encoded(ev.prompts, checkpoint, vocab, list(texts))
+    lengths = np.asarray([len(row) for row in ids], np.int64)
+    if not lengths.all():
+        line = numbers[int(np.argmin(lengths))]
+        raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}:{line}: the prompt encodes to no tokens")
+    longest = int(lengths.max())
+    if longest > room and not ev.chat_template:  # a chat prompt's error names its key (_lengths)
+        line = numbers[int(np.argmax(lengths))]
         raise UserModelError(
-            _CHAT_KEY,
-            f"{ev.prompts}: the chat prompts encode to different lengths ({lengths} tokens); "
-            "a batch serves prompts of one length, and cutting a chat prompt would drop the "
-            "assistant's cue at its end: word the messages so that each renders to the same "
-            "number of tokens",
+            _PROMPTS_KEY,
+            f"{ev.prompts}:{line}: the prompt encodes to {longest} tokens, more than the "
+            f"{room} that the model's context holds beside max_new_tokens "
+            f"({ev.max_new_tokens}); a prompt is served whole, never cut: shorten it",
         )
-    if width == 0:
-        line = next(i for i, row in enumerate(ids) if not row)
-        raise UserModelError(_PROMPTS_KEY, f"{ev.prompts}: prompt {line + 1} encodes to no tokens")
-    return np.asarray([row[:width] for row in ids], np.int32)
+    rows = np.zeros((len(ids), longest), np.int32)
+    for n, row in enumerate(ids):
+        rows[n, : len(row)] = row
+    return _Rows(rows, lengths)
 
 
 def prompt_stream(path: str, checkpoint: str, vocab: int) -> np.ndarray:
@@ -266,9 +283,10 @@ def length_range(contract: Contract) -> tuple[int, int]:
     checkpoint = _checkpoint(ev.model)
     if checkpoint is not None:
         config = _hf_config(ev, checkpoint)
-        rows = _hf_rows(ev, checkpoint, config.vocab_size)
-        width = PROMPT_BYTES if rows is None else rows.shape[1]
-        return _lengths(ev, width, config.max_position_embeddings)
+        context = config.max_position_embeddings
+        rows = _hf_rows(ev, checkpoint, config.vocab_size, context - ev.max_new_tokens)
+        width = PROMPT_BYTES if rows is None else rows.rows.shape[1]
+        return _lengths(ev, width, context)
     if _is_user(ev.model):
         from kernel_contracts.kernels.model.user_model import (
             MODEL_KEY,
@@ -295,7 +313,7 @@ class _Served(NamedTuple):
     windows: np.ndarray | None  # prompt windows; None: the rows, or uniform random prompts
     prompt_len: int  # the default prompt length
     lengths: tuple[int, int]  # the sequence lengths it can run
-    rows: np.ndarray | None = None  # the prompts themselves, served in order (a prompt file)
+    rows: _Rows | None = None  # the prompts themselves, served in order (a prompt file)
 
 
 def _decoding(contract: Contract, ev: EmulateEvidence) -> Decoding:
@@ -345,10 +363,11 @@ def _hf(contract: Contract, ev: EmulateEvidence, batch: int) -> _Served:
         raise UserModelError(MODEL_KEY, f"cannot load {ev.model}: {err}") from None
     context, vocab = model.context, model.config.vocab_size
     pair = _on_decoder(contract, ev, batch, model, context)
-    rows = _hf_rows(ev, ev.model, vocab)
-    width = PROMPT_BYTES if rows is None else rows.shape[1]
-    cap = width if ev.chat_template else PROMPT_BYTES  # a chat prompt is served whole
-    prompt_len = min(cap, width, context - ev.max_new_tokens)
+    rows = _hf_rows(ev, ev.model, vocab, context - ev.max_new_tokens)
+    if rows is None:  # prompts drawn from the vocabulary
+        width = prompt_len = min(PROMPT_BYTES, context - ev.max_new_tokens)
+    else:  # a prompt file's prompts, served whole
+        width = prompt_len = rows.rows.shape[1]
     return _Served(pair, vocab, None, prompt_len, _lengths(ev, width, context), rows)
 
 
@@ -365,13 +384,19 @@ def _user(contract: Contract, ev: EmulateEvidence, batch: int, trust_code: bool)
     return _Served(lambda _: pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
 
 
-def _prompts(served: _Served, count: int, length: int, seed: int) -> np.ndarray:
-    if served.rows is not None:  # a prompt file: its prompts in order (again from the first)
-        return served.rows[np.arange(count) % served.rows.shape[0], :length]
+def _prompts(
+    served: _Served, count: int, length: int, seed: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``count`` prompt rows of ``length`` columns and each one's length (``None``: all of
+    them): a prompt file's in order (again from the first), each at most ``length`` tokens,
+    or drawn prompts of ``length`` tokens."""
+    if served.rows is not None:
+        at = np.arange(count) % served.rows.rows.shape[0]
+        return served.rows.rows[at, :length], np.minimum(served.rows.lengths[at], length)
     if served.windows is not None:
-        return prompts_from(served.windows, count, length, seed)
+        return prompts_from(served.windows, count, length, seed), None
     rng = np.random.default_rng(seed)
-    return rng.integers(0, served.vocab, (count, length)).astype(np.int32)
+    return rng.integers(0, served.vocab, (count, length)).astype(np.int32), None
 
 
 def emulate_contract(
@@ -422,11 +447,16 @@ def emulate_contract(
     if shared and (batch_size, sequence_length) != (None, None) and not _is_user(ev.model):
         setting = (batch_size, sequence_length)
         padding = sweep_padding(contract, count, prompt_len, setting)
-    prompts = _prompts(served, count, prompt_len, ev.seed)
+    prompts, lengths = _prompts(served, count, prompt_len, ev.seed)
     last = (count - 1) // batch * batch  # the last batch's first prompt
     missing = last + batch - count
-    fill = _prompts(served, missing, prompt_len, ev.seed + 1 + last) if missing else None
-    return emulate(served.pair(padding), prompts, seed=ev.seed, fill=fill, progress=progress)
+    fill, fill_lengths = (
+        _prompts(served, missing, prompt_len, ev.seed + 1 + last) if missing else (None, None)
+    )
+    return emulate(
+        served.pair(padding), prompts, seed=ev.seed, fill=fill, lengths=lengths,
+        fill_lengths=fill_lengths, progress=progress,
+    )  # fmt: skip
 
 
 # -- one program per sweep -------------------------------------------------------------------

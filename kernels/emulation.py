@@ -17,8 +17,12 @@ token over the full vocabulary (``logprobs: full_vocab`` semantics: the metrics 
 softmax(z/T), whatever the sampling keeps), with the portable measurement (the same bits on
 every backend). A short last batch is filled with the ``fill`` rows (copies of the last prompt
 without them), whose rows are dropped, so every row was computed in a batch of the pair's
-size. The result is a token table: one row per generated token, one 1-D numpy array per
-column (``TABLE_COLUMNS``).
+size. With ``lengths`` each prompt has its own length, its row right-padded to the width of
+``prompts``: K_inf feeds each row its prompt up to its length and samples after it, K_train
+teacher-forces the sequences, and both are read at each row's own positions; nothing masks the
+padding, which lies after the row's prompt, is overwritten by its samples and is seen by no
+earlier position (causal attention). The result is a token table: one row per generated
+token, one 1-D numpy array per column (``TABLE_COLUMNS``).
 
 ``prompts_from`` cuts prompts at seeded offsets from token windows.
 
@@ -66,11 +70,14 @@ class ServedPair(NamedTuple):
     K_train, and returns the sequences and both kernels' logits at the generated positions,
     ``(tokens [batch, prompt + new], z_inf [batch, new, vocab], z_train [batch, new, vocab])``
     (a pair built with ``Padding``: its ``rows`` rows, the batch's first, and tokens of the padded
-    width)."""
+    width). ``run(prompts, key, lengths)`` serves right-padded prompts, row ``i`` of
+    ``lengths[i]`` tokens: its new tokens are ``tokens[i, lengths[i] : lengths[i] + new]``
+    (``per_row``: whether the pair can; a user model's cannot)."""
 
     batch: int
     decoding: Decoding
     run: Callable
+    per_row: bool = True
 
 
 def prompts_from(
@@ -125,16 +132,26 @@ def decoder_pair(
     temperature = jnp.float32(decoding.temperature)
     new = decoding.new_tokens
 
-    def run(chunk, key):
+    def run(chunk, key, lengths=None):
+        if lengths is not None:  # prompts of their own lengths, right-padded
+            lengths = jnp.asarray(lengths, jnp.int32)
+            tokens, z_inf = generate(
+                k_inf, chunk, key, temperature, lengths, new_tokens=new,
+                top_k=decoding.top_k, top_p=decoding.top_p,
+            )  # fmt: skip
+            return tokens, z_inf, teacher_force_padded(k_train, tokens, lengths, new_tokens=new)
         tokens, z_inf = generate(
             k_inf, chunk, key, temperature, new_tokens=new, top_k=decoding.top_k,
             top_p=decoding.top_p,
         )  # fmt: skip
         return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=chunk.shape[1])
 
-    def run_padded(chunk, key):
+    def run_padded(chunk, key, lengths=None):
         rows, width = chunk.shape
         prompt_len = jnp.int32(width)
+        if lengths is not None:  # the padding rows as wide as the batch
+            prompt_len = jnp.pad(jnp.asarray(lengths, jnp.int32), (0, padding.rows - rows),
+                                 constant_values=width)  # fmt: skip
         pad = ((0, padding.rows - rows), (0, padding.width - width))
         chunk = jnp.pad(chunk, pad)
         tokens, z_inf = generate(
@@ -170,7 +187,9 @@ def user_pair(
     new = decoding.new_tokens
     temperature = jnp.float32(decoding.temperature)
 
-    def run(chunk, key):
+    def run(chunk, key, lengths=None):
+        if lengths is not None:
+            raise ValueError(f"{model.name} serves a batch of prompts of one length")
         # the one shape both kernels run, checked before anything is compiled
         shape = output_shape(
             model.fn, model.params, model.name, chunk.shape[0], chunk.shape[1] + new - 1
@@ -187,21 +206,26 @@ def user_pair(
             raise UserModelError(MODEL_KEY, str(err)) from None
         return tokens, z_inf, z_train
 
-    return ServedPair(batch, decoding, run)
+    return ServedPair(batch, decoding, run, per_row=False)
 
 
 def emulate(
     pair: ServedPair,
-    prompts: Int[np.ndarray, "prompts length"],
+    prompts: Int[np.ndarray, "prompts width"],
     *,
     seed: int,
-    fill: Int[np.ndarray, "fill length"] | None = None,
+    fill: Int[np.ndarray, "fill width"] | None = None,
+    lengths: Int[np.ndarray, " prompts"] | None = None,
+    fill_lengths: Int[np.ndarray, " fill"] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """The token table of ``prompts`` served through ``pair`` (module docstring).
 
     ``seed`` seeds the sampling (batch ``i`` samples with ``fold_in(key(seed), i * batch)``);
     ``fill`` holds the rows that complete a short last batch (as many as it lacks);
+    ``lengths`` (``None``: every row's width) gives each prompt's length, its row right-padded
+    to the width (``fill_lengths`` the fill rows'): each prompt is served whole, its new tokens
+    sampled from its own end; prompts of one length run as without them, with the same bits;
     ``progress(done, total)`` is called after each served batch with prompts done so far.
     """
     import jax  # here, not at the top: importing this module must not import JAX
@@ -209,7 +233,7 @@ def emulate(
 
     from kernel_contracts.kernels.measurement._measure import measure
 
-    count, prompt_len = prompts.shape
+    count, width = prompts.shape
     batch, new = pair.batch, pair.decoding.new_tokens
     if count < 1:
         raise ValueError("emulate needs at least one prompt")
@@ -218,18 +242,27 @@ def emulate(
             f"{count} prompts in batches of {batch} need {-count % batch} fill rows, "
             f"got {fill.shape[0]}"
         )
+    lengths = _row_lengths(lengths, count, width)
+    fill_lengths = None if fill is None else _row_lengths(fill_lengths, fill.shape[0], width)
+    per_row = not (np.all(lengths == width) and (fill is None or np.all(fill_lengths == width)))
+    if per_row and not pair.per_row:
+        raise ValueError("this pair serves a batch of prompts of one length")
     key = jax.random.key(seed)
     parts: list[dict[str, np.ndarray]] = []
     for start in range(0, count, batch):
         ids = np.arange(start, start + batch)
         real = ids < count
-        chunk = prompts[np.minimum(ids, count - 1)]
+        chunk, ends = prompts[np.minimum(ids, count - 1)], lengths[np.minimum(ids, count - 1)]
         if fill is not None and not real.all():  # their rows are dropped
             chunk = np.concatenate([chunk[real], fill])
-        tokens, z_inf, z_train = pair.run(jnp.asarray(chunk), jax.random.fold_in(key, start))
+            ends = np.concatenate([ends[real], fill_lengths])
+        args = (jnp.asarray(ends),) if per_row else ()
+        tokens, z_inf, z_train = pair.run(jnp.asarray(chunk), jax.random.fold_in(key, start), *args)
         rows = tokens.shape[0]  # a padded pair returns its padding rows too
         served = np.concatenate([real, np.zeros(rows - batch, bool)])
-        observed = np.asarray(tokens)[:, prompt_len : prompt_len + new]
+        ends = np.concatenate([ends, np.full(rows - batch, width, ends.dtype)])
+        at = ends[:, None] + np.arange(new)  # each row's generated positions
+        observed = np.take_along_axis(np.asarray(tokens), at, axis=1)
         vocab = z_inf.shape[-1]
         metrics = measure(
             z_train.reshape(-1, vocab),
@@ -241,10 +274,20 @@ def emulate(
         keep = np.repeat(served, new)
         part = {k: np.asarray(v)[keep] for k, v in metrics.items()}
         part["top1_flip"] = part["top1_flip"].astype(np.int64)
-        part["position"] = np.tile(np.arange(prompt_len, prompt_len + new), rows)[keep]
+        part["position"] = at.reshape(-1).astype(np.int64)[keep]
         part["prompt"] = np.repeat(np.arange(start, start + rows), new)[keep]
         part["token"] = observed.reshape(-1).astype(np.int64)[keep]
         parts.append(part)
         if progress is not None:
             progress(min(start + batch, count), count)
     return {c: np.concatenate([p[c] for p in parts]) for c in TABLE_COLUMNS}
+
+
+def _row_lengths(lengths: np.ndarray | None, rows: int, width: int) -> np.ndarray:
+    """Each of ``rows`` prompts' length (``None``: ``width``), checked to lie in [1, width]."""
+    if lengths is None:
+        return np.full(rows, width, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    if lengths.shape != (rows,) or not np.all((lengths >= 1) & (lengths <= width)):
+        raise ValueError(f"prompt lengths must be {rows} counts in [1, {width}], got {lengths}")
+    return lengths

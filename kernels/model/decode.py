@@ -80,7 +80,7 @@ def generate(
     prompts: Int[ArrayLike, "seqs width"],
     key: Array,
     temperature: Float[ArrayLike, ""],
-    prompt_len: Int[ArrayLike, ""] | None = None,
+    prompt_len: Int[ArrayLike, ""] | Int[ArrayLike, " seqs"] | None = None,
     *,
     new_tokens: int,
     top_k: int = 0,
@@ -95,11 +95,18 @@ def generate(
     ``prompt_len + new_tokens`` are decoded (the later steps are skipped and their tokens are
     left as they are). One compiled program serves every prompt length up to the width, with
     the same bits at the decoded positions as a program compiled for that length: each step's
-    arithmetic sees only the positions before it."""
+    arithmetic sees only the positions before it.
+
+    ``prompt_len`` may also give each row its own prompt length (``[seqs]``, each at most the
+    width): the prompts of one batch right-padded to its longest. A row is then fed its prompt
+    until its own length and sampled after it, and its logits are those at its own positions;
+    its padding columns are overwritten by its samples, and causal attention keeps every
+    position from seeing a later one, so no attention mask is needed."""
     TRACES["generate"] += 1
     seqs, width = prompts.shape
     length = width + new_tokens
-    real = width if prompt_len is None else prompt_len
+    real = width if prompt_len is None else jnp.asarray(prompt_len)
+    last = jnp.max(real)  # the longest row's prompt length
     graphdef, state = nnx.split(model)
     tokens = jnp.concatenate([prompts, jnp.zeros((seqs, new_tokens), prompts.dtype)], axis=1)
     caches = model.init_cache(seqs, length)
@@ -125,11 +132,25 @@ def generate(
             return carry, jnp.zeros(shape.shape, shape.dtype)
 
         def step(carry, t):
-            return jax.lax.cond(t < real + new_tokens - 1, body, skip, carry, t)
+            return jax.lax.cond(t < last + new_tokens - 1, body, skip, carry, t)
 
         (tokens, _, _), logits = jax.lax.scan(step, carry, steps)
-    z_inf = jnp.swapaxes(jax.lax.dynamic_slice_in_dim(logits, real - 1, new_tokens), 0, 1)
-    return tokens, z_inf
+    logits = jnp.swapaxes(logits, 0, 1)  # [seqs, steps, vocab]
+    return tokens, _at_prompt_ends(logits, real, new_tokens)
+
+
+def _at_prompt_ends(
+    logits: Float[Array, "seqs steps vocab"],
+    prompt_len: Int[ArrayLike, ""] | Int[ArrayLike, " seqs"] | int,
+    new_tokens: int,
+) -> Float[Array, "seqs new vocab"]:
+    """The ``new_tokens`` logits of each row from its last prompt position on: one offset for
+    every row (a count), or each row's own (a ``[seqs]`` vector)."""
+    prompt_len = jnp.asarray(prompt_len)
+    if prompt_len.ndim == 0:
+        return jax.lax.dynamic_slice_in_dim(logits, prompt_len - 1, new_tokens, axis=1)
+    at = prompt_len[:, None] - 1 + jnp.arange(new_tokens)[None, :]
+    return jnp.take_along_axis(logits, at[:, :, None], axis=1)
 
 
 @nnx.jit(static_argnames=("prompt_len",))
@@ -145,14 +166,13 @@ def teacher_force(
 def teacher_force_padded(
     model: nnx.Module,
     tokens: Int[ArrayLike, "seqs length"],
-    prompt_len: Int[ArrayLike, ""],
+    prompt_len: Int[ArrayLike, ""] | Int[ArrayLike, " seqs"],
     *,
     new_tokens: int,
 ) -> Float[Array, "seqs new vocab"]:
     """``teacher_force`` with a traced ``prompt_len``: the logits that predict
     ``tokens[:, prompt_len : prompt_len + new_tokens]``, the later positions padding (causal
     attention: no position before them sees them). One compiled program serves every prompt
-    length."""
+    length; a ``[seqs]`` ``prompt_len`` gives each row its own (as ``generate``'s)."""
     TRACES["teacher_force_padded"] += 1
-    z = model(tokens[:, :-1])
-    return jax.lax.dynamic_slice_in_dim(z, prompt_len - 1, new_tokens, axis=1)
+    return _at_prompt_ends(model(tokens[:, :-1]), prompt_len, new_tokens)

@@ -1,6 +1,7 @@
 """``evidence.emulate.chat_template: true`` on a tiny GGUF file: each line of the prompt file is
-rendered through the file's chat template, encoded whole, and served at its one length, which
-is the only sequence length the sweep may choose. Checked without running the model (the
+rendered through the file's chat template, encoded whole, and served whole (the prompts of a
+batch right-padded to the longest); the longest and the new tokens are the only sequence
+length the sweep may choose. Checked without running the model (the
 shipped SmolLM2 contract runs one end to end: tests/evidence/test_smollm2_contract.py)."""
 
 from __future__ import annotations
@@ -57,23 +58,24 @@ def test_chat_prompts_are_rendered_and_served_whole(folder):
     assert sweep(contract) == [(None, width + 2)]
 
 
-@pytest.mark.parametrize(
-    ("model", "prompts", "message"),
-    [
-        ("tiny.gguf", "uneven.txt",
-         "the chat prompts encode to different lengths (line 1: 10, line 2: 13 tokens)"),
-        ("plain.gguf", "chat.txt", "tokenizer.chat_template: the file has no chat template"),
-    ],
-)  # fmt: skip
-def test_bad_chat_prompts_are_refused_at_the_chat_key(folder, model, prompts, message):
+def test_chat_prompts_of_different_lengths_are_each_served_whole(folder):
+    # 10 and 13 tokens: each right-padded to the longest and decoded from its own end, so the
+    # one sequence length the sweep may choose is the longest prompt's and the new tokens
+    from kernel_contracts.evidence.emulate import length_range, sweep
+
+    contract = _load(folder, contract_text(prompts="uneven.txt", lengths="[1, 64]"))
+    assert length_range(contract) == (15, 15)
+    assert sweep(contract) == [(None, 15)]
+
+
+def test_a_template_less_file_is_refused_at_the_chat_key(folder):
     from kernel_contracts.evidence.emulate import length_range
 
-    text = contract_text(prompts=prompts, lengths="[1, 64]").replace("tiny.gguf", model)
-    contract = _load(folder, text)
+    text = contract_text(lengths="[1, 64]").replace("tiny.gguf", "plain.gguf")
     with pytest.raises(UserModelError) as info:
-        length_range(contract)
+        length_range(_load(folder, text))
     assert info.value.key == "evidence.emulate.chat_template"
-    assert message in str(info.value)
+    assert "tokenizer.chat_template: the file has no chat template" in str(info.value)
 
 
 def test_chat_prompts_longer_than_the_context_are_refused(folder):

@@ -74,8 +74,9 @@ def test_the_emulation_reads_the_gguf_model_and_its_tokenizer(folder):
 
     contract = loads((folder / "c.yaml").read_text(), str(folder / "c.yaml"))
     ev = contract.evidence.emulate
-    # three prompts (the blank line skipped) cut to the shortest, 8 tokens; two new each
-    assert length_range(contract) == (3, 10)
+    # three prompts (the blank line skipped) of 8, 8 and 11 tokens, each served whole: from one
+    # prompt token to the longest and two new ones
+    assert length_range(contract) == (3, 13)
     want = hashlib.sha256((folder / "tiny.gguf").read_bytes()).hexdigest()
     assert checkpoint_sha256(ev) == want
     stream = prompt_stream(ev.prompts, ev.model, 264)

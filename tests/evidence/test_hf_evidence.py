@@ -47,13 +47,18 @@ def contract_text(model: str = "hf:ckpt", prompts: str = "prompts.txt") -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
+def write_checkpoint(root) -> None:
+    """The tiny Qwen3 checkpoint with its word-level tokenizer, as the folder ``root/ckpt``."""
     save_decoder(Decoder(parse_config(CONFIG), seed=3), str(root / "ckpt"), dtype="BF16")
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, "[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(root / "ckpt" / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    write_checkpoint(root)
     (root / "prompts.txt").write_text(PROMPTS)
     (root / "c.yaml").write_text(contract_text())
     return root
@@ -97,8 +102,9 @@ def test_hf_contract_runs_end_to_end_without_consent(folder):
     assert '"model":"hf:ckpt"' in doc["contract"]["canonical"]
     assert doc["contract"].pop("path") == str(folder / "c.yaml")  # as the command line gave it
     assert str(folder) not in json.dumps(doc)
-    # three prompts (the blank line skipped) cut to the shortest, five tokens; two new each
-    assert source["tokens"] == 6 and source["sequence_length"] == 7
+    # three prompts (the blank line skipped) of 5, 6 and 7 tokens, each served whole; two new
+    # each: the longest sequence 9 tokens, and the report re-checks the lengths it records
+    assert source["tokens"] == 6 and source["sequence_length"] == 9
     assert source["checkpoint_sha256"] == folder_sha256(str(folder / "ckpt"))
     for where in (folder, folder.parent):  # re-checked beside the contract and elsewhere
         code, out, err = run_cli("check", report, cwd=where)

@@ -7,16 +7,15 @@ splits share a program."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from kernel_contracts import contracts
 from kernel_contracts.evidence.emulate import emulate_contract, sweep, sweep_padding
 from kernel_contracts.kernels.emulation import Padding
 from kernel_contracts.kernels.model.decode import TRACES
+from tests.support.bits import digest
 
 EXAMPLE = Path(__file__).parents[2] / "contracts" / "examples" / "fp8-emulated.yaml"
 # the shipped example with fewer prompts and tokens (its clauses, presets and envelope as
@@ -29,16 +28,6 @@ def small_example():
     line = "emulate: {model: tiny-lm, prompts: 16, max_new_tokens: 32, seed: 0}"
     assert line in text
     return contracts.loads(text.replace(line, EVIDENCE))
-
-
-def digest(table: dict[str, np.ndarray]) -> str:
-    """sha256 over every column's name, dtype, shape and bytes, in name order."""
-    h = hashlib.sha256()
-    for name in sorted(table):
-        column = np.ascontiguousarray(table[name])
-        h.update(f"{name}\0{column.dtype.str}\0{column.shape}\0".encode())
-        h.update(column.tobytes())
-    return h.hexdigest()[:16]
 
 
 # recorded from the emulation before the sweep was padded to one program (one compile per

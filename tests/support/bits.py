@@ -1,6 +1,8 @@
-"""Bit-for-bit comparison of float arrays, shared by the tests."""
+"""Bit-for-bit comparison of float arrays and token tables, shared by the tests."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -12,3 +14,13 @@ def same_bits(a, b) -> bool:
     return a.shape == b.shape and bool(
         np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b)))
     )
+
+
+def digest(table: dict[str, np.ndarray]) -> str:
+    """sha256 over every column's name, dtype, shape and bytes, in name order (16 hex digits)."""
+    h = hashlib.sha256()
+    for name in sorted(table):
+        column = np.ascontiguousarray(table[name])
+        h.update(f"{name}\0{column.dtype.str}\0{column.shape}\0".encode())
+        h.update(column.tobytes())
+    return h.hexdigest()[:16]
