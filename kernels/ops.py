@@ -29,6 +29,7 @@ from kernel_contracts.kernels.attention import (
 )
 from kernel_contracts.kernels.batching import reduction_splits
 from kernel_contracts.kernels.numerics import portable
+from kernel_contracts.kernels.numerics.blocked import blocked_matmul
 
 __all__ = [
     "AttentionFn",
@@ -114,14 +115,18 @@ class CacheOps(Protocol):
 
 @dataclass(frozen=True)
 class PlainMatmul:
-    """IEEE float32 matmul at full precision (differentiable; used for training)."""
+    """IEEE float32 matmul (differentiable; used for training and as the float32 forward of
+    the loaded decoders): the backend's float32 dot over blocks of ``block`` products, the
+    block sums added by a pairwise tree (:func:`kernels.numerics.blocked.blocked_matmul`: about
+    three times closer to the exact product than XLA's CPU dot alone); ``block=0``: the
+    backend's dot alone."""
+
+    block: int = 64
 
     def __call__(
         self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
     ) -> Float[Array, "... n"]:
-        return jnp.matmul(
-            x.astype(jnp.float32), w.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
-        )
+        return blocked_matmul(x, w, self.block)
 
 
 @dataclass(frozen=True)
