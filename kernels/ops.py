@@ -334,9 +334,11 @@ class Ops:
     layers: Layers = Layers()
 
 
-def plain_ops() -> Ops:
-    """Float32 ``jnp`` kernels: differentiable, used to train the model."""
-    return Ops("plain-fp32", PlainMatmul(), PlainAttention(), ContiguousCache())
+def plain_ops(block: int = 64) -> Ops:
+    """Float32 ``jnp`` kernels: differentiable, used to train the model; the matmul sums its
+    products in blocks of ``block`` (:class:`PlainMatmul`; 0: the backend's dot alone, the
+    fastest plain inference kernel)."""
+    return Ops("plain-fp32", PlainMatmul(block), PlainAttention(), ContiguousCache())
 
 
 def train_ops(spec: KernelSpec) -> Ops:
