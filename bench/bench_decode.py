@@ -3,8 +3,7 @@
 Decodes ``--new-tokens`` tokens after each of ``--batch`` prompts with
 ``kernels.model.decode.generate`` (one ``lax.scan`` in one ``nnx.jit``: prompt and generated tokens
 one position at a time, the KV cache in the kernel's format), once on ``kernels.ops.plain_ops()``
-with the backend's float32 dot alone (``block=0``: float32 ``jnp`` matmuls and
-attention, the plain inference kernel) and once per preset on ``kernels.ops.inference_ops`` (every
+(float32 ``jnp`` matmuls and attention) and once per preset on ``kernels.ops.inference_ops`` (every
 matmul under the preset's emulated arithmetic with batch-dependent reduction splits, attention
 through the paged low-precision KV cache), on the default JAX device. Prints generated tokens per
 second and the emulated/plain ratio, measured in the same run (median of ``--repeats`` compiled
@@ -73,7 +72,7 @@ def main(argv=None, *, stdout=sys.stdout) -> int:
     stdout.write(
         "| ops | s per call | generated tokens/s | vs plain fp32 |\n|---|---:|---:|---:|\n"
     )
-    plain = median_ready(_run(load_pretrained(ops=plain_ops(block=0)), prompts, args.new_tokens),
+    plain = median_ready(_run(load_pretrained(ops=plain_ops()), prompts, args.new_tokens),
                          repeats=args.repeats)  # fmt: skip
     stdout.write(f"| plain fp32 | {plain:.4f} | {generated / plain:,.0f} | 1.000 |\n")
     digests = {}

@@ -5,8 +5,8 @@ query heads, 2 key/value heads of 64, intermediate 4864, vocabulary 151936, tied
 q/k/v biases), random weights. Four workloads run in one process, on the default JAX device:
 
 - plain forward: the teacher-forced pass over every token on plain ops (float32 ``jnp``
-  matmuls, the backend's dot alone, on a CPU; bfloat16 matmuls with float32 accumulation on a
-  GPU: the usual plain inference kernel there);
+  matmuls on a CPU; bfloat16 matmuls with float32 accumulation on a GPU: the usual plain
+  inference kernel there);
 - K_train: the same pass on the contract's training kernel (``--train``, default fp32:
   emulated float32 matmuls, reference attention);
 - plain decode: ``kernels.model.decode.generate`` of ``--new-tokens`` tokens after each prompt on
@@ -83,7 +83,7 @@ class Bf16Matmul:
 def plain_inference_ops(gpu: bool) -> Ops:
     if gpu:
         return Ops("plain-bf16", Bf16Matmul(), PlainAttention(), ContiguousCache())
-    return plain_ops(block=0)  # the backend's dot alone: the fastest plain float32 kernel
+    return plain_ops()
 
 
 def _peak() -> int | None:

@@ -115,13 +115,16 @@ class CacheOps(Protocol):
 
 @dataclass(frozen=True)
 class PlainMatmul:
-    """IEEE float32 matmul (differentiable; used for training and as the float32 forward of
-    the loaded decoders): the backend's float32 dot over blocks of ``block`` products, the
-    block sums added by a pairwise tree (:func:`kernels.numerics.blocked.blocked_matmul`: about
-    three times closer to the exact product than XLA's CPU dot alone); ``block=0``: the
-    backend's dot alone."""
+    """IEEE float32 matmul (differentiable; used for training): the backend's float32 dot, or
+    with ``block > 0`` that dot over blocks of ``block`` products with the block sums added in
+    order (:func:`kernels.numerics.blocked.blocked_matmul`: about three times closer to the
+    exact product than XLA's CPU dot alone; the Hugging Face decoder's default).
 
-    block: int = 64
+    A model traced for :func:`kernels.diagnose.transform.on_kernel` must use ``block=0``: the
+    transform emulates each ``dot_general`` as one kernel matmul, and a blocked product holds
+    one per block."""
+
+    block: int = 0
 
     def __call__(
         self, x: Float[ArrayLike, "... k"], w: Float[ArrayLike, "k n"]
@@ -334,10 +337,9 @@ class Ops:
     layers: Layers = Layers()
 
 
-def plain_ops(block: int = 64) -> Ops:
-    """Float32 ``jnp`` kernels: differentiable, used to train the model; the matmul sums its
-    products in blocks of ``block`` (:class:`PlainMatmul`; 0: the backend's dot alone, the
-    fastest plain inference kernel)."""
+def plain_ops(block: int = 0) -> Ops:
+    """Float32 ``jnp`` kernels: differentiable, used to train the model; with ``block > 0`` the
+    matmul sums its products in blocks of ``block`` (:class:`PlainMatmul`)."""
     return Ops("plain-fp32", PlainMatmul(block), PlainAttention(), ContiguousCache())
 
 

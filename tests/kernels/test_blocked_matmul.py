@@ -7,11 +7,15 @@ Against the exact product (float64 of the float32 inputs, exact to well below a 
   additions), far below the ``γ_k`` of one long chain;
 - the root-mean-square relative error is under 2e-7 on the decoder shapes where XLA's CPU dot
   alone gives about 3.8e-7 (measured: 1.2e-7 to 1.4e-7);
-- ``block`` 0, or ``k <= block``, is the backend's dot bit for bit; a remainder block, leading
-  batch axes and the gradient work.
+- ``block`` 0 (the default), or ``k <= block``, is the backend's dot bit for bit; a remainder
+  block, leading batch axes and the gradient work;
+- the Hugging Face decoder sums in blocks when given no ops, and ``localize``'s traced function
+  keeps one dot per matmul.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -19,8 +23,13 @@ import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
 
+from kernel_contracts.kernels.model.checkpoints import checkpoint_logits_function
+from kernel_contracts.kernels.model.gguf import load_gguf
+from kernel_contracts.kernels.model.hf.decoder import FLOAT32_BLOCK, Decoder
 from kernel_contracts.kernels.numerics.blocked import blocked_matmul
 from kernel_contracts.kernels.ops import PlainMatmul, plain_ops
+from tests.kernels.gguf_files import config as gguf_config
+from tests.kernels.gguf_files import write_tiny
 
 U = 2.0**-24  # float32's unit roundoff
 
@@ -55,7 +64,7 @@ def test_closer_to_the_exact_product_than_one_long_dot(k, n):
         return float(np.sqrt(((np.asarray(y, np.float64) - exact) ** 2).mean() / (exact**2).mean()))
 
     # measured on 2 CPU cores: 1.3e-7 and 1.4e-7 blocked; XLA's dot alone 3.8e-7 and 4.1e-7
-    assert rel(jax.jit(PlainMatmul())(x, w)) < 2e-7
+    assert rel(jax.jit(PlainMatmul(64))(x, w)) < 2e-7
 
 
 def test_one_block_is_the_backends_dot():
@@ -64,9 +73,27 @@ def test_one_block_is_the_backends_dot():
     assert (blocked_matmul(x, w, 64) == plain).all()
     x, w = _operands(8, 300, 32)
     plain = jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST)
-    assert (PlainMatmul(block=0)(x, w) == plain).all()
-    assert not (PlainMatmul()(x, w) == plain).all()  # blocks of 64: another order of adds
-    assert plain_ops().matmul == PlainMatmul(block=64)
+    assert (PlainMatmul()(x, w) == plain).all()  # block 0 by default
+    assert not (PlainMatmul(64)(x, w) == plain).all()  # blocks of 64: another order of adds
+    assert plain_ops().matmul == PlainMatmul(block=0)
+
+
+def test_the_decoder_runs_blocked_and_is_traced_whole(tmp_path):
+    """A Hugging Face decoder without ops sums in blocks; the function that ``localize`` traces
+    has one ``dot_general`` per matmul (``on_kernel`` emulates each as one kernel matmul)."""
+    path = tmp_path / "tiny.gguf"
+    wide = dataclasses.replace(gguf_config(), intermediate_size=160)  # down_proj: k = 160 > 64
+    model = write_tiny(path, model=Decoder(wide, seed=0))
+    assert model.ops.matmul == PlainMatmul(FLOAT32_BLOCK) and FLOAT32_BLOCK == 64
+    assert load_gguf(str(path)).ops.matmul == PlainMatmul(64)
+    tokens = jnp.zeros((1, 3), jnp.int32)
+    blocked = str(jax.make_jaxpr(lambda t: model(t))(tokens))
+    assert blocked.count("scan[") == 2  # the layers' scan and down_proj's scan over its blocks
+    fn, params, _ = checkpoint_logits_function(f"gguf:{path}")
+    whole = str(jax.make_jaxpr(fn)(params, tokens))
+    # the layers' scan holds the seven projections and attention's two products, and the LM
+    # head is one more: no other scan
+    assert whole.count("dot_general") == 7 + 2 + 1 and whole.count("scan[") == 1
 
 
 def test_remainder_block_batch_axes_and_gradient():
