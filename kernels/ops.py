@@ -117,7 +117,7 @@ class CacheOps(Protocol):
 class PlainMatmul:
     """IEEE float32 matmul (differentiable; used for training): the backend's float32 dot, or
     with ``block > 0`` that dot over blocks of ``block`` products with the block sums added in
-    order (:func:`kernels.numerics.blocked.blocked_matmul`: about three times closer to the
+    order (:func:`kernels.numerics.blocked.blocked_matmul`: 2.5 to 3 times closer to the
     exact product than XLA's CPU dot alone; the Hugging Face decoder's default).
 
     A model traced for :func:`kernels.diagnose.transform.on_kernel` must use ``block=0``: the
