@@ -7,7 +7,8 @@ and rounds the result once to float32, everything else as the plain float32 forw
 prints, per row, the largest and the mean absolute difference from transformers' float64
 logits (on the recorded columns) and from their log-sum-exps, and transformers' own float32
 run for comparison. Rows: the plain matmul before (``block=0``: the backend's dot alone) with
-each step in turn made float64, then the plain matmul as it is (blocks of 64).
+each step in turn made float64, then the plain matmul as the decoder runs it (blocks of 64),
+alone and with the steps between the matmuls made float64.
 
     python bench/gguf_float32_steps.py          # about 2 minutes on 2 CPU cores
 
@@ -116,6 +117,8 @@ ROWS = (  # (name, steps in float64, matmul block)
     ("every matmul", ("matmul",), 0),
     ("every step", ("table", "rotation", "norm", "silu", "attention", "matmul"), 0),
     ("none (block=64, now)", (), 64),
+    ("RMSNorm (block=64)", ("norm",), 64),
+    ("all but the matmuls (block=64)", ("table", "rotation", "norm", "silu", "attention"), 64),
 )
 
 
