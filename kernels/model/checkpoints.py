@@ -91,10 +91,13 @@ def load_checkpoint(spec: str, ops=None):
 
 def checkpoint_logits_function(spec: str):
     """``(fn, params, config)`` of the checkpoint ``spec``: ``fn(params, tokens)`` its
-    teacher-forced logits on plain float32 ops."""
+    teacher-forced logits on plain float32 ops, each matmul one ``dot_general`` (``plain_ops()``,
+    not the decoder's blocked default: ``on_kernel`` emulates each dot as one kernel matmul)."""
     from flax import nnx
 
-    model = load_checkpoint(spec)
+    from kernel_contracts.kernels.ops import plain_ops
+
+    model = load_checkpoint(spec, plain_ops())
     graphdef, params = nnx.split(model)
 
     def fn(params, tokens):

@@ -7,8 +7,9 @@ float64 too), on a seeded subset of the vocabulary with every position's full lo
 its tokenizer's ids on a set of strings. Here the same file is loaded by
 ``kernels.model.gguf``:
 
-- the float32 decoder is as close to the float64 reference as transformers' own float32 run is
-  (twice its distance at most, on the recorded columns and on the log-sum-exps);
+- the float32 decoder is at most as far from the float64 reference as transformers' own float32
+  run is, in the largest and in the mean absolute difference, on the recorded columns and on the
+  log-sum-exps (its plain matmul sums in blocks, :mod:`kernels.numerics.blocked`);
 - the weights as loaded, run through a float64 forward pass written here in numpy (the Llama
   formulas, every step in float64), agree with the float64 reference to about 1e-13: the
   dequantization, the q/k row order and the metadata are exactly transformers' reading;
@@ -116,13 +117,15 @@ def test_the_file_is_the_one_recorded(model, ref):
 
 def test_float32_within_transformers_own_float32_distance(model, ref):
     ours = np.asarray(model(jnp.asarray(ref["tokens"])), np.float64)
-    cols = ref["columns"]
-    theirs = np.abs(ref["logits32"] - ref["logits64"]).max()
-    assert 0 < theirs < 1e-3  # transformers' own float32 rounding: about 7e-5
-    # measured: ours 1.3e-4 against transformers' 7.3e-5 (log-sum-exps: 5.6e-5 against 3.8e-5)
-    assert np.abs(ours[..., cols] - ref["logits64"]).max() <= 2 * theirs
-    lse_theirs = np.abs(ref["lse32"] - ref["lse64"]).max()
-    assert np.abs(_lse(ours) - ref["lse64"]).max() <= 2 * lse_theirs
+    logits = np.abs(ours[..., ref["columns"]] - ref["logits64"])
+    theirs = np.abs(ref["logits32"] - ref["logits64"])
+    lse, lse_theirs = np.abs(_lse(ours) - ref["lse64"]), np.abs(ref["lse32"] - ref["lse64"])
+    assert 0 < theirs.max() < 1e-3  # transformers' own float32 rounding: about 7e-5
+    # measured (ours against transformers'): logits max 4.7e-5 against 7.3e-5, mean 6.4e-6
+    # against 8.3e-6; log-sum-exps max 2.7e-5 against 3.8e-5, mean 4.7e-6 against 6.9e-6.
+    # Before the plain matmul summed in blocks: 1.3e-4, 1.2e-5, 5.6e-5 and 1.1e-5.
+    assert logits.max() <= theirs.max() and logits.mean() <= theirs.mean()
+    assert lse.max() <= lse_theirs.max() and lse.mean() <= lse_theirs.mean()
     assert (ours.argmax(-1) == ref["top64"]).all()
 
 

@@ -175,8 +175,9 @@ def _tensors(handle: BinaryIO, header: Header, c: DecoderConfig, path: str, repo
 
 
 def load_gguf(path: str, ops=None):
-    """The decoder stored in the GGUF file ``path`` (on plain float32 ops unless ``ops`` is
-    given); ``CheckpointError`` with every problem of the file."""
+    """The decoder stored in the GGUF file ``path`` (on the decoder's default plain float32 ops,
+    matmuls summed in blocks, unless ``ops`` is given); ``CheckpointError`` with every problem
+    of the file."""
     problems: list[CheckpointProblem] = []
 
     def report(key: str, message: str) -> None:

@@ -291,7 +291,8 @@ def _nest(flat: dict[tuple, np.ndarray]) -> dict:
 
 
 def load_decoder(folder: str, ops: Ops | None = None):
-    """The decoder stored in ``folder`` (on plain float32 ops unless ``ops`` is given).
+    """The decoder stored in ``folder`` (on the decoder's default plain float32 ops, matmuls
+    summed in blocks, unless ``ops`` is given).
 
     Raises ``CheckpointError`` with every problem of the folder."""
     config = read_config(folder)

@@ -46,9 +46,12 @@ from kernel_contracts.kernels.model.hf.config import DecoderConfig
 from kernel_contracts.kernels.model.hf.rope import cos_sin, inverse_frequencies, rotate
 from kernel_contracts.kernels.ops import Ops, plain_ops, prepared
 
-__all__ = ["Attention", "Decoder", "DecoderLayer", "Linear", "Mlp", "RMSNorm"]
+__all__ = ["FLOAT32_BLOCK", "Attention", "Decoder", "DecoderLayer", "Linear", "Mlp", "RMSNorm"]
 
 _STD = 0.02
+# the plain matmul's block when no ops are given (kernels.numerics.blocked): XLA's CPU dot alone
+# left SmolLM2's float32 logits 1.8 times as far from float64 as transformers' float32 run
+FLOAT32_BLOCK = 64
 
 
 def _normal(rng: np.random.Generator | None, shape) -> Array:
@@ -179,13 +182,16 @@ class Decoder(nnx.Module):
     The layers run as one ``lax.scan`` over their stacked parameters, so each kernel is traced
     once per model, not once per layer. ``seed`` draws random weights (normal, std 0.02; norm
     scales 1, biases 0) for a model that is not loaded from a checkpoint (``None``: zeros, for a
-    model whose parameters a checkpoint replaces).
+    model whose parameters a checkpoint replaces). Without ``ops`` the model runs on plain
+    float32 ops whose matmuls sum in blocks of ``FLOAT32_BLOCK`` (``plain_ops(block=64)``: a
+    float32 forward within the reference implementation's own float32 distance of a float64
+    one); give ``plain_ops()`` to trace it for ``on_kernel``.
     """
 
     def __init__(self, config: DecoderConfig, *, seed: int | None = 0, ops: Ops | None = None):
         rng = None if seed is None else np.random.default_rng(seed)
         c = self.config = config
-        self.ops = ops if ops is not None else plain_ops()
+        self.ops = ops if ops is not None else plain_ops(block=FLOAT32_BLOCK)
         self.embed_tokens = nnx.Param(_normal(rng, (c.vocab_size, c.hidden_size)))
         self.layers = nnx.List([DecoderLayer(c, rng) for _ in range(c.num_hidden_layers)])
         self.norm = RMSNorm(c.hidden_size)
