@@ -51,10 +51,26 @@ def quantize_weight(w: Float[ArrayLike, "*lead k n"], spec: MatmulSpec) -> Quant
         raise ValueError(f"a weight has shape (..., K, N), got {w.shape}")
     make_plan(spec, int(w.shape[-2]))  # validate before tracing
     with jax.enable_x64(True):
-        one = partial(_quantize_2d, spec=spec)
-        for _ in range(w.ndim - 2):
-            one = jax.vmap(one)
-        return one(w)
+        if isinstance(w, jax.core.Tracer):  # inside the caller's trace: its ops, inlined
+            return _stacked_quantizer(spec, w.ndim - 2)(w)
+        return _quantizer(spec, w.ndim - 2)(w)
+
+
+def _stacked_quantizer(spec: MatmulSpec, lead: int):
+    """:func:`_quantize_2d` for ``spec``, mapped over ``lead`` leading axes."""
+    one = partial(_quantize_2d, spec=spec)
+    for _ in range(lead):
+        one = jax.vmap(one)
+    return one
+
+
+@cache
+def _quantizer(spec: MatmulSpec, lead: int):
+    """:func:`_stacked_quantizer` as one compiled program: run op by op, each of its few dozen
+    operations compiled on its own for each new shape (seconds per weight shape on CPU); the
+    same operations either way, so the same bits (the tests compare both with the quantization
+    inside :func:`matmul`'s program)."""
+    return jax.jit(_stacked_quantizer(spec, lead))
 
 
 def _matmul_2d(x, w, spec: MatmulSpec, impl: str, splits: int, interpret: bool | None):

@@ -122,7 +122,8 @@ def test_tile_size_changes_bits_and_jit_agrees():
     v = rng.standard_normal((1, 200, 2, 16)).astype(np.float32)
     q = rng.standard_normal((1, 2, 16)).astype(np.float32)
     outs = {}
-    for tiles in ("full", "4", "32"):
+    # most of its time is the eager call (op by op, about 9 CPU s of 21): the check without jit
+    for tiles in ("full", "4"):
         spec = AttentionSpec(kv_cache="bfloat16", page_size=4, tiles=tiles)
         cache = fill(spec, k, v)
         jitted = jax.jit(

@@ -184,9 +184,10 @@ def test_a_checkpoint_without_a_tokenizer_measures_windows_of_its_vocabulary(fol
     bare = tmp_path / "bare"
     shutil.copytree(folder / "ckpt", bare)
     (bare / "tokenizer.json").unlink()
+    # the windows do not depend on the kernels: fp32 on both sides compiles no fp8 emulation
     code, out, err = cli(
         "measure", "--model", f"hf:{bare}", "--count", "3", "--seed", "4", "--presets",
-        "h100-fp8", "--batch", "2", "--new-tokens", "2", "--json", tmp_path / "t.json",
+        "fp32", "--batch", "2", "--new-tokens", "2", "--json", tmp_path / "t.json",
     )  # fmt: skip
     assert code == 0 and err == "", err
     meta = json.loads((tmp_path / "t.json").read_text())["settings"]
