@@ -90,6 +90,7 @@ __all__ = [
 
 PROMPT_BYTES = 32  # prompt length, shortened when the context cannot hold it and the output
 MAX_BATCH = 32  # the largest serving batch emulated
+CALL_ROWS = 16  # batches of fewer rows are served this many rows to a call, each its own key
 
 _PROMPTS_KEY = "evidence.emulate.prompts"
 _CHAT_KEY = "evidence.emulate.chat_template"
@@ -290,7 +291,7 @@ def length_range(contract: Contract) -> tuple[int, int]:
 class _Served(NamedTuple):
     """The contract's model on its kernel pair, and where its prompts come from."""
 
-    pair: Callable[[Padding | None], ServedPair]  # the pair, in a padded program or not
+    pair: Callable[[Padding | None, int], ServedPair]  # the pair (padded or not; batches a call)
     vocab: int
     windows: np.ndarray | None  # prompt windows; None: the rows, or uniform random prompts
     prompt_len: int  # the default prompt length
@@ -313,10 +314,10 @@ def _on_decoder(contract: Contract, ev: EmulateEvidence, batch: int, model, cont
         )
     kernels, decoding = contract.kernels, _decoding(contract, ev)
 
-    def pair(padding: Padding | None) -> ServedPair:
+    def pair(padding: Padding | None, groups: int) -> ServedPair:
         return decoder_pair(
             model, kernels.train, kernels.inference, batch=batch, decoding=decoding,
-            padding=padding,
+            padding=padding, groups=groups,
         )  # fmt: skip
 
     return pair
@@ -362,7 +363,7 @@ def _user(contract: Contract, ev: EmulateEvidence, batch: int, trust_code: bool)
     )
     width = PROMPT_TOKENS if um.windows is None else um.windows.shape[1]
     lengths = _lengths(ev, width, None)
-    return _Served(lambda _: pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
+    return _Served(lambda *_: pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
 
 
 def _prompts(served: _Served, count: int, length: int, seed: int) -> np.ndarray:
@@ -426,7 +427,19 @@ def emulate_contract(
     last = (count - 1) // batch * batch  # the last batch's first prompt
     missing = last + batch - count
     fill = _prompts(served, missing, prompt_len, ev.seed + 1 + last) if missing else None
-    return emulate(served.pair(padding), prompts, seed=ev.seed, fill=fill, progress=progress)
+    groups = _groups(contract, batch, -(-count // batch), padding)
+    pair = served.pair(padding, groups)
+    return emulate(pair, prompts, seed=ev.seed, fill=fill, progress=progress)
+
+
+def _groups(contract: Contract, batch: int, batches: int, padding: Padding | None) -> int:
+    """How many batches of ``batch`` one call serves: as many as fill ``CALL_ROWS`` rows, at
+    most ``batches``; one in a padded program (whose shape is the sweep's: the number of keys
+    would be a shape of its own) and where a matmul shares a scale over its rows."""
+    kernels = contract.kernels
+    if padding is not None or not all(map(_rows_independent, (kernels.train, kernels.inference))):
+        return 1
+    return max(1, min(CALL_ROWS // batch, batches))
 
 
 # -- one program per sweep -------------------------------------------------------------------

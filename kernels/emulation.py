@@ -66,11 +66,16 @@ class ServedPair(NamedTuple):
     K_train, and returns the sequences and both kernels' logits at the generated positions,
     ``(tokens [batch, prompt + new], z_inf [batch, new, vocab], z_train [batch, new, vocab])``
     (a pair built with ``Padding``: its ``rows`` rows, the batch's first, and tokens of the padded
-    width)."""
+    width).
+
+    With ``groups`` above 1, one call serves that many batches, ``groups * batch`` prompts
+    (batch after batch) with a 1-D array of ``groups`` keys, one for each batch's sampling:
+    each batch's rows get the bits they get in a call of their own."""
 
     batch: int
     decoding: Decoding
     run: Callable
+    groups: int = 1
 
 
 def prompts_from(
@@ -102,6 +107,7 @@ def decoder_pair(
     batch: int,
     decoding: Decoding,
     padding: Padding | None = None,
+    groups: int = 1,
 ) -> ServedPair:
     """``model`` (a decoder with the ``Ops`` injection points: TinyLM, a Hugging Face decoder)
     on K_train = ``train`` and K_inf = ``inference`` at a serving batch of ``batch``: K_inf
@@ -112,7 +118,13 @@ def decoder_pair(
     then returns all ``padding.rows`` rows (the first ``batch`` are the batch's) and the
     tokens of the padded width. The caller must know that the kernels treat rows
     independently (no scale shared by the rows of a matmul) and that the padded length keeps
-    every reduction split; the bits of the batch's rows are then those of an unpadded run."""
+    every reduction split; the bits of the batch's rows are then those of an unpadded run.
+
+    With ``groups`` above 1 (and no ``padding``), each call serves ``groups`` batches
+    (``ServedPair``), on kernels still built for a batch of ``batch``; the caller must know
+    that the kernels treat rows independently, as for ``padding``."""
+    if groups < 1 or (padding is not None and groups > 1):
+        raise ValueError(f"a pair serves one batch or more a call, unpadded; got {groups}")
     import jax.numpy as jnp
 
     from kernel_contracts.kernels.model.decode import generate, teacher_force, teacher_force_padded
@@ -124,11 +136,12 @@ def decoder_pair(
     k_inf = with_ops(model, inference_ops(inference, batch_size=ops_batch))
     temperature = jnp.float32(decoding.temperature)
     new = decoding.new_tokens
+    per_key = None if groups == 1 else batch  # rows sampled by each key
 
     def run(chunk, key):
         tokens, z_inf = generate(
             k_inf, chunk, key, temperature, new_tokens=new, top_k=decoding.top_k,
-            top_p=decoding.top_p,
+            top_p=decoding.top_p, rows_per_key=per_key,
         )  # fmt: skip
         return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=chunk.shape[1])
 
@@ -143,7 +156,7 @@ def decoder_pair(
         )  # fmt: skip
         return tokens, z_inf, teacher_force_padded(k_train, tokens, prompt_len, new_tokens=new)
 
-    return ServedPair(batch, decoding, run if padding is None else run_padded)
+    return ServedPair(batch, decoding, run if padding is None else run_padded, groups)
 
 
 def user_pair(
@@ -219,16 +232,26 @@ def emulate(
             f"got {fill.shape[0]}"
         )
     key = jax.random.key(seed)
+    groups = pair.groups
     parts: list[dict[str, np.ndarray]] = []
-    for start in range(0, count, batch):
-        ids = np.arange(start, start + batch)
-        real = ids < count
-        chunk = prompts[np.minimum(ids, count - 1)]
-        if fill is not None and not real.all():  # their rows are dropped
-            chunk = np.concatenate([chunk[real], fill])
-        tokens, z_inf, z_train = pair.run(jnp.asarray(chunk), jax.random.fold_in(key, start))
+    for first in range(0, count, batch * groups):
+        chunks, served = [], []
+        for start in range(first, first + batch * groups, batch):
+            ids = np.arange(start, start + batch)
+            real = ids < count
+            chunk = prompts[np.minimum(ids, count - 1)]
+            if fill is not None and real.any() and not real.all():  # their rows are dropped
+                chunk = np.concatenate([chunk[real], fill])
+            chunks.append(chunk)  # a batch past the prompts: copies of the last, dropped
+            served.append(real)
+        starts = jnp.arange(first, first + batch * groups, batch)
+        if groups == 1:
+            keys = jax.random.fold_in(key, first)
+        else:  # one key for each batch, as in a call of its own
+            keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(starts)
+        tokens, z_inf, z_train = pair.run(jnp.asarray(np.concatenate(chunks)), keys)
         rows = tokens.shape[0]  # a padded pair returns its padding rows too
-        served = np.concatenate([real, np.zeros(rows - batch, bool)])
+        kept = np.concatenate([*served, np.zeros(rows - batch * groups, bool)])
         observed = np.asarray(tokens)[:, prompt_len : prompt_len + new]
         vocab = z_inf.shape[-1]
         metrics = measure(
@@ -238,13 +261,14 @@ def emulate(
             pair.decoding.temperature,
             impl="portable",  # the same bits on every backend and machine
         )
-        keep = np.repeat(served, new)
+        keep = np.repeat(kept, new)
         part = {k: np.asarray(v)[keep] for k, v in metrics.items()}
         part["top1_flip"] = part["top1_flip"].astype(np.int64)
         part["position"] = np.tile(np.arange(prompt_len, prompt_len + new), rows)[keep]
-        part["prompt"] = np.repeat(np.arange(start, start + rows), new)[keep]
+        part["prompt"] = np.repeat(np.arange(first, first + rows), new)[keep]
         part["token"] = observed.reshape(-1).astype(np.int64)[keep]
         parts.append(part)
         if progress is not None:
-            progress(min(start + batch, count), count)
+            for start in range(first, min(first + batch * groups, count), batch):
+                progress(min(start + batch, count), count)
     return {c: np.concatenate([p[c] for p in parts]) for c in TABLE_COLUMNS}
