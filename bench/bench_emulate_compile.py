@@ -1,7 +1,7 @@
 """Emulation evidence compiled once: a contract's emulation sweep cold and warm.
 
     python bench/bench_emulate_compile.py [--contract contracts/examples/fp8-emulated.yaml]
-        [--no-shared] [--no-verify]
+        [--sweeps before,own,shared] [--no-verify]
 
 Every measurement runs in a fresh Python process, one after another in this run, so load
 from other processes hits all alike:
@@ -13,7 +13,7 @@ from other processes hits all alike:
   baseline), ``own shapes`` (what ``python -m verify`` does: the batches of a setting
   ``CALL_ROWS`` rows to a call) with an empty and then a filled persistent compilation cache,
   and ``shared`` (``shared=True``: the settings padded to one program per kernel) cold and
-  warm (``--no-shared`` leaves these out, for a contract of one setting).
+  warm (``--sweeps`` picks some of ``before``, ``own`` and ``shared``).
   Each prints its wall time, the programs traced (``kernels.model.decode.TRACES``), the XLA
   compilations and the persistent-cache hits (JAX's monitoring events), and a digest of the
   token tables: they must agree bit for bit;
@@ -146,7 +146,9 @@ def main() -> None:
     p.add_argument("--contract", default=str(EXAMPLE))
     p.add_argument("--reports", help="keep the three verify reports in this directory")
     p.add_argument(
-        "--no-shared", action="store_true", help="leave out the shared sweeps (one setting)"
+        "--sweeps",
+        default="before,own,shared",
+        help="which sweeps to run, of before (the baseline), own and shared (default: all)",
     )
     p.add_argument("--no-verify", action="store_true", help="leave out the verify runs")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -164,8 +166,9 @@ def main() -> None:
         tempfile.TemporaryDirectory() as v_cache,
     ):
         caches = {None: None, "own": own, "shared": shared_cache}
+        chosen = set(args.sweeps.split(","))
         for label, shared, grouped, cache in SWEEPS:
-            if shared and args.no_shared:
+            if (cache or "before") not in chosen:
                 continue
             r = _sweep(args.contract, shared, grouped, caches[cache])
             rows.append((label, r["wall_s"], r["cpu_s"]))
@@ -193,8 +196,11 @@ def main() -> None:
     base = {label: (wall, cpu) for label, wall, cpu in rows}
     print("\n| run | wall s | ratio | CPU s | ratio |\n|---|---:|---:|---:|---:|")
     for label, wall, cpu in rows:
-        w, c = base[BASE if "sweep" in label else "verify, --jax-cache off"]
-        print(f"| {label} | {wall:.1f} | {wall / w:.2f} | {cpu:.1f} | {cpu / c:.2f} |")
+        w, c = base.get(BASE if "sweep" in label else "verify, --jax-cache off", (None, None))
+        ratios = f"| – | {cpu:.1f} | – |"
+        if w is not None:
+            ratios = f"| {wall / w:.2f} | {cpu:.1f} | {cpu / c:.2f} |"
+        print(f"| {label} | {wall:.1f} {ratios}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

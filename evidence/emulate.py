@@ -33,7 +33,10 @@ whose rows are dropped. ``batch_size`` and ``sequence_length`` override both cho
 setting of a runtime sweep (``sweep``, ``evidence.envelope.settings``): every batch then holds
 exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new_tokens``
 tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
-model can run).
+model can run). Batches of fewer than ``CALL_ROWS`` rows are served that many rows to a call
+(``kernels.emulation.decoder_pair``'s ``groups``: the kernels still built for the batch, and
+each batch sampling with its own key), with the bits of one call for each batch (a padded
+program's rows, below); not where a matmul shares one scale over all its rows.
 
 With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
 padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
@@ -75,6 +78,7 @@ from kernel_contracts.kernels.emulation import (
 )
 
 __all__ = [
+    "CALL_ROWS",
     "MAX_BATCH",
     "PROMPT_BYTES",
     "checkpoint_sha256",
@@ -433,13 +437,14 @@ def emulate_contract(
 
 
 def _groups(contract: Contract, batch: int, batches: int, padding: Padding | None) -> int:
-    """How many batches of ``batch`` one call serves: as many as fill ``CALL_ROWS`` rows, at
-    most ``batches``; one in a padded program (whose shape is the sweep's: the number of keys
-    would be a shape of its own) and where a matmul shares a scale over its rows."""
+    """How many batches of ``batch`` one call serves: as many as fill ``CALL_ROWS`` rows (a
+    padded program's rows), at most ``batches``; one where a matmul shares a scale over its
+    rows."""
     kernels = contract.kernels
-    if padding is not None or not all(map(_rows_independent, (kernels.train, kernels.inference))):
+    if not all(map(_rows_independent, (kernels.train, kernels.inference))):
         return 1
-    return max(1, min(CALL_ROWS // batch, batches))
+    rows = CALL_ROWS if padding is None else padding.rows
+    return max(1, min(rows // batch, batches))
 
 
 # -- one program per sweep -------------------------------------------------------------------

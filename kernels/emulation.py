@@ -17,8 +17,9 @@ token over the full vocabulary (``logprobs: full_vocab`` semantics: the metrics 
 softmax(z/T), whatever the sampling keeps), with the portable measurement (the same bits on
 every backend). A short last batch is filled with the ``fill`` rows (copies of the last prompt
 without them), whose rows are dropped, so every row was computed in a batch of the pair's
-size. The result is a token table: one row per generated token, one 1-D numpy array per
-column (``TABLE_COLUMNS``).
+size. A pair built with ``groups`` serves that many batches to a call, each sampling with the
+key it has in a call of its own. The result is a token table: one row per generated token,
+one 1-D numpy array per column (``TABLE_COLUMNS``).
 
 ``prompts_from`` cuts prompts at seeded offsets from token windows.
 
@@ -120,11 +121,13 @@ def decoder_pair(
     independently (no scale shared by the rows of a matmul) and that the padded length keeps
     every reduction split; the bits of the batch's rows are then those of an unpadded run.
 
-    With ``groups`` above 1 (and no ``padding``), each call serves ``groups`` batches
-    (``ServedPair``), on kernels still built for a batch of ``batch``; the caller must know
-    that the kernels treat rows independently, as for ``padding``."""
-    if groups < 1 or (padding is not None and groups > 1):
-        raise ValueError(f"a pair serves one batch or more a call, unpadded; got {groups}")
+    With ``groups`` above 1, each call serves ``groups`` batches (``ServedPair``), on kernels
+    still built for a batch of ``batch`` (or ``padding.kernel_batch``); the caller must know that
+    the kernels treat rows independently, as for ``padding``, whose ``rows`` must then hold
+    ``groups * batch`` rows. A padded program samples with one key for each row (each a copy of
+    its batch's), so batches of every size share it."""
+    if groups < 1 or (padding is not None and groups * batch > padding.rows):
+        raise ValueError(f"{groups} batches of {batch} rows do not fit the padding {padding}")
     import jax.numpy as jnp
 
     from kernel_contracts.kernels.model.decode import generate, teacher_force, teacher_force_padded
@@ -150,13 +153,26 @@ def decoder_pair(
         prompt_len = jnp.int32(width)
         pad = ((0, padding.rows - rows), (0, padding.width - width))
         chunk = jnp.pad(chunk, pad)
+        keys, row_in_key = _row_keys(key, batch, padding.rows)
         tokens, z_inf = generate(
-            k_inf, chunk, key, temperature, prompt_len, new_tokens=new, top_k=decoding.top_k,
-            top_p=decoding.top_p,
+            k_inf, chunk, keys, temperature, prompt_len, row_in_key, new_tokens=new,
+            top_k=decoding.top_k, top_p=decoding.top_p, rows_per_key=padding.rows,
         )  # fmt: skip
         return tokens, z_inf, teacher_force_padded(k_train, tokens, prompt_len, new_tokens=new)
 
     return ServedPair(batch, decoding, run if padding is None else run_padded, groups)
+
+
+def _row_keys(key, batch: int, rows: int):
+    """One key for each of ``rows`` rows, and each row's place in its batch: the batches of
+    ``batch`` rows take their keys from ``key`` (one key, or one for each batch) in order, the
+    rows past them the last key."""
+    import jax.numpy as jnp
+
+    keys = key[None] if key.ndim == 0 else key
+    row = np.arange(rows)
+    which = np.minimum(row // batch, keys.shape[0] - 1)
+    return keys[jnp.asarray(which)], jnp.asarray(row % batch, jnp.int32)
 
 
 def user_pair(

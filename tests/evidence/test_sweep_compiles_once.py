@@ -52,8 +52,7 @@ PINNED = {
 }
 
 
-@pytest.fixture(scope="module")
-def swept():
+def run_sweep(shared: bool):
     """Every setting's token table, and how many times each kernel's program was traced
     while the sweep ran (a program already traced by an earlier test of this process is not
     traced again: at most once)."""
@@ -61,11 +60,26 @@ def swept():
     before = dict(TRACES)
     tables = {
         setting: emulate_contract(
-            contract, batch_size=setting[0], sequence_length=setting[1], shared=True
+            contract, batch_size=setting[0], sequence_length=setting[1], shared=shared
         )
         for setting in sweep(contract)
     }
     return tables, {k: TRACES[k] - before[k] for k in TRACES}
+
+
+@pytest.fixture(scope="module")
+def swept():
+    return run_sweep(shared=True)
+
+
+@pytest.mark.slow  # the sweep in its own shapes (about a minute on 2 idle cores)
+def test_batches_served_in_one_call_keep_their_bits():
+    """In its own shapes each setting serves its batches 16 rows to a call (the three prompts
+    of a batch-1 setting in one call of three rows, each with its batch's own sampling key):
+    the bits of one call for each batch, as pinned."""
+    tables, traced = run_sweep(shared=False)
+    assert {setting: digest(table) for setting, table in tables.items()} == PINNED
+    assert traced["teacher_force_padded"] == 0
 
 
 @pytest.mark.slow  # the sweep in its padded program (about a minute on 2 idle cores)

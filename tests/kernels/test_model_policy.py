@@ -192,3 +192,18 @@ def test_batches_generated_in_one_call_keep_their_tokens(model):
         np.testing.assert_array_equal(np.asarray(tokens[rows]), np.asarray(alone))
         # the model's plain float32 matmuls may round otherwise in a taller batch
         np.testing.assert_allclose(np.asarray(z[rows]), np.asarray(z_alone), rtol=1e-5, atol=1e-6)
+
+
+def test_one_key_a_row_draws_that_row_of_its_batch():
+    """With ``row_in_key`` each row has a key of its own and draws what that key draws for
+    its place in a batch, whatever the batch's size (a padded program's rows)."""
+    logits = jnp.asarray(np.random.default_rng(5).normal(size=(6, 64)), jnp.float32)
+    k0, k1 = jax.random.key(11), jax.random.key(12)
+    keys = jnp.stack([jax.random.key_data(k) for k in (k0, k0, k0, k0, k1, k1)])
+    keys = jax.random.wrap_key_data(keys)
+    row_in_key = jnp.asarray([0, 1, 2, 3, 0, 1], jnp.int32)
+    together = np.asarray(sample(keys, logits, 1.0, rows_per_key=8, row_in_key=row_in_key))
+    alone = [np.asarray(sample(k0, logits[:4], 1.0)), np.asarray(sample(k1, logits[4:], 1.0))]
+    np.testing.assert_array_equal(together, np.concatenate(alone))
+    with pytest.raises(ValueError, match="5 keys for 6 rows: one key a row"):
+        sample(keys[:5], logits, 1.0, rows_per_key=8, row_in_key=row_in_key)
