@@ -38,14 +38,14 @@ model can run). Batches of fewer than ``CALL_ROWS`` rows are served that many ro
 each batch sampling with its own key), with the bits of one call for each batch (a padded
 program's rows, below); not where a matmul shares one scale over all its rows.
 
-With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
-padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
-(``kernels.batching.split_class``, ``kernels.attention.kv_splits``), the padding rows and
-positions dropped, with the bits it gives in its own shape. Where a matmul shares one scale
-over all its rows (``per_tensor`` scaling of FP8 or int8 inputs), rows are not independent,
-and every setting runs in its own shape. Sharing is off by default: on the CPU the padding
-(a batch of one computed in a 16-row program, a 33-token sequence in a 128-position cache)
-costs more than the compilations it saves.
+With ``shared=True`` (the default) the settings of a sweep share one compiled program per
+kernel: each runs padded to the largest batch and the longest prompt of the settings whose
+reduction splits it shares (``kernels.batching.split_class``, ``kernels.attention.kv_splits``),
+the padding rows and positions dropped, with the bits it gives in its own shape. Where a matmul
+shares one scale over all its rows (``per_tensor`` scaling of FP8 or int8 inputs), rows are not
+independent, and every setting runs in its own shape, as does the one setting of a sweep of
+one. With its batches in one call (above), the shared sweep of ``fp8-emulated.yaml`` costs
+0.6 of the CPU time of one program per setting (``bench/bench_emulate_compile.py``).
 
 ``prompt_count`` counts a contract's prompts, ``prompt_stream`` turns a prompt file into one
 token stream (the diagnostic commands cut their windows from it), and ``checkpoint_sha256``
@@ -386,7 +386,7 @@ def emulate_contract(
     batch_size: int | None = None,
     sequence_length: int | None = None,
     trust_code: bool = False,
-    shared: bool = False,
+    shared: bool = True,
 ) -> dict[str, np.ndarray]:
     """The token table of ``contract``'s kernel pair on the model its ``evidence.emulate``
     names (module docstring).
@@ -394,12 +394,10 @@ def emulate_contract(
     ``progress(done, total)`` is called after each served batch with prompts done so far.
     ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep. ``trust_code``
     is the user's consent to import a user model's module (``kernels.model.user_model``):
-    without it such a model is a ``UserModelError``, and nothing is imported. ``shared``: a
-    setting of the sweep runs padded to the shape the sweep's settings share, so all of them
-    run one compiled program per kernel (the default ``False``: in its own shape, one program
-    per setting; the same bits either way). On the CPU the padding costs more than the
-    compilations it saves (``bench/bench_emulate_compile.py``), so ``python -m verify`` runs
-    each setting in its own shape and keeps the programs in the persistent compilation cache.
+    without it such a model is a ``UserModelError``, and nothing is imported. ``shared`` (the
+    default): a setting of the sweep runs padded to the shape the sweep's settings share, so
+    all of them run one compiled program per kernel (``False``: in its own shape, one program
+    per setting; the same bits either way; ``bench/bench_emulate_compile.py`` compares them).
     """
     ev = _settings(contract)
     count = prompt_count(ev)
@@ -466,7 +464,7 @@ def sweep_padding(
 ) -> Padding | None:
     """The padded shape in which ``setting`` of the contract's sweep runs, so that the settings
     share one compiled program per kernel with the bits each gives alone; ``None`` (its own
-    shape) outside the sweep or where rows are not independent.
+    shape) outside the sweep, in a sweep of one setting, or where rows are not independent.
 
     The settings whose batches have the same reduction splits (one ``split_class``) run as
     the largest of their batches; of those, the settings whose caches have the same number of
@@ -479,7 +477,9 @@ def sweep_padding(
 
     kernels = contract.kernels
     grid = sweep(contract)
-    if setting not in grid or not all(map(_rows_independent, (kernels.train, kernels.inference))):
+    if setting not in grid or len(grid) == 1:
+        return None  # outside the sweep, or nothing to share
+    if not all(map(_rows_independent, (kernels.train, kernels.inference))):
         return None
     new = _settings(contract).max_new_tokens
     batching = kernels.inference.batching

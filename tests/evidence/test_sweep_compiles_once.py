@@ -118,3 +118,14 @@ def test_settings_with_other_splits_get_other_programs():
     assert shapes[(32, 33)] == shapes[(32, 128)] == Padding(32, 96, 32)
     # outside the sweep: its own shape
     assert sweep_padding(contract, 16, 32, (4, 40)) is None
+
+
+def test_a_sweep_of_one_setting_runs_in_its_own_shape():
+    """Nothing to share: the one setting is not padded (its kernels built for its batch)."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    text = text.replace("batch_size: [1, 16]", "batch_size: [8, 8]")
+    contract = contracts.loads(
+        text.replace("sequence_length: [1, 128]", "sequence_length: [64, 64]")
+    )
+    assert sweep(contract) == [(8, 64)]
+    assert sweep_padding(contract, 16, 32, (8, 64)) is None
