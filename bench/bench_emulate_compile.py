@@ -1,26 +1,29 @@
-"""Emulation evidence compiled once: the shipped ``fp8-emulated.yaml`` cold and warm.
+"""Emulation evidence compiled once: a contract's emulation sweep cold and warm.
 
     python bench/bench_emulate_compile.py [--contract contracts/examples/fp8-emulated.yaml]
+        [--sweeps before,own,shared] [--no-verify]
 
 Every measurement runs in a fresh Python process, one after another in this run, so load
 from other processes hits all alike:
 
 - ``sweep``: the contract's emulation sweep alone (``evidence.emulate.sweep`` and
   ``emulate_contract`` per setting, as ``python -m verify`` runs it), five ways:
-  ``own shapes, no cache`` (each setting in its own shape and no persistent cache: the path
-  before the cache), ``own shapes`` with an empty and then a filled persistent compilation
-  cache (what ``python -m verify`` does), and ``shared`` (``shared=True``: the settings padded
-  to one program per kernel) cold and warm.
+  ``one call a batch, no cache`` (each setting in its own shape, one call for each batch, no
+  persistent cache: the path before batches shared a call and before the cache: the
+  baseline), ``own shapes`` (what ``python -m verify`` does: the batches of a setting
+  ``CALL_ROWS`` rows to a call) with an empty and then a filled persistent compilation cache,
+  and ``shared`` (``shared=True``: the settings padded to one program per kernel) cold and
+  warm (``--sweeps`` picks some of ``before``, ``own`` and ``shared``).
   Each prints its wall time, the programs traced (``kernels.model.decode.TRACES``), the XLA
   compilations and the persistent-cache hits (JAX's monitoring events), and a digest of the
-  token tables: the three must agree bit for bit;
-- ``verify``: the whole command, ``python -m verify CONTRACT --quiet``, with
-  ``--jax-cache off``, then cold and warm on a new cache directory (the derivation cache off,
-  so the proofs are derived afresh each time); the three reports must be the same apart from
-  their times (``timing``, every ``time_ms``).
+  token tables: they must agree bit for bit;
+- ``verify`` (``--no-verify`` leaves it out): the whole command, ``python -m verify CONTRACT
+  --quiet``, with ``--jax-cache off``, then cold and warm on a new cache directory (the
+  derivation cache off, so the proofs are derived afresh each time); the three reports must be
+  the same apart from their times (``timing``, every ``time_ms``).
 
 Each prints wall and CPU seconds (user + system, all threads: less sensitive than the wall time
-to load from other processes); ratios are against ``own shapes, no cache`` and ``verify,
+to load from other processes); ratios are against ``one call a batch, no cache`` and ``verify,
 --jax-cache off`` of the same run.
 """
 
@@ -41,9 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "contracts" / "examples" / "fp8-emulated.yaml"
 
 
-def _child(contract: str, shared: bool) -> None:
-    """One sweep in this process, the compilation cache set as ``python -m verify`` sets it;
-    prints one JSON line."""
+def _child(contract: str, shared: bool, grouped: bool) -> None:
+    """One sweep in this process, the compilation cache set as ``python -m verify`` sets it
+    (``grouped`` false: one call for each batch, as before batches shared a call); prints one
+    JSON line."""
     from kernel_contracts.verify.common import compile_cache
 
     compile_cache.configure(compile_cache.locate())
@@ -51,7 +55,11 @@ def _child(contract: str, shared: bool) -> None:
     import numpy as np
 
     from kernel_contracts import contracts
+    from kernel_contracts.evidence import emulate as emulation
     from kernel_contracts.evidence.emulate import emulate_contract, sweep
+
+    if not grouped:
+        emulation.CALL_ROWS = 1  # every call serves one batch
     from kernel_contracts.kernels.model.decode import TRACES
 
     events = {"compiles": 0, "hits": 0}
@@ -91,9 +99,10 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _sweep(contract: str, shared: bool, cache: str | None) -> dict:
+def _sweep(contract: str, shared: bool, grouped: bool, cache: str | None) -> dict:
     """A child process's sweep; with a cache, set as ``python -m verify`` sets it."""
     command = [sys.executable, __file__, "--child", contract, "--shared", str(shared)]
+    command += ["--grouped", str(grouped)]
     cpu = _cpu()
     out = subprocess.run(command, cwd=ROOT, env=_env(cache), capture_output=True, text=True)
     if out.returncode:
@@ -122,15 +131,32 @@ def _without_times(data):
     return data
 
 
+SWEEPS = (  # label, shared, grouped, which cache (None: none)
+    ("sweep, one call a batch, no cache", False, False, None),
+    ("sweep, own shapes, cold cache", False, True, "own"),
+    ("sweep, own shapes, warm cache", False, True, "own"),
+    ("sweep, shared, cold cache", True, True, "shared"),
+    ("sweep, shared, warm cache", True, True, "shared"),
+)
+BASE = SWEEPS[0][0]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--contract", default=str(EXAMPLE))
     p.add_argument("--reports", help="keep the three verify reports in this directory")
+    p.add_argument(
+        "--sweeps",
+        default="before,own,shared",
+        help="which sweeps to run, of before (the baseline), own and shared (default: all)",
+    )
+    p.add_argument("--no-verify", action="store_true", help="leave out the verify runs")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--shared", help=argparse.SUPPRESS)
+    p.add_argument("--grouped", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        _child(args.child, args.shared == "True")
+        _child(args.child, args.shared == "True", args.grouped == "True")
         return
     print(f"{Path(args.contract).name}; load average {os.getloadavg()[0]:.2f}")
     rows = []
@@ -139,42 +165,42 @@ def main() -> None:
         tempfile.TemporaryDirectory() as shared_cache,
         tempfile.TemporaryDirectory() as v_cache,
     ):
-        for label, shared, cache in (
-            ("sweep, own shapes, no cache", False, None),
-            ("sweep, own shapes, cold cache", False, own),
-            ("sweep, own shapes, warm cache", False, own),
-            ("sweep, shared, cold cache", True, shared_cache),
-            ("sweep, shared, warm cache", True, shared_cache),
-        ):
-            r = _sweep(args.contract, shared, cache)
+        caches = {None: None, "own": own, "shared": shared_cache}
+        chosen = set(args.sweeps.split(","))
+        for label, shared, grouped, cache in SWEEPS:
+            if (cache or "before") not in chosen:
+                continue
+            r = _sweep(args.contract, shared, grouped, caches[cache])
             rows.append((label, r["wall_s"], r["cpu_s"]))
             print(
-                f"{label:32s} {r['wall_s']:7.1f} s wall {r['cpu_s']:7.1f} s CPU  "
+                f"{label:36s} {r['wall_s']:7.1f} s wall {r['cpu_s']:7.1f} s CPU  "
                 f"traced {r['traces']}  compiles {r['compiles']}  cache hits {r['hits']}  "
                 f"tables {r['digest']}",
                 flush=True,
             )
         reports = []
-        for i, (label, cache) in enumerate(
-            (
-                ("verify, --jax-cache off", None),
-                ("verify, cold cache", v_cache),
-                ("verify, warm cache", v_cache),
-            )
-        ):
+        runs = (
+            ("verify, --jax-cache off", None),
+            ("verify, cold cache", v_cache),
+            ("verify, warm cache", v_cache),
+        )
+        for i, (label, cache) in enumerate(() if args.no_verify else runs):
             report = Path(args.reports or v_cache) / f"report-{i}.json"
             wall, cpu, data = _verify(args.contract, cache, report)
             reports.append(data)
             rows.append((label, wall, cpu))
-            print(f"{label:32s} {wall:7.1f} s wall {cpu:7.1f} s CPU", flush=True)
-        same = reports[0] == reports[1] == reports[2]
-        print(f"the three reports are the same apart from their timing: {same}")
+            print(f"{label:36s} {wall:7.1f} s wall {cpu:7.1f} s CPU", flush=True)
+        if reports:
+            same = reports[0] == reports[1] == reports[2]
+            print(f"the three reports are the same apart from their timing: {same}")
     base = {label: (wall, cpu) for label, wall, cpu in rows}
     print("\n| run | wall s | ratio | CPU s | ratio |\n|---|---:|---:|---:|---:|")
     for label, wall, cpu in rows:
-        ref = "sweep, own shapes, no cache" if "sweep" in label else "verify, --jax-cache off"
-        w, c = base[ref]
-        print(f"| {label} | {wall:.1f} | {wall / w:.2f} | {cpu:.1f} | {cpu / c:.2f} |")
+        w, c = base.get(BASE if "sweep" in label else "verify, --jax-cache off", (None, None))
+        ratios = f"| – | {cpu:.1f} | – |"
+        if w is not None:
+            ratios = f"| {wall / w:.2f} | {cpu:.1f} | {cpu / c:.2f} |"
+        print(f"| {label} | {wall:.1f} {ratios}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

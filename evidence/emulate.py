@@ -33,16 +33,20 @@ whose rows are dropped. ``batch_size`` and ``sequence_length`` override both cho
 setting of a runtime sweep (``sweep``, ``evidence.envelope.settings``): every batch then holds
 exactly ``batch_size`` sequences, and each prompt is ``sequence_length - max_new_tokens``
 tokens long, so every sequence ends at that length (``length_range`` gives the lengths the
-model can run); a prompt file's shorter prompts are served whole and end before it.
+model can run); a prompt file's shorter prompts are served whole and end before it. Batches of
+fewer than ``CALL_ROWS`` rows are served that many rows to a call
+(``kernels.emulation.decoder_pair``'s ``groups``: the kernels still built for the batch, and
+each batch sampling with its own key), with the bits of one call for each batch (a padded
+program's rows, below); not where a matmul shares one scale over all its rows.
 
-With ``shared=True`` the settings of a sweep share one compiled program per kernel: each runs
-padded to the largest batch and the longest prompt of the settings whose reduction splits it shares
-(``kernels.batching.split_class``, ``kernels.attention.kv_splits``), the padding rows and
-positions dropped, with the bits it gives in its own shape. Where a matmul shares one scale
-over all its rows (``per_tensor`` scaling of FP8 or int8 inputs), rows are not independent,
-and every setting runs in its own shape. Sharing is off by default: on the CPU the padding
-(a batch of one computed in a 16-row program, a 33-token sequence in a 128-position cache)
-costs more than the compilations it saves.
+With ``shared=True`` (the default) the settings of a sweep share one compiled program per
+kernel: each runs padded to the largest batch and the longest prompt of the settings whose
+reduction splits it shares (``kernels.batching.split_class``, ``kernels.attention.kv_splits``),
+the padding rows and positions dropped, with the bits it gives in its own shape. Where a matmul
+shares one scale over all its rows (``per_tensor`` scaling of FP8 or int8 inputs), rows are not
+independent, and every setting runs in its own shape, as does the one setting of a sweep of
+one. With its batches in one call (above), the shared sweep of ``fp8-emulated.yaml`` costs
+0.6 of the CPU time of one program per setting (``bench/bench_emulate_compile.py``).
 
 ``prompt_count`` counts a contract's prompts, ``prompt_stream`` turns a prompt file into one
 token stream (the diagnostic commands cut their windows from it), and ``checkpoint_sha256``
@@ -75,6 +79,7 @@ from kernel_contracts.kernels.emulation import (
 )
 
 __all__ = [
+    "CALL_ROWS",
     "MAX_BATCH",
     "PROMPT_BYTES",
     "checkpoint_sha256",
@@ -90,6 +95,7 @@ __all__ = [
 
 PROMPT_BYTES = 32  # drawn prompts' length, shortened when the context cannot hold it and the output
 MAX_BATCH = 32  # the largest serving batch emulated
+CALL_ROWS = 16  # batches of fewer rows are served this many rows to a call, each its own key
 
 _PROMPTS_KEY = "evidence.emulate.prompts"
 _CHAT_KEY = "evidence.emulate.chat_template"
@@ -308,7 +314,7 @@ def length_range(contract: Contract) -> tuple[int, int]:
 class _Served(NamedTuple):
     """The contract's model on its kernel pair, and where its prompts come from."""
 
-    pair: Callable[[Padding | None], ServedPair]  # the pair, in a padded program or not
+    pair: Callable[[Padding | None, int], ServedPair]  # the pair (padded or not; batches a call)
     vocab: int
     windows: np.ndarray | None  # prompt windows; None: the rows, or uniform random prompts
     prompt_len: int  # the default prompt length
@@ -331,10 +337,10 @@ def _on_decoder(contract: Contract, ev: EmulateEvidence, batch: int, model, cont
         )
     kernels, decoding = contract.kernels, _decoding(contract, ev)
 
-    def pair(padding: Padding | None) -> ServedPair:
+    def pair(padding: Padding | None, groups: int) -> ServedPair:
         return decoder_pair(
             model, kernels.train, kernels.inference, batch=batch, decoding=decoding,
-            padding=padding,
+            padding=padding, groups=groups,
         )  # fmt: skip
 
     return pair
@@ -381,7 +387,7 @@ def _user(contract: Contract, ev: EmulateEvidence, batch: int, trust_code: bool)
     )
     width = PROMPT_TOKENS if um.windows is None else um.windows.shape[1]
     lengths = _lengths(ev, width, None)
-    return _Served(lambda _: pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
+    return _Served(lambda *_: pair, um.vocab, um.windows, min(PROMPT_TOKENS, width), lengths)
 
 
 def _prompts(
@@ -406,7 +412,7 @@ def emulate_contract(
     batch_size: int | None = None,
     sequence_length: int | None = None,
     trust_code: bool = False,
-    shared: bool = False,
+    shared: bool = True,
 ) -> dict[str, np.ndarray]:
     """The token table of ``contract``'s kernel pair on the model its ``evidence.emulate``
     names (module docstring).
@@ -414,12 +420,10 @@ def emulate_contract(
     ``progress(done, total)`` is called after each served batch with prompts done so far.
     ``batch_size`` and ``sequence_length`` fix one setting of a runtime sweep. ``trust_code``
     is the user's consent to import a user model's module (``kernels.model.user_model``):
-    without it such a model is a ``UserModelError``, and nothing is imported. ``shared``: a
-    setting of the sweep runs padded to the shape the sweep's settings share, so all of them
-    run one compiled program per kernel (the default ``False``: in its own shape, one program
-    per setting; the same bits either way). On the CPU the padding costs more than the
-    compilations it saves (``bench/bench_emulate_compile.py``), so ``python -m verify`` runs
-    each setting in its own shape and keeps the programs in the persistent compilation cache.
+    without it such a model is a ``UserModelError``, and nothing is imported. ``shared`` (the
+    default): a setting of the sweep runs padded to the shape the sweep's settings share, so
+    all of them run one compiled program per kernel (``False``: in its own shape, one program
+    per setting; the same bits either way; ``bench/bench_emulate_compile.py`` compares them).
     """
     ev = _settings(contract)
     count = prompt_count(ev)
@@ -453,10 +457,22 @@ def emulate_contract(
     fill, fill_lengths = (
         _prompts(served, missing, prompt_len, ev.seed + 1 + last) if missing else (None, None)
     )
+    groups = _groups(contract, batch, -(-count // batch), padding)
     return emulate(
-        served.pair(padding), prompts, seed=ev.seed, fill=fill, lengths=lengths,
+        served.pair(padding, groups), prompts, seed=ev.seed, fill=fill, lengths=lengths,
         fill_lengths=fill_lengths, progress=progress,
     )  # fmt: skip
+
+
+def _groups(contract: Contract, batch: int, batches: int, padding: Padding | None) -> int:
+    """How many batches of ``batch`` one call serves: as many as fill ``CALL_ROWS`` rows (a
+    padded program's rows), at most ``batches``; one where a matmul shares a scale over its
+    rows."""
+    kernels = contract.kernels
+    if not all(map(_rows_independent, (kernels.train, kernels.inference))):
+        return 1
+    rows = CALL_ROWS if padding is None else padding.rows
+    return max(1, min(rows // batch, batches))
 
 
 # -- one program per sweep -------------------------------------------------------------------
@@ -478,7 +494,7 @@ def sweep_padding(
 ) -> Padding | None:
     """The padded shape in which ``setting`` of the contract's sweep runs, so that the settings
     share one compiled program per kernel with the bits each gives alone; ``None`` (its own
-    shape) outside the sweep or where rows are not independent.
+    shape) outside the sweep, in a sweep of one setting, or where rows are not independent.
 
     The settings whose batches have the same reduction splits (one ``split_class``) run as
     the largest of their batches; of those, the settings whose caches have the same number of
@@ -491,7 +507,9 @@ def sweep_padding(
 
     kernels = contract.kernels
     grid = sweep(contract)
-    if setting not in grid or not all(map(_rows_independent, (kernels.train, kernels.inference))):
+    if setting not in grid or len(grid) == 1:
+        return None  # outside the sweep, or nothing to share
+    if not all(map(_rows_independent, (kernels.train, kernels.inference))):
         return None
     new = _settings(contract).max_new_tokens
     batching = kernels.inference.batching

@@ -21,8 +21,9 @@ size. With ``lengths`` each prompt has its own length, its row right-padded to t
 ``prompts``: K_inf feeds each row its prompt up to its length and samples after it, K_train
 teacher-forces the sequences, and both are read at each row's own positions; nothing masks the
 padding, which lies after the row's prompt, is overwritten by its samples and is seen by no
-earlier position (causal attention). The result is a token table: one row per generated
-token, one 1-D numpy array per column (``TABLE_COLUMNS``).
+earlier position (causal attention). A pair built with ``groups`` serves that many batches to a
+call, each sampling with the key it has in a call of its own. The result is a token table: one
+row per generated token, one 1-D numpy array per column (``TABLE_COLUMNS``).
 
 ``prompts_from`` cuts prompts at seeded offsets from token windows.
 
@@ -72,12 +73,17 @@ class ServedPair(NamedTuple):
     (a pair built with ``Padding``: its ``rows`` rows, the batch's first, and tokens of the padded
     width). ``run(prompts, key, lengths)`` serves right-padded prompts, row ``i`` of
     ``lengths[i]`` tokens: its new tokens are ``tokens[i, lengths[i] : lengths[i] + new]``
-    (``per_row``: whether the pair can; a user model's cannot)."""
+    (``per_row``: whether the pair can; a user model's cannot).
+
+    With ``groups`` above 1, one call serves that many batches, ``groups * batch`` prompts
+    (batch after batch) with a 1-D array of ``groups`` keys, one for each batch's sampling:
+    each batch's rows get the bits they get in a call of their own."""
 
     batch: int
     decoding: Decoding
     run: Callable
     per_row: bool = True
+    groups: int = 1
 
 
 def prompts_from(
@@ -109,6 +115,7 @@ def decoder_pair(
     batch: int,
     decoding: Decoding,
     padding: Padding | None = None,
+    groups: int = 1,
 ) -> ServedPair:
     """``model`` (a decoder with the ``Ops`` injection points: TinyLM, a Hugging Face decoder)
     on K_train = ``train`` and K_inf = ``inference`` at a serving batch of ``batch``: K_inf
@@ -119,7 +126,15 @@ def decoder_pair(
     then returns all ``padding.rows`` rows (the first ``batch`` are the batch's) and the
     tokens of the padded width. The caller must know that the kernels treat rows
     independently (no scale shared by the rows of a matmul) and that the padded length keeps
-    every reduction split; the bits of the batch's rows are then those of an unpadded run."""
+    every reduction split; the bits of the batch's rows are then those of an unpadded run.
+
+    With ``groups`` above 1, each call serves ``groups`` batches (``ServedPair``), on kernels
+    still built for a batch of ``batch`` (or ``padding.kernel_batch``); the caller must know that
+    the kernels treat rows independently, as for ``padding``, whose ``rows`` must then hold
+    ``groups * batch`` rows. A padded program samples with one key for each row (each a copy of
+    its batch's), so batches of every size share it."""
+    if groups < 1 or (padding is not None and groups * batch > padding.rows):
+        raise ValueError(f"{groups} batches of {batch} rows do not fit the padding {padding}")
     import jax.numpy as jnp
 
     from kernel_contracts.kernels.model.decode import generate, teacher_force, teacher_force_padded
@@ -131,18 +146,19 @@ def decoder_pair(
     k_inf = with_ops(model, inference_ops(inference, batch_size=ops_batch))
     temperature = jnp.float32(decoding.temperature)
     new = decoding.new_tokens
+    per_key = None if groups == 1 else batch  # rows sampled by each key
 
     def run(chunk, key, lengths=None):
         if lengths is not None:  # prompts of their own lengths, right-padded
             lengths = jnp.asarray(lengths, jnp.int32)
             tokens, z_inf = generate(
                 k_inf, chunk, key, temperature, lengths, new_tokens=new,
-                top_k=decoding.top_k, top_p=decoding.top_p,
+                top_k=decoding.top_k, top_p=decoding.top_p, rows_per_key=per_key,
             )  # fmt: skip
             return tokens, z_inf, teacher_force_padded(k_train, tokens, lengths, new_tokens=new)
         tokens, z_inf = generate(
             k_inf, chunk, key, temperature, new_tokens=new, top_k=decoding.top_k,
-            top_p=decoding.top_p,
+            top_p=decoding.top_p, rows_per_key=per_key,
         )  # fmt: skip
         return tokens, z_inf, teacher_force(k_train, tokens, prompt_len=chunk.shape[1])
 
@@ -154,13 +170,26 @@ def decoder_pair(
                                  constant_values=width)  # fmt: skip
         pad = ((0, padding.rows - rows), (0, padding.width - width))
         chunk = jnp.pad(chunk, pad)
+        keys, row_in_key = _row_keys(key, batch, padding.rows)
         tokens, z_inf = generate(
-            k_inf, chunk, key, temperature, prompt_len, new_tokens=new, top_k=decoding.top_k,
-            top_p=decoding.top_p,
+            k_inf, chunk, keys, temperature, prompt_len, row_in_key, new_tokens=new,
+            top_k=decoding.top_k, top_p=decoding.top_p, rows_per_key=padding.rows,
         )  # fmt: skip
         return tokens, z_inf, teacher_force_padded(k_train, tokens, prompt_len, new_tokens=new)
 
-    return ServedPair(batch, decoding, run if padding is None else run_padded)
+    return ServedPair(batch, decoding, run if padding is None else run_padded, groups=groups)
+
+
+def _row_keys(key, batch: int, rows: int):
+    """One key for each of ``rows`` rows, and each row's place in its batch: the batches of
+    ``batch`` rows take their keys from ``key`` (one key, or one for each batch) in order, the
+    rows past them the last key."""
+    import jax.numpy as jnp
+
+    keys = key[None] if key.ndim == 0 else key
+    row = np.arange(rows)
+    which = np.minimum(row // batch, keys.shape[0] - 1)
+    return keys[jnp.asarray(which)], jnp.asarray(row % batch, jnp.int32)
 
 
 def user_pair(
@@ -248,19 +277,32 @@ def emulate(
     if per_row and not pair.per_row:
         raise ValueError("this pair serves a batch of prompts of one length")
     key = jax.random.key(seed)
+    groups = pair.groups
     parts: list[dict[str, np.ndarray]] = []
-    for start in range(0, count, batch):
-        ids = np.arange(start, start + batch)
-        real = ids < count
-        chunk, ends = prompts[np.minimum(ids, count - 1)], lengths[np.minimum(ids, count - 1)]
-        if fill is not None and not real.all():  # their rows are dropped
-            chunk = np.concatenate([chunk[real], fill])
-            ends = np.concatenate([ends[real], fill_lengths])
+    for first in range(0, count, batch * groups):
+        chunks, served, ends = [], [], []
+        for start in range(first, first + batch * groups, batch):
+            ids = np.arange(start, start + batch)
+            real = ids < count
+            at = np.minimum(ids, count - 1)
+            chunk, end = prompts[at], lengths[at]
+            if fill is not None and real.any() and not real.all():  # their rows are dropped
+                chunk = np.concatenate([chunk[real], fill])
+                end = np.concatenate([end[real], fill_lengths])
+            chunks.append(chunk)  # a batch past the prompts: copies of the last, dropped
+            served.append(real)
+            ends.append(end)
+        starts = jnp.arange(first, first + batch * groups, batch)
+        if groups == 1:
+            keys = jax.random.fold_in(key, first)
+        else:  # one key for each batch, as in a call of its own
+            keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(starts)
+        ends = np.concatenate(ends)
         args = (jnp.asarray(ends),) if per_row else ()
-        tokens, z_inf, z_train = pair.run(jnp.asarray(chunk), jax.random.fold_in(key, start), *args)
+        tokens, z_inf, z_train = pair.run(jnp.asarray(np.concatenate(chunks)), keys, *args)
         rows = tokens.shape[0]  # a padded pair returns its padding rows too
-        served = np.concatenate([real, np.zeros(rows - batch, bool)])
-        ends = np.concatenate([ends, np.full(rows - batch, width, ends.dtype)])
+        kept = np.concatenate([*served, np.zeros(rows - batch * groups, bool)])
+        ends = np.concatenate([ends, np.full(rows - batch * groups, width, ends.dtype)])
         at = ends[:, None] + np.arange(new)  # each row's generated positions
         observed = np.take_along_axis(np.asarray(tokens), at, axis=1)
         vocab = z_inf.shape[-1]
@@ -271,15 +313,16 @@ def emulate(
             pair.decoding.temperature,
             impl="portable",  # the same bits on every backend and machine
         )
-        keep = np.repeat(served, new)
+        keep = np.repeat(kept, new)
         part = {k: np.asarray(v)[keep] for k, v in metrics.items()}
         part["top1_flip"] = part["top1_flip"].astype(np.int64)
         part["position"] = at.reshape(-1).astype(np.int64)[keep]
-        part["prompt"] = np.repeat(np.arange(start, start + rows), new)[keep]
+        part["prompt"] = np.repeat(np.arange(first, first + rows), new)[keep]
         part["token"] = observed.reshape(-1).astype(np.int64)[keep]
         parts.append(part)
         if progress is not None:
-            progress(min(start + batch, count), count)
+            for start in range(first, min(first + batch * groups, count), batch):
+                progress(min(start + batch, count), count)
     return {c: np.concatenate([p[c] for p in parts]) for c in TABLE_COLUMNS}
 
 

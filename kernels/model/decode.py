@@ -45,12 +45,20 @@ def sample(
     temperature: Float[ArrayLike, ""] | float,
     top_k: int = 0,
     top_p: float = 1.0,
+    rows_per_key: int | None = None,
+    row_in_key: Int[ArrayLike, " seqs"] | None = None,
 ) -> Int[Array, " seqs"]:
     """Sample one token per row from softmax(logits / T), truncated by top-k and top-p.
 
     The Gumbel-max draw argmax(x + g), g = −log(−log u), with the arithmetic of
     :mod:`kernels.numerics.portable` (the division by T, the logarithms, the top-p softmax) and a
-    fixed-order prefix sum, so a key draws the same token on every backend."""
+    fixed-order prefix sum, so a key draws the same token on every backend.
+
+    ``key`` is one key, or a 1-D array of keys each of which draws for ``rows_per_key``
+    consecutive rows what it draws alone for a batch of that many rows (the rows past the
+    last one cut). With ``row_in_key`` the array holds one key for each row, and row ``i``
+    draws what its key draws for row ``row_in_key[i]`` of a batch of ``rows_per_key`` rows
+    (the same as for that row of any smaller batch: JAX's partitionable random bits)."""
     x = portable.divide(logits, jnp.asarray(temperature, jnp.float32))
     if top_k > 0:
         kth = jax.lax.top_k(x, top_k)[0][..., -1:]
@@ -63,28 +71,67 @@ def sample(
         keep = before < top_p  # the smallest prefix whose mass reaches top_p
         cutoff = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1, keepdims=True)
         x = jnp.where(x < cutoff, -jnp.inf, x)
-    return jnp.argmax(x + _gumbel(key, x.shape), axis=-1)
+    return jnp.argmax(x + _gumbel(key, x.shape, rows_per_key, row_in_key), axis=-1)
 
 
-def _gumbel(key: Array, shape: tuple[int, ...]) -> Float[Array, "*shape"]:
+def _bits(
+    key: Array, shape: tuple[int, ...], rows_per_key: int | None, row_in_key: Array | None
+) -> Array:
+    """Random 32-bit words of ``shape``: from one key, or ``rows_per_key`` rows from each of
+    a 1-D array of keys, or one row from each row's key (``sample``)."""
+    if key.ndim == 0:
+        return jax.random.bits(key, shape, jnp.uint32)
+    if row_in_key is not None:
+        if rows_per_key is None or key.shape[0] != shape[0]:
+            raise ValueError(f"{key.shape[0]} keys for {shape[0]} rows: one key a row")
+        rows = (rows_per_key, *shape[1:])
+
+        def row(k, i):
+            return jax.random.bits(k, rows, jnp.uint32)[i]
+
+        return jax.vmap(row)(key, jnp.asarray(row_in_key))
+    if rows_per_key is None or key.shape[0] * rows_per_key < shape[0]:
+        raise ValueError(f"{key.shape[0]} keys of {rows_per_key} rows cannot draw {shape[0]} rows")
+    rows = (rows_per_key, *shape[1:])
+    bits = jax.vmap(lambda k: jax.random.bits(k, rows, jnp.uint32))(key)
+    return bits.reshape(-1, *shape[1:])[: shape[0]]
+
+
+def _split(key: Array) -> tuple[Array, Array]:
+    """The next key and this step's subkey, of one key or of each of a 1-D array of keys."""
+    if key.ndim == 0:
+        key, sub = jax.random.split(key)
+        return key, sub
+    both = jax.vmap(jax.random.split)(key)
+    return both[:, 0], both[:, 1]
+
+
+def _gumbel(
+    key: Array,
+    shape: tuple[int, ...],
+    rows_per_key: int | None = None,
+    row_in_key: Array | None = None,
+) -> Float[Array, "*shape"]:
     """Standard Gumbel noise −log(−log u), u uniform in (0, 1) built from 23 random bits
     (``u = (b + ½)·2**-23``: exact, never 0 or 1)."""
-    bits = jax.random.bits(key, shape, jnp.uint32) >> 9
+    bits = _bits(key, shape, rows_per_key, row_in_key) >> 9
     u = (bits.astype(jnp.float32) + 0.5) * jnp.float32(2.0**-23)
     return -portable.log(-portable.log(u))
 
 
-@nnx.jit(static_argnames=("new_tokens", "top_k", "top_p"))
+@nnx.jit(static_argnames=("new_tokens", "top_k", "top_p", "rows_per_key"))
 def generate(
     model: nnx.Module,
     prompts: Int[ArrayLike, "seqs width"],
     key: Array,
     temperature: Float[ArrayLike, ""],
     prompt_len: Int[ArrayLike, ""] | Int[ArrayLike, " seqs"] | None = None,
+    row_in_key: Int[ArrayLike, " seqs"] | None = None,
     *,
     new_tokens: int,
     top_k: int = 0,
     top_p: float = 1.0,
+    rows_per_key: int | None = None,
 ) -> tuple[Int[Array, "seqs length"], Float[Array, "seqs new vocab"]]:
     """Decode ``new_tokens`` tokens after each prompt, one position at a time, on
     ``model.ops``; returns the full sequences and the logits that predicted the new tokens.
@@ -101,7 +148,14 @@ def generate(
     width): the prompts of one batch right-padded to its longest. A row is then fed its prompt
     until its own length and sampled after it, and its logits are those at its own positions;
     its padding columns are overwritten by its samples, and causal attention keeps every
-    position from seeing a later one, so no attention mask is needed."""
+    position from seeing a later one, so no attention mask is needed.
+
+    ``key`` is one key, or a 1-D array of keys, one for each ``rows_per_key`` consecutive rows
+    (the last one's rows may run past the batch): each key then draws for its rows the tokens
+    it draws alone for a batch of ``rows_per_key`` rows, so batches sampled with keys of their
+    own run as one call, with the same bits where the model computes each row on its own.
+    With ``row_in_key`` (traced) ``key`` holds one key for each row, drawing as ``sample``
+    says: batches of any size share one program."""
     TRACES["generate"] += 1
     seqs, width = prompts.shape
     length = width + new_tokens
@@ -115,8 +169,9 @@ def generate(
         tokens, caches, key = carry
         m = nnx.merge(graphdef, state)
         logits, caches = m.step(tokens[:, t], t, caches)
-        key, sub = jax.random.split(key)
-        drawn = sample(sub, logits, temperature, top_k, top_p).astype(tokens.dtype)
+        key, sub = _split(key)
+        drawn = sample(sub, logits, temperature, top_k, top_p, rows_per_key, row_in_key)
+        drawn = drawn.astype(tokens.dtype)
         nxt = jnp.where(t + 1 < real, tokens[:, t + 1], drawn)
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], t + 1, axis=1)
         return (tokens, caches, key), logits

@@ -41,8 +41,7 @@ PINNED = {
 }
 
 
-@pytest.fixture(scope="module")
-def swept():
+def run_sweep(shared: bool):
     """Every setting's token table, and how many times each kernel's program was traced
     while the sweep ran (a program already traced by an earlier test of this process is not
     traced again: at most once)."""
@@ -50,11 +49,26 @@ def swept():
     before = dict(TRACES)
     tables = {
         setting: emulate_contract(
-            contract, batch_size=setting[0], sequence_length=setting[1], shared=True
+            contract, batch_size=setting[0], sequence_length=setting[1], shared=shared
         )
         for setting in sweep(contract)
     }
     return tables, {k: TRACES[k] - before[k] for k in TRACES}
+
+
+@pytest.fixture(scope="module")
+def swept():
+    return run_sweep(shared=True)
+
+
+@pytest.mark.slow  # the sweep in its own shapes (about a minute on 2 idle cores)
+def test_batches_served_in_one_call_keep_their_bits():
+    """In its own shapes each setting serves its batches 16 rows to a call (the three prompts
+    of a batch-1 setting in one call of three rows, each with its batch's own sampling key):
+    the bits of one call for each batch, as pinned."""
+    tables, traced = run_sweep(shared=False)
+    assert {setting: digest(table) for setting, table in tables.items()} == PINNED
+    assert traced["teacher_force_padded"] == 0
 
 
 @pytest.mark.slow  # the sweep in its padded program (about a minute on 2 idle cores)
@@ -93,3 +107,14 @@ def test_settings_with_other_splits_get_other_programs():
     assert shapes[(32, 33)] == shapes[(32, 128)] == Padding(32, 96, 32)
     # outside the sweep: its own shape
     assert sweep_padding(contract, 16, 32, (4, 40)) is None
+
+
+def test_a_sweep_of_one_setting_runs_in_its_own_shape():
+    """Nothing to share: the one setting is not padded (its kernels built for its batch)."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    text = text.replace("batch_size: [1, 16]", "batch_size: [8, 8]")
+    contract = contracts.loads(
+        text.replace("sequence_length: [1, 128]", "sequence_length: [64, 64]")
+    )
+    assert sweep(contract) == [(8, 64)]
+    assert sweep_padding(contract, 16, 32, (8, 64)) is None

@@ -80,16 +80,12 @@ def test_table_is_aligned_with_a_teacher_forced_pass(three_prompts):
 def test_the_kernels_take_plain_values(three_prompts):
     """The contract's table is ``kernels.emulation.emulate`` on plain values: the model on the
     two presets at the serving batch, held-out prompts, and the fill of the short last batch
-    (seeded by its start)."""
+    (seeded by its start), one call for each batch or both batches in one call."""
     contract, table, _ = three_prompts
     ev, policy = contract.evidence.emulate, contract.policy
-    pair = decoder_pair(
-        load_pretrained("tiny-lm"),
-        contract.kernels.train,
-        contract.kernels.inference,
-        batch=2,
-        decoding=Decoding(NEW, policy.temperature, policy.top_k, policy.top_p),
-    )
+    pair_args = (load_pretrained("tiny-lm"), contract.kernels.train, contract.kernels.inference)
+    decoding = Decoding(NEW, policy.temperature, policy.top_k, policy.top_p)
+    pair = decoder_pair(*pair_args, batch=2, decoding=decoding)
     windows = pretrained_extra("tiny-lm")["heldout_windows"].astype(np.int32)
     prompts = prompts_from(windows, 3, PROMPT_BYTES, ev.seed)
     fill = prompts_from(windows, 1, PROMPT_BYTES, ev.seed + 1 + 2)
@@ -98,6 +94,35 @@ def test_the_kernels_take_plain_values(three_prompts):
         np.testing.assert_array_equal(again[key], table[key], err_msg=key)
     with pytest.raises(ValueError, match="need 1 fill rows, got 2"):
         emulate(pair, prompts, seed=ev.seed, fill=np.concatenate([fill, fill]))
+    # the contract's two batches ran in one call (each with its own key): the bits of one
+    # call a batch, checked above; the same pair built to serve them so gives them too
+    grouped = decoder_pair(*pair_args, batch=2, decoding=decoding, groups=2)
+    assert grouped.groups == 2
+    again = emulate(grouped, prompts, seed=ev.seed, fill=fill)
+    for key in TABLE_COLUMNS:
+        np.testing.assert_array_equal(again[key], table[key], err_msg=key)
+
+
+def test_a_matmul_scaled_per_tensor_serves_one_batch_a_call(monkeypatch):
+    """One scale over all the rows of a matmul (``per_tensor``, the fast-accumulation preset)
+    ties a batch's rows together: its batches are never put together in one call."""
+    from kernel_contracts.evidence import emulate as evidence_emulate
+
+    served = []
+
+    def spy(*args, **kwargs):
+        served.append(kwargs["groups"])
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(evidence_emulate, "decoder_pair", spy)
+    for name, groups in (("h100-fp8", 3), ("h100-fp8-fast-accum", 1)):
+        contract = dataclasses.replace(
+            contract_for(name, prompts=3, new_tokens=NEW),
+            runtime=(RuntimeClause(id="R1", batch_size=(1, 1)),),
+        )
+        with pytest.raises(RuntimeError, match="stop"):
+            emulate_contract(contract)
+        assert served.pop() == groups, name
 
 
 @pytest.mark.slow

@@ -166,3 +166,44 @@ def test_dynamic_batching_changes_a_row_and_fixed_does_not():
     assert not np.array_equal(np.asarray(alone), np.asarray(crowded))
     alone, crowded = (inference_ops(fixed, b).matmul(x, w) for b in (1, 1024))
     np.testing.assert_array_equal(np.asarray(alone), np.asarray(crowded))
+
+
+def test_keys_of_their_own_draw_as_in_their_own_batches():
+    """A 1-D array of keys, one for every ``rows_per_key`` rows, draws for each key's rows what
+    that key draws alone for a batch of that many rows; rows past the batch are cut."""
+    logits = jnp.asarray(np.random.default_rng(3).normal(size=(5, 64)), jnp.float32)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(9), s))(jnp.arange(3))
+    together = np.asarray(sample(keys, logits, 1.0, rows_per_key=2))
+    alone = [np.asarray(sample(keys[g], logits[2 * g : 2 * g + 2], 1.0)) for g in range(3)]
+    np.testing.assert_array_equal(together, np.concatenate(alone)[:5])
+    assert not np.array_equal(together[:2], together[2:4])  # each key its own draws
+    with pytest.raises(ValueError, match="3 keys of 1 rows cannot draw 5 rows"):
+        sample(keys, logits, 1.0, rows_per_key=1)
+
+
+def test_batches_generated_in_one_call_keep_their_tokens(model):
+    prompts = jnp.asarray(np.random.default_rng(4).integers(0, 256, (4, 3)), jnp.int32)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(2), s))(jnp.arange(2))
+    t = jnp.float32(1.0)
+    tokens, z = generate(model, prompts, keys, t, new_tokens=5, rows_per_key=2)
+    for g in range(2):
+        rows = slice(2 * g, 2 * g + 2)
+        alone, z_alone = generate(model, prompts[rows], keys[g], t, new_tokens=5)
+        np.testing.assert_array_equal(np.asarray(tokens[rows]), np.asarray(alone))
+        # the model's plain float32 matmuls may round otherwise in a taller batch
+        np.testing.assert_allclose(np.asarray(z[rows]), np.asarray(z_alone), rtol=1e-5, atol=1e-6)
+
+
+def test_one_key_a_row_draws_that_row_of_its_batch():
+    """With ``row_in_key`` each row has a key of its own and draws what that key draws for
+    its place in a batch, whatever the batch's size (a padded program's rows)."""
+    logits = jnp.asarray(np.random.default_rng(5).normal(size=(6, 64)), jnp.float32)
+    k0, k1 = jax.random.key(11), jax.random.key(12)
+    keys = jnp.stack([jax.random.key_data(k) for k in (k0, k0, k0, k0, k1, k1)])
+    keys = jax.random.wrap_key_data(keys)
+    row_in_key = jnp.asarray([0, 1, 2, 3, 0, 1], jnp.int32)
+    together = np.asarray(sample(keys, logits, 1.0, rows_per_key=8, row_in_key=row_in_key))
+    alone = [np.asarray(sample(k0, logits[:4], 1.0)), np.asarray(sample(k1, logits[4:], 1.0))]
+    np.testing.assert_array_equal(together, np.concatenate(alone))
+    with pytest.raises(ValueError, match="5 keys for 6 rows: one key a row"):
+        sample(keys[:5], logits, 1.0, rows_per_key=8, row_in_key=row_in_key)
