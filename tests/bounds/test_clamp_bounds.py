@@ -155,10 +155,11 @@ def test_every_clamped_rule_is_drawn_or_named():
 
 # exported clamped pairs whose weights the clamp cannot raise, or that have their own guard:
 # the dual clip (its lost weight is a dropped token's), kl_reject (exported only with options
-# inside the clamp, which drop every token beyond it: verify.pipeline.export.verl); and the
-# sequence sums of seq_tis and seq_mask, which a per-token bound on |log w| does not keep
-# inside ±20 (not covered yet)
-NO_TOKEN_PROOF = {"dual_clip", "kl_reject", "seq_tis", "seq_mask"}
+# inside the clamp, which drop every token beyond it: verify.pipeline.export.verl); the
+# sequence weights of seq_tis and seq_mask need |log w| <= 20/L per token instead (their sum
+# is what is clamped: Framework.sequence_clamp)
+SEQUENCE_SUMS = {"seq_tis", "seq_mask"}
+NO_TOKEN_PROOF = {"dual_clip", "kl_reject", *SEQUENCE_SUMS}
 
 
 @pytest.mark.parametrize("framework", ["verl", "skyrl"])
@@ -174,3 +175,8 @@ def test_an_export_whose_clamped_weight_can_move_needs_the_log_ratio_inside_the_
     clamp = FRAMEWORKS[framework].ratio_clamp
     assert {n: clamp.get(n) for n in needs} == dict.fromkeys(needs, LOG_RATIO_CLAMP)
     assert not set(clamp) & {"dual_clip"}
+    sums = {n for n, rule in TIE_RULES[framework].items() if rule.exported and rule.clamp}
+    sums &= SEQUENCE_SUMS
+    assert sums == SEQUENCE_SUMS, framework
+    per_sequence = FRAMEWORKS[framework].sequence_clamp
+    assert {n: per_sequence.get(n) for n in sums} == dict.fromkeys(sums, LOG_RATIO_CLAMP)

@@ -680,6 +680,27 @@ def test_the_whole_example_needs_a_choice_of_correction(tmp_path):
                              "setting is written for it") for line in lines)  # fmt: skip
 
 
+@pytest.mark.parametrize("framework", ["verl", "skyrl"])
+def test_a_sequence_weight_exports_where_its_clamped_sum_cannot_move(tmp_path, framework):
+    # verl and SkyRL clamp the sum of a sequence's log-ratios to ±20, raising a W under e^-20:
+    # G_seq_tis's premises bound |log w| by 0.1 per token (N1), so its W is within e^±20 for
+    # sequences of at most 200 tokens but not of 512 (the contract's max_new_tokens)
+    code, out, err = _run(RL, "--to", framework, "--guarantee", "G_seq_tis")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"{RL}:{_line(RL.read_text(), 'estimator: seq_tis') + 3}:5: guarantees[11].from: "
+        f"{framework} computes the seq_tis weight from the sum of a sequence's log-ratios "
+        "clamped to [-20, 20] (a W under e^-20 is raised to it), so its weight equals the "
+        "estimator's where each of the at most 512 tokens has |log w| <= 0.0390625; the "
+        "premises of G_seq_tis do not prove that on every token (refuted: bound 0.1 vs max "
+        f"0.0390625), so no {framework} setting is written\n"
+    )
+    text = RL.read_text().replace("max_new_tokens: 512 ", "max_new_tokens: 200 ")
+    code, out, err = _run(_contract(tmp_path, text), "--to", framework, "--guarantee", "G_seq_tis")
+    assert (code, err) == (0, "")
+    assert "# guarantee G_seq_tis (pg_bias, estimator seq_tis, cap 2.0): proved" in out
+
+
 def test_a_proved_geo_mask_exports_and_a_cap_of_0_does_not(tmp_path):
     code, out, err = _run(RL, "--to", "nemo-rl", "--guarantee", "G_geo_mask")
     flat = _flat(yaml.safe_load(out))

@@ -153,8 +153,8 @@ def prove(export: Export, *, budget=None) -> dict[str, tuple[Status, str]]:
     contract = export.contract
     ids = {r.guarantee for r in export.requests}
     chosen = tuple(g for g in contract.guarantees if g.id in ids)
-    clamps = {r.guarantee: export.framework.ratio_clamp[r.what] for r in export.requests
-              if r.what in export.framework.ratio_clamp}  # fmt: skip
+    clamps = {r.guarantee: bound for r in export.requests
+              if (bound := _clamp(export.framework, r, contract)) is not None}  # fmt: skip
     within = tuple(_log_ratio_within(g, clamps[g.id]) for g in chosen if g.id in clamps)
     # one guarantee's derivation reads the contract and that guarantee alone: derive only these
     needed = dataclasses.replace(contract, guarantees=chosen + within)
@@ -183,17 +183,52 @@ def prove(export: Export, *, budget=None) -> dict[str, tuple[Status, str]]:
             if status is not Status.PROVED:
                 problems.append(
                     f"{_key(contract, r, 'from')}: {name} computes the {r.what} weight from "
-                    f"the log-ratio clamped to [-{number(bound)}, {number(bound)}] (a weight "
-                    "beyond it is e^±20 or gets no gradient), so its weight equals the "
-                    "estimator's only where "
-                    f"|log w| <= {number(bound)}; the premises of {r.guarantee} do not prove "
-                    f"that on every token ({status.label}"
+                    + _clamped(export.framework, r, bound)
+                    + f"; the premises of {r.guarantee} do not prove that on every token "
+                    f"({status.label}"
                     + (f": {reason})" if reason else ")")
                     + f", so no {name} setting is written"
                 )
     if problems:
         raise ExportError("\n".join(problems), code=1)
     return found
+
+
+# e^-20 < 2.1e-9: a sequence mask from a lower end at least this keeps no W the clamp raises
+_ABOVE_LOW_CLAMP = Fraction(21, 10**10)
+
+
+def _clamp(framework: Framework, r: Request, contract: Contract) -> Fraction | None:
+    """The |log w| every token must keep for ``framework``'s clamp of the log-ratio to leave
+    ``r``'s weight alone (``Framework.ratio_clamp``, ``Framework.sequence_clamp``), or
+    ``None``: R for a token weight; R/L for a sequence weight, a sum of at most L log-ratios (L
+    the guarantee's horizon, ``policy.max_new_tokens`` unless it sets one), but nothing for a
+    sequence mask whose lower end is above e^−20 (a kept W is at least lo; its upper end is at
+    most e^20, or the mapping refuses it)."""
+    if r.what in framework.ratio_clamp:
+        return framework.ratio_clamp[r.what]
+    if r.what not in framework.sequence_clamp:
+        return None
+    if r.band is not None and r.band[0] >= _ABOVE_LOW_CLAMP:
+        return None
+    g = next(g for g in contract.guarantees if g.id == r.guarantee)
+    return framework.sequence_clamp[r.what] / (g.horizon or contract.policy.max_new_tokens)
+
+
+def _clamped(framework: Framework, r: Request, bound: Fraction) -> str:
+    """What the clamp does to ``r``'s weight and which |log w| per token leaves it alone."""
+    if r.what in framework.ratio_clamp:
+        return (
+            f"the log-ratio clamped to [-{number(bound)}, {number(bound)}] (a weight beyond it "
+            "is e^±20 or gets no gradient), so its weight equals the estimator's only where "
+            f"|log w| <= {number(bound)}"
+        )
+    whole = framework.sequence_clamp[r.what]  # an integer, as is the horizon L = whole/bound
+    return (
+        f"the sum of a sequence's log-ratios clamped to [-{whole}, {whole}] (a W under "
+        f"e^-{whole} is raised to it), so its weight equals the estimator's where each of the "
+        f"at most {whole / bound} tokens has |log w| <= {number(bound)}"
+    )
 
 
 def _within_id(gid: str) -> str:

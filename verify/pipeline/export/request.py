@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from kernel_contracts.contracts import Contract, Guarantee, KernelContractsError, exact
@@ -116,7 +116,11 @@ class Framework:
     framework carries out only from some release on to that release and what earlier ones
     lack; ``ratio_clamp`` maps an estimator whose weight the framework computes from the
     log-ratio clamped to ±R, passing no gradient beyond, to R: it is exported only where the
-    guarantee's premises prove |log w| ≤ R (``plan.prove``); ``features`` maps an estimator
+    guarantee's premises prove |log w| ≤ R (``plan.prove``); ``sequence_clamp`` does the same
+    for a sequence weight W computed from the sum of a sequence's log-ratios clamped to ±R,
+    which the clamp leaves alone where every one of the at most L tokens has |log w| ≤ R/L
+    (L the guarantee's horizon; a sequence mask whose lower end lo ≥ 2.1e−9 > e^−20 keeps no W
+    the clamp raises, and needs nothing); ``features`` maps an estimator
     to the framework's own names for its nearest feature, for the docs table
     (``verify.pipeline.export.table``)."""
 
@@ -129,6 +133,7 @@ class Framework:
     since: Mapping[str, tuple[str, str]]
     ratio_clamp: Mapping[str, Fraction]
     features: Mapping[str, str]
+    sequence_clamp: Mapping[str, Fraction] = field(default_factory=dict)
 
     @property
     def checked(self) -> str:

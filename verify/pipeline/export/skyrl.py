@@ -20,7 +20,9 @@ weight above e^20) and a cap or upper band end above e^20. Below, a kept weight 
 e^−20 ≈ 2.06e−9 is raised to e^−20 (by less than 2.1e−9), which can pass a bound that is the
 supremum (tests/bounds/test_clamp_bounds.py), so ``tis``, ``mis``, ``icepop``, ``tis_mask``
 and ``seq_outlier`` are exported only where the guarantee's premises prove |log w| ≤ 20
-(``FRAMEWORK.ratio_clamp``). The token mask keeps
+(``FRAMEWORK.ratio_clamp``); a sequence weight W under e^−20 (``seq_tis``, a ``seq_mask`` band
+from below e^−20) is raised alike, so those need |log w| ≤ 20/L proved on each of the at most L
+tokens (``FRAMEWORK.sequence_clamp``). The token mask keeps
 ``low <= w <= high`` and needs both ends; masked tokens leave the loss through its loss mask,
 and the TIS weight multiplies what is left. The keys are checked against SkyRL 0.2 to 0.3
 (tags skyrl-v0.2.0, skyrl-v0.3.0, the latest release) and main at a9564572.
@@ -231,6 +233,8 @@ FRAMEWORK = Framework(
         n: Fraction(20)
         for n in ("dppo_tv", "dppo_kl", "cispo", "tis", "mis", "icepop", "tis_mask", "seq_outlier")
     },
+    # a kept W under e^-20 (the log-ratios' sum clamped) likewise: |log w| <= 20/L proved
+    sequence_clamp={n: Fraction(20) for n in ("seq_tis", "seq_mask")},
     features={
         "seq_is": "`tis_ratio_type: sequence` (W clamped to e^±20)",
         "geo_mask": "`sequence_mask_metric: geometric`",

@@ -34,6 +34,9 @@ What the mapping relies on, read from that code:
   a bound that is the supremum (tests/bounds/test_clamp_bounds.py), so the token estimators
   that can keep such a weight (``tis``, ``mis``, ``icepop``, ``tis_mask``, ``tis_norm``) are
   exported only where the guarantee's premises prove |log w| ≤ 20 (``FRAMEWORK.ratio_clamp``).
+  A sequence weight W under e^−20 (``seq_tis``, a ``seq_mask`` band from below e^−20) is raised
+  alike; those are exported only where the premises prove |log w| ≤ 20/L on each of the at most
+  L tokens, so that |log W| ≤ 20 (``FRAMEWORK.sequence_clamp``).
 - So an IcePop lower bound of 1e−9 drops nothing (it stands for the lower end 0 of ``mis`` and
   of an ``icepop`` band from 0, since verl requires a positive lower bound), and a threshold of
   5e8 truncates nothing (dual clip switched off through ``clip_ratio_c``).
@@ -270,6 +273,8 @@ FRAMEWORK = Framework(
     # a kept token weight under e^-20 becomes e^-20, which can pass the bound's supremum by up
     # to e^-20 (tests/bounds/test_clamp_bounds.py): these need |log w| <= 20 proved
     ratio_clamp={n: Fraction(20) for n in ("tis", "mis", "icepop", "tis_mask", "tis_norm")},
+    # a kept W under e^-20 (the log-ratios' sum clamped) likewise: |log w| <= 20/L proved
+    sequence_clamp={n: Fraction(20) for n in ("seq_tis", "seq_mask")},
     features={
         "seq_is": "`rollout_is: sequence` (W clamped to e^±20)",
         "geo_mask": "`rollout_rs: seq_mean_k1`",
