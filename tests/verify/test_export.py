@@ -701,6 +701,28 @@ def test_a_sequence_weight_exports_where_its_clamped_sum_cannot_move(tmp_path, f
     assert "# guarantee G_seq_tis (pg_bias, estimator seq_tis, cap 2.0): proved" in out
 
 
+def test_nemo_rl_tis_exports_only_below_its_float32_overflow(tmp_path):
+    # NeMo-RL's weight is exp(log w) in float32, inf above log w = 88.72, where nan_to_num
+    # makes it 0 and tis then weighs the token 0, not its cap: a drift of 45 (|log w| <= 90 per
+    # token) is refused, one of 40 (80) is written
+    text = TEXT.replace("    cap: 2.0\n    max: 0.001\n", "    cap: 2.0\n    max: 100.0\n")
+    assert text.count("    max: 0.02\n") == 1 and "max: 100.0" in text
+    path = _contract(tmp_path, text.replace("    max: 0.02\n", "    max: 45.0\n"))
+    code, out, err = _run(path, "--to", "nemo-rl", "--guarantee", "G_pg_tis")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"{path}:{_line(text, 'cap: 2.0') + 2}:5: guarantees[6].from: nemo-rl computes the tis "
+        "weight from exp of the log-ratio in float32, which overflows to inf above log w = "
+        "88.72, where nan_to_num sets the weight to 0, so its weight equals the estimator's "
+        "only where |log w| <= 88.0; the premises of G_pg_tis do not prove that on every token "
+        "(refuted: bound 90 vs max 88), so no nemo-rl setting is written\n"
+    )
+    path = _contract(tmp_path, text.replace("    max: 0.02\n", "    max: 40.0\n"), "ok.yaml")
+    code, out, err = _run(path, "--to", "nemo-rl", "--guarantee", "G_pg_tis")
+    assert (code, err) == (0, "")
+    assert "# guarantee G_pg_tis (pg_bias, estimator tis, cap 2.0): proved" in out
+
+
 def test_a_proved_geo_mask_exports_and_a_cap_of_0_does_not(tmp_path):
     code, out, err = _run(RL, "--to", "nemo-rl", "--guarantee", "G_geo_mask")
     flat = _flat(yaml.safe_load(out))

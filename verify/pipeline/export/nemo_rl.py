@@ -16,7 +16,10 @@ their untruncated token weights), ``sequence_level_importance_ratios``, and the 
 
 The weight is exp(prev_logprobs − generation_logprobs): the training kernel's log-probs over
 the inference kernel's, the contract's w, with no clamp of the log-ratio (a weight that
-overflows to inf is set to 0 by ``nan_to_num``). ``mis`` is ``icepop`` with lower bound 0 (the
+overflows to inf is set to 0 by ``nan_to_num``: ``tis`` and ``tis_clip``, which keep their
+upper end there, and ``geo_mask``, whose kept sequences keep w, are exported only where the
+guarantee's premises prove |log w| ≤ 88, ``FRAMEWORK.ratio_clamp``; the masks drop such a
+token as NeMo-RL does). ``mis`` is ``icepop`` with lower bound 0 (the
 comparison is ``>=``, so nothing is dropped from below). ``tis_clip`` ([lo, hi]) is the ``tis``
 type with ``truncated_importance_sampling_ratio_min`` lo: weights clamped to [lo, hi], from 0.7
 on (tag v0.7.0, and 7ea279ab); v0.6.0 reads the key only for ``icepop`` and ``seq-mask-tis`` and
@@ -125,7 +128,12 @@ FRAMEWORK = Framework(
             "v0.7.0; v0.6.0 ignores that key for tis and clamps from above alone",
         )
     },
-    ratio_clamp={},
+    # a float32 weight over e^88.72 overflows to inf and nan_to_num makes it 0, where tis and
+    # tis_clip keep their cap (their upper end) and geo_mask's kept sequences w itself: these
+    # need |log w| <= 88 proved
+    ratio_clamp={n: Fraction(88) for n in ("tis", "tis_clip", "geo_mask")},
+    beyond_clamp="exp of the log-ratio in float32, which overflows to inf above log w = 88.72, "
+    "where nan_to_num sets the weight to 0",
     features={
         "seq_is": "`sequence_level_importance_ratios`",
         "seq_tis": "`sequence_level_importance_ratios` with `truncated_importance_sampling_ratio`",

@@ -218,10 +218,9 @@ def _clamp(framework: Framework, r: Request, contract: Contract) -> Fraction | N
 def _clamped(framework: Framework, r: Request, bound: Fraction) -> str:
     """What the clamp does to ``r``'s weight and which |log w| per token leaves it alone."""
     if r.what in framework.ratio_clamp:
+        beyond = framework.beyond_clamp.format(bound=number(bound))
         return (
-            f"the log-ratio clamped to [-{number(bound)}, {number(bound)}] (a weight beyond it "
-            "is e^±20 or gets no gradient), so its weight equals the estimator's only where "
-            f"|log w| <= {number(bound)}"
+            f"{beyond}, so its weight equals the estimator's only where |log w| <= {number(bound)}"
         )
     whole = framework.sequence_clamp[r.what]  # an integer, as is the horizon L = whole/bound
     return (

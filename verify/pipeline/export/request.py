@@ -116,7 +116,8 @@ class Framework:
     framework carries out only from some release on to that release and what earlier ones
     lack; ``ratio_clamp`` maps an estimator whose weight the framework computes from the
     log-ratio clamped to ±R, passing no gradient beyond, to R: it is exported only where the
-    guarantee's premises prove |log w| ≤ R (``plan.prove``); ``sequence_clamp`` does the same
+    guarantee's premises prove |log w| ≤ R (``plan.prove``; ``beyond_clamp`` says why, for the
+    messages); ``sequence_clamp`` does the same
     for a sequence weight W computed from the sum of a sequence's log-ratios clamped to ±R,
     which the clamp leaves alone where every one of the at most L tokens has |log w| ≤ R/L
     (L the guarantee's horizon; a sequence mask whose lower end lo ≥ 2.1e−9 > e^−20 keeps no W
@@ -134,6 +135,11 @@ class Framework:
     ratio_clamp: Mapping[str, Fraction]
     features: Mapping[str, str]
     sequence_clamp: Mapping[str, Fraction] = field(default_factory=dict)
+    # what happens to a weight beyond ±R in ``ratio_clamp`` ({bound}: R), for the messages
+    beyond_clamp: str = (
+        "the log-ratio clamped to [-{bound}, {bound}] (a weight beyond it is e^±20 or gets no "
+        "gradient)"
+    )
 
     @property
     def checked(self) -> str:
