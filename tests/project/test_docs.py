@@ -91,6 +91,10 @@ RUN_BY_TESTS = {
         ['"smollm2-fp8.yaml"', '"check"'],
     ),
     "python examples/routing_loop.py": ("test_routing_example.py", ['"routing_loop.py"']),
+    "python -m pytest -q --durations=30": (  # the suite, as CI runs it
+        "test_readme.py",
+        ['"python -m pytest -q --durations=30" in ci'],
+    ),
     "python examples/rl_experiment.py --quick": (
         "test_rl_experiment.py",
         ['"examples/rl_experiment.py"', '"--quick"'],

@@ -38,6 +38,12 @@ def test_ci_runs_the_readme_test_command():
     assert _setup_commands()[1] in ci
 
 
+def test_ci_prints_the_durations_table_the_benchmarks_page_shows():
+    # docs/benchmarks.md, "The test suite's time": the command CI runs, its slowest tests listed
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python -m pytest -q --durations=30" in ci
+
+
 def test_ci_builds_the_docs_strictly():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "mkdocs build --strict" in ci
