@@ -10,8 +10,12 @@ attention. Both give logits for the same positions of the same token sequences.
 ``model`` is any decoder with ``init_cache``, ``step`` and a teacher-forced call on ``ops``: the
 shipped TinyLM or a Hugging Face decoder (:class:`kernels.model.hf.decoder.Decoder`).
 
-The generation loop is one ``lax.scan`` inside one ``nnx.jit``: a kernel pair compiles once per
-shape, never per step.
+The generation loop is one ``lax.scan`` inside one ``nnx.jit`` (a padded program's, one
+``lax.while_loop`` that stops after the decoded length): a kernel pair compiles once per shape,
+never per step. The loop's body has no conditional around the model's step: a model prepares
+its weights (quantized, stacked) inside ``step``, and XLA moves that loop-invariant work out of
+a loop's body but not out of a conditional's branch, where it ran again at every step
+(docs/benchmarks.md, "Decoding").
 """
 
 from __future__ import annotations
@@ -180,16 +184,19 @@ def generate(
     steps = jnp.arange(length - 1)
     if prompt_len is None:
         (tokens, _, _), logits = jax.lax.scan(body, carry, steps)
-    else:  # a padded program skips the steps past the decoded length
+    else:  # a padded program stops after the decoded length
         shape = jax.eval_shape(body, carry, steps[0])[1]
+        out = jnp.zeros((length - 1, *shape.shape), shape.dtype)
 
-        def skip(carry, t):
-            return carry, jnp.zeros(shape.shape, shape.dtype)
+        def more(state):
+            return state[0] < last + new_tokens - 1
 
-        def step(carry, t):
-            return jax.lax.cond(t < last + new_tokens - 1, body, skip, carry, t)
+        def step(state):
+            t, carry, out = state
+            carry, row = body(carry, t)
+            return t + 1, carry, jax.lax.dynamic_update_index_in_dim(out, row, t, axis=0)
 
-        (tokens, _, _), logits = jax.lax.scan(step, carry, steps)
+        _, (tokens, _, _), logits = jax.lax.while_loop(more, step, (jnp.int32(0), carry, out))
     logits = jnp.swapaxes(logits, 0, 1)  # [seqs, steps, vocab]
     return tokens, _at_prompt_ends(logits, real, new_tokens)
 
