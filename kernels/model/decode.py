@@ -15,7 +15,7 @@ The generation loop is one ``lax.scan`` inside one ``nnx.jit`` (a padded program
 never per step. The loop's body has no conditional around the model's step: a model prepares
 its weights (quantized, stacked) inside ``step``, and XLA moves that loop-invariant work out of
 a loop's body but not out of a conditional's branch, where it ran again at every step
-(docs/benchmarks.md, "Decoding").
+(docs/benchmarks.md, "Decoding: the padded program").
 """
 
 from __future__ import annotations
