@@ -8,14 +8,18 @@ K_train then runs the finished sequences once, teacher-forced, in float32 with r
 attention. Both give logits for the same positions of the same token sequences.
 
 ``model`` is any decoder with ``init_cache``, ``step`` and a teacher-forced call on ``ops``: the
-shipped TinyLM or a Hugging Face decoder (:class:`kernels.model.hf.decoder.Decoder`).
+shipped TinyLM or a Hugging Face decoder (:class:`kernels.model.hf.decoder.Decoder`). A model
+that also splits ``step`` into ``hidden_step`` (up to the last layer), ``head_weight`` (the LM
+head as the matmul reads it) and ``head_logits`` (the final norm and the head), as both of
+those do, has the head and the draw skipped at the steps where every row is still fed its
+prompt: their logits are never read, and the steps that do sample compute the same bits.
 
 The generation loop is one ``lax.scan`` inside one ``nnx.jit`` (a padded program's, one
 ``lax.while_loop`` that stops after the decoded length): a kernel pair compiles once per shape,
 never per step. The loop's body has no conditional around the model's step: a model prepares
 its weights (quantized, stacked) inside ``step``, and XLA moves that loop-invariant work out of
 a loop's body but not out of a conditional's branch, where it ran again at every step
-(docs/benchmarks.md, "Decoding: the padded program").
+(docs/benchmarks.md, "Decoding: the padded program and the prompt steps").
 """
 
 from __future__ import annotations
@@ -169,13 +173,32 @@ def generate(
     tokens = jnp.concatenate([prompts, jnp.zeros((seqs, new_tokens), prompts.dtype)], axis=1)
     caches = model.init_cache(seqs, length)
 
+    first = jnp.min(real)  # the first step that samples a token is first - 1
+
     def body(carry, t):
         tokens, caches, key = carry
         m = nnx.merge(graphdef, state)
-        logits, caches = m.step(tokens[:, t], t, caches)
         key, sub = _split(key)
-        drawn = sample(sub, logits, temperature, top_k, top_p, rows_per_key, row_in_key)
-        drawn = drawn.astype(tokens.dtype)
+
+        def draw(logits):
+            drawn = sample(sub, logits, temperature, top_k, top_p, rows_per_key, row_in_key)
+            return logits, drawn.astype(tokens.dtype)
+
+        if hasattr(m, "hidden_step"):  # the head and the draw only where a row samples
+            x, caches = m.hidden_step(tokens[:, t], t, caches)
+            head = m.head_weight()  # outside the conditional: loop-invariant, hoisted
+
+            def drawing(x):
+                return draw(m.head_logits(x, head))
+
+            def feeding(x):
+                shapes = jax.eval_shape(drawing, x)
+                return tuple(jnp.zeros(a.shape, a.dtype) for a in shapes)
+
+            logits, drawn = jax.lax.cond(t + 1 >= first, drawing, feeding, x)
+        else:
+            logits, caches = m.step(tokens[:, t], t, caches)
+            logits, drawn = draw(logits)
         nxt = jnp.where(t + 1 < real, tokens[:, t + 1], drawn)
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], t + 1, axis=1)
         return (tokens, caches, key), logits

@@ -138,9 +138,17 @@ class TinyLM(nnx.Module):
             stacked[n] = prepared(self.ops.matmul, stacked[n])
         return stacked
 
-    def _logits(self, x):
-        head = prepared(self.ops.matmul, self.head[...])
+    def head_weight(self) -> Any:
+        """The LM head in the form the matmul reads (quantized once: a decoding loop prepares
+        it outside the steps that use it)."""
+        return prepared(self.ops.matmul, self.head[...])
+
+    def head_logits(self, x: Float[ArrayLike, "*rows d"], head: Any) -> Float[Array, "*rows vocab"]:
+        """The logits of the last layer's output ``x`` through ``head`` (``head_weight()``)."""
         return self.ops.matmul(self.ops.layers.rms_norm(x, self.final_norm[...]), head)
+
+    def _logits(self, x):
+        return self.head_logits(x, self.head_weight())
 
     def __call__(self, tokens: Int[ArrayLike, "batch seq"]) -> Float[Array, "batch seq vocab"]:
         """Teacher-forced logits of every position of whole sequences."""
@@ -168,6 +176,13 @@ class TinyLM(nnx.Module):
         self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
     ) -> tuple[Float[Array, "seqs vocab"], Any]:
         """Logits after one more token per sequence (all at ``position``), and the new caches."""
+        x, caches = self.hidden_step(tokens, position, caches)
+        return self._logits(x), caches
+
+    def hidden_step(
+        self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
+    ) -> tuple[Float[Array, "seqs d"], Any]:
+        """``step`` up to the last layer's output (the input of ``head_logits``)."""
         x = self.embed[...][tokens] + self.pos[...][position][None, :]
 
         def layer(x, p_and_cache):
@@ -175,8 +190,7 @@ class TinyLM(nnx.Module):
             x, cache = _block_step(p, x, cache, self.ops, self.config.heads)
             return x, cache
 
-        x, caches = jax.lax.scan(layer, x, (self._stacked(), caches))
-        return self._logits(x), caches
+        return jax.lax.scan(layer, x, (self._stacked(), caches))
 
 
 def with_ops(model: M, ops: Ops) -> M:

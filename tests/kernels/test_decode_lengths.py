@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from kernel_contracts.kernels.model.decode import generate, teacher_force_padded
 from kernel_contracts.kernels.model.tinylm import ModelConfig, TinyLM
@@ -53,3 +54,36 @@ def test_rows_read_at_their_own_positions_agree_across_kernels(runs):
     # positions, where a row read at another's positions would not
     _, (_, z_inf, z_train), _ = runs
     np.testing.assert_allclose(np.asarray(z_inf), np.asarray(z_train), atol=2e-5, rtol=1e-5)
+
+
+class _StepOnly(nnx.Module):
+    """A model with ``step`` alone: ``generate`` then computes the head and the draw at every
+    step, as a model of any other shape has them."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def init_cache(self, num_seqs, max_len):
+        return self.model.init_cache(num_seqs, max_len)
+
+    def step(self, tokens, position, caches):
+        return self.model.step(tokens, position, caches)
+
+
+@pytest.mark.parametrize("prompt_len", ["none", "one", "per row"])
+def test_skipping_the_head_at_prompt_steps_changes_no_kept_bit(prompt_len):
+    """``hidden_step``, ``head_weight`` and ``head_logits`` let ``generate`` skip the head and
+    the draw where every row is still fed its prompt: the tokens and every logit it returns are
+    those of a model that computes them at every step."""
+    model = TinyLM(SMALL, seed=2)
+    rng = np.random.default_rng(1)
+    prompts = jnp.asarray(rng.integers(1, 256, (3, max(LENGTHS))).astype(np.int32))
+    lengths = {
+        "none": None, "one": jnp.int32(5), "per row": jnp.asarray(LENGTHS, jnp.int32)
+    }[prompt_len]  # fmt: skip
+    key, t = jax.random.key(4), jnp.float32(0.8)
+    split = generate(model, prompts, key, t, lengths, new_tokens=NEW)
+    whole = generate(_StepOnly(model), prompts, key, t, lengths, new_tokens=NEW)
+    assert hasattr(model, "hidden_step") and not hasattr(_StepOnly(model), "hidden_step")
+    assert np.array_equal(np.asarray(split[0]), np.asarray(whole[0]))
+    assert same_bits(split[1], whole[1])

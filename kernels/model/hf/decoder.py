@@ -225,14 +225,25 @@ class Decoder(nnx.Module):
                     p["kernel"] = prepared(self.ops.matmul, flat)
         return stacked
 
-    def _logits(self, x: Array) -> Array:
-        weight = self.norm.weight[...].astype(jnp.float32)
-        n = _rms_norm(self.ops, x, weight, self.config.rms_norm_eps)
+    def head_weight(self) -> Any:
+        """The LM head (the embedding's transpose where tied) in the form the matmul reads
+        (quantized once: a decoding loop prepares it outside the steps that use it)."""
         if self.lm_head is None:
             head = self.embed_tokens[...].astype(jnp.float32).T
         else:
             head = self.lm_head.kernel[...].astype(jnp.float32)
-        return self.ops.matmul(n, prepared(self.ops.matmul, head))
+        return prepared(self.ops.matmul, head)
+
+    def head_logits(
+        self, x: Float[ArrayLike, "*rows hidden"], head: Any
+    ) -> Float[Array, "*rows vocab"]:
+        """The logits of the last layer's output ``x`` through ``head`` (``head_weight()``)."""
+        weight = self.norm.weight[...].astype(jnp.float32)
+        n = _rms_norm(self.ops, x, weight, self.config.rms_norm_eps)
+        return self.ops.matmul(n, head)
+
+    def _logits(self, x: Array) -> Array:
+        return self.head_logits(x, self.head_weight())
 
     def _embed(self, tokens: Array) -> Array:
         return self.embed_tokens[...][tokens].astype(jnp.float32)
@@ -268,6 +279,13 @@ class Decoder(nnx.Module):
         self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
     ) -> tuple[Float[Array, "seqs vocab"], Any]:
         """Logits after one more token per sequence (all at ``position``), and the new caches."""
+        x, caches = self.hidden_step(tokens, position, caches)
+        return self._logits(x), caches
+
+    def hidden_step(
+        self, tokens: Int[ArrayLike, " seqs"], position: Int[ArrayLike, ""], caches: Any
+    ) -> tuple[Float[Array, "seqs hidden"], Any]:
+        """``step`` up to the last layer's output (the input of ``head_logits``)."""
         cos, sin = cos_sin(jnp.asarray(position), self._inv_freq(), self.ops.layers)
         c, ops = self.config, self.ops
 
@@ -275,5 +293,4 @@ class Decoder(nnx.Module):
             p, cache = p_and_cache
             return _layer_step(p, x, cache, c, ops, cos, sin)
 
-        x, caches = jax.lax.scan(layer, self._embed(tokens), (self._stacked(), caches))
-        return self._logits(x), caches
+        return jax.lax.scan(layer, self._embed(tokens), (self._stacked(), caches))
