@@ -5,8 +5,10 @@
 * :class:`PagedKVCache` stores keys and values in pages of ``page_size`` positions, in the
   ``kv_cache`` format of an ``AttentionSpec`` (a real low-precision dtype; values are rounded
   with the saturating cast of :mod:`kernels.numerics.formats` and unit scale, the serving default,
-  and stored by their bit patterns, :func:`kernels.numerics.bitround.encode`, never by a float
-  conversion).
+  and stored as their bit patterns, :func:`kernels.numerics.bitround.encode`, in unsigned
+  integers of the format's width, never by a float conversion; an integer store also keeps a
+  compiler from widening the whole cache to update one position, as XLA's CPU backend does
+  for an 8-bit float array).
 * :func:`decode_attention` is the inference kernel: one query per sequence attends to the cached
   positions with an online softmax over tiles of whole pages. The tile size is ``spec.tiles``:
   ``"full"`` (one tile), an integer number of positions (rounded up to whole pages), or
@@ -65,6 +67,9 @@ __all__ = [
     "widen_heads",
 ]
 
+# the unsigned integers that hold a format's bit patterns, by its width in bytes
+_BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
+
 
 def widen_heads(kv: Float[ArrayLike, "*lead kv_heads dim"], heads: int) -> Array:
     """Each of ``kv``'s heads repeated for the query heads it serves (``heads`` a whole
@@ -111,7 +116,8 @@ def masked_attention(
 class PagedKVCache:
     """Keys and values in pages of a low-precision dtype, with a page table per sequence.
 
-    ``k_pages``/``v_pages``: (num_pages, page_size, heads, dim) in the cache dtype;
+    ``k_pages``/``v_pages``: (num_pages, page_size, heads, dim), the bit patterns of the cache
+    format (``dtype``) in unsigned integers of its width;
     ``page_table``: (num_seqs, pages_per_seq) int32 page ids; ``lengths``: (num_seqs,) int32.
     """
 
@@ -147,10 +153,15 @@ class PagedKVCache:
         table = (np.arange(pages)[None, :] * num_seqs + np.arange(num_seqs)[:, None]).astype(
             np.int32
         )
-        zeros = jnp.zeros((num_seqs * pages, ps, heads, dim), info.dtype)
+        zeros = jnp.zeros((num_seqs * pages, ps, heads, dim), _BITS[info.dtype.itemsize])
         return cls(
             zeros, zeros, jnp.asarray(table), jnp.zeros((num_seqs,), jnp.int32), ps, spec.kv_cache
         )
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The cache format's dtype, whose bit patterns the pages hold."""
+        return format_info(self.kv_format).dtype
 
     @property
     def capacity(self) -> int:
@@ -170,10 +181,9 @@ class PagedKVCache:
         page = self.page_table[seqs, self.lengths // self.page_size]
         slot = self.lengths % self.page_size
         info = format_info(self.kv_format)
-        dtype, width = self.k_pages.dtype, 8 * self.k_pages.dtype.itemsize
 
         def put(pages, new):
-            # rounded by integer operations, then stored by its bit pattern: no float
+            # rounded by integer operations, then stored as its bit pattern: no float
             # conversion to the narrow dtype (a compiler may erase one followed by the
             # widening read in gather)
             new = saturating_cast(jnp.asarray(new, jnp.float32), self.kv_format)
@@ -181,10 +191,10 @@ class PagedKVCache:
                 new,
                 info.mantissa_bits,
                 min_normal_exponent(self.kv_format),
-                width,
+                8 * pages.dtype.itemsize,
                 has_inf=info.has_inf,
             )
-            return pages.at[page, slot].set(lax.bitcast_convert_type(bits, dtype), mode="drop")
+            return pages.at[page, slot].set(bits, mode="drop")
 
         return dataclasses.replace(
             self,
@@ -199,6 +209,7 @@ class PagedKVCache:
 
         def one(pages_arr):
             g = pages_arr[self.page_table]  # seqs, pages, page_size, heads, dim
+            g = lax.bitcast_convert_type(g, self.dtype)  # exact widening to float32
             return g.reshape(seqs, pages * self.page_size, *g.shape[3:]).astype(jnp.float32)
 
         return one(self.k_pages), one(self.v_pages)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -87,7 +89,8 @@ def test_decode_matches_training_attention(kv, tiles, tol):
 def test_cache_is_paged_low_precision_and_pure():
     spec = AttentionSpec(kv_cache="float8_e4m3fn", page_size=4, tiles="adaptive")
     cache = PagedKVCache.create(3, 10, 1, 2, spec)
-    assert cache.k_pages.dtype == ml_dtypes.float8_e4m3fn
+    assert cache.dtype == ml_dtypes.float8_e4m3fn  # held as its bit patterns
+    assert cache.k_pages.dtype == np.uint8
     assert cache.page_table.shape == (3, 3) and cache.capacity == 12
     assert len(set(np.asarray(cache.page_table).ravel().tolist())) == 9  # distinct pages
     assert np.asarray(cache.page_table)[0, 1] == 3  # interleaved with the other sequences
@@ -96,6 +99,8 @@ def test_cache_is_paged_low_precision_and_pure():
     assert int(cache.lengths[0]) == 0 and int(new.lengths[0]) == 1  # the old one is unchanged
     keys, values = new.gather()
     assert float(keys[0, 0, 0, 0]) == 448.0 and float(values[2, 0, 0, 1]) == -448.0
+    stored = np.asarray(new.k_pages)[int(new.page_table[0, 0]), 0, 0, 0]
+    assert stored == 0x7E  # e4m3fn's largest finite pattern, S.1111.110
     leaves = jax.tree_util.tree_leaves(new)
     assert len(leaves) == 4  # page_size and format are static metadata
     full = new
@@ -103,6 +108,21 @@ def test_cache_is_paged_low_precision_and_pure():
         full = full.append(k, k)
     with pytest.raises(ValueError, match=r"PagedKVCache is full \(12 positions per sequence\)"):
         full.append(k, k)
+
+
+@pytest.mark.parametrize("kv", ["float8_e4m3fn", "float8_e5m2", "bfloat16"])
+def test_appending_one_position_converts_no_page(kv):
+    """An append writes one position's bit patterns into integer pages. Pages of an 8-bit
+    float type made XLA's CPU backend widen the whole cache to float16 and narrow it back at
+    every append (a copy of every page per decoding step, most of a step's time)."""
+    spec = AttentionSpec(kv_cache=kv, page_size=4, tiles="adaptive")
+    cache = PagedKVCache.create(3, 10, 1, 2, spec)
+    k = jnp.ones((3, 1, 2))
+    hlo = jax.jit(lambda c, k, v: c.append(k, v)).lower(cache, k, k).compile().as_text()
+    pages = ",".join(map(str, cache.k_pages.shape))
+    as_floats = re.findall(rf"= (?:f|bf)\w*\[{pages}\]", hlo)  # a value of every page, in floats
+    assert as_floats == []
+    assert re.search(rf"= u\d+\[{pages}\]", hlo)  # the pages themselves, as integers
 
 
 def test_adaptive_tiles_grow_with_length():
