@@ -1,7 +1,7 @@
 """Emulation evidence compiled once: a contract's emulation sweep cold and warm.
 
     python bench/bench_emulate_compile.py [--contract contracts/examples/fp8-emulated.yaml]
-        [--sweeps before,own,shared] [--no-verify]
+        [--sweeps before,own,shared] [--no-verify] [--before CHECKOUT]
 
 Every measurement runs in a fresh Python process, one after another in this run, so load
 from other processes hits all alike:
@@ -20,7 +20,10 @@ from other processes hits all alike:
 - ``verify`` (``--no-verify`` leaves it out): the whole command, ``python -m verify CONTRACT
   --quiet``, with ``--jax-cache off``, then cold and warm on a new cache directory (the
   derivation cache off, so the proofs are derived afresh each time); the three reports must be
-  the same apart from their times (``timing``, every ``time_ms``).
+  the same apart from their times (``timing``, every ``time_ms``);
+- ``--before CHECKOUT``: first the same command in another checkout (an earlier commit, with
+  its own ``.venv``), as it ran there: the baseline of the verify rows, its clauses' measured
+  values compared with this tree's.
 
 Each prints wall and CPU seconds (user + system, all threads: less sensitive than the wall time
 to load from other processes); ratios are against ``one call a batch, no cache`` and ``verify,
@@ -122,6 +125,27 @@ def _verify(contract: str, cache: str | None, report: Path) -> tuple[float, floa
     return wall, _cpu() - cpu, _without_times(json.loads(report.read_text(encoding="utf-8")))
 
 
+def _verify_before(checkout: Path, contract: str, report: Path) -> tuple[float, float, dict]:
+    """``_verify`` in ``checkout`` with its own interpreter, as that commit ran it."""
+    start, cpu = time.perf_counter(), _cpu()
+    python = checkout / ".venv" / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "verify", str(Path(contract).resolve().relative_to(ROOT)), "--quiet",
+         "--json", str(report)],
+        cwd=checkout, env=_env(None), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    return wall, _cpu() - cpu, _without_times(json.loads(report.read_text(encoding="utf-8")))
+
+
+def _measured(report: dict) -> list:
+    """Each clause's id, verdict and measured values: what two versions must agree on."""
+    return [
+        (c.get("id"), c.get("slice"), c.get("status"), c.get("value"), c.get("samples"))
+        for c in report.get("clauses", [])
+    ]
+
+
 def _without_times(data):
     """A report less what the clock decides: ``timing`` and every ``time_ms``."""
     if isinstance(data, dict):
@@ -151,6 +175,7 @@ def main() -> None:
         help="which sweeps to run, of before (the baseline), own and shared (default: all)",
     )
     p.add_argument("--no-verify", action="store_true", help="leave out the verify runs")
+    p.add_argument("--before", type=Path, help="a checkout (with .venv) for the baseline verify")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--shared", help=argparse.SUPPRESS)
     p.add_argument("--grouped", help=argparse.SUPPRESS)
@@ -178,7 +203,12 @@ def main() -> None:
                 f"tables {r['digest']}",
                 flush=True,
             )
-        reports = []
+        reports, before = [], None
+        if args.before and not args.no_verify:
+            report = Path(args.reports or v_cache) / "report-before.json"
+            wall, cpu, before = _verify_before(args.before, args.contract, report)
+            rows.append(("verify, before", wall, cpu))
+            print(f"{'verify, before':36s} {wall:7.1f} s wall {cpu:7.1f} s CPU", flush=True)
         runs = (
             ("verify, --jax-cache off", None),
             ("verify, cold cache", v_cache),
@@ -193,10 +223,14 @@ def main() -> None:
         if reports:
             same = reports[0] == reports[1] == reports[2]
             print(f"the three reports are the same apart from their timing: {same}")
+        if reports and before is not None:
+            agree = _measured(before) == _measured(reports[0])
+            print(f"the clauses' measured values agree with the baseline's: {agree}")
     base = {label: (wall, cpu) for label, wall, cpu in rows}
     print("\n| run | wall s | ratio | CPU s | ratio |\n|---|---:|---:|---:|---:|")
     for label, wall, cpu in rows:
-        w, c = base.get(BASE if "sweep" in label else "verify, --jax-cache off", (None, None))
+        first = "verify, before" if args.before else "verify, --jax-cache off"
+        w, c = base.get(BASE if "sweep" in label else first, (None, None))
         ratios = f"| – | {cpu:.1f} | – |"
         if w is not None:
             ratios = f"| {wall / w:.2f} | {cpu:.1f} | {cpu / c:.2f} |"
