@@ -38,7 +38,7 @@ PRESETS = ("h100-fp8", "bf16")
 
 
 def _run(model, prompts, new_tokens: int):
-    key = jax.random.PRNGKey(0)
+    key = jax.random.key(0)
     temperature = jnp.float32(1.0)
     return lambda: generate(model, prompts, key, temperature, new_tokens=new_tokens)
 
