@@ -113,26 +113,19 @@ def _sweep(contract: str, shared: bool, grouped: bool, cache: str | None) -> dic
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "cpu_s": _cpu() - cpu}
 
 
-def _verify(contract: str, cache: str | None, report: Path) -> tuple[float, float, dict]:
-    """Wall and CPU seconds of ``python -m verify``, and its JSON report less its times."""
+def _verify(
+    contract: str, cache: str | None, report: Path, checkout: Path | None = None
+) -> tuple[float, float, dict]:
+    """Wall and CPU seconds of ``python -m verify``, and its JSON report less its times; with
+    ``checkout``, run there with its own interpreter as that commit ran it (no cache option)."""
     start, cpu = time.perf_counter(), _cpu()
-    option = ["--jax-cache", cache or "off", "--json", str(report)]
+    python, cwd, option = sys.executable, ROOT, ["--jax-cache", cache or "off"]
+    if checkout is not None:
+        python, cwd, option = str(checkout / ".venv" / "bin" / "python"), checkout, []
+        contract = str(Path(contract).resolve().relative_to(ROOT))
     subprocess.run(
-        [sys.executable, "-m", "verify", contract, "--quiet", *option], cwd=ROOT,
+        [python, "-m", "verify", contract, "--quiet", *option, "--json", str(report)], cwd=cwd,
         env=_env(cache), capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    wall = time.perf_counter() - start
-    return wall, _cpu() - cpu, _without_times(json.loads(report.read_text(encoding="utf-8")))
-
-
-def _verify_before(checkout: Path, contract: str, report: Path) -> tuple[float, float, dict]:
-    """``_verify`` in ``checkout`` with its own interpreter, as that commit ran it."""
-    start, cpu = time.perf_counter(), _cpu()
-    python = checkout / ".venv" / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "verify", str(Path(contract).resolve().relative_to(ROOT)), "--quiet",
-         "--json", str(report)],
-        cwd=checkout, env=_env(None), capture_output=True, text=True, check=False,
     )  # fmt: skip
     wall = time.perf_counter() - start
     return wall, _cpu() - cpu, _without_times(json.loads(report.read_text(encoding="utf-8")))
@@ -206,7 +199,7 @@ def main() -> None:
         reports, before = [], None
         if args.before and not args.no_verify:
             report = Path(args.reports or v_cache) / "report-before.json"
-            wall, cpu, before = _verify_before(args.before, args.contract, report)
+            wall, cpu, before = _verify(args.contract, None, report, args.before)
             rows.append(("verify, before", wall, cpu))
             print(f"{'verify, before':36s} {wall:7.1f} s wall {cpu:7.1f} s CPU", flush=True)
         runs = (

@@ -50,7 +50,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from kernel_contracts.contracts import AttentionSpec
 from kernel_contracts.kernels.batching import reduction_splits
 from kernel_contracts.kernels.numerics import portable
-from kernel_contracts.kernels.numerics.bitround import encode
+from kernel_contracts.kernels.numerics.bitround import UNSIGNED, encode
 from kernel_contracts.kernels.numerics.formats import (
     format_info,
     min_normal_exponent,
@@ -66,9 +66,6 @@ __all__ = [
     "tile_pages",
     "widen_heads",
 ]
-
-# the unsigned integers that hold a format's bit patterns, by its width in bytes
-_BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
 
 
 def widen_heads(kv: Float[ArrayLike, "*lead kv_heads dim"], heads: int) -> Array:
@@ -153,7 +150,7 @@ class PagedKVCache:
         table = (np.arange(pages)[None, :] * num_seqs + np.arange(num_seqs)[:, None]).astype(
             np.int32
         )
-        zeros = jnp.zeros((num_seqs * pages, ps, heads, dim), _BITS[info.dtype.itemsize])
+        zeros = jnp.zeros((num_seqs * pages, ps, heads, dim), UNSIGNED[8 * info.dtype.itemsize])
         return cls(
             zeros, zeros, jnp.asarray(table), jnp.zeros((num_seqs,), jnp.int32), ps, spec.kv_cache
         )
@@ -209,7 +206,7 @@ class PagedKVCache:
 
         def one(pages_arr):
             g = pages_arr[self.page_table]  # seqs, pages, page_size, heads, dim
-            g = lax.bitcast_convert_type(g, self.dtype)  # exact widening to float32
+            g = lax.bitcast_convert_type(g, self.dtype)  # the patterns read as the format
             return g.reshape(seqs, pages * self.page_size, *g.shape[3:]).astype(jnp.float32)
 
         return one(self.k_pages), one(self.v_pages)

@@ -29,7 +29,10 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, UInt
 
-__all__ = ["encode", "reciprocal", "round_binary32", "round_float32", "to_float32"]
+__all__ = ["UNSIGNED", "encode", "reciprocal", "round_binary32", "round_float32", "to_float32"]
+
+# the unsigned integer dtype that holds a bit pattern, by its width in bits
+UNSIGNED = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32}
 
 _SIGN32 = -(2**31)  # the sign bit of an int32 pattern
 _MAG32 = 0x7FFF_FFFF
@@ -187,7 +190,7 @@ def encode(
     bits and smallest normal exponent ``emin`` (exponent bias ``1 - emin``); every ``x`` must
     be representable in the format (NaN gives its quiet NaN, ±inf its infinity, when it has
     one). Returns ``uint8``, ``uint16`` or ``uint32`` for ``lax.bitcast_convert_type``."""
-    dtype = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32}[width]
+    dtype = UNSIGNED[width]
     bits = _bits32(x)
     if width == 32:
         return lax.bitcast_convert_type(bits, jnp.uint32)
