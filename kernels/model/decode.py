@@ -29,6 +29,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.extend import core as jcore
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from kernel_contracts.kernels.numerics import portable
@@ -208,15 +209,18 @@ def generate(
     if prompt_len is None:
         (tokens, _, _), logits = jax.lax.scan(body, carry, steps)
     else:  # a padded program stops after the decoded length
-        shape = jax.eval_shape(body, carry, steps[0])[1]
-        out = jnp.zeros((length - 1, *shape.shape), shape.dtype)
+        # the body traced once: its jaxpr gives the shape of the logits' buffer and is the
+        # loop's step (evaluated, not traced again: the model's Python runs once)
+        traced, shapes = jax.make_jaxpr(body, return_shape=True)(carry, steps[0])
+        run_body, tree = jcore.jaxpr_as_fun(traced), jax.tree.structure(shapes)
+        out = jnp.zeros((length - 1, *shapes[1].shape), shapes[1].dtype)
 
         def more(state):
             return state[0] < last + new_tokens - 1
 
         def step(state):
             t, carry, out = state
-            carry, row = body(carry, t)
+            carry, row = jax.tree.unflatten(tree, run_body(*jax.tree.leaves((carry, t))))
             return t + 1, carry, jax.lax.dynamic_update_index_in_dim(out, row, t, axis=0)
 
         _, (tokens, _, _), logits = jax.lax.while_loop(more, step, (jnp.int32(0), carry, out))

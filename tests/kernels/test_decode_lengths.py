@@ -87,3 +87,24 @@ def test_skipping_the_head_at_prompt_steps_changes_no_kept_bit(prompt_len):
     assert hasattr(model, "hidden_step") and not hasattr(_StepOnly(model), "hidden_step")
     assert np.array_equal(np.asarray(split[0]), np.asarray(whole[0]))
     assert same_bits(split[1], whole[1])
+
+
+def test_a_padded_program_traces_the_model_once(monkeypatch):
+    """The padded loop's step is the body's jaxpr, traced once for the logits' shape too: the
+    model's Python (every layer and its emulated matmuls) runs once per trace, not twice."""
+    calls = []
+    hidden_step = TinyLM.hidden_step
+
+    def counted(self, *args):
+        calls.append(1)
+        return hidden_step(self, *args)
+
+    monkeypatch.setattr(TinyLM, "hidden_step", counted)
+    model = TinyLM(SMALL, seed=1)
+    prompts = jnp.zeros((2, 5), jnp.int32)
+    key, t = jax.random.key(0), jnp.float32(1.0)
+    # traced only (nothing compiles)
+    nnx.eval_shape(lambda m, n: generate(m, prompts, key, t, n, new_tokens=NEW), model, 3)
+    assert len(calls) == 1
+    nnx.eval_shape(lambda m: generate(m, prompts, key, t, new_tokens=NEW), model)
+    assert len(calls) == 2  # the scan of an unpadded program, once as well
